@@ -1,0 +1,1 @@
+//! devicelet-allocator (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! devicelet-cel (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! devicelet-checkpoint (skeleton; filled in by its owner).

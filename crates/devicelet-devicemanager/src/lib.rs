@@ -1,0 +1,1 @@
+//! devicelet-devicemanager (skeleton; filled in by its owner).

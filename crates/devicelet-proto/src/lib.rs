@@ -1,0 +1,1 @@
+//! devicelet-proto (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! devicelet-rpc (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! devicelet-topology (skeleton; filled in by its owner).

@@ -1,0 +1,1 @@
+//! devicelet-transport (skeleton; filled in by its owner).

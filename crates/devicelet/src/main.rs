@@ -1,0 +1,2 @@
+//! devicelet: the device and resource-allocation half of the kubelet.
+fn main() {}
