@@ -1,0 +1,58 @@
+//! Build script for devicelet-proto: compiles the kubelet gRPC `.proto` files in `proto/`
+//! (copies of the Kubernetes 1.36 wire definitions under `k8s.io/kubelet/pkg/apis/`) into Rust
+//! with `protox` (a pure-Rust protobuf compiler, so no system `protoc` is needed) and
+//! `tonic-prost-build`.
+//!
+//! Each API is compiled into its own sub-directory of `OUT_DIR`. This matters because two
+//! unrelated upstream APIs (PodResources v1alpha1 and DRA health v1alpha1) share the bare proto
+//! package `v1alpha1`; prost names its output after the package, so one shared output directory
+//! would merge them into one Rust module.
+
+use std::path::{Path, PathBuf};
+
+/// (output sub-directory, proto file relative to `proto/`).
+const APIS: &[(&str, &str)] = &[
+    (
+        "deviceplugin_v1beta1",
+        "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.proto",
+    ),
+    (
+        "pluginregistration_v1",
+        "k8s.io/kubelet/pkg/apis/pluginregistration/v1/api.proto",
+    ),
+    (
+        "podresources_v1",
+        "k8s.io/kubelet/pkg/apis/podresources/v1/api.proto",
+    ),
+    (
+        "podresources_v1alpha1",
+        "k8s.io/kubelet/pkg/apis/podresources/v1alpha1/api.proto",
+    ),
+    ("dra_v1", "k8s.io/kubelet/pkg/apis/dra/v1/api.proto"),
+    (
+        "dra_v1beta1",
+        "k8s.io/kubelet/pkg/apis/dra/v1beta1/api.proto",
+    ),
+    (
+        "dra_health_v1alpha1",
+        "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1/api.proto",
+    ),
+];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let proto_root = Path::new("proto");
+    println!("cargo:rerun-if-changed=build.rs");
+    for (sub_dir, file) in APIS {
+        println!("cargo:rerun-if-changed={}", proto_root.join(file).display());
+        let fds = protox::compile([*file], [proto_root])?;
+        let api_out = out_dir.join(sub_dir);
+        std::fs::create_dir_all(&api_out)?;
+        tonic_prost_build::configure()
+            .build_client(true)
+            .build_server(true)
+            .out_dir(&api_out)
+            .compile_fds(fds)?;
+    }
+    Ok(())
+}
