@@ -1,1 +1,33 @@
-//! devicelet-devicemanager (skeleton; filled in by its owner).
+//! devicelet-devicemanager: the kubelet device manager's plugin registry and device inventory
+//! (`pkg/kubelet/cm/devicemanager`), with IO behind traits ([`PluginDialer`],
+//! [`DevicePluginClient`], [`Clock`]) so it runs against fakes in tests and against tonic in
+//! `devicelet-rpc`.
+
+pub mod clock;
+pub mod error;
+pub mod inventory;
+pub mod manager;
+pub mod plugin;
+pub mod snapshot;
+pub mod types;
+pub mod validation;
+
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
+
+pub use clock::{Clock, FakeClock, SystemClock};
+pub use error::{EndpointError, PluginError, RegistrationError};
+pub use inventory::{ResourceDevices, UpdateSummary};
+pub use manager::{
+    CapacityReport, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
+    DeviceManager, DeviceManagerConfig, EndpointId, RegistrationSource,
+};
+pub use plugin::{DevicePluginClient, DeviceUpdateStream, PluginDialer};
+pub use snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
+pub use types::{
+    ContainerAllocateResponse, DEVICE_PLUGIN_API_VERSION, Device, DevicePluginOptions, DeviceSpec,
+    HEALTHY, Health, Mount, PreferredAllocationRequest, RegisterRequest, UNHEALTHY,
+};
+
+#[cfg(test)]
+mod tests;
