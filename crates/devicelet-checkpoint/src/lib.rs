@@ -27,6 +27,7 @@ pub mod hash;
 pub mod inspect;
 pub mod journal;
 pub mod spew;
+pub mod state;
 pub mod store;
 
 pub use error::DecodeError;
