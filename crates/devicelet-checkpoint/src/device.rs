@@ -326,7 +326,7 @@ fn decode_alloc_resp(v: Option<&Value>, path: &str) -> Result<Option<Vec<u8>>, D
     }
 }
 
-fn decode_v2(value: &Value) -> Result<DecodedDeviceCheckpoint, DecodeError> {
+fn parse_v2(value: &Value) -> Result<UnverifiedDeviceCheckpoint, DecodeError> {
     let (data_obj, stored, mut unknown) = top_level(value)?;
     let init = DeviceCheckpointData::default();
     let entries = match data_obj.and_then(|d| read::field(d, "PodDeviceEntries")) {
@@ -375,21 +375,49 @@ fn decode_v2(value: &Value) -> Result<DecodedDeviceCheckpoint, DecodeError> {
         pod_device_entries: entries,
         registered_devices: decode_registered(data_obj, init.registered_devices)?,
     };
-    let computed = checksum(&data);
-    if u64::from(computed) != stored {
-        return Err(DecodeError::ChecksumMismatch {
-            algorithm: "fnv32a-spew",
-            stored,
-            computed: u64::from(computed),
-        });
-    }
     unknown.sort();
-    Ok(DecodedDeviceCheckpoint {
+    Ok(UnverifiedDeviceCheckpoint {
+        computed: checksum(&data),
         data,
-        format: DeviceCheckpointFormat::V2,
-        checksum: computed,
+        stored,
         unknown_fields: unknown,
     })
+}
+
+fn decode_v2(value: &Value) -> Result<DecodedDeviceCheckpoint, DecodeError> {
+    let u = parse_v2(value)?;
+    if u64::from(u.computed) != u.stored {
+        return Err(DecodeError::ChecksumMismatch {
+            algorithm: "fnv32a-spew",
+            stored: u.stored,
+            computed: u64::from(u.computed),
+        });
+    }
+    Ok(DecodedDeviceCheckpoint {
+        data: u.data,
+        format: DeviceCheckpointFormat::V2,
+        checksum: u.computed,
+        unknown_fields: u.unknown_fields,
+    })
+}
+
+/// A v2 checkpoint decoded without refusing a checksum mismatch (for inspection of damaged
+/// files only — never trust it for allocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnverifiedDeviceCheckpoint {
+    /// The data as read.
+    pub data: DeviceCheckpointData,
+    /// Checksum stored in the file.
+    pub stored: u64,
+    /// Checksum computed from `data`.
+    pub computed: u32,
+    /// Keys the layout does not define.
+    pub unknown_fields: Vec<String>,
+}
+
+/// Decodes the v2 layout without verifying the checksum (see [`UnverifiedDeviceCheckpoint`]).
+pub fn decode_unverified(bytes: &[u8]) -> Result<UnverifiedDeviceCheckpoint, DecodeError> {
+    parse_v2(&parse_json(bytes, FORMAT)?)
 }
 
 /// The legacy entry (`checkpoint.PodDevicesEntryV1`).
