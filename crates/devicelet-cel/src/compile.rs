@@ -1,0 +1,887 @@
+//! Compilation of a selector: length and depth limits, parsing with the `cel` crate,
+//! a static check in the spirit of cel-go's type checker, and an AST rewrite.
+//!
+//! Follows `CompileCELExpression` in `DRA/cel/compile.go`. The `cel` crate parses but does
+//! not type-check, so undeclared references, unknown `device` fields and calls of unknown
+//! functions would only fail at run time; Go reports them at compile time, and so do we
+//! (with cel-go's issue format). The rewrite:
+//! * `device.driver`, `device.attributes[D].id` / `["id"]`, `has(...)` of those,
+//!   `device.capacity[D].id`, `device.allowMultipleAllocations` → reserved identifiers
+//!   answered lazily by `DeviceResolver` (no per-device maps);
+//! * `device.attributes[expr]` with a computed key → map-with-default lookup;
+//! * `cel.bind(v, init, body)` → a comprehension over an empty list (how cel-go's
+//!   `ext.Bindings` expands it), which the interpreter already supports;
+//! * comprehensions, list/map literals and `+` → metered (see `cost.rs`);
+//! * calls of `quantity`, `semver`, `ip`, `cidr`, `url` on literals and literal
+//!   lists/maps → constants computed once.
+
+use kube_cel::cel::Value;
+use kube_cel::cel::common::ast::{
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapEntryExpr,
+    MapExpr, SelectExpr, operators,
+};
+use kube_cel::cel::parser::{ParseErrors, Parser};
+
+use crate::cost::{MAX_AST_DEPTH, MAX_EXPRESSION_LENGTH};
+use crate::env::Env;
+use crate::error::CelCompileError;
+use crate::functions;
+
+/// Prefix of the identifiers the rewrite introduces. `@` cannot appear in a CEL
+/// identifier, so user expressions cannot collide with them.
+pub(crate) const RESERVED_PREFIX: &str = "@dra:";
+
+/// Stack size of the thread that parses: the ANTLR-generated parser recurses per nesting
+/// level before our depth check can run.
+const PARSER_STACK_SIZE: usize = 64 * 1024 * 1024;
+
+/// One `device.attributes[domain].id` or `device.capacity[domain].id` lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) domain: String,
+    pub(crate) id: String,
+    /// `domain/id`, the key of a qualified name in the slice.
+    pub(crate) qualified: String,
+}
+
+/// A rewritten expression and the tables its reserved identifiers refer to.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub(crate) expr: IdedExpr,
+    pub(crate) attribute_slots: Vec<Slot>,
+    pub(crate) capacity_slots: Vec<Slot>,
+    pub(crate) attribute_domains: Vec<String>,
+    pub(crate) capacity_domains: Vec<String>,
+    pub(crate) constants: Vec<Value>,
+}
+
+impl Program {
+    /// The id of a slot named by a reserved identifier, for error messages.
+    pub(crate) fn slot_id_for(&self, name: &str) -> Option<&str> {
+        let rest = name.strip_prefix(RESERVED_PREFIX)?;
+        let (tag, index) = rest.split_at_checked(1)?;
+        let index: usize = index.parse().ok()?;
+        match tag {
+            "A" => self.attribute_slots.get(index).map(|s| s.id.as_str()),
+            "C" => self.capacity_slots.get(index).map(|s| s.id.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// Compiles `source` for `env`.
+pub(crate) fn compile(
+    source: &str,
+    env: &Env,
+    consumable_capacity: bool,
+) -> Result<Program, CelCompileError> {
+    if source.len() > MAX_EXPRESSION_LENGTH {
+        return Err(CelCompileError::TooLong {
+            length: source.len(),
+            limit: MAX_EXPRESSION_LENGTH,
+        });
+    }
+    let parsed = parse_isolated(source)?;
+    let mut rewriter = Rewriter {
+        env,
+        source,
+        consumable_capacity,
+        scope: Vec::new(),
+        program: Program {
+            expr: IdedExpr::default(),
+            attribute_slots: Vec::new(),
+            capacity_slots: Vec::new(),
+            attribute_domains: Vec::new(),
+            capacity_domains: Vec::new(),
+            constants: Vec::new(),
+        },
+    };
+    if let Some(t) = static_type(&parsed, &[])
+        && t != "bool"
+    {
+        // Undeclared references take precedence, as in cel-go (check before type).
+        rewriter.rewrite(parsed.clone())?;
+        return Err(CelCompileError::ResultType(t));
+    }
+    let expr = rewriter.rewrite(parsed)?;
+    rewriter.program.expr = expr;
+    Ok(rewriter.program)
+}
+
+/// Parses on a thread with a large stack, catching panics of the parser, and checks the
+/// nesting depth of the result before anything recurses over it on a normal stack.
+fn parse_isolated(source: &str) -> Result<IdedExpr, CelCompileError> {
+    let text = source.to_string();
+    let handle = std::thread::Builder::new()
+        .name("devicelet-cel-parse".into())
+        .stack_size(PARSER_STACK_SIZE)
+        .spawn(move || {
+            let parsed = std::panic::catch_unwind(|| {
+                Parser::new()
+                    .enable_optional_syntax(true)
+                    .max_recursion_depth(MAX_AST_DEPTH as u16)
+                    .parse(&text)
+            });
+            match parsed {
+                Err(panic) => Err(CelCompileError::Internal(panic_message(&panic))),
+                Ok(Err(errors)) => Err(CelCompileError::Compilation(format_parse_errors(
+                    &errors, &text,
+                ))),
+                Ok(Ok(expr)) => {
+                    if ast_depth(&expr) > MAX_AST_DEPTH {
+                        // Dropped here, on the big stack.
+                        Err(CelCompileError::TooDeep {
+                            limit: MAX_AST_DEPTH,
+                        })
+                    } else {
+                        Ok(expr)
+                    }
+                }
+            }
+        })
+        .map_err(|e| CelCompileError::Internal(format!("cannot start parser thread: {e}")))?;
+    handle
+        .join()
+        .map_err(|panic| CelCompileError::Internal(panic_message(&panic)))?
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+/// Depth of an expression tree, computed without recursion.
+fn ast_depth(root: &IdedExpr) -> usize {
+    let mut max = 0;
+    let mut pending: Vec<(&IdedExpr, usize)> = vec![(root, 1)];
+    while let Some((e, depth)) = pending.pop() {
+        max = max.max(depth);
+        if depth > MAX_AST_DEPTH {
+            return depth;
+        }
+        let next = depth + 1;
+        match &e.expr {
+            Expr::Call(c) => {
+                if let Some(t) = &c.target {
+                    pending.push((t, next));
+                }
+                pending.extend(c.args.iter().map(|a| (a, next)));
+            }
+            Expr::Comprehension(c) => {
+                for x in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    pending.push((x, next));
+                }
+            }
+            Expr::List(l) => pending.extend(l.elements.iter().map(|a| (a, next))),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &entry.expr {
+                        pending.push((&me.key, next));
+                        pending.push((&me.value, next));
+                    }
+                }
+            }
+            Expr::Struct(s) => {
+                for entry in &s.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(f) => pending.push((&f.value, next)),
+                        EntryExpr::MapEntry(me) => {
+                            pending.push((&me.key, next));
+                            pending.push((&me.value, next));
+                        }
+                    }
+                }
+            }
+            Expr::Select(s) => pending.push((&s.operand, next)),
+            Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+    max
+}
+
+/// cel-go's issue format: `ERROR: <input>:L:C: msg` followed by the source line and a
+/// caret (`C` is 1-based).
+fn issue(source: &str, offset: usize, message: &str) -> String {
+    let offset = offset.min(source.len());
+    let before = &source[..offset];
+    let line_no = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let column = source[line_start..offset].chars().count() + 1;
+    let line = source[line_start..].split('\n').next().unwrap_or("");
+    format!(
+        "ERROR: <input>:{line_no}:{column}: {message}\n | {line}\n | {}^",
+        ".".repeat(column - 1)
+    )
+}
+
+fn format_parse_errors(errors: &ParseErrors, source: &str) -> String {
+    let mut out = Vec::new();
+    for e in &errors.errors {
+        // The cel crate reports (line, column) with a 0-based column.
+        let (line, col) = (e.pos.0.max(1) as usize, e.pos.1.max(0) as usize);
+        let line_start: usize = source.split('\n').take(line - 1).map(|l| l.len() + 1).sum();
+        let offset = source[line_start.min(source.len())..]
+            .char_indices()
+            .nth(col)
+            .map(|(i, _)| line_start + i)
+            .unwrap_or(source.len());
+        let mut msg = e.msg.clone();
+        if !msg.starts_with("Syntax error") && e.source.is_none() && is_antlr_message(&msg) {
+            msg = format!("Syntax error: {msg}");
+        }
+        out.push(issue(source, offset, &msg));
+    }
+    out.join("\n")
+}
+
+fn is_antlr_message(msg: &str) -> bool {
+    [
+        "mismatched input",
+        "extraneous input",
+        "no viable alternative",
+        "token recognition",
+        "missing ",
+    ]
+    .iter()
+    .any(|p| msg.starts_with(p))
+}
+
+/// Byte offset of the first occurrence of `name` as an identifier token outside string
+/// literals (positions are not kept by the `cel` crate's AST).
+fn find_identifier(source: &str, name: &str) -> usize {
+    let bytes = source.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'"' || c == b'\'' {
+            let triple = bytes
+                .get(i..i + 3)
+                .is_some_and(|s| s.iter().all(|b| *b == c));
+            let quote_len = if triple { 3 } else { 1 };
+            i += quote_len;
+            while i < bytes.len() {
+                if bytes[i] == b'\\' {
+                    i += 2;
+                    continue;
+                }
+                if bytes[i] == c
+                    && (!triple
+                        || bytes
+                            .get(i..i + 3)
+                            .is_some_and(|s| s.iter().all(|b| *b == c)))
+                {
+                    i += quote_len;
+                    break;
+                }
+                i += 1;
+            }
+            continue;
+        }
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            if &source[start..i] == name {
+                return start;
+            }
+            continue;
+        }
+        i += 1;
+    }
+    0
+}
+
+fn ident(name: impl Into<String>) -> IdedExpr {
+    IdedExpr {
+        id: 0,
+        expr: Expr::Ident(name.into()),
+    }
+}
+
+fn call(function: &str, args: Vec<IdedExpr>) -> IdedExpr {
+    IdedExpr {
+        id: 0,
+        expr: Expr::Call(CallExpr {
+            func_name: function.to_string(),
+            target: None,
+            args,
+        }),
+    }
+}
+
+fn bool_literal(b: bool) -> IdedExpr {
+    IdedExpr {
+        id: 0,
+        expr: Expr::Literal(LiteralValue::Boolean(b.into())),
+    }
+}
+
+fn int_literal(v: usize) -> IdedExpr {
+    IdedExpr {
+        id: 0,
+        expr: Expr::Literal(LiteralValue::Int(
+            i64::try_from(v).unwrap_or(i64::MAX).into(),
+        )),
+    }
+}
+
+/// Number of nodes evaluated by one pass over `e`, not looking into nested comprehensions
+/// (they meter their own iterations). Used as the per-iteration cost of a loop body,
+/// in the spirit of cel-go's one unit per evaluated node.
+fn node_count(root: &IdedExpr) -> usize {
+    let mut count = 0;
+    let mut pending = vec![root];
+    while let Some(e) = pending.pop() {
+        count += 1;
+        match &e.expr {
+            Expr::Call(c) => {
+                pending.extend(c.target.as_deref());
+                pending.extend(c.args.iter());
+            }
+            Expr::List(l) => pending.extend(l.elements.iter()),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &entry.expr {
+                        pending.push(&me.key);
+                        pending.push(&me.value);
+                    }
+                }
+            }
+            Expr::Select(s) => pending.push(&s.operand),
+            Expr::Comprehension(c) => {
+                pending.push(&c.iter_range);
+                pending.push(&c.accu_init);
+            }
+            _ => {}
+        }
+    }
+    count
+}
+
+fn string_literal_of(e: &IdedExpr) -> Option<&str> {
+    match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => Some(s.inner()),
+        _ => None,
+    }
+}
+
+fn is_operator(name: &str) -> bool {
+    name.starts_with('_')
+        || name.starts_with('@')
+        || name == operators::LOGICAL_NOT
+        || name == operators::NEGATE
+}
+
+/// Functions whose result on literal arguments is computed once at compile time.
+const FOLDABLE: &[&str] = &[
+    "quantity",
+    "semver",
+    "ip",
+    "cidr",
+    "url",
+    "isSemver",
+    "isQuantity",
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MapKind {
+    Attributes,
+    Capacity,
+}
+
+struct Rewriter<'a> {
+    env: &'a Env,
+    source: &'a str,
+    consumable_capacity: bool,
+    scope: Vec<String>,
+    program: Program,
+}
+
+impl Rewriter<'_> {
+    fn in_scope(&self, name: &str) -> bool {
+        self.scope.iter().any(|s| s == name)
+    }
+
+    fn is_device(&self, e: &IdedExpr) -> bool {
+        matches!(&e.expr, Expr::Ident(n) if n == "device") && !self.in_scope("device")
+    }
+
+    /// `device.attributes` or `device.capacity`.
+    fn device_map(&self, e: &IdedExpr) -> Option<MapKind> {
+        match &e.expr {
+            Expr::Select(s) if !s.test && self.is_device(&s.operand) => match s.field.as_str() {
+                "attributes" => Some(MapKind::Attributes),
+                "capacity" => Some(MapKind::Capacity),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// `device.attributes["domain"]` / `device.attributes.domain` (and capacity).
+    fn domain_of(&self, e: &IdedExpr) -> Option<(MapKind, String)> {
+        match &e.expr {
+            Expr::Call(c)
+                if c.func_name == operators::INDEX && c.target.is_none() && c.args.len() == 2 =>
+            {
+                let kind = self.device_map(&c.args[0])?;
+                Some((kind, string_literal_of(&c.args[1])?.to_string()))
+            }
+            Expr::Select(s) if !s.test => Some((self.device_map(&s.operand)?, s.field.clone())),
+            _ => None,
+        }
+    }
+
+    fn undeclared(&self, name: &str) -> CelCompileError {
+        let first = name.split('.').next().unwrap_or(name);
+        CelCompileError::Compilation(issue(
+            self.source,
+            find_identifier(self.source, first),
+            &format!("undeclared reference to '{name}' (in container '')"),
+        ))
+    }
+
+    fn undefined_field(&self, field: &str) -> CelCompileError {
+        let at = find_identifier(self.source, field);
+        CelCompileError::Compilation(issue(
+            self.source,
+            at.saturating_sub(1),
+            &format!("undefined field '{field}'"),
+        ))
+    }
+
+    fn slot(&mut self, kind: MapKind, domain: String, id: String) -> IdedExpr {
+        let qualified = format!("{domain}/{id}");
+        let slot = Slot {
+            domain,
+            id,
+            qualified,
+        };
+        let (slots, tag) = match kind {
+            MapKind::Attributes => (&mut self.program.attribute_slots, 'A'),
+            MapKind::Capacity => (&mut self.program.capacity_slots, 'C'),
+        };
+        let index = slots.iter().position(|s| *s == slot).unwrap_or_else(|| {
+            slots.push(slot);
+            slots.len() - 1
+        });
+        ident(format!("{RESERVED_PREFIX}{tag}{index}"))
+    }
+
+    fn has_slot(&mut self, kind: MapKind, domain: String, id: String) -> IdedExpr {
+        let lookup = self.slot(kind, domain, id);
+        let name = match &lookup.expr {
+            Expr::Ident(n) => n.replacen(":A", ":H", 1).replacen(":C", ":J", 1),
+            _ => String::new(),
+        };
+        ident(name)
+    }
+
+    fn domain_map(&mut self, kind: MapKind, domain: String) -> IdedExpr {
+        let (domains, tag) = match kind {
+            MapKind::Attributes => (&mut self.program.attribute_domains, 'P'),
+            MapKind::Capacity => (&mut self.program.capacity_domains, 'Q'),
+        };
+        let index = domains
+            .iter()
+            .position(|d| *d == domain)
+            .unwrap_or_else(|| {
+                domains.push(domain);
+                domains.len() - 1
+            });
+        ident(format!("{RESERVED_PREFIX}{tag}{index}"))
+    }
+
+    fn constant(&mut self, value: Value) -> IdedExpr {
+        self.program.constants.push(value);
+        ident(format!(
+            "{RESERVED_PREFIX}K{}",
+            self.program.constants.len() - 1
+        ))
+    }
+
+    fn rewrite(&mut self, e: IdedExpr) -> Result<IdedExpr, CelCompileError> {
+        let id = e.id;
+        let expr = match e.expr {
+            Expr::Literal(_) => return Ok(e),
+            Expr::Ident(name) => {
+                if self.in_scope(&name) {
+                    Expr::Ident(name)
+                } else if name == "device" {
+                    return Ok(ident(format!("{RESERVED_PREFIX}V")));
+                } else {
+                    return Err(self.undeclared(&name));
+                }
+            }
+            Expr::Select(s) => return self.rewrite_select(id, s),
+            Expr::Call(c) => return self.rewrite_call(id, c),
+            Expr::Comprehension(c) => {
+                let c = *c;
+                let iter_range = call(functions::ITER, vec![self.rewrite(c.iter_range)?]);
+                let accu_init = self.rewrite(c.accu_init)?;
+                let pushed = self.scope.len();
+                self.scope.push(c.iter_var.clone());
+                if let Some(v2) = &c.iter_var2 {
+                    self.scope.push(v2.clone());
+                }
+                self.scope.push(c.accu_var.clone());
+                let weight = node_count(&c.loop_cond) + node_count(&c.loop_step);
+                let loop_cond = self.rewrite(c.loop_cond);
+                let loop_step = self.rewrite(c.loop_step);
+                let result = self.rewrite(c.result);
+                self.scope.truncate(pushed);
+                Expr::Comprehension(Box::new(ComprehensionExpr {
+                    iter_range,
+                    iter_var: c.iter_var,
+                    iter_var2: c.iter_var2,
+                    accu_var: c.accu_var,
+                    accu_init,
+                    loop_cond: loop_cond?,
+                    loop_step: call(functions::TICK, vec![loop_step?, int_literal(weight)]),
+                    result: call(functions::SIZED, vec![result?]),
+                }))
+            }
+            Expr::List(l) => {
+                let elements = l
+                    .elements
+                    .into_iter()
+                    .map(|x| self.rewrite(x))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let list = IdedExpr {
+                    id,
+                    expr: Expr::List(ListExpr {
+                        elements,
+                        optional_indices: l.optional_indices,
+                    }),
+                };
+                return Ok(self.fold_or_meter(list));
+            }
+            Expr::Map(m) => {
+                let mut entries = Vec::with_capacity(m.entries.len());
+                for entry in m.entries {
+                    match entry.expr {
+                        EntryExpr::MapEntry(me) => {
+                            entries.push(kube_cel::cel::common::ast::IdedEntryExpr {
+                                id: entry.id,
+                                expr: EntryExpr::MapEntry(MapEntryExpr {
+                                    key: self.rewrite(me.key)?,
+                                    value: self.rewrite(me.value)?,
+                                    optional: me.optional,
+                                }),
+                            })
+                        }
+                        EntryExpr::StructField(f) => {
+                            return Err(
+                                self.unsupported(&format!("field initializer '{}'", f.field))
+                            );
+                        }
+                    }
+                }
+                let map = IdedExpr {
+                    id,
+                    expr: Expr::Map(MapExpr { entries }),
+                };
+                return Ok(self.fold_or_meter(map));
+            }
+            Expr::Struct(s) => {
+                return Err(
+                    self.unsupported(&format!("message construction of type '{}'", s.type_name))
+                );
+            }
+            Expr::Unspecified => return Err(self.unsupported("empty expression")),
+        };
+        Ok(IdedExpr { id, expr })
+    }
+
+    fn unsupported(&self, what: &str) -> CelCompileError {
+        CelCompileError::Compilation(issue(self.source, 0, &format!("unsupported: {what}")))
+    }
+
+    /// Literal-only lists and maps become constants; others are metered.
+    fn fold_or_meter(&mut self, e: IdedExpr) -> IdedExpr {
+        if is_literal_tree(&e)
+            && let Ok(v) = self.evaluate_constant(&e)
+        {
+            return self.constant(v);
+        }
+        call(functions::SIZED, vec![e])
+    }
+
+    fn evaluate_constant(&self, e: &IdedExpr) -> Result<Value, String> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Value::resolve(e, &self.env.ctx)
+        }))
+        .map_err(|_| "panic".to_string())?
+        .map_err(|err| err.to_string())
+    }
+
+    fn rewrite_select(&mut self, id: u64, s: SelectExpr) -> Result<IdedExpr, CelCompileError> {
+        if self.is_device(&s.operand) {
+            let known = match s.field.as_str() {
+                "driver" | "attributes" | "capacity" => true,
+                "allowMultipleAllocations" => self.consumable_capacity,
+                _ => false,
+            };
+            if !known {
+                return Err(self.undefined_field(&s.field));
+            }
+            if s.test {
+                return Ok(bool_literal(true));
+            }
+            let tag = match s.field.as_str() {
+                "driver" => 'D',
+                "attributes" => 'X',
+                "capacity" => 'Y',
+                _ => 'M',
+            };
+            return Ok(ident(format!("{RESERVED_PREFIX}{tag}")));
+        }
+        if let Some((kind, domain)) = self.domain_of(&s.operand) {
+            return Ok(if s.test {
+                self.has_slot(kind, domain, s.field)
+            } else {
+                self.slot(kind, domain, s.field)
+            });
+        }
+        let operand = self.rewrite(*s.operand)?;
+        Ok(IdedExpr {
+            id,
+            expr: Expr::Select(SelectExpr {
+                operand: Box::new(operand),
+                field: s.field,
+                test: s.test,
+            }),
+        })
+    }
+
+    fn rewrite_call(&mut self, id: u64, c: CallExpr) -> Result<IdedExpr, CelCompileError> {
+        if c.func_name == operators::INDEX && c.target.is_none() && c.args.len() == 2 {
+            if let Some((kind, domain)) = self.domain_of(&c.args[0])
+                && let Some(key) = string_literal_of(&c.args[1])
+            {
+                return Ok(self.slot(kind, domain, key.to_string()));
+            }
+            if let Some(kind) = self.device_map(&c.args[0]) {
+                if let Some(domain) = string_literal_of(&c.args[1]) {
+                    return Ok(self.domain_map(kind, domain.to_string()));
+                }
+                let all = ident(format!(
+                    "{RESERVED_PREFIX}{}",
+                    if kind == MapKind::Attributes {
+                        'X'
+                    } else {
+                        'Y'
+                    }
+                ));
+                let mut args = c.args;
+                let key = self.rewrite(args.remove(1))?;
+                return Ok(call(functions::DOMAIN, vec![all, key]));
+            }
+        }
+        // cel.bind(name, init, body): cel-go's ext.Bindings macro.
+        if c.func_name == "bind"
+            && c.args.len() == 3
+            && matches!(c.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel" && !self.in_scope("cel"))
+        {
+            let mut args = c.args;
+            let body = args.pop().unwrap_or_default();
+            let init = args.pop().unwrap_or_default();
+            let var = match args.pop().map(|a| a.expr) {
+                Some(Expr::Ident(v)) => v,
+                _ => {
+                    return Err(CelCompileError::Compilation(issue(
+                        self.source,
+                        find_identifier(self.source, "bind"),
+                        "cel.bind() variable names must be simple identifiers",
+                    )));
+                }
+            };
+            let init = self.rewrite(init)?;
+            self.scope.push(var.clone());
+            let body = self.rewrite(body);
+            self.scope.pop();
+            return Ok(IdedExpr {
+                id,
+                expr: Expr::Comprehension(Box::new(ComprehensionExpr {
+                    iter_range: IdedExpr {
+                        id: 0,
+                        expr: Expr::List(ListExpr::new(Vec::new())),
+                    },
+                    iter_var: "#unused".to_string(),
+                    iter_var2: None,
+                    accu_var: var.clone(),
+                    accu_init: init,
+                    loop_cond: bool_literal(false),
+                    loop_step: ident(var),
+                    result: body?,
+                })),
+            });
+        }
+        if c.func_name == operators::ADD && c.target.is_none() && c.args.len() == 2 {
+            let args = c
+                .args
+                .into_iter()
+                .map(|a| self.rewrite(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(call(functions::ADD, args));
+        }
+
+        // Namespaced functions (`sets.contains(...)`, `optional.of(...)`) are parsed as
+        // method calls on an identifier.
+        let mut target = c.target;
+        if let Some(t) = &target
+            && let Expr::Ident(prefix) = &t.expr
+            && !self.in_scope(prefix)
+            && prefix != "device"
+        {
+            let qualified = format!("{prefix}.{}", c.func_name);
+            if !self.env.is_known_function(&qualified) {
+                return Err(self.undeclared(&qualified));
+            }
+            let args = c
+                .args
+                .into_iter()
+                .map(|a| self.rewrite(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(IdedExpr {
+                id,
+                expr: Expr::Call(CallExpr {
+                    func_name: c.func_name,
+                    target,
+                    args,
+                }),
+            });
+        }
+        if !is_operator(&c.func_name) && !self.env.is_known_function(&c.func_name) {
+            return Err(self.undeclared(&c.func_name));
+        }
+        if target.is_none()
+            && FOLDABLE.contains(&c.func_name.as_str())
+            && !c.args.is_empty()
+            && c.args.iter().all(|a| matches!(a.expr, Expr::Literal(_)))
+            && let Ok(v) = self.env.call_on_literal(&c.func_name, c.args.clone())
+        {
+            return Ok(self.constant(v));
+        }
+        if let Some(t) = target.take() {
+            target = Some(Box::new(self.rewrite(*t)?));
+        }
+        let args = c
+            .args
+            .into_iter()
+            .map(|a| self.rewrite(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(IdedExpr {
+            id,
+            expr: Expr::Call(CallExpr {
+                func_name: c.func_name,
+                target,
+                args,
+            }),
+        })
+    }
+}
+
+fn is_literal_tree(e: &IdedExpr) -> bool {
+    match &e.expr {
+        Expr::Literal(_) => true,
+        Expr::Ident(n) => {
+            n.starts_with(RESERVED_PREFIX) && n.as_bytes().get(RESERVED_PREFIX.len()) == Some(&b'K')
+        }
+        Expr::List(l) => l.optional_indices.is_empty() && l.elements.iter().all(is_literal_tree),
+        Expr::Map(m) => m.entries.iter().all(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => {
+                !me.optional && is_literal_tree(&me.key) && is_literal_tree(&me.value)
+            }
+            EntryExpr::StructField(_) => false,
+        }),
+        _ => false,
+    }
+}
+
+/// The statically known CEL type of an expression, in cel-go's spelling, when it is
+/// obvious without a full type checker (`None` means "dyn" / not known).
+fn static_type(e: &IdedExpr, scope: &[String]) -> Option<String> {
+    let t = |s: &str| Some(s.to_string());
+    match &e.expr {
+        Expr::Literal(l) => match l {
+            LiteralValue::Boolean(_) => t("bool"),
+            LiteralValue::Bytes(_) => t("bytes"),
+            LiteralValue::Double(_) => t("double"),
+            LiteralValue::Int(_) => t("int"),
+            LiteralValue::Null => t("null_type"),
+            LiteralValue::String(_) => t("string"),
+            LiteralValue::UInt(_) => t("uint"),
+        },
+        Expr::List(l) => {
+            let mut elem: Option<String> = None;
+            for x in &l.elements {
+                let xt = static_type(x, scope).unwrap_or_else(|| "dyn".into());
+                elem = match elem {
+                    None => Some(xt),
+                    Some(prev) if prev == xt => Some(prev),
+                    Some(_) => Some("dyn".into()),
+                };
+            }
+            Some(format!("list({})", elem.unwrap_or_else(|| "dyn".into())))
+        }
+        Expr::Map(_) => t("map(dyn, dyn)"),
+        Expr::Select(s) => match (&s.operand.expr, s.field.as_str(), s.test) {
+            (_, _, true) => t("bool"),
+            (Expr::Ident(d), "driver", false)
+                if d == "device" && !scope.iter().any(|v| v == "device") =>
+            {
+                t("string")
+            }
+            _ => None,
+        },
+        Expr::Comprehension(_) => None,
+        Expr::Call(c) => match c.func_name.as_str() {
+            operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS
+            | operators::LOGICAL_AND
+            | operators::LOGICAL_OR
+            | operators::LOGICAL_NOT
+            | operators::IN
+            | operators::NOT_STRICTLY_FALSE => t("bool"),
+            operators::ADD
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO => {
+                let a = static_type(c.args.first()?, scope)?;
+                let b = static_type(c.args.get(1)?, scope)?;
+                (a == b).then_some(a)
+            }
+            operators::NEGATE => static_type(c.args.first()?, scope),
+            operators::CONDITIONAL => {
+                let a = static_type(c.args.get(1)?, scope)?;
+                let b = static_type(c.args.get(2)?, scope)?;
+                (a == b).then_some(a)
+            }
+            "size" | "int" => t("int"),
+            "string" => t("string"),
+            "double" => t("double"),
+            "uint" => t("uint"),
+            "bytes" => t("bytes"),
+            _ => None,
+        },
+        _ => None,
+    }
+}

@@ -1,0 +1,248 @@
+//! The CEL environment shared by all selectors of one compiler: the `cel` standard
+//! library, the Kubernetes libraries from `kube-cel`, our additions (`functions.rs`), the
+//! list of names a selector may call, and caches of parsed quantities and versions.
+//!
+//! Mirrors the StoredExpressions environment of `DRA/cel/compile.go` over
+//! `apiserver/pkg/cel/environment/base.go` (spec §3.2).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use kube_cel::KubeCelExt;
+use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue};
+use kube_cel::cel::{Context, Value};
+
+use crate::functions;
+
+/// Functions of the `cel` crate's standard context.
+const CEL_STDLIB: &[&str] = &[
+    "contains",
+    "size",
+    "max",
+    "min",
+    "startsWith",
+    "endsWith",
+    "string",
+    "bytes",
+    "double",
+    "int",
+    "uint",
+    "matches",
+    "duration",
+    "timestamp",
+    "getFullYear",
+    "getMonth",
+    "getDayOfYear",
+    "getDayOfMonth",
+    "getDate",
+    "getDayOfWeek",
+    "getHours",
+    "getMinutes",
+    "getSeconds",
+    "getMilliseconds",
+    "optional.none",
+    "optional.of",
+    "optional.ofNonZeroValue",
+    "value",
+    "hasValue",
+    "or",
+    "orValue",
+];
+
+/// Functions registered by kube-cel with the features this crate enables (strings, lists,
+/// sets, regex, urls, ip, semver, format, quantity, named formats, jsonpatch).
+const KUBE_CEL: &[&str] = &[
+    "add",
+    "asApproximateFloat",
+    "asInteger",
+    "charAt",
+    "cidr",
+    "compareTo",
+    "containsCIDR",
+    "containsIP",
+    "distinct",
+    "family",
+    "find",
+    "findAll",
+    "first",
+    "flatten",
+    "format",
+    "format.byte",
+    "format.date",
+    "format.datetime",
+    "format.dns1035Label",
+    "format.dns1035LabelPrefix",
+    "format.dns1123Label",
+    "format.dns1123LabelPrefix",
+    "format.dns1123Subdomain",
+    "format.dns1123SubdomainPrefix",
+    "format.labelValue",
+    "format.named",
+    "format.qualifiedName",
+    "format.uri",
+    "format.uuid",
+    "getEscapedPath",
+    "getHost",
+    "getHostname",
+    "getPort",
+    "getQuery",
+    "getScheme",
+    "indexOf",
+    "ip",
+    "ip.isCanonical",
+    "isCIDR",
+    "isGlobalUnicast",
+    "isGreaterThan",
+    "isIP",
+    "isInteger",
+    "isLessThan",
+    "isLinkLocalMulticast",
+    "isLinkLocalUnicast",
+    "isLoopback",
+    "isQuantity",
+    "isSemver",
+    "isSorted",
+    "isURL",
+    "isUnspecified",
+    "join",
+    "jsonpatch.escapeKey",
+    "last",
+    "lastIndexOf",
+    "lists.range",
+    "lowerAscii",
+    "major",
+    "masked",
+    "minor",
+    "patch",
+    "prefixLength",
+    "quantity",
+    "replace",
+    "reverse",
+    "semver",
+    "sets.contains",
+    "sets.equivalent",
+    "sets.intersects",
+    "sign",
+    "slice",
+    "sort",
+    "split",
+    "strings.quote",
+    "sub",
+    "substring",
+    "sum",
+    "trim",
+    "upperAscii",
+    "url",
+    "validate",
+];
+
+/// Functions added by `functions.rs` that selectors may call.
+const DEVICELET: &[&str] = &["dyn", "bool"];
+
+/// Upper bound of entries in each value cache; the cache is cleared when it is full
+/// (quantities and versions of real slices repeat a lot, so this is rarely reached).
+const VALUE_CACHE_CAPACITY: usize = 16 * 1024;
+
+pub(crate) struct Env {
+    pub(crate) ctx: Context<'static>,
+    known_functions: HashSet<&'static str>,
+    quantities: RwLock<HashMap<String, Value>>,
+    versions: RwLock<HashMap<String, Result<Value, String>>>,
+}
+
+impl Env {
+    pub(crate) fn new(enable_list_type_attributes: bool) -> Arc<Self> {
+        let mut ctx = Context::default();
+        ctx.register_all();
+        functions::register(&mut ctx, enable_list_type_attributes);
+        let mut known_functions: HashSet<&'static str> = CEL_STDLIB
+            .iter()
+            .chain(KUBE_CEL)
+            .chain(DEVICELET)
+            .copied()
+            .collect();
+        if enable_list_type_attributes {
+            known_functions.insert("includes");
+        }
+        Arc::new(Env {
+            ctx,
+            known_functions,
+            quantities: RwLock::new(HashMap::new()),
+            versions: RwLock::new(HashMap::new()),
+        })
+    }
+
+    pub(crate) fn is_known_function(&self, name: &str) -> bool {
+        self.known_functions.contains(name)
+    }
+
+    /// Calls a registered one-argument function on a string literal (used for constant
+    /// folding and to build quantity / semver values with kube-cel's own types).
+    pub(crate) fn call_on_literal(
+        &self,
+        function: &str,
+        args: Vec<IdedExpr>,
+    ) -> Result<Value, String> {
+        let call = IdedExpr {
+            id: 0,
+            expr: Expr::Call(CallExpr {
+                func_name: function.to_string(),
+                target: None,
+                args,
+            }),
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Value::resolve(&call, &self.ctx)
+        }));
+        match result {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("{function}: internal error")),
+        }
+    }
+
+    /// A capacity value as a kube-cel `kubernetes.Quantity`, cached by its text.
+    pub(crate) fn quantity(&self, text: &str) -> Result<Value, String> {
+        if let Ok(cache) = self.quantities.read()
+            && let Some(v) = cache.get(text)
+        {
+            return Ok(v.clone());
+        }
+        let value = self.call_on_literal("quantity", vec![string_literal(text)])?;
+        if let Ok(mut cache) = self.quantities.write() {
+            if cache.len() >= VALUE_CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(text.to_string(), value.clone());
+        }
+        Ok(value)
+    }
+
+    /// A version attribute as a kube-cel `kubernetes.Semver` (strict parsing, as Go's
+    /// `semver.Parse`), cached by its text, failures included.
+    pub(crate) fn version(&self, text: &str) -> Result<Value, String> {
+        if let Ok(cache) = self.versions.read()
+            && let Some(v) = cache.get(text)
+        {
+            return v.clone();
+        }
+        let parsed = match semver::Version::parse(text) {
+            Ok(_) => self.call_on_literal("semver", vec![string_literal(text)]),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Ok(mut cache) = self.versions.write() {
+            if cache.len() >= VALUE_CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(text.to_string(), parsed.clone());
+        }
+        parsed
+    }
+}
+
+pub(crate) fn string_literal(text: &str) -> IdedExpr {
+    IdedExpr {
+        id: 0,
+        expr: Expr::Literal(LiteralValue::String(text.into())),
+    }
+}
