@@ -1,2 +1,45 @@
-//! devicelet: the device and resource-allocation half of the kubelet.
-fn main() {}
+//! devicelet: the device and resource-allocation half of the kubelet (DESIGN.md). This binary
+//! is the daemon (`serve`), the CLI talking to it (`get`), the built-in example device plugin
+//! and the demo.
+
+mod cli;
+mod commands;
+mod demo;
+mod example_plugin;
+mod output;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // Long-running commands log at info by default; CLI queries stay quiet.
+    let default_level = match cli.command {
+        Command::Serve(_) | Command::ExamplePlugin(_) => "info",
+        Command::Get(_) | Command::Demo(_) => "warn",
+    };
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let root_dir = cli.root_dir.clone();
+    let result = match cli.command {
+        Command::Serve(args) => commands::serve::run(&root_dir, args).await,
+        Command::Get(args) => commands::get::run(&root_dir, args).await,
+        Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
+        Command::Demo(args) => commands::demo::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Wiring of the node agent's servers for one root directory (the `devicelet serve` body):
+//! directories, stale-socket cleanup, the Registration server on `kubelet.sock`, the plugin
+//! watcher, and the control API; and a clean stop (streams cancelled, sockets removed).
+//!
+//! Start order follows the kubelet (`dm/plugin/v1beta1/server.go` `Start`): clean the
+//! device-plugin directory, then bind `kubelet.sock`; the control socket is bound last so "the
+//! control socket answers" means "plugins can register" (ecosystem.md A3 row 25).
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use devicelet_devicemanager::{
+    Clock, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
+    DeviceManager, DeviceManagerConfig, SystemClock,
+};
+use devicelet_proto::constants;
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::cleanup::remove_stale_sockets;
+use crate::control::{self, ControlState};
+use crate::error::RpcError;
+use crate::plugin_client::TonicPluginDialer;
+use crate::plugin_watcher::{DevicePluginHandler, PluginWatcher};
+use crate::registration::RegistrationService;
+use crate::transport;
+
+/// Every path devicelet uses under its root directory (DESIGN.md "Files on disk").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootPaths {
+    /// `R`.
+    pub root: PathBuf,
+    /// `R/device-plugins`.
+    pub device_plugins: PathBuf,
+    /// `R/device-plugins/kubelet.sock`.
+    pub kubelet_socket: PathBuf,
+    /// `R/plugins_registry`.
+    pub plugins_registry: PathBuf,
+    /// `R/devicelet`.
+    pub control_dir: PathBuf,
+    /// `R/devicelet/devicelet.sock`.
+    pub control_socket: PathBuf,
+}
+
+impl RootPaths {
+    /// Paths under `root`. Unlike the kubelet, the device-plugin directory follows the root
+    /// (so tests and several instances can run side by side); the default root
+    /// `/var/lib/kubelet` gives the kubelet's paths.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let device_plugins = root.join("device-plugins");
+        let control_dir = root.join("devicelet");
+        RootPaths {
+            kubelet_socket: device_plugins.join(constants::deviceplugin::KUBELET_SOCKET_NAME),
+            plugins_registry: root.join(constants::pluginregistration::PLUGINS_REGISTRY_DIR_NAME),
+            control_socket: control_dir.join("devicelet.sock"),
+            device_plugins,
+            control_dir,
+            root,
+        }
+    }
+}
+
+/// Settings of the daemon.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Root directory `R`.
+    pub root_dir: PathBuf,
+    /// How long a disconnected plugin's resource is kept (kubelet: 5 min).
+    pub endpoint_grace_period: Duration,
+    /// Deadline for `GetDevicePluginOptions` during `Register`.
+    pub options_timeout: Duration,
+    /// Deadline for dialing a plugin.
+    pub dial_timeout: Duration,
+    /// Run the plugin watcher on `R/plugins_registry`.
+    pub plugin_watcher: bool,
+}
+
+impl DaemonConfig {
+    /// Kubelet defaults for `root_dir`.
+    pub fn new(root_dir: impl Into<PathBuf>) -> Self {
+        DaemonConfig {
+            root_dir: root_dir.into(),
+            endpoint_grace_period: DEFAULT_ENDPOINT_GRACE_PERIOD,
+            options_timeout: DEFAULT_OPTIONS_TIMEOUT,
+            dial_timeout: DEFAULT_DIAL_TIMEOUT,
+            plugin_watcher: true,
+        }
+    }
+}
+
+/// A running daemon. Call [`Daemon::shutdown`] to stop it cleanly.
+pub struct Daemon {
+    paths: RootPaths,
+    manager: DeviceManager,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<(&'static str, JoinHandle<Result<(), RpcError>>)>,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("paths", &self.paths)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RpcError + 'a {
+    move |source| RpcError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), RpcError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)
+        .map_err(io_err("create directory", path))
+}
+
+impl Daemon {
+    /// Prepares the root directory and starts every server; returns once all sockets are bound.
+    pub async fn start(config: DaemonConfig) -> Result<Daemon, RpcError> {
+        Self::start_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Like [`Daemon::start`] with an explicit clock.
+    pub async fn start_with_clock(
+        config: DaemonConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Daemon, RpcError> {
+        let paths = RootPaths::new(&config.root_dir);
+        make_dir(&paths.root, 0o755)?;
+        make_dir(&paths.device_plugins, 0o750)?;
+        make_dir(&paths.control_dir, 0o750)?;
+
+        // Refuse to take over a root another daemon is serving.
+        if tokio::net::UnixStream::connect(&paths.control_socket)
+            .await
+            .is_ok()
+        {
+            return Err(RpcError::AlreadyRunning {
+                path: paths.control_socket.clone(),
+            });
+        }
+
+        let removed = remove_stale_sockets(&paths.device_plugins)?;
+        if !removed.is_empty() {
+            info!(
+                count = removed.len(),
+                "removed stale sockets; running plugins will re-register"
+            );
+        }
+
+        let manager_config = DeviceManagerConfig {
+            plugin_dir: paths.device_plugins.clone(),
+            endpoint_grace_period: config.endpoint_grace_period,
+            dial_timeout: config.dial_timeout,
+            options_timeout: config.options_timeout,
+        };
+        let manager = DeviceManager::new(
+            manager_config,
+            Arc::new(TonicPluginDialer::new(config.dial_timeout)),
+            clock,
+        );
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        // Registration server on kubelet.sock.
+        let listener = UnixListener::bind(&paths.kubelet_socket)
+            .map_err(io_err("bind", &paths.kubelet_socket))?;
+        let registration = RegistrationService::new(manager.clone()).into_server();
+        let mut rx = shutdown_rx.clone();
+        let socket = paths.kubelet_socket.clone();
+        tasks.push((
+            "registration",
+            tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .add_service(registration)
+                    .serve_with_incoming_shutdown(transport::incoming(listener), async move {
+                        let _ = rx.changed().await;
+                    })
+                    .await
+                    .map_err(|e| RpcError::Server {
+                        path: socket,
+                        message: e.to_string(),
+                    })
+            }),
+        ));
+        info!(socket = %paths.kubelet_socket.display(), "device plugin registration server listening");
+
+        if config.plugin_watcher {
+            make_dir(&paths.plugins_registry, 0o750)?;
+            let mut watcher = PluginWatcher::new(&paths.plugins_registry);
+            watcher.add_handler(
+                constants::pluginregistration::DEVICE_PLUGIN,
+                Arc::new(DevicePluginHandler::new(manager.clone())),
+            );
+            tasks.push((
+                "plugin-watcher",
+                tokio::spawn(watcher.run(shutdown_rx.clone())),
+            ));
+        }
+
+        // Control API last: when it answers, everything else is ready.
+        match std::fs::remove_file(&paths.control_socket) {
+            Ok(()) => {
+                info!(socket = %paths.control_socket.display(), "removed stale control socket")
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove stale control socket", &paths.control_socket)(e)),
+        }
+        let control_listener = UnixListener::bind(&paths.control_socket)
+            .map_err(io_err("bind", &paths.control_socket))?;
+        let app = control::router(ControlState {
+            devices: manager.clone(),
+        });
+        let mut rx = shutdown_rx.clone();
+        let socket = paths.control_socket.clone();
+        tasks.push((
+            "control",
+            tokio::spawn(async move {
+                axum::serve(control_listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.changed().await;
+                    })
+                    .await
+                    .map_err(io_err("serve control API on", &socket))
+            }),
+        ));
+        info!(socket = %paths.control_socket.display(), "control API listening");
+
+        Ok(Daemon {
+            paths,
+            manager,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// The device manager.
+    pub fn manager(&self) -> &DeviceManager {
+        &self.manager
+    }
+
+    /// The daemon's paths.
+    pub fn paths(&self) -> &RootPaths {
+        &self.paths
+    }
+
+    /// Waits until a server task ends on its own (an error), for `serve` to report.
+    pub async fn wait_for_failure(&mut self) -> RpcError {
+        loop {
+            if self.tasks.is_empty() {
+                return RpcError::Server {
+                    path: self.paths.root.clone(),
+                    message: "no server running".to_owned(),
+                };
+            }
+            let (result, index, _) =
+                futures::future::select_all(self.tasks.iter_mut().map(|(_, handle)| handle)).await;
+            let (name, _) = self.tasks.remove(index);
+            match result {
+                Ok(Err(err)) => return err,
+                Ok(Ok(())) => warn!(task = name, "server task ended"),
+                Err(join) => {
+                    return RpcError::Server {
+                        path: self.paths.root.clone(),
+                        message: format!("{name} task failed: {join}"),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Stops everything: plugin streams are cancelled, servers stop, sockets are removed.
+    pub async fn shutdown(self) -> Result<(), RpcError> {
+        self.manager.stop();
+        let _ = self.shutdown.send(true);
+        let mut first_error = None;
+        for (name, handle) in self.tasks {
+            match tokio::time::timeout(Duration::from_secs(5), handle).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(err))) => {
+                    warn!(task = name, error = %err, "server ended with an error during shutdown");
+                    first_error.get_or_insert(err);
+                }
+                Ok(Err(join)) => warn!(task = name, error = %join, "server task failed"),
+                Err(_) => warn!(task = name, "server did not stop within 5s"),
+            }
+        }
+        for socket in [&self.paths.kubelet_socket, &self.paths.control_socket] {
+            match std::fs::remove_file(socket) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => warn!(socket = %socket.display(), error = %e, "cannot remove socket"),
+            }
+        }
+        info!("devicelet stopped");
+        first_error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,79 @@
+//! Errors of the gRPC / control layer.
+
+use std::path::PathBuf;
+
+/// Errors of the daemon wiring, servers and control client.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// A filesystem or socket operation failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Another daemon already serves this root directory.
+    #[error("another devicelet is already serving {} (control socket answers)", path.display())]
+    AlreadyRunning {
+        /// The control socket that answered.
+        path: PathBuf,
+    },
+    /// A gRPC server failed.
+    #[error("gRPC server on {} failed: {message}", path.display())]
+    Server {
+        /// The socket served.
+        path: PathBuf,
+        /// The transport error.
+        message: String,
+    },
+    /// The plugin watcher could not watch its directory (e.g. inotify limits).
+    #[error("cannot watch {}: {message}", path.display())]
+    Watch {
+        /// The directory.
+        path: PathBuf,
+        /// The notify error.
+        message: String,
+    },
+}
+
+/// Errors of [`crate::control::ControlClient`].
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// Nothing listens on the control socket.
+    #[error("devicelet is not running for this root: cannot connect to {} ({source}); start it with `devicelet serve --root-dir <R>`", path.display())]
+    NotRunning {
+        /// The control socket.
+        path: PathBuf,
+        /// The connect error.
+        source: std::io::Error,
+    },
+    /// HTTP exchange failed.
+    #[error("control API request {path} failed: {message}")]
+    Http {
+        /// Request path.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The daemon answered with an error status.
+    #[error("control API {path} answered {status}: {body}")]
+    Status {
+        /// Request path.
+        path: String,
+        /// HTTP status.
+        status: u16,
+        /// Response body.
+        body: String,
+    },
+    /// The body was not the expected JSON.
+    #[error("control API {path} returned invalid JSON: {source}")]
+    Json {
+        /// Request path.
+        path: String,
+        /// Parse error.
+        source: serde_json::Error,
+    },
+}

@@ -1,0 +1,409 @@
+//! The plugin watcher on `R/plugins_registry` (`pkg/kubelet/pluginmanager`, spec
+//! devicemanager.md §1.8). Registration sockets are found by inotify (`notify`) and by listing
+//! the directory after the watch is installed and then every second (events are hints; the
+//! listing is the truth, so sockets present at startup and missed events are handled). For
+//! each new socket: dial, `GetInfo` (1 s), pick the handler by `PluginInfo.type`, validate,
+//! register, `NotifyRegistrationStatus` (5 s). Failures are reported to the plugin and retried
+//! with exponential backoff (0.5 s doubling up to 2 min 2 s). A removed or re-created socket
+//! deregisters the plugin.
+//!
+//! Handlers are pluggable per type: [`DevicePluginHandler`] serves `"DevicePlugin"`; a DRA
+//! handler registers under `"DRAPlugin"` the same way.
+
+use std::collections::HashMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use devicelet_devicemanager::{DeviceManager, EndpointId, RegistrationSource, validation};
+use devicelet_proto::constants;
+use devicelet_proto::pluginregistration::v1 as pb;
+use devicelet_proto::pluginregistration::v1::registration_client::RegistrationClient;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use notify::Watcher;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::error::RpcError;
+use crate::transport;
+
+const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(122);
+
+/// What a plugin type's handler does (`PluginHandler` in `pluginmanager/cache/types.go`).
+pub trait PluginHandler: Send + Sync + 'static {
+    /// `ValidatePlugin`: the error text is sent to the plugin.
+    fn validate(&self, name: &str, endpoint: &Path, versions: &[String]) -> Result<(), String>;
+    /// `RegisterPlugin`.
+    fn register(
+        &self,
+        name: String,
+        endpoint: PathBuf,
+        versions: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), String>>;
+    /// `DeRegisterPlugin`: the registration of `name` made from `endpoint` is gone.
+    fn deregister(&self, name: &str, endpoint: &Path);
+}
+
+/// Handler for `"DevicePlugin"` registrations (`dm/plugin/v1beta1/handler.go`).
+#[derive(Debug, Clone)]
+pub struct DevicePluginHandler {
+    manager: DeviceManager,
+    registered: Arc<Mutex<HashMap<(String, PathBuf), EndpointId>>>,
+}
+
+impl DevicePluginHandler {
+    /// A handler registering into `manager`.
+    pub fn new(manager: DeviceManager) -> Self {
+        DevicePluginHandler {
+            manager,
+            registered: Arc::default(),
+        }
+    }
+}
+
+impl PluginHandler for DevicePluginHandler {
+    fn validate(&self, name: &str, _endpoint: &Path, versions: &[String]) -> Result<(), String> {
+        if !versions
+            .iter()
+            .any(|v| v == constants::deviceplugin::VERSION)
+        {
+            return Err(format!(
+                "manager version, {}, is not among plugin supported versions {versions:?}",
+                constants::deviceplugin::VERSION
+            ));
+        }
+        validation::validate_resource_name(name)
+            .map_err(|e| format!("invalid name of device plugin socket: {e}"))
+    }
+
+    fn register(
+        &self,
+        name: String,
+        endpoint: PathBuf,
+        _versions: Vec<String>,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let manager = self.manager.clone();
+        let registered = Arc::clone(&self.registered);
+        async move {
+            let id = manager
+                .connect_plugin(&name, endpoint.clone(), RegistrationSource::PluginWatcher)
+                .await
+                .map_err(|e| e.to_string())?;
+            registered
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert((name, endpoint), id);
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn deregister(&self, name: &str, endpoint: &Path) {
+        let id = self
+            .registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&(name.to_owned(), endpoint.to_path_buf()));
+        if let Some(id) = id {
+            // Only this registration's endpoint is stopped; a newer one for the same resource
+            // (from kubelet.sock or another socket) is left alone.
+            self.manager.endpoint_disconnected(
+                name,
+                id,
+                "plugin-watcher registration socket removed",
+            );
+        }
+    }
+}
+
+/// Identity of a socket file: a re-created socket at the same path is a new plugin instance.
+type SocketIdentity = (u64, u64);
+
+struct Registered {
+    identity: SocketIdentity,
+    plugin_type: String,
+    name: String,
+    endpoint: PathBuf,
+}
+
+struct Retry {
+    identity: SocketIdentity,
+    next_attempt: Instant,
+    backoff: Duration,
+}
+
+enum AttemptResult {
+    Registered(Registered),
+    Failed {
+        identity: SocketIdentity,
+        error: String,
+    },
+}
+
+/// Watches the plugin registry directory and dispatches registrations to handlers.
+pub struct PluginWatcher {
+    dir: PathBuf,
+    handlers: HashMap<String, Arc<dyn PluginHandler>>,
+}
+
+impl std::fmt::Debug for PluginWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginWatcher")
+            .field("dir", &self.dir)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl PluginWatcher {
+    /// A watcher for `dir` without handlers.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        PluginWatcher {
+            dir: dir.into(),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// Registers the handler for a plugin type (`"DevicePlugin"`, `"DRAPlugin"`, ...).
+    pub fn add_handler(&mut self, plugin_type: impl Into<String>, handler: Arc<dyn PluginHandler>) {
+        self.handlers.insert(plugin_type.into(), handler);
+    }
+
+    /// Runs until `shutdown` turns true. Fails only if the directory cannot be watched.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), RpcError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| RpcError::Io {
+            action: "create plugin registry directory",
+            path: self.dir.clone(),
+            source,
+        })?;
+        let (event_tx, mut event_rx) = mpsc::unbounded_channel::<()>();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                if event.is_ok() {
+                    let _ = event_tx.send(());
+                }
+            })
+            .map_err(|e| RpcError::Watch {
+                path: self.dir.clone(),
+                message: e.to_string(),
+            })?;
+        watcher
+            .watch(&self.dir, notify::RecursiveMode::Recursive)
+            .map_err(|e| RpcError::Watch {
+                path: self.dir.clone(),
+                message: e.to_string(),
+            })?;
+        info!(dir = %self.dir.display(), "plugin watcher started");
+
+        let handlers = Arc::new(self.handlers);
+        let (result_tx, mut result_rx) = mpsc::unbounded_channel::<(PathBuf, AttemptResult)>();
+        let mut registered: HashMap<PathBuf, Registered> = HashMap::new();
+        let mut retries: HashMap<PathBuf, Retry> = HashMap::new();
+        let mut in_flight: HashMap<PathBuf, SocketIdentity> = HashMap::new();
+        let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
+        loop {
+            // Listing after the watch is installed: nothing created in between is missed.
+            let desired = list_sockets(&self.dir);
+            reconcile(
+                &desired,
+                &handlers,
+                &mut registered,
+                &mut retries,
+                &mut in_flight,
+                &result_tx,
+            );
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                Some(()) = event_rx.recv() => {
+                    while event_rx.try_recv().is_ok() {}
+                }
+                Some((path, result)) = result_rx.recv() => {
+                    let Some(identity) = in_flight.remove(&path) else { continue };
+                    match result {
+                        AttemptResult::Registered(entry) => {
+                            retries.remove(&path);
+                            registered.insert(path, entry);
+                        }
+                        AttemptResult::Failed { identity: failed, error } => {
+                            let backoff = retries
+                                .get(&path)
+                                .filter(|r| r.identity == identity)
+                                .map_or(INITIAL_BACKOFF, |r| (r.backoff * 2).min(MAX_BACKOFF));
+                            warn!(socket = %path.display(), %error, retry_in = ?backoff,
+                                "plugin registration failed");
+                            retries.insert(path, Retry { identity: failed, next_attempt: Instant::now() + backoff, backoff });
+                        }
+                    }
+                }
+                _ = ticker.tick() => {}
+            }
+        }
+        for (path, entry) in registered.drain() {
+            if let Some(handler) = handlers.get(&entry.plugin_type) {
+                debug!(socket = %path.display(), "plugin watcher stopping: deregistering");
+                handler.deregister(&entry.name, &entry.endpoint);
+            }
+        }
+        drop(watcher);
+        Ok(())
+    }
+}
+
+fn reconcile(
+    desired: &HashMap<PathBuf, SocketIdentity>,
+    handlers: &Arc<HashMap<String, Arc<dyn PluginHandler>>>,
+    registered: &mut HashMap<PathBuf, Registered>,
+    retries: &mut HashMap<PathBuf, Retry>,
+    in_flight: &mut HashMap<PathBuf, SocketIdentity>,
+    result_tx: &mpsc::UnboundedSender<(PathBuf, AttemptResult)>,
+) {
+    // Removed or re-created sockets: deregister.
+    let gone: Vec<PathBuf> = registered
+        .iter()
+        .filter(|(path, entry)| desired.get(*path) != Some(&entry.identity))
+        .map(|(path, _)| path.clone())
+        .collect();
+    for path in gone {
+        if let Some(entry) = registered.remove(&path) {
+            info!(socket = %path.display(), plugin = %entry.name, "registration socket removed; deregistering plugin");
+            if let Some(handler) = handlers.get(&entry.plugin_type) {
+                handler.deregister(&entry.name, &entry.endpoint);
+            }
+        }
+    }
+    retries.retain(|path, retry| desired.get(path) == Some(&retry.identity));
+
+    let now = Instant::now();
+    for (path, identity) in desired {
+        if registered.contains_key(path) || in_flight.get(path) == Some(identity) {
+            continue;
+        }
+        if let Some(retry) = retries.get(path)
+            && retry.identity == *identity
+            && now < retry.next_attempt
+        {
+            continue;
+        }
+        in_flight.insert(path.clone(), *identity);
+        let path = path.clone();
+        let identity = *identity;
+        let handlers = Arc::clone(handlers);
+        let result_tx = result_tx.clone();
+        tokio::spawn(async move {
+            let result = register_socket(&path, identity, &handlers).await;
+            let _ = result_tx.send((path, result));
+        });
+    }
+}
+
+/// Lists registration sockets under `dir` (recursively), skipping dot-names.
+fn list_sockets(dir: &Path) -> HashMap<PathBuf, SocketIdentity> {
+    let mut found = HashMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.file_type().is_socket() {
+                found.insert(entry.path(), (meta.dev(), meta.ino()));
+            }
+        }
+    }
+    found
+}
+
+async fn register_socket(
+    path: &Path,
+    identity: SocketIdentity,
+    handlers: &HashMap<String, Arc<dyn PluginHandler>>,
+) -> AttemptResult {
+    let failed = |error: String| AttemptResult::Failed { identity, error };
+    let channel = match transport::dial(path, DIAL_TIMEOUT).await {
+        Ok(channel) => channel,
+        Err(e) => return failed(format!("dial failed: {e}")),
+    };
+    let mut client = RegistrationClient::new(channel);
+    let info =
+        match tokio::time::timeout(GET_INFO_TIMEOUT, client.get_info(pb::InfoRequest {})).await {
+            Ok(Ok(info)) => info.into_inner(),
+            Ok(Err(status)) => return failed(format!("GetInfo failed: {}", status.message())),
+            Err(_) => {
+                return failed(format!(
+                    "GetInfo did not answer within {GET_INFO_TIMEOUT:?}"
+                ));
+            }
+        };
+    let Some(handler) = handlers.get(&info.r#type) else {
+        let error = format!(
+            "RegisterPlugin error -- no handler registered for plugin type: {} at socket {}",
+            info.r#type,
+            path.display()
+        );
+        notify_status(&mut client, false, &error).await;
+        return failed(error);
+    };
+    // An empty endpoint means the registration socket also serves the plugin API; otherwise
+    // the endpoint is used as given (an absolute host path), as the kubelet does.
+    let endpoint = if info.endpoint.is_empty() {
+        path.to_path_buf()
+    } else {
+        PathBuf::from(&info.endpoint)
+    };
+    if let Err(e) = handler.validate(&info.name, &endpoint, &info.supported_versions) {
+        let error = format!("RegisterPlugin error -- plugin validation failed with err: {e}");
+        notify_status(&mut client, false, &error).await;
+        return failed(error);
+    }
+    if let Err(e) = handler
+        .register(
+            info.name.clone(),
+            endpoint.clone(),
+            info.supported_versions.clone(),
+        )
+        .await
+    {
+        let error = format!("RegisterPlugin error -- plugin registration failed with err: {e}");
+        notify_status(&mut client, false, &error).await;
+        return failed(error);
+    }
+    if !notify_status(&mut client, true, "").await {
+        handler.deregister(&info.name, &endpoint);
+        return failed("NotifyRegistrationStatus failed; plugin deregistered".to_owned());
+    }
+    info!(socket = %path.display(), plugin = %info.name, plugin_type = %info.r#type, "plugin registered through plugin watcher");
+    AttemptResult::Registered(Registered {
+        identity,
+        plugin_type: info.r#type,
+        name: info.name,
+        endpoint,
+    })
+}
+
+async fn notify_status(
+    client: &mut RegistrationClient<tonic::transport::Channel>,
+    registered: bool,
+    error: &str,
+) -> bool {
+    let status = pb::RegistrationStatus {
+        plugin_registered: registered,
+        error: error.to_owned(),
+    };
+    matches!(
+        tokio::time::timeout(NOTIFY_TIMEOUT, client.notify_registration_status(status)).await,
+        Ok(Ok(_))
+    )
+}

@@ -1,0 +1,187 @@
+//! Command-line arguments of `devicelet` (clap derive). The command contract is DESIGN.md
+//! "Command-line contract": `--root-dir` is global (before or after the subcommand) and every
+//! data command takes `-o table|json|yaml`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// devicelet: the device and resource-allocation half of the kubelet.
+#[derive(Debug, Parser)]
+#[command(name = "devicelet", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Root directory (the kubelet's --root-dir); sockets and state live below it.
+    #[arg(
+        long,
+        global = true,
+        default_value = "/var/lib/kubelet",
+        env = "DEVICELET_ROOT_DIR"
+    )]
+    pub root_dir: PathBuf,
+
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the node agent in the foreground until SIGTERM/SIGINT.
+    Serve(ServeArgs),
+    /// Show what the running daemon knows.
+    Get(GetArgs),
+    /// Run the built-in example device plugin (a separate process registering with R).
+    ExamplePlugin(ExamplePluginArgs),
+    /// Temporary root + daemon + example plugin: show the inventory, flip a device, stop.
+    Demo(DemoArgs),
+}
+
+/// `-o table|json|yaml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OutputFormat {
+    /// Human-readable columns.
+    #[default]
+    Table,
+    /// JSON (DESIGN.md keys).
+    Json,
+    /// YAML (same keys as JSON).
+    Yaml,
+}
+
+/// Output selection shared by data commands.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+/// `devicelet serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// KubeletConfiguration-style YAML/JSON file. Parsed and checked; no field changes
+    /// behaviour yet (the fields read are listed in the log at startup).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Serve Prometheus metrics (text format) on http://HOST:PORT/metrics.
+    #[arg(long)]
+    pub metrics_address: Option<SocketAddr>,
+    /// How long a disconnected plugin's resource is kept before it becomes inactive
+    /// (kubelet: 5m). For tests; accepts e.g. 500ms, 2s, 5m.
+    #[arg(long, hide = true, env = "DEVICELET_ENDPOINT_GRACE_PERIOD", value_parser = parse_duration, default_value = "5m")]
+    pub endpoint_grace_period: Duration,
+    /// Deadline for GetDevicePluginOptions during Register.
+    #[arg(long, hide = true, env = "DEVICELET_PLUGIN_OPTIONS_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
+    pub plugin_options_timeout: Duration,
+}
+
+/// `devicelet get ...`.
+#[derive(Debug, Clone, Args)]
+pub struct GetArgs {
+    /// What to show.
+    #[command(subcommand)]
+    pub what: GetWhat,
+}
+
+/// Objects `get` can show.
+#[derive(Debug, Clone, Subcommand)]
+pub enum GetWhat {
+    /// Device-plugin resources: capacity, allocatable, inactive and devices.
+    Resources(OutputArgs),
+}
+
+/// `devicelet example-plugin`.
+#[derive(Debug, Clone, Args)]
+pub struct ExamplePluginArgs {
+    /// Extended resource name to advertise.
+    #[arg(long, default_value = "example.com/gpu")]
+    pub resource: String,
+    /// Number of devices.
+    #[arg(long, default_value_t = 8)]
+    pub devices: usize,
+    /// NUMA nodes the devices are spread over (contiguous blocks); 0 sends no topology.
+    #[arg(long, default_value_t = 1)]
+    pub numa_nodes: usize,
+    /// Device IDs that start unhealthy (repeatable).
+    #[arg(long = "unhealthy", value_name = "ID")]
+    pub unhealthy: Vec<String>,
+    /// Answer GetPreferredAllocation (NUMA-packed choice).
+    #[arg(long)]
+    pub preferred_allocation: bool,
+    /// Ask for PreStartContainer.
+    #[arg(long)]
+    pub pre_start: bool,
+    /// Socket file name in R/device-plugins (default: resource with '/' replaced by '_' + .sock).
+    #[arg(long)]
+    pub socket_name: Option<String>,
+    /// Resource name to put in RegisterRequest (defaults to --resource); for testing rejections.
+    #[arg(long, hide = true)]
+    pub register_resource: Option<String>,
+}
+
+/// `devicelet demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Keep the temporary root directory (its path is printed).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Parses `500ms`, `2s`, `5m`, `1h` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(pos) => text.split_at(pos),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {text:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("5x").is_err());
+    }
+
+    #[test]
+    fn root_dir_is_global_before_or_after_subcommand() {
+        let before = Cli::try_parse_from([
+            "devicelet",
+            "--root-dir",
+            "/r",
+            "get",
+            "resources",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let after =
+            Cli::try_parse_from(["devicelet", "get", "resources", "--root-dir", "/r"]).unwrap();
+        assert_eq!(before.root_dir, PathBuf::from("/r"));
+        assert_eq!(after.root_dir, PathBuf::from("/r"));
+    }
+}

@@ -1,0 +1,6 @@
+//! One module per subcommand; each exposes `run`.
+
+pub mod demo;
+pub mod example_plugin;
+pub mod get;
+pub mod serve;

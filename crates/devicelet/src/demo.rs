@@ -1,0 +1,166 @@
+//! `devicelet demo`: a temporary root, `devicelet serve` and the example device plugin as
+//! child processes, the inventory printed, one device flipped unhealthy through the plugin's
+//! health file and the inventory printed again, then a clean stop (SIGTERM to both children,
+//! both must exit 0). Child logs go to files in the temporary root.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use devicelet_devicemanager::ResourcesSnapshot;
+use devicelet_rpc::{ControlClient, RootPaths};
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::process::{Child, Command};
+
+use crate::cli::DemoArgs;
+use crate::commands::get::resources_table;
+
+const RESOURCE: &str = "example.com/gpu";
+const WAIT: Duration = Duration::from_secs(15);
+
+/// Runs the demo.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    // Short path under /tmp: Unix socket paths must stay below 108 bytes.
+    let root = tempfile::Builder::new()
+        .prefix("dl-demo-")
+        .tempdir_in("/tmp")
+        .context("create temporary root")?;
+    let root_path = root.path().to_path_buf();
+    println!("devicelet demo: root directory {}", root_path.display());
+    let result = demo(&root_path).await;
+    if args.keep {
+        let kept = root.keep();
+        println!("kept {}", kept.display());
+    }
+    result
+}
+
+async fn demo(root: &Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("find the devicelet executable")?;
+    let paths = RootPaths::new(root);
+    let control = ControlClient::new(&paths.control_socket);
+
+    let mut serve = spawn(&exe, root, "serve.log", &["serve"])?;
+    wait_for(&control, "devicelet to answer", |_| true)
+        .await
+        .inspect_err(|_| show_log(root, "serve.log"))?;
+    println!(
+        "\n$ devicelet serve --root-dir {}   (running, pid {})",
+        root.display(),
+        pid(&serve)?
+    );
+
+    let plugin_args = [
+        "example-plugin",
+        "--resource",
+        RESOURCE,
+        "--devices",
+        "8",
+        "--numa-nodes",
+        "2",
+        "--preferred-allocation",
+    ];
+    let mut plugin = spawn(&exe, root, "plugin.log", &plugin_args)?;
+    println!(
+        "$ devicelet {}   (running, pid {})",
+        plugin_args.join(" "),
+        pid(&plugin)?
+    );
+    let snapshot = wait_for(&control, "the example plugin's 8 devices", |s| {
+        s.resource(RESOURCE)
+            .is_some_and(|r| r.capacity == 8 && r.allocatable == 8)
+    })
+    .await
+    .inspect_err(|_| show_log(root, "plugin.log"))?;
+    println!(
+        "\n$ devicelet get resources\n{}",
+        resources_table(&snapshot)
+    );
+
+    let health_file = paths.device_plugins.join("example.com_gpu.health");
+    std::fs::write(&health_file, "gpu-3 Unhealthy\n")
+        .with_context(|| format!("write {}", health_file.display()))?;
+    println!("$ echo 'gpu-3 Unhealthy' > {}", health_file.display());
+    let snapshot = wait_for(&control, "gpu-3 to turn unhealthy", |s| {
+        s.resource(RESOURCE).is_some_and(|r| r.allocatable == 7)
+    })
+    .await?;
+    println!(
+        "\n$ devicelet get resources\n{}",
+        resources_table(&snapshot)
+    );
+
+    stop(&mut plugin, "example plugin").await?;
+    stop(&mut serve, "devicelet serve").await?;
+    if paths.kubelet_socket.exists() || paths.control_socket.exists() {
+        bail!("devicelet left its sockets behind after SIGTERM");
+    }
+    println!("stopped cleanly: plugin and daemon exited 0, sockets removed");
+    Ok(())
+}
+
+fn spawn(exe: &Path, root: &Path, log: &str, args: &[&str]) -> anyhow::Result<Child> {
+    let log_path = root.join(log);
+    let log_file = std::fs::File::create(&log_path)
+        .with_context(|| format!("create {}", log_path.display()))?;
+    Command::new(exe)
+        .args(args)
+        .arg("--root-dir")
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("start devicelet {}", args.join(" ")))
+}
+
+fn pid(child: &Child) -> anyhow::Result<u32> {
+    child.id().context("child already exited")
+}
+
+async fn wait_for(
+    control: &ControlClient,
+    what: &str,
+    ready: impl Fn(&ResourcesSnapshot) -> bool,
+) -> anyhow::Result<ResourcesSnapshot> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let last = control.resources().await;
+        if let Ok(snapshot) = &last
+            && ready(snapshot)
+        {
+            return Ok(snapshot.clone());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let detail = last.map_or_else(|e| e.to_string(), |s| format!("last inventory: {s:?}"));
+            bail!("timed out after {WAIT:?} waiting for {what} ({detail})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn stop(child: &mut Child, name: &str) -> anyhow::Result<()> {
+    let raw = pid(child)?;
+    let pid = i32::try_from(raw)
+        .ok()
+        .and_then(Pid::from_raw)
+        .with_context(|| format!("invalid pid {raw}"))?;
+    kill_process(pid, Signal::TERM).with_context(|| format!("send SIGTERM to {name}"))?;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .with_context(|| format!("{name} did not stop within 10s of SIGTERM"))?
+        .with_context(|| format!("wait for {name}"))?;
+    if !status.success() {
+        bail!("{name} exited with {status}");
+    }
+    Ok(())
+}
+
+fn show_log(root: &Path, log: &str) {
+    let path: PathBuf = root.join(log);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        eprintln!("--- {} ---\n{text}", path.display());
+    }
+}
