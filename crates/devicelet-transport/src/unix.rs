@@ -1,0 +1,107 @@
+//! Unix-socket listener and dialer for gRPC (spec/ecosystem.md §C1, spec/devicemanager.md §1.11).
+//!
+//! Serving: [`bind_unix_listener`] prepares the path the way the kubelet does for
+//! `kubelet.sock` (parent directory created, stale socket removed) but refuses to delete a file
+//! that is not a socket; [`shimmed_incoming`] wraps every accepted stream in [`AuthorityShim`].
+//!
+//! Dialing: [`dial_unix`] uses a custom connector with the URI `http://localhost`, so the
+//! `:authority` we send is `localhost`, as the kubelet sends to plugins since
+//! kubernetes/kubernetes#112597 (grpc-go convention; C-core servers reject other schemes,
+//! project-akri/akri#497). The channel has no per-request timeout because ListAndWatch-style
+//! streams live for hours; unary calls get their deadline from `call_with_deadline`.
+
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::{Stream, TryStreamExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::error::{MAX_SOCKET_PATH_LEN, TransportError};
+use crate::shim::AuthorityShim;
+
+fn check_path_len(path: &Path) -> Result<(), TransportError> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH_LEN {
+        return Err(TransportError::SocketPathTooLong {
+            path: path.to_path_buf(),
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// Binds a Unix listener at `path`: checks the `sun_path` limit, creates the parent directory
+/// if missing, removes a stale socket left by an earlier run, and refuses to remove anything that
+/// is not a socket.
+pub fn bind_unix_listener(path: &Path) -> Result<UnixListener, TransportError> {
+    check_path_len(path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| TransportError::CreateDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            std::fs::remove_file(path).map_err(|source| TransportError::RemoveStale {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        Ok(_) => {
+            return Err(TransportError::NotASocket {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(TransportError::Stat {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
+    UnixListener::bind(path).map_err(|source| TransportError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The accepted connections of `listener`, each wrapped in an [`AuthorityShim`], for
+/// `tonic::transport::Server::builder()...serve_with_incoming_shutdown(shimmed_incoming(l), signal)`.
+pub fn shimmed_incoming(
+    listener: UnixListener,
+) -> impl Stream<Item = io::Result<AuthorityShim<UnixStream>>> {
+    UnixListenerStream::new(listener).map_ok(AuthorityShim::new)
+}
+
+/// Dials the gRPC server at the Unix socket `path`. Fails if the connection is not up within
+/// `connect_timeout`. Requests on the channel have no timeout of their own.
+pub async fn dial_unix(path: &Path, connect_timeout: Duration) -> Result<Channel, TransportError> {
+    check_path_len(path)?;
+    let socket: PathBuf = path.to_path_buf();
+    let connector = tower::service_fn(move |_: Uri| {
+        let socket = socket.clone();
+        async move {
+            let stream = UnixStream::connect(&socket).await?;
+            Ok::<_, io::Error>(hyper_util::rt::TokioIo::new(stream))
+        }
+    });
+    let endpoint = Endpoint::from_static("http://localhost").connect_timeout(connect_timeout);
+    // The outer timeout also covers the HTTP/2 handshake, which connect_timeout does not.
+    match tokio::time::timeout(connect_timeout, endpoint.connect_with_connector(connector)).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(source)) => Err(TransportError::Connect {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(_) => Err(TransportError::ConnectTimeout {
+            path: path.to_path_buf(),
+            timeout: connect_timeout,
+        }),
+    }
+}
