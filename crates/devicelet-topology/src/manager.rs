@@ -1,0 +1,238 @@
+//! The Topology Manager itself, after the kubelet's `tm/topology_manager.go` (`NewManager`,
+//! `AddHintProvider`, `Admit`, `GetAffinity`) and the scopes `tm/scope_none.go`,
+//! `scope_container.go`, `scope_pod.go`: construction checks in the kubelet's order, hint
+//! collection per container or per pod, the policy's verdict, the affinity store, and the
+//! `Allocate` calls on every provider in registration order.
+//!
+//! Providers see our own small pod/container descriptors, so the device manager and a CPU
+//! manager can implement [`HintProvider`] without this crate knowing about k8s types or IO.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::error::{AdmissionError, ConfigError};
+use crate::hint::{ProviderHints, TopologyHint};
+use crate::numa::NumaTopology;
+use crate::policy::{Policy, PolicyName, PolicyOptions, ScopeName};
+
+/// A container as hint providers see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// Container name.
+    pub name: String,
+    /// Resource limits (extended resources as integers; CPU in millicores, memory in bytes).
+    pub limits: BTreeMap<String, i64>,
+    /// An init container with `restartPolicy: Always` (sidecar).
+    pub restartable: bool,
+}
+
+/// A pod as hint providers see it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSpec {
+    /// Pod UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Init containers, in order.
+    pub init_containers: Vec<ContainerSpec>,
+    /// App containers, in order.
+    pub containers: Vec<ContainerSpec>,
+}
+
+impl PodSpec {
+    /// Init containers then app containers: the order the kubelet admits them in.
+    pub fn all_containers(&self) -> impl Iterator<Item = &ContainerSpec> {
+        self.init_containers.iter().chain(self.containers.iter())
+    }
+}
+
+/// Error a provider's `allocate` may return.
+pub type ProviderError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The kubelet's `HintProvider` (device manager, CPU manager, memory manager).
+pub trait HintProvider: Send + Sync {
+    /// Hints for one container (container scope).
+    fn get_topology_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ProviderHints;
+    /// Hints for the whole pod (pod scope).
+    fn get_pod_topology_hints(&self, pod: &PodSpec) -> ProviderHints;
+    /// Allocate for a container, aligned with `affinity` (what `GetAffinity` would return).
+    fn allocate(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        affinity: &TopologyHint,
+    ) -> Result<(), ProviderError>;
+}
+
+/// The Topology Manager.
+pub struct TopologyManager {
+    policy: Policy,
+    scope: Option<ScopeName>,
+    providers: Vec<Arc<dyn HintProvider>>,
+    affinity: HashMap<(String, String), TopologyHint>,
+}
+
+impl std::fmt::Debug for TopologyManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TopologyManager")
+            .field("policy", &self.policy)
+            .field("scope", &self.scope)
+            .field("providers", &self.providers.len())
+            .finish()
+    }
+}
+
+impl TopologyManager {
+    /// The kubelet's `NewManager`. With `none`, options are not parsed and the scope is ignored.
+    /// Otherwise, in the kubelet's order: options, distances (when closest is asked for), the
+    /// NUMA count limit, then the policy and scope names.
+    pub fn new(
+        numa: &NumaTopology,
+        policy: &str,
+        scope: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        if policy == PolicyName::None.as_str() {
+            return Ok(TopologyManager {
+                policy: Policy::new(
+                    PolicyName::None,
+                    PolicyOptions::default(),
+                    numa.default_mask(),
+                    None,
+                )?,
+                scope: None,
+                providers: vec![],
+                affinity: HashMap::new(),
+            });
+        }
+        let options = PolicyOptions::parse(options)?;
+        if options.prefer_closest_numa_nodes && numa.distances.is_none() {
+            return Err(ConfigError::MissingDistances);
+        }
+        if numa.node_count() > options.max_allowable_numa_nodes {
+            return Err(ConfigError::TooManyNumaNodes(
+                options.max_allowable_numa_nodes,
+            ));
+        }
+        let name: PolicyName = policy.parse()?;
+        let scope: ScopeName = scope.parse()?;
+        let policy = Policy::new(name, options, numa.default_mask(), numa.distances.clone())?;
+        Ok(TopologyManager {
+            policy,
+            scope: Some(scope),
+            providers: vec![],
+            affinity: HashMap::new(),
+        })
+    }
+
+    /// The configured policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The scope; `None` for the none policy (the kubelet's "none" scope).
+    pub fn scope(&self) -> Option<ScopeName> {
+        self.scope
+    }
+
+    /// `AddHintProvider`: providers are asked in registration order (device manager, CPU
+    /// manager, memory manager in the kubelet).
+    pub fn add_hint_provider(&mut self, provider: Arc<dyn HintProvider>) {
+        self.providers.push(provider);
+    }
+
+    /// `GetAffinity`: the stored hint, or `{nil, false}`.
+    pub fn get_affinity(&self, pod_uid: &str, container: &str) -> TopologyHint {
+        self.affinity
+            .get(&(pod_uid.to_string(), container.to_string()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Forgets a pod's stored hints.
+    pub fn remove_pod(&mut self, pod_uid: &str) {
+        self.affinity.retain(|(uid, _), _| uid != pod_uid);
+    }
+
+    /// Forgets one container's stored hint.
+    pub fn remove_container(&mut self, pod_uid: &str, container: &str) {
+        self.affinity
+            .remove(&(pod_uid.to_string(), container.to_string()));
+    }
+
+    /// Merge without side effects (what `calculateAffinity` returns).
+    pub fn calculate_container_affinity(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> (TopologyHint, bool) {
+        let hints: Vec<ProviderHints> = self
+            .providers
+            .iter()
+            .map(|p| p.get_topology_hints(pod, container))
+            .collect();
+        self.policy.merge(&hints)
+    }
+
+    /// Pod-scope merge without side effects.
+    pub fn calculate_pod_affinity(&self, pod: &PodSpec) -> (TopologyHint, bool) {
+        let hints: Vec<ProviderHints> = self
+            .providers
+            .iter()
+            .map(|p| p.get_pod_topology_hints(pod))
+            .collect();
+        self.policy.merge(&hints)
+    }
+
+    fn allocate(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), AdmissionError> {
+        for p in &self.providers {
+            p.allocate(pod, container, hint)
+                .map_err(AdmissionError::Allocate)?;
+        }
+        Ok(())
+    }
+
+    /// `Admit`. Allocations made for earlier containers are not rolled back on a later
+    /// rejection (as in the kubelet; the device manager's GC frees them).
+    pub fn admit(&mut self, pod: &PodSpec) -> Result<(), AdmissionError> {
+        match self.scope {
+            None => {
+                for c in pod.all_containers() {
+                    self.allocate(pod, c, &TopologyHint::default())?;
+                }
+                Ok(())
+            }
+            Some(ScopeName::Container) => {
+                for c in pod.all_containers() {
+                    let (hint, admit) = self.calculate_container_affinity(pod, c);
+                    if !admit {
+                        return Err(AdmissionError::TopologyAffinity);
+                    }
+                    self.affinity
+                        .insert((pod.uid.clone(), c.name.clone()), hint);
+                    self.allocate(pod, c, &hint)?;
+                }
+                Ok(())
+            }
+            Some(ScopeName::Pod) => {
+                let (hint, admit) = self.calculate_pod_affinity(pod);
+                if !admit {
+                    return Err(AdmissionError::TopologyAffinity);
+                }
+                for c in pod.all_containers() {
+                    self.affinity
+                        .insert((pod.uid.clone(), c.name.clone()), hint);
+                    self.allocate(pod, c, &hint)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! Hint merging of the kubelet's `pkg/kubelet/cm/topologymanager/policy.go`
+//! (`filterProvidersHints`, `mergePermutation`, `HintMerger.compare`, `maxOfMinAffinityCounts`)
+//! and `policy_single_numa_node.go` (`filterSingleNumaHints`), computed without walking the
+//! cross product of all hint lists.
+//!
+//! Why this gives the kubelet's answer without enumerating: the kubelet keeps the better of
+//! (best so far, next merged combination) with a comparison that is a *total order* on
+//! (preferred, mask) pairs, and two combinations that tie produce identical hints. So the result
+//! is simply the best merged hint that any combination can produce, whatever the iteration order.
+//! The order, best first, is:
+//!
+//! * preferred before non-preferred (a preferred merge needs every hint preferred and all
+//!   non-nil masks equal);
+//! * among preferred: fewer nodes, then (prefer-closest) smaller distance sum, then smaller
+//!   integer;
+//! * among non-preferred, with `B` = max over lists of the list's narrowest mask size: a mask
+//!   of exactly `B` nodes, then sizes below `B` from large to small, then sizes above `B` from
+//!   small to large; equal sizes as above.
+//!
+//! Preferred: the candidates are the masks some list prefers (checked against every list), plus,
+//! for generated lists ([`HintFamily`]), the subsets of the preferred size.
+//! Non-preferred: explicit lists are intersected with de-duplication (distinct masks, not
+//! combinations). Generated lists are upward-closed (a superset of a fitting mask fits), so the
+//! masks they can still produce from a partial intersection `s` are upward-closed inside
+//! `W = s ∩ universes`: every size from the smallest reachable one up to `|W|` occurs. The
+//! target size follows from the order above, and the smallest integer of that size is built bit
+//! by bit from the top, each step asking "can the generated lists cut all these nodes away?" —
+//! a small search that assigns each removed node to a list that can afford losing it.
+//! The property tests compare this with [`crate::reference`], the literal kubelet algorithm.
+
+use std::collections::HashSet;
+
+use crate::hint::{HintFamily, ProviderHints, ResourceHints, TopologyHint};
+use crate::mask::{NumaMask, for_each_k_subset};
+
+/// How ties between masks of equal size are broken (`prefer-closest-numa-nodes`).
+#[derive(Clone, Copy, Debug)]
+pub enum TieBreak<'a> {
+    /// Smaller integer value wins (the kubelet's Narrowest).
+    Narrowest,
+    /// Smaller sum of `distances[i][j]` over ordered pairs (self pairs included) wins, then
+    /// the smaller integer (the kubelet's Closest). Rows are indexed by node id.
+    Closest(&'a [Vec<u32>]),
+}
+
+impl TieBreak<'_> {
+    fn distance_sum(&self, mask: NumaMask) -> u64 {
+        match self {
+            TieBreak::Narrowest => 0,
+            TieBreak::Closest(d) => {
+                let mut sum = 0u64;
+                for i in mask.nodes() {
+                    for j in mask.nodes() {
+                        // A complete matrix is checked at construction; a hole counts as 0.
+                        sum += d.get(i).and_then(|row| row.get(j)).copied().unwrap_or(0) as u64;
+                    }
+                }
+                sum
+            }
+        }
+    }
+}
+
+/// One flattened hint list (one per provider resource, or one per silent provider).
+#[derive(Clone, Debug)]
+pub enum HintList<'a> {
+    /// Hints spelled out.
+    Explicit(Vec<TopologyHint>),
+    /// Generated hints in compact form (never empty: an empty family becomes `[{nil,false}]`).
+    Family(&'a HintFamily),
+}
+
+/// The kubelet's `filterProvidersHints`: silent provider -> `[{nil,true}]`, `res -> nil` ->
+/// `[{nil,true}]`, `res -> []` -> `[{nil,false}]`, otherwise the list.
+pub fn flatten(providers: &[ProviderHints]) -> Vec<HintList<'_>> {
+    let mut lists = vec![];
+    for provider in providers {
+        if provider.is_empty() {
+            lists.push(HintList::Explicit(vec![TopologyHint::any(true)]));
+            continue;
+        }
+        for hints in provider.values() {
+            lists.push(match hints {
+                ResourceHints::NoPreference => HintList::Explicit(vec![TopologyHint::any(true)]),
+                ResourceHints::Hints(h) if h.is_empty() => {
+                    HintList::Explicit(vec![TopologyHint::any(false)])
+                }
+                ResourceHints::Hints(h) => HintList::Explicit(h.clone()),
+                ResourceHints::Family(f) if f.is_empty() => {
+                    HintList::Explicit(vec![TopologyHint::any(false)])
+                }
+                ResourceHints::Family(f) => HintList::Family(f),
+            });
+        }
+    }
+    lists
+}
+
+/// The kubelet's `filterSingleNumaHints`: keep preferred hints that are nil or one node.
+/// A generated list keeps its preferred single nodes (none unless its preferred size is 1).
+pub fn filter_single_numa(lists: Vec<HintList<'_>>) -> Vec<HintList<'static>> {
+    lists
+        .into_iter()
+        .map(|l| match l {
+            HintList::Explicit(h) => HintList::Explicit(
+                h.into_iter()
+                    .filter(|h| h.preferred && h.affinity.is_none_or(|m| m.count() == 1))
+                    .collect(),
+            ),
+            HintList::Family(f) => HintList::Explicit(
+                f.universe()
+                    .nodes()
+                    .filter_map(NumaMask::single)
+                    .filter(|m| f.contains_preferred(*m))
+                    .map(|m| TopologyHint::new(m, true))
+                    .collect(),
+            ),
+        })
+        .collect()
+}
+
+/// The kubelet's `maxOfMinAffinityCounts` (`BestNonPreferredAffinityCount`).
+pub fn max_of_min_affinity_counts(lists: &[HintList<'_>]) -> usize {
+    lists
+        .iter()
+        .filter_map(|l| match l {
+            HintList::Explicit(h) => h.iter().filter_map(|h| h.affinity).map(|m| m.count()).min(),
+            HintList::Family(f) => Some(family_min_size(f)),
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Size of the narrowest hint a family lists.
+fn family_min_size(f: &HintFamily) -> usize {
+    if let Some(k) = f.narrowest_size_without_required() {
+        return k;
+    }
+    let solver = Removal::new(vec![f], f.universe());
+    solver.min_kept().max(1)
+}
+
+/// Ranking key: smaller is better. Equal keys mean equal (mask, preferred).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+struct Key {
+    not_preferred: bool,
+    tier: u8,
+    size_rank: usize,
+    distance: u64,
+    bits: u64,
+}
+
+fn key(mask: NumaMask, preferred: bool, best_non_preferred: usize, tie: &TieBreak<'_>) -> Key {
+    let c = mask.count();
+    let b = best_non_preferred;
+    let (tier, size_rank) = if preferred {
+        (0, c)
+    } else if c == b {
+        (0, 0)
+    } else if c < b {
+        (1, b - c)
+    } else {
+        (2, c)
+    };
+    Key {
+        not_preferred: !preferred,
+        tier,
+        size_rank,
+        distance: tie.distance_sum(mask),
+        bits: mask.bits(),
+    }
+}
+
+/// Merge flattened lists the way `mergeFilteredHints` does, returning the merged hint
+/// (`{default, false}` when every combination has an empty intersection or there is none).
+pub fn merge_lists(lists: &[HintList<'_>], default: NumaMask, tie: TieBreak<'_>) -> TopologyHint {
+    let b = max_of_min_affinity_counts(lists);
+    if let Some(m) = best_preferred(lists, default, &tie) {
+        return TopologyHint::new(m, true);
+    }
+    match best_non_preferred(lists, default, b, &tie) {
+        Some(m) => TopologyHint::new(m, false),
+        None => TopologyHint::new(default, false),
+    }
+}
+
+/// Best-effort / restricted merge of provider answers (policy.go `mergeFilteredHints` after
+/// `filterProvidersHints`).
+pub fn merge_providers(
+    providers: &[ProviderHints],
+    default: NumaMask,
+    tie: TieBreak<'_>,
+) -> TopologyHint {
+    merge_lists(&flatten(providers), default, tie)
+}
+
+/// single-numa-node merge: filter, merge (never Closest), default mask -> nil.
+pub fn merge_single_numa_node(providers: &[ProviderHints], default: NumaMask) -> TopologyHint {
+    let lists = filter_single_numa(flatten(providers));
+    let mut hint = merge_lists(&lists, default, TieBreak::Narrowest);
+    if hint.affinity == Some(default) {
+        hint.affinity = None;
+    }
+    hint
+}
+
+struct ListView<'a> {
+    preferred_nil: bool,
+    preferred_masks: HashSet<NumaMask>,
+    family: Option<&'a HintFamily>,
+}
+
+/// Best mask of a combination whose hints are all preferred with one common non-nil mask
+/// (or all nil); `None` if no such combination has a non-empty intersection with `default`.
+fn best_preferred(
+    lists: &[HintList<'_>],
+    default: NumaMask,
+    tie: &TieBreak<'_>,
+) -> Option<NumaMask> {
+    let mut views = Vec::with_capacity(lists.len());
+    for l in lists {
+        match l {
+            HintList::Explicit(h) => {
+                let preferred_nil = h.iter().any(|h| h.preferred && h.affinity.is_none());
+                let preferred_masks: HashSet<NumaMask> = h
+                    .iter()
+                    .filter(|h| h.preferred)
+                    .filter_map(|h| h.affinity)
+                    .collect();
+                if !preferred_nil && preferred_masks.is_empty() {
+                    return None;
+                }
+                views.push(ListView {
+                    preferred_nil,
+                    preferred_masks,
+                    family: None,
+                });
+            }
+            HintList::Family(f) => views.push(ListView {
+                preferred_nil: false,
+                preferred_masks: HashSet::new(),
+                family: Some(f),
+            }),
+        }
+    }
+    let accepts = |m: NumaMask| {
+        views.iter().all(|v| match v.family {
+            Some(f) => f.contains_preferred(m),
+            None => v.preferred_nil || v.preferred_masks.contains(&m),
+        })
+    };
+    let mut best: Option<(Key, NumaMask)> = None;
+    let mut offer = |merged: NumaMask| {
+        if merged.is_empty() {
+            return;
+        }
+        let k = key(merged, true, 0, tie);
+        if best.is_none_or(|(bk, _)| k < bk) {
+            best = Some((k, merged));
+        }
+    };
+    let families: Vec<&HintFamily> = views.iter().filter_map(|v| v.family).collect();
+    let all_nil_ok = views.iter().all(|v| v.family.is_none() && v.preferred_nil);
+    if all_nil_ok {
+        offer(default);
+    }
+    // Candidates named by an explicit list. If some list cannot say nil, it alone names them.
+    let narrowest_list = views
+        .iter()
+        .filter(|v| v.family.is_none() && !v.preferred_nil)
+        .min_by_key(|v| v.preferred_masks.len());
+    let named: Vec<NumaMask> = match narrowest_list {
+        Some(v) => v.preferred_masks.iter().copied().collect(),
+        None => views
+            .iter()
+            .flat_map(|v| v.preferred_masks.iter().copied())
+            .collect(),
+    };
+    for m in named {
+        if accepts(m) {
+            offer(default.and(m));
+        }
+    }
+    // Candidates generated by families, when no explicit list pins the mask down.
+    if narrowest_list.is_none() && !families.is_empty() {
+        let k = families[0].min_affinity();
+        if k > 0 && families.iter().all(|f| f.min_affinity() == k) {
+            let within = families
+                .iter()
+                .fold(families[0].universe(), |w, f| w.and(f.universe()));
+            // Within one size the first hit in increasing order is the narrowest.
+            let stop_at_first = matches!(tie, TieBreak::Narrowest) && within.is_subset_of(default);
+            for_each_k_subset(within, k, |m| {
+                if accepts(m) {
+                    offer(default.and(m));
+                    return !stop_at_first;
+                }
+                true
+            });
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// Best merged mask over all combinations, ranked as non-preferred hints.
+fn best_non_preferred(
+    lists: &[HintList<'_>],
+    default: NumaMask,
+    b: usize,
+    tie: &TieBreak<'_>,
+) -> Option<NumaMask> {
+    // Distinct intersections of the explicit lists (nil = default), empty ones dropped.
+    let mut partial: HashSet<NumaMask> = HashSet::from([default]);
+    let mut families = vec![];
+    for l in lists {
+        match l {
+            HintList::Explicit(h) => {
+                let mut next = HashSet::with_capacity(partial.len());
+                for s in &partial {
+                    for hint in h {
+                        let m = s.and(hint.affinity.unwrap_or(default));
+                        if !m.is_empty() {
+                            next.insert(m);
+                        }
+                    }
+                }
+                partial = next;
+            }
+            HintList::Family(f) => families.push(*f),
+        }
+    }
+    let mut best: Option<(Key, NumaMask)> = None;
+    let mut offer = |m: NumaMask| {
+        let k = key(m, false, b, tie);
+        if best.is_none_or(|(bk, _)| k < bk) {
+            best = Some((k, m));
+        }
+    };
+    for s in partial {
+        if families.is_empty() {
+            offer(s);
+            continue;
+        }
+        let w = families.iter().fold(s, |w, f| w.and(f.universe()));
+        if w.is_empty() {
+            continue;
+        }
+        let solver = Removal::new(families.clone(), w);
+        // Every size from the smallest producible one up to |w| occurs, and the smallest is at
+        // most B: cutting `s` with one family's narrowest hint (and the others' whole universe)
+        // leaves at most that hint's size, which is <= B by definition of B. So the best size
+        // is B when |w| >= B, else |w| (the largest below B).
+        let target = b.min(w.count());
+        if let Some(m) = solver.best_of_size(target, tie) {
+            offer(m);
+        }
+    }
+    best.map(|(_, m)| m)
+}
+
+/// Per-family state during the search: the family's current mask and how many of its units
+/// it still touches.
+#[derive(Clone, Copy)]
+struct FamilyState {
+    mask: NumaMask,
+    covered: usize,
+}
+
+/// "Which masks can the generated lists still produce inside `w`?" A produced mask `Y` keeps
+/// some nodes of `w`; every other node of `w` must be dropped by at least one family, and a
+/// family can drop a set of nodes only if what remains of its universe still fits. Dropping
+/// more never helps a family fit, so each dropped node is given to exactly one family.
+struct Removal<'a> {
+    families: Vec<&'a HintFamily>,
+    w: NumaMask,
+}
+
+impl<'a> Removal<'a> {
+    fn new(families: Vec<&'a HintFamily>, w: NumaMask) -> Self {
+        Removal { families, w }
+    }
+
+    /// Is there a producible `Y` with `required ⊆ Y ⊆ allowed` and `|Y| <= limit`?
+    fn decide(&self, allowed: NumaMask, required: NumaMask, limit: usize) -> bool {
+        if required.count() > limit || !required.is_subset_of(allowed) {
+            return false;
+        }
+        // Forced drops first (fail early), then optional ones from the top node down.
+        let mut order: Vec<usize> = self.w.minus(allowed).nodes().collect();
+        let mut optional: Vec<usize> = allowed.and(self.w).minus(required).nodes().collect();
+        optional.reverse();
+        order.extend(optional);
+        let mut states: Vec<FamilyState> = self
+            .families
+            .iter()
+            .map(|f| FamilyState {
+                mask: f.universe(),
+                covered: f.covered(f.universe()),
+            })
+            .collect();
+        self.search(&order, 0, &mut states, required.count(), limit, allowed)
+    }
+
+    fn can_drop(&self, i: usize, state: FamilyState, node: usize) -> Option<FamilyState> {
+        let next = state.mask.minus(NumaMask::from_bits(1u64 << node));
+        let family = self.families[i];
+        match family.additive() {
+            Some((counts, need)) => {
+                let covered = state.covered.checked_sub(counts[node] as usize)?;
+                (!next.is_empty() && covered >= need).then_some(FamilyState {
+                    mask: next,
+                    covered,
+                })
+            }
+            None => family.contains(next).then_some(FamilyState {
+                mask: next,
+                covered: 0,
+            }),
+        }
+    }
+
+    fn search(
+        &self,
+        order: &[usize],
+        at: usize,
+        states: &mut [FamilyState],
+        kept: usize,
+        limit: usize,
+        allowed: NumaMask,
+    ) -> bool {
+        if at == order.len() {
+            return true;
+        }
+        // Bound: nodes nobody can drop any more must be kept (drops only get harder).
+        let mut must_keep = 0;
+        for &node in &order[at..] {
+            let droppable = (0..states.len()).any(|i| self.can_drop(i, states[i], node).is_some());
+            if !droppable {
+                if !allowed.is_set(node) {
+                    return false;
+                }
+                must_keep += 1;
+            }
+        }
+        if kept + must_keep > limit {
+            return false;
+        }
+        let node = order[at];
+        for i in 0..states.len() {
+            if let Some(next) = self.can_drop(i, states[i], node) {
+                let saved = states[i];
+                states[i] = next;
+                if self.search(order, at + 1, states, kept, limit, allowed) {
+                    return true;
+                }
+                states[i] = saved;
+            }
+        }
+        allowed.is_set(node)
+            && kept < limit
+            && self.search(order, at + 1, states, kept + 1, limit, allowed)
+    }
+
+    /// Smallest producible size (0 if the families can cut everything away).
+    fn min_kept(&self) -> usize {
+        let (mut lo, mut hi) = (0, self.w.count());
+        // decide(w, ∅, |w|) holds: every family keeps its whole universe.
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.decide(self.w, NumaMask::EMPTY, mid) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
+    }
+
+    /// The best producible mask with exactly `size` nodes (sizes between the smallest
+    /// producible one and `|w|` all occur).
+    fn best_of_size(&self, size: usize, tie: &TieBreak<'_>) -> Option<NumaMask> {
+        match tie {
+            TieBreak::Narrowest => {
+                let mut allowed = self.w;
+                let mut required = NumaMask::EMPTY;
+                for node in self.w.nodes().collect::<Vec<_>>().into_iter().rev() {
+                    let trial = allowed.minus(NumaMask::from_bits(1u64 << node));
+                    if trial.count() >= size && self.decide(trial, required, size) {
+                        allowed = trial;
+                    } else {
+                        required = required.or(NumaMask::from_bits(1u64 << node));
+                    }
+                }
+                (required.count() == size).then_some(required)
+            }
+            TieBreak::Closest(_) => {
+                let mut best: Option<(u64, NumaMask)> = None;
+                for_each_k_subset(self.w, size, |y| {
+                    let d = tie.distance_sum(y);
+                    if best.is_none_or(|(bd, _)| d < bd) && self.decide(y, y, size) {
+                        best = Some((d, y));
+                    }
+                    true
+                });
+                best.map(|(_, m)| m)
+            }
+        }
+    }
+}
