@@ -15,6 +15,8 @@
 //! * calls of `quantity`, `semver`, `ip`, `cidr`, `url` on literals and literal
 //!   lists/maps → constants computed once.
 
+use std::sync::Arc;
+
 use kube_cel::cel::Value;
 use kube_cel::cel::common::ast::{
     CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedExpr, ListExpr, LiteralValue, MapEntryExpr,
@@ -31,9 +33,15 @@ use crate::functions;
 /// identifier, so user expressions cannot collide with them.
 pub(crate) const RESERVED_PREFIX: &str = "@dra:";
 
-/// Stack size of the thread that parses: the ANTLR-generated parser recurses per nesting
-/// level before our depth check can run.
-const PARSER_STACK_SIZE: usize = 64 * 1024 * 1024;
+/// Stack size of the threads that compile, and that evaluate unusually deep expressions:
+/// the ANTLR-generated parser recurses per nesting level before our depth check can run,
+/// and the tree-walking interpreter recurses per level of the expression.
+pub(crate) const BIG_STACK_SIZE: usize = 64 * 1024 * 1024;
+
+/// Expressions up to this depth are evaluated on the caller's thread; deeper ones (rare:
+/// real selectors are far shallower) on a thread with [`BIG_STACK_SIZE`], so that an
+/// allocator running on a 2 MiB worker stack cannot overflow it.
+pub(crate) const INLINE_EVAL_DEPTH: usize = 16;
 
 /// One `device.attributes[domain].id` or `device.capacity[domain].id` lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +56,8 @@ pub(crate) struct Slot {
 #[derive(Debug)]
 pub(crate) struct Program {
     pub(crate) expr: IdedExpr,
+    /// Nesting depth of `expr` (after the rewrite).
+    pub(crate) depth: usize,
     pub(crate) attribute_slots: Vec<Slot>,
     pub(crate) capacity_slots: Vec<Slot>,
     pub(crate) attribute_domains: Vec<String>,
@@ -69,10 +79,12 @@ impl Program {
     }
 }
 
-/// Compiles `source` for `env`.
+/// Compiles `source` for `env`. Parsing, checking and rewriting all recurse over the
+/// expression, so they run on a thread with a large stack; panics of the `cel` crate are
+/// caught there and reported as errors.
 pub(crate) fn compile(
     source: &str,
-    env: &Env,
+    env: &Arc<Env>,
     consumable_capacity: bool,
 ) -> Result<Program, CelCompileError> {
     if source.len() > MAX_EXPRESSION_LENGTH {
@@ -81,7 +93,46 @@ pub(crate) fn compile(
             limit: MAX_EXPRESSION_LENGTH,
         });
     }
-    let parsed = parse_isolated(source)?;
+    let text = source.to_string();
+    let env = env.clone();
+    let handle = std::thread::Builder::new()
+        .name("devicelet-cel-compile".into())
+        .stack_size(BIG_STACK_SIZE)
+        .spawn(move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compile_on_big_stack(&text, &env, consumable_capacity)
+            }))
+            .unwrap_or_else(|panic| Err(CelCompileError::Internal(panic_message(&panic))))
+        })
+        .map_err(|e| CelCompileError::Internal(format!("cannot start compiler thread: {e}")))?;
+    handle
+        .join()
+        .map_err(|panic| CelCompileError::Internal(panic_message(&panic)))?
+}
+
+fn compile_on_big_stack(
+    source: &str,
+    env: &Env,
+    consumable_capacity: bool,
+) -> Result<Program, CelCompileError> {
+    let folded = fold_unary_runs(source);
+    let parsed = match Parser::new()
+        .enable_optional_syntax(true)
+        .max_recursion_depth(MAX_AST_DEPTH as u16)
+        .parse(&folded)
+    {
+        Ok(expr) => expr,
+        Err(errors) => {
+            return Err(CelCompileError::Compilation(format_parse_errors(
+                &errors, source,
+            )));
+        }
+    };
+    if ast_depth(&parsed) > MAX_AST_DEPTH {
+        return Err(CelCompileError::TooDeep {
+            limit: MAX_AST_DEPTH,
+        });
+    }
     let mut rewriter = Rewriter {
         env,
         source,
@@ -89,6 +140,7 @@ pub(crate) fn compile(
         scope: Vec::new(),
         program: Program {
             expr: IdedExpr::default(),
+            depth: 0,
             attribute_slots: Vec::new(),
             capacity_slots: Vec::new(),
             attribute_domains: Vec::new(),
@@ -104,45 +156,9 @@ pub(crate) fn compile(
         return Err(CelCompileError::ResultType(t));
     }
     let expr = rewriter.rewrite(parsed)?;
+    rewriter.program.depth = ast_depth(&expr);
     rewriter.program.expr = expr;
     Ok(rewriter.program)
-}
-
-/// Parses on a thread with a large stack, catching panics of the parser, and checks the
-/// nesting depth of the result before anything recurses over it on a normal stack.
-fn parse_isolated(source: &str) -> Result<IdedExpr, CelCompileError> {
-    let text = source.to_string();
-    let handle = std::thread::Builder::new()
-        .name("devicelet-cel-parse".into())
-        .stack_size(PARSER_STACK_SIZE)
-        .spawn(move || {
-            let parsed = std::panic::catch_unwind(|| {
-                Parser::new()
-                    .enable_optional_syntax(true)
-                    .max_recursion_depth(MAX_AST_DEPTH as u16)
-                    .parse(&text)
-            });
-            match parsed {
-                Err(panic) => Err(CelCompileError::Internal(panic_message(&panic))),
-                Ok(Err(errors)) => Err(CelCompileError::Compilation(format_parse_errors(
-                    &errors, &text,
-                ))),
-                Ok(Ok(expr)) => {
-                    if ast_depth(&expr) > MAX_AST_DEPTH {
-                        // Dropped here, on the big stack.
-                        Err(CelCompileError::TooDeep {
-                            limit: MAX_AST_DEPTH,
-                        })
-                    } else {
-                        Ok(expr)
-                    }
-                }
-            }
-        })
-        .map_err(|e| CelCompileError::Internal(format!("cannot start parser thread: {e}")))?;
-    handle
-        .join()
-        .map_err(|panic| CelCompileError::Internal(panic_message(&panic)))?
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -153,6 +169,113 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "panic".to_string()
     }
+}
+
+/// Upstream bug (cel 0.13 parser, `visit_LogicalNot` / `visit_Negate`): a run of an even
+/// number of `!` or unary `-` is evaluated as a single negation (`!!true` is false). cel-go
+/// drops even runs. We blank out the even part of every run before parsing; the text keeps
+/// its length, so error positions stay right.
+pub(crate) fn fold_unary_runs(source: &str) -> String {
+    let bytes = source.as_bytes();
+    let mut out = bytes.to_vec();
+    // Whether the previous significant token ends an operand (so a `-` is binary).
+    let mut after_operand = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if let Some(end) = string_literal_end(bytes, i) {
+            i = end;
+            after_operand = true;
+            continue;
+        }
+        if c == b'!' || c == b'-' {
+            // Collect the run of the same operator, allowing whitespace in between.
+            let mut positions = Vec::new();
+            let mut j = i;
+            while j < bytes.len() {
+                if bytes[j] == c {
+                    positions.push(j);
+                    j += 1;
+                } else if bytes[j].is_ascii_whitespace() {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            if c == b'!' && bytes.get(j) == Some(&b'=') {
+                // The last `!` belongs to `!=`.
+                positions.pop();
+            }
+            if c == b'-' && after_operand && !positions.is_empty() {
+                // The first `-` is the binary minus.
+                positions.remove(0);
+            }
+            let even = positions.len() - positions.len() % 2;
+            for &p in positions.iter().take(even) {
+                out[p] = b' ';
+            }
+            i = j;
+            after_operand = false;
+            continue;
+        }
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        after_operand = c.is_ascii_alphanumeric()
+            || c == b'_'
+            || c == b')'
+            || c == b']'
+            || c == b'}'
+            || c == b'.';
+        i += 1;
+    }
+    // Only ASCII bytes were replaced by ASCII spaces, so this stays valid UTF-8.
+    String::from_utf8(out).unwrap_or_else(|_| source.to_string())
+}
+
+/// If a string or bytes literal starts at `i` (with optional `r`/`b` prefixes), the index
+/// just past its end.
+fn string_literal_end(bytes: &[u8], i: usize) -> Option<usize> {
+    let mut k = i;
+    let mut raw = false;
+    // A prefix only counts when it does not continue an identifier.
+    if i > 0
+        && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_')
+        && bytes[i] != b'"'
+        && bytes[i] != b'\''
+    {
+        return None;
+    }
+    while k < bytes.len() && k < i + 2 && matches!(bytes[k], b'r' | b'R' | b'b' | b'B') {
+        raw |= matches!(bytes[k], b'r' | b'R');
+        k += 1;
+    }
+    let quote = *bytes.get(k)?;
+    if quote != b'"' && quote != b'\'' {
+        return None;
+    }
+    let triple = bytes
+        .get(k..k + 3)
+        .is_some_and(|s| s.iter().all(|b| *b == quote));
+    let quote_len = if triple { 3 } else { 1 };
+    let mut j = k + quote_len;
+    while j < bytes.len() {
+        if bytes[j] == b'\\' && !raw {
+            j += 2;
+            continue;
+        }
+        if bytes[j] == quote
+            && (!triple
+                || bytes
+                    .get(j..j + 3)
+                    .is_some_and(|s| s.iter().all(|b| *b == quote)))
+        {
+            return Some(j + quote_len);
+        }
+        j += 1;
+    }
+    Some(bytes.len())
 }
 
 /// Depth of an expression tree, computed without recursion.
@@ -326,6 +449,19 @@ fn bool_literal(b: bool) -> IdedExpr {
         id: 0,
         expr: Expr::Literal(LiteralValue::Boolean(b.into())),
     }
+}
+
+/// A literal whose type can never take part in a cross-type numeric comparison.
+fn is_non_numeric_literal(e: &IdedExpr) -> bool {
+    matches!(
+        &e.expr,
+        Expr::Literal(
+            LiteralValue::String(_)
+                | LiteralValue::Boolean(_)
+                | LiteralValue::Bytes(_)
+                | LiteralValue::Null
+        )
+    )
 }
 
 fn int_literal(v: usize) -> IdedExpr {
@@ -729,6 +865,32 @@ impl Rewriter<'_> {
                 })),
             });
         }
+        if (c.func_name == operators::EQUALS || c.func_name == operators::NOT_EQUALS)
+            && c.target.is_none()
+            && c.args.len() == 2
+            && !c.args.iter().any(is_non_numeric_literal)
+        {
+            // Possibly numbers of different types: use cel-go's heterogeneous equality.
+            let function = if c.func_name == operators::EQUALS {
+                functions::EQ
+            } else {
+                functions::NE
+            };
+            let args = c
+                .args
+                .into_iter()
+                .map(|a| self.rewrite(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(call(function, args));
+        }
+        if c.func_name == operators::OPT_SELECT && c.target.is_none() && c.args.len() == 2 {
+            let args = c
+                .args
+                .into_iter()
+                .map(|a| self.rewrite(a))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(call(functions::OPT_SELECT, args));
+        }
         if c.func_name == operators::ADD && c.target.is_none() && c.args.len() == 2 {
             let args = c
                 .args
@@ -883,5 +1045,48 @@ fn static_type(e: &IdedExpr, scope: &[String]) -> Option<String> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn even_runs_of_not_and_unary_minus_are_blanked_keeping_positions() {
+        assert_eq!(fold_unary_runs("!!true"), "  true");
+        assert_eq!(fold_unary_runs("!!!true"), "  !true");
+        assert_eq!(fold_unary_runs("! ! x"), "    x");
+        assert_eq!(fold_unary_runs("a != b"), "a != b");
+        assert_eq!(fold_unary_runs("!!a != b"), "  a != b");
+        assert_eq!(fold_unary_runs("--1 == 1"), "  1 == 1");
+        assert_eq!(fold_unary_runs("2 - -1"), "2 - -1");
+        assert_eq!(fold_unary_runs("2 - - -1"), "2 -    1");
+        assert_eq!(fold_unary_runs("x.y-1"), "x.y-1");
+        assert_eq!(fold_unary_runs("1e-5 > 0.0"), "1e-5 > 0.0");
+        assert_eq!(
+            fold_unary_runs(r#""!!" == '--' && r"\" != b'!!'"#),
+            r#""!!" == '--' && r"\" != b'!!'"#
+        );
+        assert_eq!(
+            fold_unary_runs(r#"'''!!''' == "a\"!!""#),
+            r#"'''!!''' == "a\"!!""#
+        );
+    }
+
+    #[test]
+    fn issue_text_follows_cel_go() {
+        assert_eq!(
+            issue(
+                "noSuchVar",
+                0,
+                "undeclared reference to 'noSuchVar' (in container '')"
+            ),
+            "ERROR: <input>:1:1: undeclared reference to 'noSuchVar' (in container '')\n | noSuchVar\n | ^"
+        );
+        assert_eq!(
+            issue("a &&\n  b", 7, "m"),
+            "ERROR: <input>:2:3: m\n |   b\n | ..^"
+        );
     }
 }

@@ -219,7 +219,9 @@ impl Env {
     }
 
     /// A version attribute as a kube-cel `kubernetes.Semver` (strict parsing, as Go's
-    /// `semver.Parse`), cached by its text, failures included.
+    /// `semver.Parse`), cached by its text, failures included. Build metadata is dropped
+    /// from the value: blang/semver's comparisons (and so Kubernetes' `==`, `compareTo`,
+    /// `isGreaterThan`) ignore it, while the Rust `semver` crate orders by it.
     pub(crate) fn version(&self, text: &str) -> Result<Value, String> {
         if let Ok(cache) = self.versions.read()
             && let Some(v) = cache.get(text)
@@ -227,7 +229,9 @@ impl Env {
             return v.clone();
         }
         let parsed = match semver::Version::parse(text) {
-            Ok(_) => self.call_on_literal("semver", vec![string_literal(text)]),
+            Ok(_) => {
+                self.call_on_literal("semver", vec![string_literal(strip_build_metadata(text))])
+            }
             Err(e) => Err(e.to_string()),
         };
         if let Ok(mut cache) = self.versions.write() {
@@ -245,4 +249,9 @@ pub(crate) fn string_literal(text: &str) -> IdedExpr {
         id: 0,
         expr: Expr::Literal(LiteralValue::String(text.into())),
     }
+}
+
+/// `1.2.3+build` → `1.2.3`.
+pub(crate) fn strip_build_metadata(text: &str) -> &str {
+    text.split_once('+').map(|(v, _)| v).unwrap_or(text)
 }

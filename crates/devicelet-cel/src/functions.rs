@@ -6,6 +6,10 @@
 //!   (`@dra.iter`, with cel-go's "expected iterable type" wording) and the
 //!   map-with-default lookup of `device.attributes[domain]` (`@dra.domain`,
 //!   `newStringInterfaceMapWithDefault` in `DRA/cel/compile.go`).
+//! * Semantics the `cel` crate gets wrong for Kubernetes: heterogeneous numeric equality
+//!   (`1 == 1.0`, `1 == 1u`, also inside lists and maps; cel-go's default) through
+//!   `@dra.eq` / `@dra.ne`, and `map.?field` on a missing key (optional.none, not an
+//!   error) through `@dra.optselect`.
 //! * Replacements for kube-cel functions whose output can be much larger than their
 //!   input (`replace`, `lists.range`): same results, but the size is charged to the cost
 //!   budget before anything is allocated. `replace` also follows cel-go for a negative
@@ -31,6 +35,9 @@ pub(crate) const SIZED: &str = "@dra.sized";
 pub(crate) const ADD: &str = "@dra.add";
 pub(crate) const ITER: &str = "@dra.iter";
 pub(crate) const DOMAIN: &str = "@dra.domain";
+pub(crate) const EQ: &str = "@dra.eq";
+pub(crate) const NE: &str = "@dra.ne";
+pub(crate) const OPT_SELECT: &str = "@dra.optselect";
 
 /// Registers the internal hooks and our replacements into `ctx` (after kube-cel, so
 /// that ours win for the names both define).
@@ -40,6 +47,13 @@ pub(crate) fn register(ctx: &mut Context<'_>, enable_list_type_attributes: bool)
     ctx.add_function(ADD, add);
     ctx.add_function(ITER, iter);
     ctx.add_function(DOMAIN, domain);
+    ctx.add_function(EQ, |a: Value, b: Value| -> ResolveResult {
+        Ok(Value::Bool(cel_equal(&a, &b)))
+    });
+    ctx.add_function(NE, |a: Value, b: Value| -> ResolveResult {
+        Ok(Value::Bool(!cel_equal(&a, &b)))
+    });
+    ctx.add_function(OPT_SELECT, optional_select);
     ctx.add_function("replace", replace);
     ctx.add_function("lists.range", lists_range);
     ctx.add_function("matches", regex_matches);
@@ -332,4 +346,52 @@ fn regex_find_all(
         .map(|m| Value::String(Arc::new(m.as_str().to_string())))
         .collect();
     Ok(Value::List(Arc::new(found)))
+}
+
+/// CEL equality with cel-go's heterogeneous numeric comparison.
+pub(crate) fn cel_equal(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Int(x), Value::UInt(y)) | (Value::UInt(y), Value::Int(x)) => {
+            u64::try_from(*x).is_ok_and(|x| x == *y)
+        }
+        (Value::Int(x), Value::Float(y)) | (Value::Float(y), Value::Int(x)) => (*x as f64) == *y,
+        (Value::UInt(x), Value::Float(y)) | (Value::Float(y), Value::UInt(x)) => (*x as f64) == *y,
+        (Value::List(x), Value::List(y)) => {
+            x.len() == y.len() && x.iter().zip(y.iter()).all(|(p, q)| cel_equal(p, q))
+        }
+        (Value::Map(x), Value::Map(y)) => {
+            x.map.len() == y.map.len()
+                && x.map
+                    .iter()
+                    .all(|(k, v)| y.map.get(k).is_some_and(|w| cel_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// `operand.?field`: optional.none when the operand is none or lacks the key.
+fn optional_select(operand: Value, field: Value) -> ResolveResult {
+    use kube_cel::cel::objects::OptionalValue;
+    let Value::String(field) = field else {
+        return Err(ExecutionError::NoSuchOverload);
+    };
+    let inner = match &operand {
+        Value::Opaque(o) => match o.downcast_ref::<OptionalValue>() {
+            Some(opt) => match opt.value() {
+                Some(v) => v.clone(),
+                None => return Ok(Value::Opaque(Arc::new(OptionalValue::none()))),
+            },
+            None => return Err(ExecutionError::NoSuchOverload),
+        },
+        other => other.clone(),
+    };
+    match inner {
+        Value::Map(m) => Ok(Value::Opaque(Arc::new(
+            match m.map.get(&Key::String(field)) {
+                Some(v) => OptionalValue::of(v.clone()),
+                None => OptionalValue::none(),
+            },
+        ))),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
 }

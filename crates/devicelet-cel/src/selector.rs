@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube_cel::cel::{ExecutionError, Value};
 
 use crate::cache::LruCache;
-use crate::compile::{self, Program, panic_message};
+use crate::compile::{self, BIG_STACK_SIZE, INLINE_EVAL_DEPTH, Program, panic_message};
 use crate::cost::{BUDGET_EXHAUSTED_MARKER, BudgetScope, EVALUATION_DEADLINE, Exhaustion};
 use crate::device::{DeviceResolver, DeviceView, validate_attributes};
 use crate::env::Env;
@@ -143,6 +143,23 @@ impl CompiledSelector {
     /// Evaluates the selector for `device`. Errors are fatal in Kubernetes' allocator.
     pub fn matches(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
         validate_attributes(device, &self.env, self.options.enable_list_type_attributes)?;
+        if self.program.depth > INLINE_EVAL_DEPTH {
+            return std::thread::scope(|scope| {
+                std::thread::Builder::new()
+                    .name("devicelet-cel-eval".into())
+                    .stack_size(BIG_STACK_SIZE)
+                    .spawn_scoped(scope, || self.evaluate(device))
+                    .map_err(|e| {
+                        CelEvalError::Internal(format!("cannot start evaluation thread: {e}"))
+                    })?
+                    .join()
+                    .map_err(|panic| CelEvalError::Internal(panic_message(&panic)))?
+            });
+        }
+        self.evaluate(device)
+    }
+
+    fn evaluate(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
         let resolver = DeviceResolver {
             device,
             program: &self.program,
