@@ -1,0 +1,206 @@
+//! Shared harness for the integration tests: short temporary roots (Unix socket paths must
+//! stay below 108 bytes), `devicelet serve` and `devicelet example-plugin` as real child
+//! processes, waiting on the control API, signals.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod test_plugin;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use devicelet_devicemanager::{ResourceView, ResourcesSnapshot};
+use devicelet_rpc::{ControlClient, RootPaths};
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::process::{Child, Command};
+
+pub const EXE: &str = env!("CARGO_BIN_EXE_devicelet");
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A temporary root directory like `/tmp/dl-XXXXXX`.
+pub struct Root {
+    pub dir: tempfile::TempDir,
+    pub paths: RootPaths,
+}
+
+impl Root {
+    pub fn new() -> Root {
+        let dir = tempfile::Builder::new()
+            .prefix("dl-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let paths = RootPaths::new(dir.path());
+        Root { dir, paths }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn control(&self) -> ControlClient {
+        ControlClient::new(&self.paths.control_socket)
+    }
+
+    /// Starts `devicelet serve` with extra flags and waits until the control API answers.
+    pub async fn serve(&self, extra: &[&str]) -> Proc {
+        let mut args = vec!["serve"];
+        args.extend_from_slice(extra);
+        let proc = self.spawn("serve", &args);
+        let control = self.control();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while control.resources().await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "serve did not come up:\n{}",
+                proc.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        proc
+    }
+
+    /// Starts `devicelet example-plugin` with the given flags.
+    pub fn example_plugin(&self, args: &[&str]) -> Proc {
+        let mut full = vec!["example-plugin"];
+        full.extend_from_slice(args);
+        self.spawn("plugin", &full)
+    }
+
+    pub fn spawn(&self, name: &str, args: &[&str]) -> Proc {
+        let log = self.path().join(format!("{name}-{}.log", unique()));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(EXE)
+            .args(args)
+            .arg("--root-dir")
+            .arg(self.path())
+            .env("RUST_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Proc { child, log }
+    }
+
+    /// Polls the control API until `ready` holds for the snapshot; panics with the last
+    /// snapshot after [`WAIT`].
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        ready: impl Fn(&ResourcesSnapshot) -> bool,
+    ) -> ResourcesSnapshot {
+        let control = self.control();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let last = control.resources().await;
+            if let Ok(s) = &last
+                && ready(s)
+            {
+                return s.clone();
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("timed out waiting for {what}; last: {}", brief(&last));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits until `resource` has the given capacity and allocatable.
+    pub async fn wait_counts(
+        &self,
+        resource: &str,
+        capacity: u64,
+        allocatable: u64,
+    ) -> ResourceView {
+        let snapshot = self
+            .wait_for(&format!("{resource} {capacity}/{allocatable}"), |s| {
+                s.resource(resource).is_some_and(|r| {
+                    r.capacity == capacity && r.allocatable == allocatable && !r.inactive
+                })
+            })
+            .await;
+        snapshot.resource(resource).cloned().unwrap()
+    }
+}
+
+fn brief(last: &Result<ResourcesSnapshot, devicelet_rpc::ControlError>) -> String {
+    match last {
+        Err(e) => e.to_string(),
+        Ok(s) => s
+            .resources
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} cap={} alloc={} inactive={} endpoint={:?}",
+                    r.name, r.capacity, r.allocatable, r.inactive, r.endpoint
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A child process whose stderr goes to a log file.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        let pid = Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        kill_process(pid, signal).unwrap();
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    pub async fn terminate(mut self) -> i32 {
+        self.signal(Signal::TERM);
+        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .expect("process did not stop within 10s of SIGTERM")
+            .unwrap();
+        status.code().unwrap_or(-1)
+    }
+
+    /// SIGKILL and reap.
+    pub async fn kill(mut self) {
+        self.signal(Signal::KILL);
+        let _ = self.child.wait().await;
+    }
+
+    /// Waits for the process to exit on its own.
+    pub async fn wait_exit(mut self) -> (i32, String) {
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("process did not exit")
+            .unwrap();
+        (status.code().unwrap_or(-1), self.log())
+    }
+}
+
+/// Runs the CLI to completion; returns (exit code, stdout, stderr).
+pub async fn cli(root: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(EXE)
+        .args(args)
+        .arg("--root-dir")
+        .arg(root)
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

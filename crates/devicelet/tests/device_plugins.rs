@@ -1,0 +1,232 @@
+//! Device plugin lifecycle against real processes: `devicelet serve` and `devicelet
+//! example-plugin` on temporary roots (spec devicemanager.md §1.4-§1.7, §2 A/B).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Root, cli};
+use rustix::process::Signal;
+
+const GPU: &str = "example.com/gpu";
+
+#[tokio::test]
+async fn s1_4_registration_is_visible_in_get_resources_json_yaml_and_table() {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&[
+        "--resource",
+        GPU,
+        "--devices",
+        "8",
+        "--numa-nodes",
+        "2",
+        "--unhealthy",
+        "gpu-7",
+    ]);
+    root.wait_counts(GPU, 8, 7).await;
+
+    let (code, stdout, stderr) = cli(root.path(), &["get", "resources", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let gpu = &json["resources"][0];
+    assert_eq!(gpu["name"], GPU);
+    assert_eq!(gpu["capacity"], 8);
+    assert_eq!(gpu["allocatable"], 7);
+    assert_eq!(gpu["inactive"], false);
+    let devices = gpu["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 8);
+    assert_eq!(devices[0]["id"], "gpu-0");
+    assert_eq!(devices[0]["health"], "Healthy");
+    assert_eq!(devices[0]["numaNodes"], serde_json::json!([0]));
+    assert_eq!(devices[7]["numaNodes"], serde_json::json!([1]));
+    assert_eq!(devices[7]["health"], "Unhealthy");
+
+    let (code, yaml, _) = cli(root.path(), &["get", "resources", "-o", "yaml"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        yaml.contains("name: example.com/gpu") && yaml.contains("numaNodes:"),
+        "{yaml}"
+    );
+    let (code, table, _) = cli(root.path(), &["get", "resources"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        table.contains("RESOURCE") && table.contains("gpu-7") && table.contains("Unhealthy"),
+        "{table}"
+    );
+
+    assert_eq!(plugin.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+    assert!(
+        !root.paths.kubelet_socket.exists(),
+        "kubelet.sock removed on SIGTERM"
+    );
+    assert!(
+        !root.paths.control_socket.exists(),
+        "control socket removed on SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn get_resources_without_daemon_names_the_cause() {
+    let root = Root::new();
+    let (code, _, stderr) = cli(root.path(), &["get", "resources", "-o", "json"]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("devicelet is not running"), "{stderr}");
+    assert!(stderr.contains("devicelet.sock"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a4_health_flips_both_ways_through_the_health_file_and_sigusr1() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "4"]);
+    root.wait_counts(GPU, 4, 4).await;
+    let health = root.paths.device_plugins.join("example.com_gpu.health");
+
+    std::fs::write(&health, "gpu-1 Unhealthy\ngpu-2 Unhealthy\n").unwrap();
+    let view = root.wait_counts(GPU, 4, 2).await;
+    let unhealthy: Vec<&str> = view
+        .devices
+        .iter()
+        .filter(|d| d.health == "Unhealthy")
+        .map(|d| d.id.as_str())
+        .collect();
+    assert_eq!(unhealthy, ["gpu-1", "gpu-2"]);
+
+    // Unhealthy → Healthy must raise allocatable again (ecosystem.md A4 row 30).
+    std::fs::write(&health, "gpu-1 Healthy\n").unwrap();
+    plugin.signal(Signal::USR1);
+    root.wait_counts(GPU, 4, 4).await;
+    assert_eq!(plugin.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn s1_5_reregistration_with_new_socket_and_devices_survives_death_of_old_plugin() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let old = root.example_plugin(&[
+        "--resource",
+        GPU,
+        "--devices",
+        "2",
+        "--socket-name",
+        "old.sock",
+    ]);
+    root.wait_counts(GPU, 2, 2).await;
+
+    let new = root.example_plugin(&[
+        "--resource",
+        GPU,
+        "--devices",
+        "5",
+        "--socket-name",
+        "new.sock",
+    ]);
+    let view = root.wait_counts(GPU, 5, 5).await;
+    assert!(view.endpoint.as_ref().unwrap().socket.ends_with("new.sock"));
+
+    // The old plugin dies after being replaced; upstream (k8s #121994) would now stop the new
+    // endpoint. Ours must stay serving.
+    old.kill().await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let view = root.wait_counts(GPU, 5, 5).await;
+    assert_eq!(view.endpoint.as_ref().unwrap().state, "Serving");
+    assert!(view.endpoint.as_ref().unwrap().socket.ends_with("new.sock"));
+    assert_eq!(new.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn a3_plugin_sigkill_keeps_capacity_zero_allocatable_then_inactive_after_grace() {
+    let root = Root::new();
+    let _serve = root.serve(&["--endpoint-grace-period", "2s"]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "3"]);
+    root.wait_counts(GPU, 3, 3).await;
+    plugin.kill().await;
+
+    let stopped = root
+        .wait_for("stopped endpoint", |s| {
+            s.resource(GPU)
+                .and_then(|r| r.endpoint.as_ref())
+                .is_some_and(|e| e.state == "Stopped")
+        })
+        .await;
+    let view = stopped.resource(GPU).unwrap();
+    assert_eq!(
+        (view.capacity, view.allocatable, view.inactive),
+        (3, 0, false)
+    );
+    assert!(view.devices.iter().all(|d| d.health == "Unhealthy"));
+
+    let expired = root
+        .wait_for("grace period expiry", |s| {
+            s.resource(GPU).is_some_and(|r| r.inactive)
+        })
+        .await;
+    let view = expired.resource(GPU).unwrap();
+    assert_eq!((view.capacity, view.allocatable), (0, 0));
+    assert!(view.devices.is_empty());
+
+    // A plugin coming back revives the resource.
+    let again = root.example_plugin(&["--resource", GPU, "--devices", "3"]);
+    root.wait_counts(GPU, 3, 3).await;
+    assert_eq!(again.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn s1_7_devicelet_restart_removes_stale_sockets_and_plugins_reregister() {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "2"]);
+    let nic = root.example_plugin(&[
+        "--resource",
+        "example.com/nic",
+        "--devices",
+        "1",
+        "--numa-nodes",
+        "0",
+    ]);
+    root.wait_counts(GPU, 2, 2).await;
+    root.wait_counts("example.com/nic", 1, 1).await;
+
+    // Clean stop, then a crash (SIGKILL leaves kubelet.sock and the control socket behind).
+    assert_eq!(serve.terminate().await, 0);
+    let serve = root.serve(&[]).await;
+    root.wait_counts(GPU, 2, 2).await;
+    root.wait_counts("example.com/nic", 1, 1).await;
+    serve.kill().await;
+    assert!(
+        root.paths.kubelet_socket.exists(),
+        "SIGKILL leaves kubelet.sock behind"
+    );
+
+    // A stale socket of a plugin that is gone, plus a regular file that must survive.
+    let stale = root.paths.device_plugins.join("gone.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let keep = root.paths.device_plugins.join("notes.txt");
+    std::fs::write(&keep, "keep me").unwrap();
+
+    let _serve = root.serve(&[]).await;
+    assert!(!stale.exists(), "stale plugin socket removed at startup");
+    assert!(keep.exists(), "regular files are left alone");
+    assert!(!root.paths.device_plugins.join("DEPRECATION").exists());
+    root.wait_counts(GPU, 2, 2).await;
+    root.wait_counts("example.com/nic", 1, 1).await;
+    assert_eq!(plugin.terminate().await, 0);
+    assert_eq!(nic.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn second_serve_on_same_root_is_refused() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let (code, log) = root.spawn("serve2", &["serve"]).wait_exit().await;
+    assert_eq!(code, 1);
+    assert!(
+        log.contains("another devicelet is already serving"),
+        "{log}"
+    );
+    // The first daemon still answers.
+    assert!(root.control().resources().await.is_ok());
+}
