@@ -933,9 +933,18 @@ impl Rewriter<'_> {
             && FOLDABLE.contains(&c.func_name.as_str())
             && !c.args.is_empty()
             && c.args.iter().all(|a| matches!(a.expr, Expr::Literal(_)))
-            && let Ok(v) = self.env.call_on_literal(&c.func_name, c.args.clone())
         {
-            return Ok(self.constant(v));
+            let mut args = c.args.clone();
+            if c.func_name == "semver"
+                && let Some(text) = args.first().and_then(string_literal_of)
+            {
+                // Go's semver comparisons ignore build metadata; so do our values.
+                let stripped = crate::env::strip_build_metadata(text).to_string();
+                args[0] = crate::env::string_literal(&stripped);
+            }
+            if let Ok(v) = self.env.call_on_literal(&c.func_name, args) {
+                return Ok(self.constant(v));
+            }
         }
         if let Some(t) = target.take() {
             target = Some(Box::new(self.rewrite(*t)?));
