@@ -459,6 +459,8 @@ pub struct AuthorityShim<S> {
     ready: BytesMut,
     scratch: Box<[u8]>,
     eof: bool,
+    /// A parse error, reported once the octets rewritten before it have been read.
+    failed: Option<ShimError>,
 }
 
 impl<S> AuthorityShim<S> {
@@ -469,6 +471,7 @@ impl<S> AuthorityShim<S> {
             ready: BytesMut::new(),
             scratch: vec![0u8; READ_CHUNK].into_boxed_slice(),
             eof: false,
+            failed: None,
         }
     }
 
@@ -499,6 +502,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityShim<S> {
                 buf.put_slice(&this.ready.split_to(n));
                 return Poll::Ready(Ok(()));
             }
+            if let Some(e) = &this.failed {
+                return Poll::Ready(Err(e.clone().into()));
+            }
             if this.eof || buf.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
@@ -523,7 +529,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityShim<S> {
                 this.eof = true;
                 continue;
             }
-            this.rewriter.feed(scratch.filled(), &mut this.ready)?;
+            if let Err(e) = this.rewriter.feed(scratch.filled(), &mut this.ready) {
+                tracing::debug!(error = %e, "closing HTTP/2 connection");
+                this.failed = Some(e);
+            }
         }
     }
 }
