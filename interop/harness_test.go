@@ -124,7 +124,7 @@ func startDevicelet(t *testing.T) *devicelet {
 	d.cmd = exec.Command(bin, "serve", "--root-dir", root)
 	d.cmd.Stdout = d.output
 	d.cmd.Stderr = d.output
-	d.cmd.Env = append(os.Environ(), "RUST_LOG="+envOr("RUST_LOG", "info"))
+	d.cmd.Env = append(os.Environ(), "RUST_LOG="+envOr("RUST_LOG", "info"), "NO_COLOR=1")
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("starting %s serve: %v", bin, err)
 	}
