@@ -100,10 +100,19 @@ func interopDevices() []*pluginapi.Device {
 	}
 }
 
-// startGoPlugin serves the plugin on socketPath until the end of the test.
+// startGoPlugin serves the plugin with interopDevices on socketPath until the end of the test.
 func startGoPlugin(t *testing.T, socketPath string) *goDevicePlugin {
 	t.Helper()
-	plugin := &goDevicePlugin{devices: interopDevices(), stop: make(chan struct{})}
+	plugin, _ := startGoPluginWith(t, socketPath, interopDevices())
+	return plugin
+}
+
+// startGoPluginWith serves a plugin with the given devices on socketPath. The returned stop
+// function ends its ListAndWatch streams and stops the server (the plugin "dies"); it also runs
+// at the end of the test.
+func startGoPluginWith(t *testing.T, socketPath string, devices []*pluginapi.Device) (*goDevicePlugin, func()) {
+	t.Helper()
+	plugin := &goDevicePlugin{devices: devices, stop: make(chan struct{})}
 	_ = os.Remove(socketPath)
 	lis, err := net.Listen("unix", socketPath)
 	if err != nil {
@@ -116,12 +125,16 @@ func startGoPlugin(t *testing.T, socketPath string) *goDevicePlugin {
 		defer close(done)
 		_ = server.Serve(lis)
 	}()
-	t.Cleanup(func() {
-		close(plugin.stop)
-		server.Stop()
-		<-done
-	})
-	return plugin
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			close(plugin.stop)
+			server.Stop()
+			<-done
+		})
+	}
+	t.Cleanup(stop)
+	return plugin, stop
 }
 
 // unixDialer dials the address grpc-go hands it as a Unix socket path (what NVIDIA's and most

@@ -1,0 +1,79 @@
+// Plugin lifecycle interop (spec devicemanager.md §1.4 steps 4-5, §1.5): re-registration of the
+// same resource by a second Go plugin, the first plugin dying afterwards, and the current plugin
+// dying.
+package interop
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// counts checks capacity and allocatable of a resource entry.
+func counts(wantCapacity, wantAllocatable int64) func(resourceEntry) error {
+	return func(r resourceEntry) error {
+		capacity, err := quantity(r.Capacity)
+		if err != nil {
+			return fmt.Errorf("capacity %s: %v", r.Capacity, err)
+		}
+		allocatable, err := quantity(r.Allocatable)
+		if err != nil {
+			return fmt.Errorf("allocatable %s: %v", r.Allocatable, err)
+		}
+		if capacity != wantCapacity || allocatable != wantAllocatable {
+			return fmt.Errorf("capacity/allocatable = %d/%d, want %d/%d (entry %+v)", capacity, allocatable, wantCapacity, wantAllocatable, r)
+		}
+		return nil
+	}
+}
+
+func TestReRegisteredPluginSurvivesDeathOfItsPredecessor(t *testing.T) {
+	d := startDevicelet(t)
+	v := variantByID(t, "b")
+	const resource = "interop.devicelet.invalid/rereg"
+
+	_, stopFirst := startGoPluginWith(t, filepath.Join(d.pluginDir(), "rereg-1.sock"), interopDevices())
+	if err := register(t, v, d.kubeletSocket(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "rereg-1.sock", ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("first Register: %v", err)
+	}
+	if err := d.waitForResource(resource, inventoryTimeout, checkInventory); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second plugin instance takes over the resource with two healthy devices; its snapshot
+	// replaces the first plugin's.
+	second := []*pluginapi.Device{
+		{ID: "new-0", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 1}}}},
+		{ID: "new-1", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 1}}}},
+	}
+	_, stopSecond := startGoPluginWith(t, filepath.Join(d.pluginDir(), "rereg-2.sock"), second)
+	if err := register(t, v, d.kubeletSocket(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "rereg-2.sock", ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("second Register: %v", err)
+	}
+	if err := d.waitForResource(resource, inventoryTimeout, counts(2, 2)); err != nil {
+		t.Fatalf("after re-registration: %v", err)
+	}
+
+	// The first plugin dies. Upstream bug (k8s #121994): the kubelet then disconnects the new
+	// plugin. devicelet must keep the second plugin's devices allocatable.
+	// Keep checking for a second: the teardown would follow the stream end within milliseconds.
+	stopFirst()
+	for start := time.Now(); time.Since(start) < time.Second; time.Sleep(50 * time.Millisecond) {
+		if err := d.waitForResource(resource, inventoryTimeout, counts(2, 2)); err != nil {
+			t.Fatalf("%s after the replaced plugin died: %v", time.Since(start), err)
+		}
+	}
+
+	// The current plugin dies: its devices stay counted in capacity but none is allocatable.
+	stopSecond()
+	if err := d.waitForResource(resource, inventoryTimeout, counts(2, 0)); err != nil {
+		t.Fatalf("after the current plugin died: %v", err)
+	}
+}
