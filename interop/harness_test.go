@@ -118,8 +118,13 @@ func (d *devicelet) pluginDir() string {
 // The process gets SIGTERM at the end of the test.
 func startDevicelet(t *testing.T) *devicelet {
 	t.Helper()
+	return startDeviceletAt(t, shortTempDir(t))
+}
+
+// startDeviceletAt is startDevicelet on an existing root directory (a restart).
+func startDeviceletAt(t *testing.T, root string) *devicelet {
+	t.Helper()
 	bin := deviceletBinary(t)
-	root := shortTempDir(t)
 	d := &devicelet{bin: bin, root: root, output: &lockedBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, "serve", "--root-dir", root)
 	d.cmd.Stdout = d.output
@@ -151,7 +156,8 @@ func startDevicelet(t *testing.T) *devicelet {
 	}
 }
 
-// stop sends SIGTERM and waits (then SIGKILL) so no daemon outlives the test.
+// stop sends SIGTERM and waits (then SIGKILL) so no daemon outlives the test. It is safe to call
+// more than once.
 func (d *devicelet) stop(t *testing.T) {
 	select {
 	case <-d.exited:

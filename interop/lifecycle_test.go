@@ -4,7 +4,9 @@
 package interop
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -75,5 +77,55 @@ func TestReRegisteredPluginSurvivesDeathOfItsPredecessor(t *testing.T) {
 	stopSecond()
 	if err := d.waitForResource(resource, inventoryTimeout, counts(2, 0)); err != nil {
 		t.Fatalf("after the current plugin died: %v", err)
+	}
+}
+
+// TestRestartCleansSocketsAndPluginReRegisters follows spec §1.7: on SIGTERM devicelet removes
+// kubelet.sock; on start it removes every socket in the device-plugin directory (so plugins see
+// kubelet.sock re-created and register again on a fresh socket); after the plugin re-registers
+// the inventory is back.
+func TestRestartCleansSocketsAndPluginReRegisters(t *testing.T) {
+	d := startDevicelet(t)
+	v := variantByID(t, "b")
+	const resource = "interop.devicelet.invalid/restart"
+	pluginSock := filepath.Join(d.pluginDir(), "restart.sock")
+	_, stopPlugin := startGoPluginWith(t, pluginSock, interopDevices())
+	if err := register(t, v, d.kubeletSocket(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "restart.sock", ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if err := d.waitForResource(resource, inventoryTimeout, checkInventory); err != nil {
+		t.Fatal(err)
+	}
+
+	d.stop(t)
+	if _, err := os.Lstat(d.kubeletSocket()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("kubelet.sock still present after SIGTERM (stat error %v)", err)
+	}
+	// The plugin process is still running and listening when devicelet comes back.
+	restarted := startDeviceletAt(t, d.root)
+	if _, err := os.Lstat(pluginSock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale plugin socket %s survived the restart's cleanup (stat error %v)", pluginSock, err)
+	}
+	// Before the plugin comes back nothing of the resource may be allocatable.
+	if list, err := restarted.getResources(); err != nil {
+		t.Fatal(err)
+	} else if r, found := list.findResource(resource); found {
+		if n, err := quantity(r.Allocatable); err != nil || n != 0 {
+			t.Errorf("before re-registration %s is allocatable: %+v", resource, r)
+		}
+	}
+
+	// What a stub-based plugin does on kubelet.sock re-creation: a new server, Register again.
+	stopPlugin()
+	startGoPluginWith(t, pluginSock, interopDevices())
+	if err := register(t, v, restarted.kubeletSocket(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "restart.sock", ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("Register after restart: %v", err)
+	}
+	if err := restarted.waitForResource(resource, inventoryTimeout, checkInventory); err != nil {
+		t.Fatalf("inventory after re-registration: %v", err)
 	}
 }
