@@ -792,17 +792,45 @@ impl Rewriter<'_> {
             });
         }
         let operand = self.rewrite(*s.operand)?;
+        let field = crate::env::string_literal(&s.field);
+        let function = if s.test {
+            functions::HAS
+        } else {
+            functions::SELECT
+        };
         Ok(IdedExpr {
             id,
-            expr: Expr::Select(SelectExpr {
-                operand: Box::new(operand),
-                field: s.field,
-                test: s.test,
-            }),
+            expr: call(function, vec![operand, field]).expr,
         })
     }
 
     fn rewrite_call(&mut self, id: u64, c: CallExpr) -> Result<IdedExpr, CelCompileError> {
+        if c.func_name == operators::OPT_INDEX
+            && c.target.is_none()
+            && c.args.len() == 2
+            && let Some(kind) = self.device_map(&c.args[0])
+        {
+            // The domain map has a default, so `[?domain]` always has a value.
+            let all = ident(format!(
+                "{RESERVED_PREFIX}{}",
+                if kind == MapKind::Attributes {
+                    'X'
+                } else {
+                    'Y'
+                }
+            ));
+            let mut args = c.args;
+            let key = self.rewrite(args.remove(1))?;
+            let domain = call(functions::DOMAIN, vec![all, key]);
+            return Ok(IdedExpr {
+                id,
+                expr: Expr::Call(CallExpr {
+                    func_name: "of".to_string(),
+                    target: Some(Box::new(ident("optional"))),
+                    args: vec![domain],
+                }),
+            });
+        }
         if c.func_name == operators::INDEX && c.target.is_none() && c.args.len() == 2 {
             if let Some((kind, domain)) = self.domain_of(&c.args[0])
                 && let Some(key) = string_literal_of(&c.args[1])

@@ -9,7 +9,8 @@
 //! * Semantics the `cel` crate gets wrong for Kubernetes: heterogeneous numeric equality
 //!   (`1 == 1.0`, `1 == 1u`, also inside lists and maps; cel-go's default) through
 //!   `@dra.eq` / `@dra.ne`, and `map.?field` on a missing key (optional.none, not an
-//!   error) through `@dra.optselect`.
+//!   error) through `@dra.optselect`; `x.field` and `has(x.field)` on a value that is
+//!   not a map is an error, not `false` (`@dra.select`, `@dra.has`).
 //! * Replacements for kube-cel functions whose output can be much larger than their
 //!   input (`replace`, `lists.range`): same results, but the size is charged to the cost
 //!   budget before anything is allocated. `replace` also follows cel-go for a negative
@@ -38,6 +39,8 @@ pub(crate) const DOMAIN: &str = "@dra.domain";
 pub(crate) const EQ: &str = "@dra.eq";
 pub(crate) const NE: &str = "@dra.ne";
 pub(crate) const OPT_SELECT: &str = "@dra.optselect";
+pub(crate) const SELECT: &str = "@dra.select";
+pub(crate) const HAS: &str = "@dra.has";
 
 /// Registers the internal hooks and our replacements into `ctx` (after kube-cel, so
 /// that ours win for the names both define).
@@ -54,6 +57,8 @@ pub(crate) fn register(ctx: &mut Context<'_>, enable_list_type_attributes: bool)
         Ok(Value::Bool(!cel_equal(&a, &b)))
     });
     ctx.add_function(OPT_SELECT, optional_select);
+    ctx.add_function(SELECT, field_select);
+    ctx.add_function(HAS, field_present);
     ctx.add_function("replace", replace);
     ctx.add_function("lists.range", lists_range);
     ctx.add_function("matches", regex_matches);
@@ -392,6 +397,27 @@ fn optional_select(operand: Value, field: Value) -> ResolveResult {
                 None => OptionalValue::none(),
             },
         ))),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+/// `operand.field` on a computed value: the map entry, "no such key", or "no such overload"
+/// when the operand is not a map (the `cel` crate would silently give `false`).
+fn field_select(operand: Value, field: Value) -> ResolveResult {
+    match (operand, field) {
+        (Value::Map(m), Value::String(f)) => m
+            .map
+            .get(&Key::String(f.clone()))
+            .cloned()
+            .ok_or(ExecutionError::NoSuchKey(f)),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+/// `has(operand.field)` on a computed value.
+fn field_present(operand: Value, field: Value) -> ResolveResult {
+    match (operand, field) {
+        (Value::Map(m), Value::String(f)) => Ok(Value::Bool(m.map.contains_key(&Key::String(f)))),
         _ => Err(ExecutionError::NoSuchOverload),
     }
 }

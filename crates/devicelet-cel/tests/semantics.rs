@@ -384,3 +384,34 @@ fn compiler_is_shareable_across_threads() {
         Err(CelCompileError::ResultType(_))
     ));
 }
+
+#[test]
+fn field_selection_on_a_non_map_is_an_error_not_false() {
+    let c = SelectorCompiler::new(CelOptions::default());
+    let d = gpu();
+    assert_eq!(
+        eval(&c, &d, r#"device.attributes["x"].model.foo == 1"#),
+        Err("eval: no such overload".into())
+    );
+    assert_eq!(
+        eval(&c, &d, r#"has(device.attributes["x"].model.foo)"#),
+        Err("eval: no such overload".into())
+    );
+    assert_eq!(
+        eval(
+            &c,
+            &d,
+            r#"cel.bind(m, {"a": {"b": 1}}, m.a.b == 1 && has(m.a.b) && !has(m.a.c))"#
+        ),
+        Ok(true)
+    );
+    // `[?domain]` on the domain map always has a value (the map has a default).
+    assert_eq!(
+        eval(&c, &d, r#"device.attributes[?"nope"].hasValue()"#),
+        Ok(true)
+    );
+    assert_eq!(
+        eval(&c, &d, r#"device.attributes[?"x"].value().model == "a100""#),
+        Ok(true)
+    );
+}
