@@ -204,8 +204,40 @@ func AddResultToState(st *structured.AllocatedState, r resourceapi.DeviceRequest
 	st.AllocatedDevices.Insert(id)
 }
 
+// CELCaches shares compiled CEL programs across scenarios with the same CEL features (compilation
+// is deterministic, so sharing changes nothing but time). Safe for concurrent use.
+type CELCaches struct {
+	mu     sync.Mutex
+	caches map[cel.Features]*cel.Cache
+}
+
+// NewCELCaches returns an empty cache pool.
+func NewCELCaches() *CELCaches { return &CELCaches{caches: map[cel.Features]*cel.Cache{}} }
+
+func (c *CELCaches) get(f cel.Features) *cel.Cache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cache, ok := c.caches[f]; ok {
+		return cache
+	}
+	cache := cel.NewCache(4096, f)
+	c.caches[f] = cache
+	return cache
+}
+
+// RunOptions tunes RunWith.
+type RunOptions struct {
+	// CELCaches, if set, replaces the per-scenario CEL cache.
+	CELCaches *CELCaches
+}
+
 // Run executes the scenario through the upstream allocator.
 func Run(ctx context.Context, s *Scenario) *Outcome {
+	return RunWith(ctx, s, RunOptions{})
+}
+
+// RunWith executes the scenario through the upstream allocator.
+func RunWith(ctx context.Context, s *Scenario, opts RunOptions) *Outcome {
 	start := time.Now()
 	out := &Outcome{APIVersion: APIVersion, Kind: "AllocationOutcome", Name: s.Name, Engine: Engine(s), PerNode: []NodeOutcome{}}
 	classes := make([]*resourceapi.DeviceClass, len(s.DeviceClasses))
@@ -218,6 +250,9 @@ func Run(ctx context.Context, s *Scenario) *Outcome {
 		slices[i] = &s.ResourceSlices[i]
 	}
 	celCache := s.NewCELCache()
+	if opts.CELCaches != nil {
+		celCache = opts.CELCaches.get(s.celFeatures())
+	}
 	state, err := s.AllocatedState()
 	if err != nil {
 		for i := range s.Nodes {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -131,9 +132,24 @@ func ReadScenarioFile(path string) (*Scenario, error) {
 // removed before typed decoding (spec §5.1: an empty list means absent; Go orders pools with
 // non-nil bindingConditions last, so `[]` must not become a non-nil slice).
 func ParseScenario(data []byte) (*Scenario, error) {
-	jsonData, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("parse scenario: %w", err)
+	jsonData := data
+	if trimmed := bytes.TrimSpace(data); len(trimmed) == 0 || trimmed[0] != '{' {
+		// YAML (JSON input skips the slower YAML parser).
+		var err error
+		if jsonData, err = yaml.YAMLToJSON(data); err != nil {
+			return nil, fmt.Errorf("parse scenario: %w", err)
+		}
+	}
+	if !emptyList.Match(jsonData) {
+		// Fast path: no empty list anywhere, so there is nothing to strip (nulls decode as absent).
+		var s Scenario
+		if err := json.Unmarshal(jsonData, &s); err != nil {
+			return nil, fmt.Errorf("decode scenario: %w", err)
+		}
+		if err := s.checkRaw(jsonData); err != nil {
+			return nil, err
+		}
+		return s.finish()
 	}
 	dec := json.NewDecoder(bytes.NewReader(jsonData))
 	dec.UseNumber()
@@ -145,21 +161,8 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	if !ok {
 		return nil, fmt.Errorf("parse scenario: a scenario must be an object")
 	}
-	if av, ok := obj["apiVersion"].(string); ok && av != APIVersion {
-		return nil, fmt.Errorf("apiVersion: expected %q, got %q", APIVersion, av)
-	}
-	if k, ok := obj["kind"].(string); ok && k != "AllocationScenario" {
-		return nil, fmt.Errorf("kind: expected \"AllocationScenario\", got %q", k)
-	}
-	for _, key := range []string{"deviceClasses", "resourceSlices", "claims"} {
-		if err := checkResourceAPIVersions(key, obj[key]); err != nil {
-			return nil, err
-		}
-	}
-	if a, ok := obj["allocated"].(map[string]any); ok {
-		if err := checkResourceAPIVersions("allocated.claims", a["claims"]); err != nil {
-			return nil, err
-		}
+	if err := checkHeader(obj); err != nil {
+		return nil, err
 	}
 	for _, key := range []string{"nodes", "deviceClasses", "resourceSlices", "claims", "allocated"} {
 		if v, ok := obj[key]; ok {
@@ -174,6 +177,74 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	if err := json.Unmarshal(clean, &s); err != nil {
 		return nil, fmt.Errorf("decode scenario: %w", err)
 	}
+	return s.finish()
+}
+
+var emptyList = regexp.MustCompile(`\[\s*\]`)
+
+// checkRaw applies the header and apiVersion checks of the slow path to raw JSON.
+func (s *Scenario) checkRaw(jsonData []byte) error {
+	type versioned struct {
+		APIVersion string `json:"apiVersion"`
+	}
+	var raw struct {
+		APIVersion     string      `json:"apiVersion"`
+		Kind           string      `json:"kind"`
+		DeviceClasses  []versioned `json:"deviceClasses"`
+		ResourceSlices []versioned `json:"resourceSlices"`
+		Claims         []versioned `json:"claims"`
+		Allocated      *struct {
+			Claims []versioned `json:"claims"`
+		} `json:"allocated"`
+	}
+	if err := json.Unmarshal(jsonData, &raw); err != nil {
+		return fmt.Errorf("parse scenario: %w", err)
+	}
+	obj := map[string]any{}
+	if raw.APIVersion != "" {
+		obj["apiVersion"] = raw.APIVersion
+	}
+	if raw.Kind != "" {
+		obj["kind"] = raw.Kind
+	}
+	list := func(vs []versioned) []any {
+		out := make([]any, len(vs))
+		for i, v := range vs {
+			out[i] = map[string]any{"apiVersion": v.APIVersion}
+		}
+		return out
+	}
+	obj["deviceClasses"] = list(raw.DeviceClasses)
+	obj["resourceSlices"] = list(raw.ResourceSlices)
+	obj["claims"] = list(raw.Claims)
+	if raw.Allocated != nil {
+		obj["allocated"] = map[string]any{"claims": list(raw.Allocated.Claims)}
+	}
+	return checkHeader(obj)
+}
+
+func checkHeader(obj map[string]any) error {
+	if av, ok := obj["apiVersion"].(string); ok && av != APIVersion {
+		return fmt.Errorf("apiVersion: expected %q, got %q", APIVersion, av)
+	}
+	if k, ok := obj["kind"].(string); ok && k != "AllocationScenario" {
+		return fmt.Errorf("kind: expected \"AllocationScenario\", got %q", k)
+	}
+	for _, key := range []string{"deviceClasses", "resourceSlices", "claims"} {
+		if err := checkResourceAPIVersions(key, obj[key]); err != nil {
+			return err
+		}
+	}
+	if a, ok := obj["allocated"].(map[string]any); ok {
+		if err := checkResourceAPIVersions("allocated.claims", a["claims"]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish validates the decoded scenario and applies the defaults.
+func (s *Scenario) finish() (*Scenario, error) {
 	if s.Mode == "" {
 		s.Mode = "allocate"
 	}
@@ -203,7 +274,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 			ApplyAPIDefaults(&s.Claims[i])
 		}
 	}
-	return &s, nil
+	return s, nil
 }
 
 func checkResourceAPIVersions(key string, v any) error {
@@ -283,6 +354,15 @@ func defaultTolerations(ts []resourceapi.DeviceToleration) {
 
 // MarshalScenario writes a scenario as indented JSON (without `expect`).
 func MarshalScenario(s *Scenario) ([]byte, error) {
+	return marshalScenario(s, true)
+}
+
+// MarshalScenarioCompact writes a scenario as compact JSON (without `expect`).
+func MarshalScenarioCompact(s *Scenario) ([]byte, error) {
+	return marshalScenario(s, false)
+}
+
+func marshalScenario(s *Scenario, indent bool) ([]byte, error) {
 	c := *s
 	c.Expect = nil
 	if c.APIVersion == "" {
@@ -290,6 +370,9 @@ func MarshalScenario(s *Scenario) ([]byte, error) {
 	}
 	if c.Kind == "" {
 		c.Kind = "AllocationScenario"
+	}
+	if !indent {
+		return json.Marshal(&c)
 	}
 	return json.MarshalIndent(&c, "", " ")
 }

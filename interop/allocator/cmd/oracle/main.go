@@ -4,6 +4,7 @@
 // §5.3) in the corpus format.
 //
 //	oracle -f scenario.json [-o json|yaml] [-check]
+//	oracle allocate -f scenario.json -o json     (same; devicelet's command line)
 //
 // With -check the outcome is also compared with the scenario's `expect` block under the corpus
 // README's rules; the exit status is 1 on a mismatch.
@@ -23,6 +24,11 @@ import (
 )
 
 func main() {
+	// `oracle allocate -f FILE -o json` is accepted too, so that the oracle can stand in for
+	// devicelet (DEVICELET_BIN) when checking the differential harness itself.
+	if len(os.Args) > 1 && os.Args[1] == "allocate" {
+		os.Args = append(os.Args[:1], os.Args[2:]...)
+	}
 	file := flag.String("f", "", "scenario file (JSON or YAML); - for stdin")
 	output := flag.String("o", "json", "output format: json | yaml")
 	check := flag.Bool("check", false, "compare with the scenario's expect block (corpus rules); exit 1 on mismatch")
