@@ -1,1 +1,172 @@
-fn main() {}
+//! Benchmarks for the durable device store (`cargo bench -p devicelet-checkpoint`).
+//!
+//! * `commit/one_admission/N` — latency of one durable admission record with N pods already in
+//!   the store (must not grow with N; the kubelet's whole-file rewrite does).
+//! * `compact/10000_containers` — folding the journal into the kubelet file.
+//! * `open/10000_containers` — recovery (kubelet file + 500 journal records) to ready.
+//!
+//! Before the criterion runs, a direct latency profile (p50/p99 over 500 commits at each N) is
+//! printed, since the admission target is stated in percentiles.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use devicelet_checkpoint::device;
+use devicelet_checkpoint::state::{Change, DeviceState};
+use devicelet_checkpoint::store::{DeviceStore, StoreOptions, StorePaths};
+
+fn admission(i: usize) -> Change {
+    Change::AddContainer {
+        pod_uid: format!("5d9c1f8e-0000-4000-8000-{i:012}"),
+        container: "ctr".into(),
+        resource: "example.com/gpu".into(),
+        device_ids_by_numa: BTreeMap::from([(
+            i64::try_from(i % 2).unwrap_or(0),
+            vec![format!("gpu-{}", i % 64)],
+        )]),
+        // A typical ContainerAllocateResponse: a few envs, one device node, one CDI name.
+        alloc_resp: vec![0x2a; 96],
+    }
+}
+
+/// A root whose kubelet file already holds `n` admitted pods.
+fn prepared(root: &Path, n: usize) -> StorePaths {
+    let paths = StorePaths::new(&root.join("device-plugins"), &root.join("devicelet"));
+    std::fs::create_dir_all(root.join("device-plugins")).expect("mkdir");
+    let mut state = DeviceState::default();
+    state.apply(&Change::SetRegistered {
+        resource: "example.com/gpu".into(),
+        device_ids: (0..64).map(|i| format!("gpu-{i}")).collect(),
+    });
+    for i in 0..n {
+        state.apply(&admission(i));
+    }
+    std::fs::write(&paths.kubelet_file, device::encode(&state.to_checkpoint())).expect("write");
+    paths
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn latency_profile() {
+    println!("\n== commit latency profile (500 durable commits each, background compaction on) ==");
+    for n in [0usize, 1_000, 5_000] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = prepared(dir.path(), n);
+        let (store, _) = DeviceStore::open_with(paths, StoreOptions::default()).expect("open");
+        let mut samples = Vec::with_capacity(500);
+        for i in 0..500 {
+            let change = admission(1_000_000 + i);
+            let t = Instant::now();
+            store.commit(std::slice::from_ref(&change)).expect("commit");
+            samples.push(t.elapsed());
+        }
+        samples.sort();
+        println!(
+            "N={n:>5} pods: p50 {:>8.1?}  p99 {:>8.1?}  max {:>8.1?}",
+            percentile(&samples, 0.5),
+            percentile(&samples, 0.99),
+            samples[samples.len() - 1]
+        );
+    }
+}
+
+fn commit_bench(c: &mut Criterion) {
+    latency_profile();
+    let mut group = c.benchmark_group("commit");
+    group
+        .sample_size(50)
+        .measurement_time(Duration::from_secs(4));
+    for n in [0usize, 1_000, 5_000] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = prepared(dir.path(), n);
+        let (store, _) = DeviceStore::open_with(paths, StoreOptions::default()).expect("open");
+        let mut next = 1_000_000usize;
+        group.bench_with_input(BenchmarkId::new("one_admission", n), &n, |b, _| {
+            b.iter(|| {
+                next += 1;
+                store.commit(&[admission(next)]).expect("commit");
+            });
+        });
+    }
+    group.finish();
+}
+
+fn compact_bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("compact");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(6));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = prepared(dir.path(), 10_000);
+    let (store, _) = DeviceStore::open_with(
+        paths,
+        StoreOptions {
+            background_compaction: false,
+            ..StoreOptions::default()
+        },
+    )
+    .expect("open");
+    let mut next = 1_000_000usize;
+    group.bench_function("10000_containers", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                next += 1;
+                store.commit(&[admission(next)]).expect("commit");
+                let t = Instant::now();
+                assert!(store.compact().expect("compact"));
+                total += t.elapsed();
+            }
+            total
+        });
+    });
+    group.finish();
+}
+
+fn open_bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("open");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(6));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = prepared(dir.path(), 10_000);
+    {
+        // 500 admissions in the journal on top of the kubelet file, as after a crash.
+        let (store, _) = DeviceStore::open_with(
+            paths.clone(),
+            StoreOptions {
+                background_compaction: false,
+                ..StoreOptions::default()
+            },
+        )
+        .expect("open");
+        for i in 0..500 {
+            store.commit(&[admission(2_000_000 + i)]).expect("commit");
+        }
+    }
+    let (_, recovered) =
+        DeviceStore::open_with(paths.clone(), StoreOptions::default()).expect("open");
+    println!(
+        "\n== recovery: {} containers, {} journal records replayed, open took {:.1?} ==",
+        recovered.state.entry_count(),
+        recovered.records_replayed,
+        recovered.open_duration
+    );
+    group.bench_function("10000_containers", |b| {
+        b.iter(|| {
+            let (store, recovered) =
+                DeviceStore::open_with(paths.clone(), StoreOptions::default()).expect("open");
+            assert_eq!(recovered.state.entry_count(), 10_500);
+            drop(store);
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, commit_bench, compact_bench, open_bench);
+criterion_main!(benches);

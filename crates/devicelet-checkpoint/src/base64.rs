@@ -14,25 +14,33 @@ pub struct Base64Error(pub usize);
 /// Encodes bytes as padded standard base64.
 pub fn encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    encode_into(&mut out, bytes);
+    out
+}
+
+/// Appends padded standard base64 of `bytes` to `out`.
+pub fn encode_into(out: &mut String, bytes: &[u8]) {
+    let mut buf = Vec::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b0 = chunk[0];
         let b1 = chunk.get(1).copied().unwrap_or(0);
         let b2 = chunk.get(2).copied().unwrap_or(0);
         let n = (u32::from(b0) << 16) | (u32::from(b1) << 8) | u32::from(b2);
-        out.push(ALPHABET[(n >> 18) as usize & 63] as char);
-        out.push(ALPHABET[(n >> 12) as usize & 63] as char);
-        if chunk.len() > 1 {
-            out.push(ALPHABET[(n >> 6) as usize & 63] as char);
+        buf.push(ALPHABET[(n >> 18) as usize & 63]);
+        buf.push(ALPHABET[(n >> 12) as usize & 63]);
+        buf.push(if chunk.len() > 1 {
+            ALPHABET[(n >> 6) as usize & 63]
         } else {
-            out.push('=');
-        }
-        if chunk.len() > 2 {
-            out.push(ALPHABET[n as usize & 63] as char);
+            b'='
+        });
+        buf.push(if chunk.len() > 2 {
+            ALPHABET[n as usize & 63]
         } else {
-            out.push('=');
-        }
+            b'='
+        });
     }
-    out
+    // The alphabet and '=' are ASCII.
+    out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
 }
 
 fn value(c: u8) -> Option<u32> {
@@ -48,6 +56,9 @@ fn value(c: u8) -> Option<u32> {
 
 /// Decodes padded standard base64 (Go StdEncoding semantics).
 pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
+    if !text.bytes().any(|b| b == b'\r' || b == b'\n') {
+        return decode_plain(text.as_bytes());
+    }
     // (position in the original input, byte) with CR/LF removed, as Go ignores them.
     let chars: Vec<(usize, u8)> = text
         .bytes()
@@ -60,7 +71,9 @@ pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
         let quad = &chars[i..(i + 4).min(chars.len())];
         if quad.len() < 4 {
             // Go reports the offset of the end of the input for a short final quantum.
-            return Err(Base64Error(quad.last().map_or(0, |(p, _)| p + 1).min(text.len())));
+            return Err(Base64Error(
+                quad.last().map_or(0, |(p, _)| p + 1).min(text.len()),
+            ));
         }
         let mut vals = [0u32; 4];
         let mut pad = 0;
@@ -86,6 +99,43 @@ pub fn decode(text: &str) -> Result<Vec<u8>, Base64Error> {
             out.push(n as u8);
         }
         i += 4;
+    }
+    Ok(out)
+}
+
+/// Fast path for input without line breaks (what every encoder writes).
+fn decode_plain(input: &[u8]) -> Result<Vec<u8>, Base64Error> {
+    if !input.len().is_multiple_of(4) {
+        return Err(Base64Error(input.len()));
+    }
+    let mut out = Vec::with_capacity(input.len() / 4 * 3);
+    let quads = input.len() / 4;
+    for q in 0..quads {
+        let at = q * 4;
+        let chunk = &input[at..at + 4];
+        let last = q + 1 == quads;
+        let mut vals = [0u32; 4];
+        let mut pad = 0;
+        for (k, b) in chunk.iter().enumerate() {
+            if *b == b'=' {
+                if k < 2 || !last {
+                    return Err(Base64Error(at + k));
+                }
+                pad += 1;
+            } else if pad > 0 {
+                return Err(Base64Error(at + k));
+            } else {
+                vals[k] = value(*b).ok_or(Base64Error(at + k))?;
+            }
+        }
+        let n = (vals[0] << 18) | (vals[1] << 12) | (vals[2] << 6) | vals[3];
+        out.push((n >> 16) as u8);
+        if pad < 2 {
+            out.push((n >> 8) as u8);
+        }
+        if pad < 1 {
+            out.push(n as u8);
+        }
     }
     Ok(out)
 }

@@ -15,7 +15,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{parse_json, DecodeError};
+use crate::error::{DecodeError, parse_json};
 use crate::gojson::{self, read};
 use crate::hash::Fnv1a32;
 use crate::spew;
@@ -108,10 +108,17 @@ pub fn checksum(policy: &str, default_set: &str, entries: &CpuCheckpointEntries)
 }
 
 /// Encodes a v2 checkpoint exactly as the kubelet's `storeState` writes it.
-pub fn encode(policy: &str, default_set: &str, entries: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<u8> {
+pub fn encode(
+    policy: &str,
+    default_set: &str,
+    entries: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<u8> {
     // The kubelet always hashes a non-nil map; `entries` is omitted from the JSON when empty.
     let as_entries = CpuCheckpointEntries::V2(Some(
-        entries.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect(),
+        entries
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect(),
     ));
     let sum = checksum(policy, default_set, &as_entries);
     let mut out = String::new();
@@ -184,7 +191,10 @@ fn string_map(v: &Value, path: &str) -> Result<Option<BTreeMap<String, String>>,
     };
     let mut out = BTreeMap::new();
     for (k, v) in obj {
-        out.insert(k.clone(), read::string(Some(v), &format!("{path}.{k}"), FORMAT)?);
+        out.insert(
+            k.clone(),
+            read::string(Some(v), &format!("{path}.{k}"), FORMAT)?,
+        );
     }
     Ok(Some(out))
 }
@@ -235,7 +245,10 @@ fn decode_v2_with(value: &Value, skip_verify: bool) -> Result<CpuCheckpoint, Dec
             Some(obj) => {
                 let mut out = BTreeMap::new();
                 for (pod, containers) in obj {
-                    out.insert(pod.clone(), string_map(containers, &format!("entries.{pod}"))?);
+                    out.insert(
+                        pod.clone(),
+                        string_map(containers, &format!("entries.{pod}"))?,
+                    );
                 }
                 Some(out)
             }

@@ -47,7 +47,8 @@ fn atoi(s: &str) -> Result<i64, CpuSetParseError> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(CpuSetParseError::InvalidSyntax(s.to_string()));
     }
-    s.parse::<i64>().map_err(|_| CpuSetParseError::OutOfRange(s.to_string()))
+    s.parse::<i64>()
+        .map_err(|_| CpuSetParseError::OutOfRange(s.to_string()))
 }
 
 fn cpu_id(v: i64, text: &str) -> Result<u32, CpuSetParseError> {
@@ -169,7 +170,11 @@ mod tests {
             ("0--0", "0"),
             ("007", "7"),
         ] {
-            assert_eq!(CpuSet::parse(input).map(|s| s.to_string()), Ok(printed.to_string()), "{input}");
+            assert_eq!(
+                CpuSet::parse(input).map(|s| s.to_string()),
+                Ok(printed.to_string()),
+                "{input}"
+            );
         }
     }
 

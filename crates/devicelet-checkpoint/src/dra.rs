@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::error::{parse_json, DecodeError};
+use crate::error::{DecodeError, parse_json};
 use crate::gojson::{self, read};
 use crate::hash::crc32_ieee;
 
@@ -215,11 +215,26 @@ fn string_set(v: &Value, path: &str) -> Result<Option<BTreeSet<String>>, DecodeE
     Ok(read::object(v, path, FORMAT)?.map(|m| m.keys().cloned().collect()))
 }
 
-fn decode_device(v: &Value, path: &str, unknown: &mut Vec<String>) -> Result<DraDevice, DecodeError> {
+fn decode_device(
+    v: &Value,
+    path: &str,
+    unknown: &mut Vec<String>,
+) -> Result<DraDevice, DecodeError> {
     let Some(obj) = read::object(v, path, FORMAT)? else {
         return Ok(DraDevice::default());
     };
-    read::unknown_keys(obj, &["PoolName", "DeviceName", "ShareID", "RequestNames", "CDIDeviceIDs"], path, unknown);
+    read::unknown_keys(
+        obj,
+        &[
+            "PoolName",
+            "DeviceName",
+            "ShareID",
+            "RequestNames",
+            "CDIDeviceIDs",
+        ],
+        path,
+        unknown,
+    );
     let list = |key: &str| -> Result<Option<Vec<String>>, DecodeError> {
         match read::field(obj, key) {
             None => Ok(None),
@@ -229,7 +244,14 @@ fn decode_device(v: &Value, path: &str, unknown: &mut Vec<String>) -> Result<Dra
     let share_id = match read::field(obj, "ShareID") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => return Err(read::shape(FORMAT, &format!("{path}.ShareID"), "a string", other)),
+        Some(other) => {
+            return Err(read::shape(
+                FORMAT,
+                &format!("{path}.ShareID"),
+                "a string",
+                other,
+            ));
+        }
     };
     Ok(DraDevice {
         pool_name: read::string(read::field(obj, "PoolName"), path, FORMAT)?,
@@ -240,11 +262,26 @@ fn decode_device(v: &Value, path: &str, unknown: &mut Vec<String>) -> Result<Dra
     })
 }
 
-fn decode_claim(v: &Value, path: &str, unknown: &mut Vec<String>) -> Result<ClaimInfoState, DecodeError> {
+fn decode_claim(
+    v: &Value,
+    path: &str,
+    unknown: &mut Vec<String>,
+) -> Result<ClaimInfoState, DecodeError> {
     let Some(obj) = read::object(v, path, FORMAT)? else {
         return Ok(ClaimInfoState::default());
     };
-    read::unknown_keys(obj, &["ClaimUID", "ClaimName", "Namespace", "PodUIDs", "DriverState"], path, unknown);
+    read::unknown_keys(
+        obj,
+        &[
+            "ClaimUID",
+            "ClaimName",
+            "Namespace",
+            "PodUIDs",
+            "DriverState",
+        ],
+        path,
+        unknown,
+    );
     let pod_uids = match read::field(obj, "PodUIDs") {
         None => None,
         Some(v) => string_set(v, &format!("{path}.PodUIDs"))?,
@@ -267,10 +304,23 @@ fn decode_claim(v: &Value, path: &str, unknown: &mut Vec<String>) -> Result<Clai
                                     items
                                         .iter()
                                         .enumerate()
-                                        .map(|(i, d)| decode_device(d, &format!("{dpath}.Devices[{i}]"), unknown))
+                                        .map(|(i, d)| {
+                                            decode_device(
+                                                d,
+                                                &format!("{dpath}.Devices[{i}]"),
+                                                unknown,
+                                            )
+                                        })
                                         .collect::<Result<Vec<_>, _>>()?,
                                 ),
-                                Some(other) => return Err(read::shape(FORMAT, &format!("{dpath}.Devices"), "an array", other)),
+                                Some(other) => {
+                                    return Err(read::shape(
+                                        FORMAT,
+                                        &format!("{dpath}.Devices"),
+                                        "an array",
+                                        other,
+                                    ));
+                                }
                             }
                         }
                     };
@@ -309,7 +359,12 @@ fn decode_inner(bytes: &[u8], verify: bool) -> Result<DraCheckpoint, DecodeError
             read::unknown_keys(top, &["Data", "Checksum"], "", &mut unknown);
             (
                 read::string(read::field(top, "Data"), "Data", FORMAT)?,
-                read::unsigned(read::field(top, "Checksum"), u64::from(u32::MAX), "Checksum", FORMAT)?,
+                read::unsigned(
+                    read::field(top, "Checksum"),
+                    u64::from(u32::MAX),
+                    "Checksum",
+                    FORMAT,
+                )?,
             )
         }
     };
@@ -339,8 +394,16 @@ fn decode_inner(bytes: &[u8], verify: bool) -> Result<DraCheckpoint, DecodeError
             unknown_fields: unknown,
         });
     };
-    read::unknown_keys(obj, &["kind", "apiVersion", "ClaimInfoStateList", "Entries"], "Data", &mut unknown);
-    let (list_value, layout) = match (read::field(obj, "ClaimInfoStateList"), read::field(obj, "Entries")) {
+    read::unknown_keys(
+        obj,
+        &["kind", "apiVersion", "ClaimInfoStateList", "Entries"],
+        "Data",
+        &mut unknown,
+    );
+    let (list_value, layout) = match (
+        read::field(obj, "ClaimInfoStateList"),
+        read::field(obj, "Entries"),
+    ) {
         (Some(v), _) => (Some(v), DraLayout::ClaimInfoStateList),
         (None, Some(v)) => (Some(v), DraLayout::LegacyEntries),
         (None, None) => (None, DraLayout::NoList),
@@ -351,10 +414,19 @@ fn decode_inner(bytes: &[u8], verify: bool) -> Result<DraCheckpoint, DecodeError
             items
                 .iter()
                 .enumerate()
-                .map(|(i, c)| decode_claim(c, &format!("Data.ClaimInfoStateList[{i}]"), &mut unknown))
+                .map(|(i, c)| {
+                    decode_claim(c, &format!("Data.ClaimInfoStateList[{i}]"), &mut unknown)
+                })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
-        Some(other) => return Err(read::shape(FORMAT, "Data.ClaimInfoStateList", "an array", other)),
+        Some(other) => {
+            return Err(read::shape(
+                FORMAT,
+                "Data.ClaimInfoStateList",
+                "an array",
+                other,
+            ));
+        }
     };
     unknown.sort();
     Ok(DraCheckpoint {

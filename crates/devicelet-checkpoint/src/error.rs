@@ -103,7 +103,10 @@ fn strip_position(msg: &str) -> String {
 }
 
 /// Parses bytes as JSON, mapping errors to [`DecodeError`].
-pub(crate) fn parse_json(bytes: &[u8], format: &'static str) -> Result<serde_json::Value, DecodeError> {
+pub(crate) fn parse_json(
+    bytes: &[u8],
+    format: &'static str,
+) -> Result<serde_json::Value, DecodeError> {
     if bytes.is_empty() {
         return Err(DecodeError::Empty);
     }

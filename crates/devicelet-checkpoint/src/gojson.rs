@@ -28,7 +28,12 @@ pub fn write_string(out: &mut String, s: &str) {
             _ => None,
         };
         let needs_hex = escape.is_none()
-            && (c < '\u{20}' || c == '<' || c == '>' || c == '&' || c == '\u{2028}' || c == '\u{2029}');
+            && (c < '\u{20}'
+                || c == '<'
+                || c == '>'
+                || c == '&'
+                || c == '\u{2028}'
+                || c == '\u{2029}');
         if escape.is_none() && !needs_hex {
             continue;
         }
@@ -160,9 +165,14 @@ pub(crate) mod read {
     }
 
     /// Appends `path.key` for every key that matches none of `fields`.
-    pub fn unknown_keys(m: &Map<String, Value>, fields: &[&str], path: &str, out: &mut Vec<String>) {
+    pub fn unknown_keys(
+        m: &Map<String, Value>,
+        fields: &[&str],
+        path: &str,
+        out: &mut Vec<String>,
+    ) {
         for k in m.keys() {
-            if !fields.iter().any(|f| key_matches(k, f)) {
+            if !fields.iter().any(|f| k == f) && !fields.iter().any(|f| key_matches(k, f)) {
                 out.push(if path.is_empty() {
                     k.clone()
                 } else {
@@ -173,7 +183,11 @@ pub(crate) mod read {
     }
 
     /// A Go `string` field: missing or `null` keep the zero value.
-    pub fn string(v: Option<&Value>, path: &str, format: &'static str) -> Result<String, DecodeError> {
+    pub fn string(
+        v: Option<&Value>,
+        path: &str,
+        format: &'static str,
+    ) -> Result<String, DecodeError> {
         match v {
             None | Some(Value::Null) => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
@@ -212,7 +226,10 @@ pub(crate) mod read {
                 Some(x) if x <= max => Ok(x),
                 _ => Err(DecodeError::WrongShape {
                     format,
-                    detail: format!("{path}: number {n} does not fit an unsigned {}-bit integer", if max == u64::from(u32::MAX) { 32 } else { 64 }),
+                    detail: format!(
+                        "{path}: number {n} does not fit an unsigned {}-bit integer",
+                        if max == u64::from(u32::MAX) { 32 } else { 64 }
+                    ),
                 }),
             },
             Some(other) => Err(shape(format, path, "an unsigned integer", other)),

@@ -189,7 +189,10 @@ fn sniff(bytes: &[u8], name_hint: Option<&str>) -> CheckpointKind {
     if let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(bytes) {
         let has = |k: &str| top.keys().any(|key| key_matches(key, k));
         if has("Data") {
-            let data = top.iter().find(|(k, _)| key_matches(k, "Data")).map(|(_, v)| v);
+            let data = top
+                .iter()
+                .find(|(k, _)| key_matches(k, "Data"))
+                .map(|(_, v)| v);
             return match data {
                 Some(Value::String(_)) => CheckpointKind::Dra,
                 _ => CheckpointKind::DeviceManager,
@@ -265,7 +268,12 @@ fn device_body(data: &device::DeviceCheckpointData) -> InspectBody {
 }
 
 fn unknown_warning(fields: &[String]) -> Option<String> {
-    (!fields.is_empty()).then(|| format!("fields ignored (not part of the format): {}", fields.join(", ")))
+    (!fields.is_empty()).then(|| {
+        format!(
+            "fields ignored (not part of the format): {}",
+            fields.join(", ")
+        )
+    })
 }
 
 fn inspect_device(bytes: &[u8]) -> InspectReport {
@@ -275,7 +283,9 @@ fn inspect_device(bytes: &[u8]) -> InspectReport {
             format: Some(
                 match d.format {
                     device::DeviceCheckpointFormat::V2 => "v2",
-                    device::DeviceCheckpointFormat::V1Legacy => "v1 (pre-1.20; devices shown on NUMA node 0)",
+                    device::DeviceCheckpointFormat::V1Legacy => {
+                        "v1 (pre-1.20; devices shown on NUMA node 0)"
+                    }
                 }
                 .into(),
             ),
@@ -318,7 +328,11 @@ fn dra_body(cp: &dra::DraCheckpoint) -> InspectBody {
                     .flatten()
                     .flat_map(|(driver, st)| {
                         st.devices.iter().flatten().map(move |d| {
-                            let share = d.share_id.as_ref().map(|s| format!(" (share {s})")).unwrap_or_default();
+                            let share = d
+                                .share_id
+                                .as_ref()
+                                .map(|s| format!(" (share {s})"))
+                                .unwrap_or_default();
                             format!("{driver}: {}/{}{share}", d.pool_name, d.device_name)
                         })
                     })
@@ -332,7 +346,10 @@ fn inspect_dra(bytes: &[u8]) -> InspectReport {
     let describe = |cp: &dra::DraCheckpoint| {
         let mut warnings: Vec<String> = unknown_warning(&cp.unknown_fields).into_iter().collect();
         if cp.api_version != dra::DRA_CHECKPOINT_API_VERSION {
-            warnings.push(format!("unexpected apiVersion {:?} (the kubelet does not check it)", cp.api_version));
+            warnings.push(format!(
+                "unexpected apiVersion {:?} (the kubelet does not check it)",
+                cp.api_version
+            ));
         }
         (
             format!(
@@ -411,13 +428,18 @@ fn cpu_body(cp: &cpu::CpuCheckpoint) -> InspectBody {
 fn inspect_cpu(bytes: &[u8]) -> InspectReport {
     match cpu::decode(bytes) {
         Ok(cp) => {
-            let mut warnings: Vec<String> = unknown_warning(&cp.unknown_fields).into_iter().collect();
+            let mut warnings: Vec<String> =
+                unknown_warning(&cp.unknown_fields).into_iter().collect();
             if cp.checksum_status == cpu::CpuChecksumStatus::NotPresent {
-                warnings.push("checksum is 0: accepted without verification, as the kubelet does".into());
+                warnings.push(
+                    "checksum is 0: accepted without verification, as the kubelet does".into(),
+                );
             }
             let mut check = |s: &str, what: String| {
                 if let Err(e) = crate::cpuset::CpuSet::parse(s) {
-                    warnings.push(format!("{what}: cpuset {s:?} does not parse ({e}); the kubelet refuses this file"));
+                    warnings.push(format!(
+                        "{what}: cpuset {s:?} does not parse ({e}); the kubelet refuses this file"
+                    ));
                 }
             };
             check(&cp.default_cpu_set, "defaultCpuSet".into());
@@ -471,7 +493,10 @@ fn describe_change(c: &Change) -> String {
             alloc_resp.len()
         ),
         Change::RemovePod { pod_uid } => format!("remove pod {pod_uid}"),
-        Change::SetRegistered { resource, device_ids } => {
+        Change::SetRegistered {
+            resource,
+            device_ids,
+        } => {
             format!("register {resource} [{}]", device_ids.join(" "))
         }
         Change::RemoveRegistered { resource } => format!("unregister {resource}"),
@@ -481,7 +506,11 @@ fn describe_change(c: &Change) -> String {
 fn numa_text(m: &BTreeMap<i64, Vec<String>>) -> String {
     m.iter()
         .map(|(numa, ids)| {
-            let node = if *numa < 0 { "-".to_string() } else { numa.to_string() };
+            let node = if *numa < 0 {
+                "-".to_string()
+            } else {
+                numa.to_string()
+            };
             format!("numa {node}: {}", ids.join(" "))
         })
         .collect::<Vec<_>>()
@@ -494,7 +523,9 @@ fn inspect_journal(bytes: &[u8]) -> InspectReport {
         Err(e) => {
             return InspectReport {
                 kind: CheckpointKind::DeviceletJournal,
-                format: journal::parse_header(bytes).ok().map(|h| format!("v{}", h.version)),
+                format: journal::parse_header(bytes)
+                    .ok()
+                    .map(|h| format!("v{}", h.version)),
                 valid: false,
                 checksum: None,
                 error: Some(e.to_string()),
@@ -517,10 +548,15 @@ fn inspect_journal(bytes: &[u8]) -> InspectReport {
                     }
                 }
             }
-            JournalRecord::CompactionStarted { seq, kubelet_checksum } => records.push(JournalRow {
+            JournalRecord::CompactionStarted {
+                seq,
+                kubelet_checksum,
+            } => records.push(JournalRow {
                 seq: *seq,
                 offset: *offset,
-                what: format!("compaction into kubelet checkpoint with checksum {kubelet_checksum}"),
+                what: format!(
+                    "compaction into kubelet checkpoint with checksum {kubelet_checksum}"
+                ),
             }),
         }
     }
@@ -615,7 +651,10 @@ pub fn render_table(report: &InspectReport) -> String {
     out.push('\n');
     match &report.body {
         None => {}
-        Some(InspectBody::DeviceManager { entries, registered }) => {
+        Some(InspectBody::DeviceManager {
+            entries,
+            registered,
+        }) => {
             let rows: Vec<Vec<String>> = entries
                 .iter()
                 .map(|e| {
@@ -628,7 +667,11 @@ pub fn render_table(report: &InspectReport) -> String {
                     ]
                 })
                 .collect();
-            table(&mut out, &["POD UID", "CONTAINER", "RESOURCE", "DEVICES", "RESP BYTES"], &rows);
+            table(
+                &mut out,
+                &["POD UID", "CONTAINER", "RESOURCE", "DEVICES", "RESP BYTES"],
+                &rows,
+            );
             out.push('\n');
             let rows: Vec<Vec<String>> = registered
                 .iter()
@@ -639,7 +682,14 @@ pub fn render_table(report: &InspectReport) -> String {
         Some(InspectBody::Dra { claims, .. }) => {
             let rows: Vec<Vec<String>> = claims
                 .iter()
-                .map(|c| vec![c.claim.clone(), c.claim_uid.clone(), c.pod_uids.join(" "), c.devices.join("; ")])
+                .map(|c| {
+                    vec![
+                        c.claim.clone(),
+                        c.claim_uid.clone(),
+                        c.pod_uids.join(" "),
+                        c.devices.join("; "),
+                    ]
+                })
                 .collect();
             table(&mut out, &["CLAIM", "UID", "PODS", "DEVICES"], &rows);
         }
@@ -648,20 +698,33 @@ pub fn render_table(report: &InspectReport) -> String {
             default_cpu_set,
             entries,
         }) => {
-            let _ = writeln!(out, "POLICY: {policy_name}   DEFAULT CPUSET: {default_cpu_set}\n");
+            let _ = writeln!(
+                out,
+                "POLICY: {policy_name}   DEFAULT CPUSET: {default_cpu_set}\n"
+            );
             let rows: Vec<Vec<String>> = entries
                 .iter()
                 .map(|e| vec![e.owner.clone(), e.container.clone(), e.cpuset.clone()])
                 .collect();
-            table(&mut out, &["POD UID / CONTAINER ID", "CONTAINER", "CPUSET"], &rows);
+            table(
+                &mut out,
+                &["POD UID / CONTAINER ID", "CONTAINER", "CPUSET"],
+                &rows,
+            );
         }
-        Some(InspectBody::Journal { header, records, .. }) => {
+        Some(InspectBody::Journal {
+            header, records, ..
+        }) => {
             let base = if header.base == journal::NO_BASE {
                 "none".to_string()
             } else {
                 header.base.to_string()
             };
-            let _ = writeln!(out, "BASE CHECKSUM: {base}   FIRST SEQ: {}\n", header.first_seq);
+            let _ = writeln!(
+                out,
+                "BASE CHECKSUM: {base}   FIRST SEQ: {}\n",
+                header.first_seq
+            );
             let rows: Vec<Vec<String>> = records
                 .iter()
                 .map(|r| vec![r.seq.to_string(), r.offset.to_string(), r.what.clone()])
@@ -707,21 +770,35 @@ mod tests {
         let r = inspect(bad.as_bytes(), None);
         assert!(!r.valid);
         let c = r.checksum.clone().expect("checksum report");
-        assert_eq!((c.stored, c.computed, c.ok), (Some(1_389_290_436), Some(1_389_290_435), false));
+        assert_eq!(
+            (c.stored, c.computed, c.ok),
+            (Some(1_389_290_436), Some(1_389_290_435), false)
+        );
         let text = render_table(&r);
         assert!(text.contains("MISMATCH"), "{text}");
         assert!(text.contains("NOT verified"));
-        assert!(text.contains("numa -: gpu-9; numa 0: gpu-0 gpu-1"), "{text}");
+        assert!(
+            text.contains("numa -: gpu-9; numa 0: gpu-0 gpu-1"),
+            "{text}"
+        );
         let json = serde_json::to_value(&r).expect("serialises");
         assert_eq!(json["body"]["entries"][0]["resource"], "example.com/gpu");
     }
 
     #[test]
     fn garbage_with_a_file_name_hint_is_classified_and_explained() {
-        let r = inspect(b"\x00\x01garbage", Some("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"));
+        let r = inspect(
+            b"\x00\x01garbage",
+            Some("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"),
+        );
         assert_eq!(r.kind, CheckpointKind::DeviceManager);
         assert!(!r.valid);
-        assert!(r.error.as_deref().is_some_and(|e| e.contains("not valid JSON")), "{r:?}");
+        assert!(
+            r.error
+                .as_deref()
+                .is_some_and(|e| e.contains("not valid JSON")),
+            "{r:?}"
+        );
         let r = inspect(b"", None);
         assert_eq!(r.kind, CheckpointKind::Unknown);
         assert!(r.error.as_deref().is_some_and(|e| e.contains("empty")));

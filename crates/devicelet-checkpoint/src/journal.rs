@@ -149,7 +149,9 @@ pub enum JournalError {
         computed: u32,
     },
     /// Written by a newer (or unknown) devicelet.
-    #[error("journal format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "journal format version {found} is not supported (this build reads version {supported})"
+    )]
     UnknownVersion {
         /// Version in the file.
         found: u32,
@@ -296,20 +298,25 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedJournal, JournalError> {
             return Err(JournalError::CorruptRecord {
                 offset: pos as u64,
                 reason: if end == total {
-                    "payload checksum mismatch on the final record (content damaged, not torn)".into()
+                    "payload checksum mismatch on the final record (content damaged, not torn)"
+                        .into()
                 } else {
                     "payload checksum mismatch".into()
                 },
             });
         }
-        let record: JournalRecord = serde_json::from_slice(payload).map_err(|e| JournalError::CorruptRecord {
-            offset: pos as u64,
-            reason: format!("payload is not a journal record: {e}"),
-        })?;
+        let record: JournalRecord =
+            serde_json::from_slice(payload).map_err(|e| JournalError::CorruptRecord {
+                offset: pos as u64,
+                reason: format!("payload is not a journal record: {e}"),
+            })?;
         if record.seq() != expected_seq {
             return Err(JournalError::CorruptRecord {
                 offset: pos as u64,
-                reason: format!("sequence number {} where {expected_seq} was expected", record.seq()),
+                reason: format!(
+                    "sequence number {} where {expected_seq} was expected",
+                    record.seq()
+                ),
             });
         }
         expected_seq += 1;
@@ -342,7 +349,9 @@ pub fn change_summary(parsed: &ParsedJournal) -> BTreeMap<&'static str, u64> {
                     *out.entry(k).or_insert(0) += 1;
                 }
             }
-            JournalRecord::CompactionStarted { .. } => *out.entry("compaction_markers").or_insert(0) += 1,
+            JournalRecord::CompactionStarted { .. } => {
+                *out.entry("compaction_markers").or_insert(0) += 1
+            }
         }
     }
     out
@@ -404,13 +413,19 @@ mod tests {
     fn header_damage_and_unknown_versions_are_typed() {
         let bytes = sample(0);
         assert_eq!(parse(&[]), Err(JournalError::Empty));
-        assert!(matches!(parse(&bytes[..20]), Err(JournalError::TruncatedHeader { len: 20 })));
+        assert!(matches!(
+            parse(&bytes[..20]),
+            Err(JournalError::TruncatedHeader { len: 20 })
+        ));
         let mut bad = bytes.clone();
         bad[0] = b'X';
         assert!(matches!(parse(&bad), Err(JournalError::BadMagic { .. })));
         let mut flipped = bytes.clone();
         flipped[20] ^= 0xff;
-        assert!(matches!(parse(&flipped), Err(JournalError::HeaderChecksum { .. })));
+        assert!(matches!(
+            parse(&flipped),
+            Err(JournalError::HeaderChecksum { .. })
+        ));
         let newer = JournalHeader {
             version: 7,
             flags: 0,

@@ -33,16 +33,43 @@ pub fn byte_list<W: Write>(w: &mut W, bytes: Option<&[u8]>) -> fmt::Result {
     match bytes {
         None => w.write_str("<nil>"),
         Some(items) => {
-            w.write_char('[')?;
+            // Rendered in chunks through a stack buffer: this runs once per byte of every cached
+            // Allocate response, so it dominates checksum time for large checkpoints.
+            let mut buf = [0u8; 1024];
+            let mut len = 0;
+            buf[len] = b'[';
+            len += 1;
             for (i, b) in items.iter().enumerate() {
-                if i > 0 {
-                    w.write_char(' ')?;
+                if len > buf.len() - 5 {
+                    w.write_str(ascii(&buf[..len]))?;
+                    len = 0;
                 }
-                write!(w, "{b}")?;
+                if i > 0 {
+                    buf[len] = b' ';
+                    len += 1;
+                }
+                let v = *b;
+                if v >= 100 {
+                    buf[len] = b'0' + v / 100;
+                    len += 1;
+                }
+                if v >= 10 {
+                    buf[len] = b'0' + (v / 10) % 10;
+                    len += 1;
+                }
+                buf[len] = b'0' + v % 10;
+                len += 1;
             }
-            w.write_char(']')
+            buf[len] = b']';
+            len += 1;
+            w.write_str(ascii(&buf[..len]))
         }
     }
+}
+
+fn ascii(bytes: &[u8]) -> &str {
+    // Only ASCII digits, spaces and brackets are ever written into the buffer.
+    std::str::from_utf8(bytes).unwrap_or_default()
 }
 
 /// Writes `map[` + entries + `]` for an already sorted iterator of entries, each rendered by

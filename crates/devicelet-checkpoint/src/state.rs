@@ -180,6 +180,33 @@ impl DeviceState {
         state
     }
 
+    /// Like [`DeviceState::from_checkpoint`], consuming the data (no copies).
+    pub fn from_checkpoint_owned(data: DeviceCheckpointData) -> Self {
+        let mut state = DeviceState::default();
+        for e in data.pod_device_entries.into_iter().flatten() {
+            let devices = ContainerDevices {
+                device_ids_by_numa: e
+                    .device_ids
+                    .into_iter()
+                    .flatten()
+                    .map(|(numa, ids)| (numa, ids.unwrap_or_default()))
+                    .collect(),
+                alloc_resp: e.alloc_resp.unwrap_or_default(),
+            };
+            state
+                .pods
+                .entry(e.pod_uid)
+                .or_default()
+                .entry(e.container_name)
+                .or_default()
+                .insert(e.resource_name, devices);
+        }
+        for (res, ids) in data.registered_devices.into_iter().flatten() {
+            state.registered.insert(res, ids.unwrap_or_default());
+        }
+        state
+    }
+
     /// The kubelet checkpoint for this state. Like the kubelet, no entries is written as `null`
     /// and the registered map is always an object.
     pub fn to_checkpoint(&self) -> DeviceCheckpointData {
@@ -204,7 +231,11 @@ impl DeviceState {
             }
         }
         DeviceCheckpointData {
-            pod_device_entries: if entries.is_empty() { None } else { Some(entries) },
+            pod_device_entries: if entries.is_empty() {
+                None
+            } else {
+                Some(entries)
+            },
             registered_devices: Some(
                 self.registered
                     .iter()

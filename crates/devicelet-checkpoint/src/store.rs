@@ -43,10 +43,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_write::{self, sync_dir, write_file_atomic, AtomicWriteError};
-use crate::device::{self, DeviceCheckpointFormat, DEVICE_CHECKPOINT_FILE};
+use crate::atomic_write::{self, AtomicWriteError, sync_dir, write_file_atomic};
+use crate::device::{self, DEVICE_CHECKPOINT_FILE, DeviceCheckpointFormat};
 use crate::error::DecodeError;
-use crate::journal::{self, encode_record, JournalError, JournalHeader, JournalRecord, TornTail};
+use crate::journal::{self, JournalError, JournalHeader, JournalRecord, TornTail, encode_record};
 use crate::state::{Change, DeviceState};
 
 /// File name of the journal in devicelet's directory (`R/devicelet/`).
@@ -161,7 +161,9 @@ pub enum StoreError {
         cause: Corruption,
     },
     /// An earlier open found damage; an operator must run recovery.
-    #[error("device state is quarantined ({marker}): {detail}; run `devicelet state recover` after checking the files")]
+    #[error(
+        "device state is quarantined ({marker}): {detail}; run `devicelet state recover` after checking the files"
+    )]
     Quarantined {
         /// The marker file.
         marker: PathBuf,
@@ -169,7 +171,9 @@ pub enum StoreError {
         detail: String,
     },
     /// The journal was written by a newer devicelet.
-    #[error("{file}: journal format version {found} is not supported by this build (reads {supported}); device ownership is unknown")]
+    #[error(
+        "{file}: journal format version {found} is not supported by this build (reads {supported}); device ownership is unknown"
+    )]
     UnknownJournalVersion {
         /// The journal.
         file: PathBuf,
@@ -198,7 +202,9 @@ impl StoreError {
     pub fn ownership_unknown(&self) -> bool {
         matches!(
             self,
-            StoreError::Corrupt { .. } | StoreError::Quarantined { .. } | StoreError::UnknownJournalVersion { .. }
+            StoreError::Corrupt { .. }
+                | StoreError::Quarantined { .. }
+                | StoreError::UnknownJournalVersion { .. }
         )
     }
 
@@ -206,7 +212,8 @@ impl StoreError {
     pub fn is_disk_full(&self) -> bool {
         match self {
             StoreError::Io { source, .. } => {
-                source.kind() == io::ErrorKind::StorageFull || source.kind() == io::ErrorKind::QuotaExceeded
+                source.kind() == io::ErrorKind::StorageFull
+                    || source.kind() == io::ErrorKind::QuotaExceeded
             }
             _ => false,
         }
@@ -216,10 +223,14 @@ impl StoreError {
 fn from_atomic(context: &str, e: AtomicWriteError) -> StoreError {
     let text = e.to_string();
     match e {
-        AtomicWriteError::InvalidPath(_) => StoreError::io(context, io::Error::new(io::ErrorKind::InvalidInput, text)),
+        AtomicWriteError::InvalidPath(_) => {
+            StoreError::io(context, io::Error::new(io::ErrorKind::InvalidInput, text))
+        }
         AtomicWriteError::WriteTemp { source, .. }
         | AtomicWriteError::Rename { source, .. }
-        | AtomicWriteError::SyncDirectory { source, .. } => StoreError::io(format!("{context}: {text}"), source),
+        | AtomicWriteError::SyncDirectory { source, .. } => {
+            StoreError::io(format!("{context}: {text}"), source)
+        }
     }
 }
 
@@ -340,25 +351,39 @@ pub struct DeviceStore {
 
 impl std::fmt::Debug for DeviceStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceStore").field("paths", &self.shared.paths).finish()
+        f.debug_struct("DeviceStore")
+            .field("paths", &self.shared.paths)
+            .finish()
     }
 }
 
 impl DeviceStore {
     /// Opens (recovers) the store with default options: loads the kubelet file from
     /// `kubelet_dir`, replays the journal in `journal_dir`.
-    pub fn open(kubelet_dir: &Path, journal_dir: &Path) -> Result<(DeviceStore, RecoveredState), StoreError> {
-        Self::open_with(StorePaths::new(kubelet_dir, journal_dir), StoreOptions::default())
+    pub fn open(
+        kubelet_dir: &Path,
+        journal_dir: &Path,
+    ) -> Result<(DeviceStore, RecoveredState), StoreError> {
+        Self::open_with(
+            StorePaths::new(kubelet_dir, journal_dir),
+            StoreOptions::default(),
+        )
     }
 
     /// Opens with explicit paths and options.
-    pub fn open_with(paths: StorePaths, options: StoreOptions) -> Result<(DeviceStore, RecoveredState), StoreError> {
+    pub fn open_with(
+        paths: StorePaths,
+        options: StoreOptions,
+    ) -> Result<(DeviceStore, RecoveredState), StoreError> {
         let started = Instant::now();
         for dir in [paths.kubelet_dir(), paths.journal_dir()] {
-            fs::create_dir_all(dir).map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+            fs::create_dir_all(dir)
+                .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
         }
-        if let Some(marker) = atomic_write::read_if_exists(&paths.quarantine_marker)
-            .map_err(|e| StoreError::io(format!("reading {}", paths.quarantine_marker.display()), e))?
+        if let Some(marker) =
+            atomic_write::read_if_exists(&paths.quarantine_marker).map_err(|e| {
+                StoreError::io(format!("reading {}", paths.quarantine_marker.display()), e)
+            })?
         {
             return Err(StoreError::Quarantined {
                 marker: paths.quarantine_marker.clone(),
@@ -370,27 +395,43 @@ impl DeviceStore {
         let (mut state, file_checksum, kubelet_origin) = match read_regular(&paths.kubelet_file)? {
             FileRead::Missing => (DeviceState::default(), None, KubeletFileOrigin::Missing),
             FileRead::NotRegular(kind) => {
-                return Err(quarantine(&paths, &paths.kubelet_file, Corruption::NotARegularFile(kind)));
+                return Err(quarantine(
+                    &paths,
+                    &paths.kubelet_file,
+                    Corruption::NotARegularFile(kind),
+                ));
             }
             FileRead::Bytes(bytes) => match device::decode(&bytes) {
                 Ok(decoded) => {
-                    let state = DeviceState::from_checkpoint(&decoded.data);
                     let origin = KubeletFileOrigin::Loaded {
                         format: decoded.format,
                         checksum: decoded.checksum,
                         entries: decoded.data.pod_device_entries.as_ref().map_or(0, Vec::len),
                     };
+                    let state = DeviceState::from_checkpoint_owned(decoded.data);
                     (state, Some(decoded.checksum), origin)
                 }
-                Err(e) => return Err(quarantine(&paths, &paths.kubelet_file, Corruption::Checkpoint(e))),
+                Err(e) => {
+                    return Err(quarantine(
+                        &paths,
+                        &paths.kubelet_file,
+                        Corruption::Checkpoint(e),
+                    ));
+                }
             },
         };
         let base_now = file_checksum.map_or(journal::NO_BASE, u64::from);
 
         // 2. The journal.
-        let (writer, journal_created, records_replayed, torn_tail) = match read_regular(&paths.journal)? {
+        let (writer, journal_created, records_replayed, torn_tail) = match read_regular(
+            &paths.journal,
+        )? {
             FileRead::NotRegular(kind) => {
-                return Err(quarantine(&paths, &paths.journal, Corruption::NotARegularFile(kind)));
+                return Err(quarantine(
+                    &paths,
+                    &paths.journal,
+                    Corruption::NotARegularFile(kind),
+                ));
             }
             FileRead::Missing => {
                 let writer = create_journal(&paths, base_now, 1, &[])?;
@@ -406,23 +447,32 @@ impl DeviceStore {
                             supported,
                         });
                     }
-                    Err(e) => return Err(quarantine(&paths, &paths.journal, Corruption::Journal(e))),
+                    Err(e) => {
+                        return Err(quarantine(&paths, &paths.journal, Corruption::Journal(e)));
+                    }
                 };
                 // Find where the kubelet file's content sits in the journal: the header's base, or
                 // the last compaction marker with the same checksum.
                 let mut start: Option<usize> = (parsed.header.base == base_now).then_some(0);
                 for (i, (_, _, rec)) in parsed.records.iter().enumerate() {
-                    if let JournalRecord::CompactionStarted { kubelet_checksum, .. } = rec {
-                        if *kubelet_checksum == base_now {
-                            start = Some(i + 1);
-                        }
+                    if matches!(rec, JournalRecord::CompactionStarted { kubelet_checksum, .. } if *kubelet_checksum == base_now)
+                    {
+                        start = Some(i + 1);
                     }
                 }
                 let Some(start) = start else {
-                    let describe = |v: u64| if v == journal::NO_BASE { "none".to_string() } else { v.to_string() };
+                    let describe = |v: u64| {
+                        if v == journal::NO_BASE {
+                            "none".to_string()
+                        } else {
+                            v.to_string()
+                        }
+                    };
                     let mut bases = vec![describe(parsed.header.base)];
                     bases.extend(parsed.records.iter().filter_map(|(_, _, r)| match r {
-                        JournalRecord::CompactionStarted { kubelet_checksum, .. } => Some(describe(*kubelet_checksum)),
+                        JournalRecord::CompactionStarted {
+                            kubelet_checksum, ..
+                        } => Some(describe(*kubelet_checksum)),
                         JournalRecord::Batch { .. } => None,
                     }));
                     return Err(quarantine(
@@ -443,14 +493,20 @@ impl DeviceStore {
                         replayed += 1;
                     }
                 }
-                let file = atomic_write::open_append(&paths.journal)
-                    .map_err(|e| StoreError::io(format!("opening {}", paths.journal.display()), e))?;
+                let file = atomic_write::open_append(&paths.journal).map_err(|e| {
+                    StoreError::io(format!("opening {}", paths.journal.display()), e)
+                })?;
                 if parsed.torn_tail.is_some() {
                     // The torn record was never acknowledged; drop it so appends continue from a
                     // clean record boundary.
                     file.set_len(parsed.valid_len)
                         .and_then(|()| file.sync_all())
-                        .map_err(|e| StoreError::io(format!("truncating torn tail of {}", paths.journal.display()), e))?;
+                        .map_err(|e| {
+                            StoreError::io(
+                                format!("truncating torn tail of {}", paths.journal.display()),
+                                e,
+                            )
+                        })?;
                     tracing::warn!(
                         journal = %paths.journal.display(),
                         offset = parsed.valid_len,
@@ -458,7 +514,10 @@ impl DeviceStore {
                     );
                 }
                 let uncompacted_bytes = parsed.valid_len.saturating_sub(
-                    parsed.records.get(start).map_or(parsed.valid_len, |(off, _, _)| *off),
+                    parsed
+                        .records
+                        .get(start)
+                        .map_or(parsed.valid_len, |(off, _, _)| *off),
                 );
                 let writer = JournalWriter {
                     file,
@@ -553,7 +612,11 @@ impl DeviceStore {
 
     /// A copy of the current (durable) state.
     pub fn snapshot(&self) -> DeviceState {
-        self.shared.state.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared
+            .state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Runs `f` on the current state without copying it.
@@ -708,7 +771,11 @@ impl Shared {
             if w.uncompacted_records == 0 {
                 return Ok(false);
             }
-            let data = self.state.read().unwrap_or_else(|p| p.into_inner()).to_checkpoint();
+            let data = self
+                .state
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .to_checkpoint();
             let sum = device::checksum(&data);
             let marker = JournalRecord::CompactionStarted {
                 seq: w.next_seq,
@@ -719,9 +786,14 @@ impl Shared {
             if let Err(e) = w.file.write_all(&bytes).and_then(|()| w.file.sync_data()) {
                 let good = w.len;
                 if let Err(e2) = w.file.set_len(good).and_then(|()| w.file.sync_all()) {
-                    w.poisoned = Some(format!("marker append failed ({e}) and truncating back failed ({e2})"));
+                    w.poisoned = Some(format!(
+                        "marker append failed ({e}) and truncating back failed ({e2})"
+                    ));
                 }
-                return Err(StoreError::io(format!("appending to {}", self.paths.journal.display()), e));
+                return Err(StoreError::io(
+                    format!("appending to {}", self.paths.journal.display()),
+                    e,
+                ));
             }
             let marker_seq = w.next_seq;
             w.len += bytes.len() as u64;
@@ -731,7 +803,8 @@ impl Shared {
 
         // Phase 2 (no locks): write the kubelet file.
         let bytes = device::encode(&data);
-        write_file_atomic(&self.paths.kubelet_file, &bytes).map_err(|e| from_atomic("writing the kubelet checkpoint", e))?;
+        write_file_atomic(&self.paths.kubelet_file, &bytes)
+            .map_err(|e| from_atomic("writing the kubelet checkpoint", e))?;
 
         // Phase 3 (journal locked): start a new journal holding only what came after the marker.
         let mut w = lock(&self.writer);
@@ -766,7 +839,9 @@ fn compactor_loop(shared: &Shared) {
                 if due {
                     break;
                 }
-                let timeout = wait.unwrap_or(shared.options.max_lag).max(Duration::from_millis(1));
+                let timeout = wait
+                    .unwrap_or(shared.options.max_lag)
+                    .max(Duration::from_millis(1));
                 ctl = shared
                     .control_cv
                     .wait_timeout(ctl, timeout)
@@ -787,7 +862,12 @@ fn compactor_loop(shared: &Shared) {
 
 /// Writes a fresh journal (header + `tail` records) via temp file + rename, fsyncs the directory,
 /// and returns a writer positioned at its end.
-fn create_journal(paths: &StorePaths, base: u64, first_seq: u64, tail: &[u8]) -> Result<JournalWriter, StoreError> {
+fn create_journal(
+    paths: &StorePaths,
+    base: u64,
+    first_seq: u64,
+    tail: &[u8],
+) -> Result<JournalWriter, StoreError> {
     let header = JournalHeader {
         version: journal::JOURNAL_VERSION,
         flags: 0,
@@ -797,7 +877,8 @@ fn create_journal(paths: &StorePaths, base: u64, first_seq: u64, tail: &[u8]) ->
     let mut bytes = Vec::with_capacity(journal::HEADER_LEN + tail.len());
     bytes.extend_from_slice(&header.encode());
     bytes.extend_from_slice(tail);
-    write_file_atomic(&paths.journal, &bytes).map_err(|e| from_atomic("creating the device journal", e))?;
+    write_file_atomic(&paths.journal, &bytes)
+        .map_err(|e| from_atomic("creating the device journal", e))?;
     let file = atomic_write::open_append(&paths.journal)
         .map_err(|e| StoreError::io(format!("opening {}", paths.journal.display()), e))?;
     Ok(JournalWriter {
@@ -878,7 +959,11 @@ fn move_aside(path: &Path, tag: &str) -> io::Result<PathBuf> {
     }
     fs::rename(path, &candidate)?;
     if let Some(dir) = path.parent() {
-        sync_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?;
+        sync_dir(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })?;
     }
     Ok(candidate)
 }
@@ -948,7 +1033,8 @@ pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverRepor
     let mut imported_entries = None;
     let aside = |p: &Path, moved: &mut Vec<(PathBuf, PathBuf)>| -> Result<(), StoreError> {
         if fs::symlink_metadata(p).is_ok() {
-            let to = move_aside(p, "replaced").map_err(|e| StoreError::io(format!("moving {} aside", p.display()), e))?;
+            let to = move_aside(p, "replaced")
+                .map_err(|e| StoreError::io(format!("moving {} aside", p.display()), e))?;
             moved.push((p.to_path_buf(), to));
         }
         Ok(())
@@ -974,7 +1060,8 @@ pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverRepor
                         moved_to: None,
                         cause: Corruption::Checkpoint(e),
                     })?;
-                    imported_entries = Some(decoded.data.pod_device_entries.as_ref().map_or(0, Vec::len));
+                    imported_entries =
+                        Some(decoded.data.pod_device_entries.as_ref().map_or(0, Vec::len));
                 }
             }
             aside(&paths.journal, &mut moved)?;
@@ -983,10 +1070,16 @@ pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverRepor
     let cleared_quarantine = match fs::remove_file(&paths.quarantine_marker) {
         Ok(()) => true,
         Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-        Err(e) => return Err(StoreError::io(format!("removing {}", paths.quarantine_marker.display()), e)),
+        Err(e) => {
+            return Err(StoreError::io(
+                format!("removing {}", paths.quarantine_marker.display()),
+                e,
+            ));
+        }
     };
     if cleared_quarantine {
-        sync_dir(paths.journal_dir()).map_err(|e| StoreError::io("fsync of the journal directory", e))?;
+        sync_dir(paths.journal_dir())
+            .map_err(|e| StoreError::io("fsync of the journal directory", e))?;
     }
     tracing::warn!(?action, moved = ?moved, "device state recovered by operator");
     Ok(RecoverReport {
@@ -1007,6 +1100,9 @@ mod tests {
             utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_795_305_600 + 3_723)),
             "20261122T010203Z"
         );
-        assert_eq!(utc_timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400)), "20000229T000000Z");
+        assert_eq!(
+            utc_timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "20000229T000000Z"
+        );
     }
 }

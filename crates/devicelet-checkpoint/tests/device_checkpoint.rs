@@ -7,10 +7,11 @@
 //! vendors) configured as `k8s.io/utils/dump.ForHash`, and prints `json.Marshal` of the result
 //! (Go 1.26.8). The program is not committed.
 
-use devicelet_checkpoint::device::{
-    self, checksum, decode, decode_strict, encode, spew_text, DeviceCheckpointData, DeviceCheckpointFormat,
-};
 use devicelet_checkpoint::DecodeError;
+use devicelet_checkpoint::device::{
+    self, DeviceCheckpointData, DeviceCheckpointFormat, checksum, decode, decode_strict, encode,
+    spew_text,
+};
 
 const PREFIX: &str = "(checkpoint.checkpointData){PodDeviceEntries:([]checkpoint.PodDevicesEntry)";
 
@@ -81,11 +82,26 @@ fn s3_6_all_seven_vectors_verify_hash_text_checksum_and_reencode_byte_identicall
             .unwrap_or_else(|e| panic!("vector {}: decode failed: {e}", i + 1));
         assert_eq!(decoded.format, DeviceCheckpointFormat::V2);
         let expected_text = v.text.replacen('…', PREFIX, 1);
-        assert_eq!(spew_text(&decoded.data), expected_text, "vector {} hash text", i + 1);
-        assert_eq!(checksum(&decoded.data), v.checksum, "vector {} checksum", i + 1);
+        assert_eq!(
+            spew_text(&decoded.data),
+            expected_text,
+            "vector {} hash text",
+            i + 1
+        );
+        assert_eq!(
+            checksum(&decoded.data),
+            v.checksum,
+            "vector {} checksum",
+            i + 1
+        );
         assert_eq!(decoded.checksum, v.checksum);
         let ours = encode(&decoded.data);
-        assert_eq!(String::from_utf8_lossy(&ours), v.go_json, "vector {} encoding", i + 1);
+        assert_eq!(
+            String::from_utf8_lossy(&ours),
+            v.go_json,
+            "vector {} encoding",
+            i + 1
+        );
     }
 }
 
@@ -111,7 +127,12 @@ fn s3_2_real_example_is_reproduced_byte_for_byte_from_typed_values() {
         registered_devices: Some(BTreeMap::from([
             (
                 "example.com/gpu".to_string(),
-                Some(vec!["gpu-0".into(), "gpu-1".into(), "gpu-2".into(), "gpu-9".into()]),
+                Some(vec![
+                    "gpu-0".into(),
+                    "gpu-1".into(),
+                    "gpu-2".into(),
+                    "gpu-9".into(),
+                ]),
             ),
             ("example.com/nic".to_string(), Some(vec!["nic-a".into()])),
         ])),
@@ -129,7 +150,10 @@ fn go_html_escaping_control_characters_and_sort_orders_match_go() {
     assert_eq!(spew_text(&decoded.data), go_text);
     assert_eq!(String::from_utf8_lossy(&encode(&decoded.data)), go_json);
     // And our own output decodes back to the same data.
-    assert_eq!(decode(go_json.as_bytes()).expect("round trip").data, decoded.data);
+    assert_eq!(
+        decode(go_json.as_bytes()).expect("round trip").data,
+        decoded.data
+    );
 }
 
 #[test]
@@ -140,26 +164,47 @@ fn legacy_pre_1_20_layout_is_verified_with_its_own_checksum_and_moved_to_numa_0(
     assert_eq!(decoded.format, DeviceCheckpointFormat::V1Legacy);
     let entries = decoded.data.pod_device_entries.expect("entries");
     assert_eq!(
-        entries[0].device_ids.as_ref().and_then(|m| m.get(&0)).cloned(),
+        entries[0]
+            .device_ids
+            .as_ref()
+            .and_then(|m| m.get(&0))
+            .cloned(),
         Some(Some(vec!["d1".to_string(), "d2".to_string()]))
     );
     assert_eq!(entries[0].alloc_resp.as_deref(), Some(&[10u8, 0][..]));
     // With a wrong checksum the legacy file is refused, reporting the v2 shape problem.
     let bad = file.replace("712602274", "712602275");
-    assert!(matches!(decode(bad.as_bytes()), Err(DecodeError::WrongShape { .. })));
+    assert!(matches!(
+        decode(bad.as_bytes()),
+        Err(DecodeError::WrongShape { .. })
+    ));
 }
 
 #[test]
 fn decode_errors_say_which_failure_it_is() {
     assert_eq!(decode(b""), Err(DecodeError::Empty));
     let full = VECTORS[2].go_json.as_bytes();
-    assert!(matches!(decode(&full[..full.len() / 2]), Err(DecodeError::Truncated { .. })));
-    assert!(matches!(decode(b"not json"), Err(DecodeError::NotJson { .. })));
-    assert!(matches!(decode(b"{\"Data\":{}} trailing"), Err(DecodeError::NotJson { .. })));
-    assert!(matches!(decode(b"[1,2]"), Err(DecodeError::WrongShape { .. })));
+    assert!(matches!(
+        decode(&full[..full.len() / 2]),
+        Err(DecodeError::Truncated { .. })
+    ));
+    assert!(matches!(
+        decode(b"not json"),
+        Err(DecodeError::NotJson { .. })
+    ));
+    assert!(matches!(
+        decode(b"{\"Data\":{}} trailing"),
+        Err(DecodeError::NotJson { .. })
+    ));
+    assert!(matches!(
+        decode(b"[1,2]"),
+        Err(DecodeError::WrongShape { .. })
+    ));
     let wrong_sum = file_with(VECTORS[2].data, 1);
     match decode(&wrong_sum) {
-        Err(DecodeError::ChecksumMismatch { stored, computed, .. }) => {
+        Err(DecodeError::ChecksumMismatch {
+            stored, computed, ..
+        }) => {
             assert_eq!(stored, 1);
             assert_eq!(computed, 1_389_290_435);
         }
@@ -169,14 +214,20 @@ fn decode_errors_say_which_failure_it_is() {
     let mut flipped = full.to_vec();
     let pos = VECTORS[2].go_json.find("gpu-9").expect("present") + 4;
     flipped[pos] = b'8';
-    assert!(matches!(decode(&flipped), Err(DecodeError::ChecksumMismatch { .. })));
+    assert!(matches!(
+        decode(&flipped),
+        Err(DecodeError::ChecksumMismatch { .. })
+    ));
 }
 
 #[test]
 fn unknown_fields_are_ignored_like_the_kubelet_but_refused_when_strict() {
     let file = r#"{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{},"Extra":1},"Checksum":3467439661,"Version":2}"#;
     let lenient = decode(file.as_bytes()).expect("kubelet ignores unknown keys");
-    assert_eq!(lenient.unknown_fields, vec!["Data.Extra".to_string(), "Version".to_string()]);
+    assert_eq!(
+        lenient.unknown_fields,
+        vec!["Data.Extra".to_string(), "Version".to_string()]
+    );
     match decode_strict(file.as_bytes()) {
         Err(DecodeError::UnknownFields { fields, .. }) => assert_eq!(fields.len(), 2),
         other => panic!("expected unknown fields, got {other:?}"),
@@ -191,5 +242,8 @@ fn missing_checksum_field_reads_as_zero_and_fails_verification() {
         Err(DecodeError::ChecksumMismatch { stored: 0, .. })
     ));
     // `device::DEVICE_CHECKPOINT_FILE` is the name the kubelet uses.
-    assert_eq!(device::DEVICE_CHECKPOINT_FILE, "kubelet_internal_checkpoint");
+    assert_eq!(
+        device::DEVICE_CHECKPOINT_FILE,
+        "kubelet_internal_checkpoint"
+    );
 }

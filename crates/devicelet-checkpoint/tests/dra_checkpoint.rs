@@ -6,16 +6,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use devicelet_checkpoint::DecodeError;
 use devicelet_checkpoint::dra::{self, ClaimInfoState, DraDevice, DraLayout, DriverState};
 use devicelet_checkpoint::hash::crc32_ieee;
-use devicelet_checkpoint::DecodeError;
 
 fn example(share_id: Option<&str>) -> ClaimInfoState {
     ClaimInfoState {
         claim_uid: "067798be-454e-4be4-9047-1aa06aea63f7".into(),
         claim_name: "example".into(),
         namespace: "default".into(),
-        pod_uids: Some(BTreeSet::from(["139cdb46-f989-4f17-9561-ca10cfb509a6".to_string()])),
+        pod_uids: Some(BTreeSet::from([
+            "139cdb46-f989-4f17-9561-ca10cfb509a6".to_string()
+        ])),
         driver_state: Some(BTreeMap::from([(
             "test-driver.cdi.k8s.io".to_string(),
             DriverState {
@@ -35,7 +37,10 @@ fn example(share_id: Option<&str>) -> ClaimInfoState {
 fn spec_3_1_vectors_reproduce_the_checksums() {
     let cases: [(Option<Vec<ClaimInfoState>>, u32); 4] = [
         (Some(vec![example(None)]), 2_570_581_864),
-        (Some(vec![example(Some("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"))]), 736_302_156),
+        (
+            Some(vec![example(Some("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"))]),
+            736_302_156,
+        ),
         (None, 4_010_664_294),
         (Some(vec![]), 2_361_995_144),
     ];
@@ -94,9 +99,20 @@ fn upstream_fixtures_of_older_layouts_verify() {
     assert_eq!(dev2.share_id, None);
 
     // Upstream's "incorrect-checksum" fixture.
-    let corrupted = no_share_id.replace("ClaimInfoStateList", "Entries").replace("1582256999", "2930258365");
-    assert!(matches!(dra::decode(corrupted.as_bytes()), Err(DecodeError::ChecksumMismatch { algorithm: "crc32-ieee", .. })));
-    assert!(matches!(dra::decode(b"{"), Err(DecodeError::Truncated { .. })));
+    let corrupted = no_share_id
+        .replace("ClaimInfoStateList", "Entries")
+        .replace("1582256999", "2930258365");
+    assert!(matches!(
+        dra::decode(corrupted.as_bytes()),
+        Err(DecodeError::ChecksumMismatch {
+            algorithm: "crc32-ieee",
+            ..
+        })
+    ));
+    assert!(matches!(
+        dra::decode(b"{"),
+        Err(DecodeError::Truncated { .. })
+    ));
 }
 
 #[test]

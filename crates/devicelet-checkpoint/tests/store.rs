@@ -5,13 +5,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use devicelet_checkpoint::DecodeError;
 use devicelet_checkpoint::device;
-use devicelet_checkpoint::journal::{self, encode_record, JournalRecord};
+use devicelet_checkpoint::journal::{self, JournalRecord, encode_record};
 use devicelet_checkpoint::state::{Change, DeviceState};
 use devicelet_checkpoint::store::{
-    recover, Corruption, DeviceStore, KubeletFileOrigin, RecoverAction, StoreError, StoreOptions, StorePaths,
+    Corruption, DeviceStore, KubeletFileOrigin, RecoverAction, StoreError, StoreOptions,
+    StorePaths, recover,
 };
-use devicelet_checkpoint::DecodeError;
 
 struct Root {
     _dir: tempfile::TempDir,
@@ -33,7 +34,9 @@ impl Root {
     fn paths(&self) -> StorePaths {
         StorePaths::new(&self.kubelet_dir, &self.journal_dir)
     }
-    fn open(&self) -> Result<(DeviceStore, devicelet_checkpoint::store::RecoveredState), StoreError> {
+    fn open(
+        &self,
+    ) -> Result<(DeviceStore, devicelet_checkpoint::store::RecoveredState), StoreError> {
         DeviceStore::open_with(self.paths(), manual())
     }
 }
@@ -82,7 +85,9 @@ fn committed_changes_survive_reopen_and_close_writes_a_kubelet_readable_file() {
         },
         add("pod-a", "c1", &["gpu-0"]),
         add("pod-b", "c1", &["gpu-1"]),
-        Change::RemovePod { pod_uid: "pod-a".into() },
+        Change::RemovePod {
+            pod_uid: "pod-a".into(),
+        },
     ];
     {
         let (store, recovered) = root.open().expect("fresh open");
@@ -102,14 +107,18 @@ fn committed_changes_survive_reopen_and_close_writes_a_kubelet_readable_file() {
 
     let bytes = fs::read(root.paths().kubelet_file).expect("kubelet file exists");
     let decoded = device::decode(&bytes).expect("the kubelet file verifies");
-    assert_eq!(DeviceState::from_checkpoint(&decoded.data), state_after(&changes));
+    assert_eq!(
+        DeviceState::from_checkpoint(&decoded.data),
+        state_after(&changes)
+    );
     let (_store, recovered) = root.open().expect("reopen after compaction");
     assert_eq!(recovered.records_replayed, 0);
     assert_eq!(recovered.state, state_after(&changes));
 }
 
 #[test]
-fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_the_acknowledged_prefix() {
+fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_the_acknowledged_prefix()
+ {
     let root = Root::new();
     let acknowledged = vec![add("pod-a", "c", &["gpu-0"]), add("pod-b", "c", &["gpu-1"])];
     let in_flight = add("pod-c", "c", &["gpu-2"]);
@@ -119,14 +128,20 @@ fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_th
             store.commit(std::slice::from_ref(c)).expect("commit");
         }
         let before = fs::read(&root.paths().journal).expect("journal");
-        store.commit(std::slice::from_ref(&in_flight)).expect("commit");
+        store
+            .commit(std::slice::from_ref(&in_flight))
+            .expect("commit");
         (before, fs::read(&root.paths().journal).expect("journal"))
     };
     assert!(full.len() > before.len());
     for cut in before.len()..full.len() {
         fs::write(root.paths().journal, &full[..cut]).expect("write truncated journal");
         let (store, recovered) = root.open().unwrap_or_else(|e| panic!("cut {cut}: {e}"));
-        assert_eq!(recovered.state, state_after(&acknowledged), "cut at byte {cut}");
+        assert_eq!(
+            recovered.state,
+            state_after(&acknowledged),
+            "cut at byte {cut}"
+        );
         assert_eq!(recovered.torn_tail.is_some(), cut > before.len());
         drop(store);
         // The torn tail was cut off, so the next append starts on a record boundary.
@@ -134,7 +149,10 @@ fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_th
     }
     fs::write(root.paths().journal, &full).expect("restore");
     let (_s, recovered) = root.open().expect("open full");
-    assert_eq!(recovered.state, state_after(&[acknowledged, vec![in_flight]].concat()));
+    assert_eq!(
+        recovered.state,
+        state_after(&[acknowledged, vec![in_flight]].concat())
+    );
 }
 
 #[test]
@@ -142,8 +160,12 @@ fn a_flipped_byte_in_the_journal_quarantines_it_and_recovery_needs_the_operator(
     let root = Root::new();
     {
         let (store, _) = root.open().expect("open");
-        store.commit(&[add("pod-a", "c", &["gpu-0"])]).expect("commit");
-        store.commit(&[add("pod-b", "c", &["gpu-1"])]).expect("commit");
+        store
+            .commit(&[add("pod-a", "c", &["gpu-0"])])
+            .expect("commit");
+        store
+            .commit(&[add("pod-b", "c", &["gpu-1"])])
+            .expect("commit");
     }
     let mut bytes = fs::read(root.paths().journal).expect("journal");
     let mid = journal::HEADER_LEN + 20;
@@ -152,13 +174,32 @@ fn a_flipped_byte_in_the_journal_quarantines_it_and_recovery_needs_the_operator(
 
     let err = root.open().expect_err("damaged journal is refused");
     assert!(err.ownership_unknown(), "{err}");
-    let StoreError::Corrupt { moved_to, cause, .. } = &err else {
+    let StoreError::Corrupt {
+        moved_to, cause, ..
+    } = &err
+    else {
         panic!("expected Corrupt, got {err}");
     };
-    assert!(matches!(cause, Corruption::Journal(journal::JournalError::CorruptRecord { .. })), "{cause}");
+    assert!(
+        matches!(
+            cause,
+            Corruption::Journal(journal::JournalError::CorruptRecord { .. })
+        ),
+        "{cause}"
+    );
     let moved = moved_to.clone().expect("moved aside");
-    assert_eq!(fs::read(&moved).expect("evidence kept"), bytes, "evidence is kept byte for byte");
-    assert!(moved.file_name().expect("name").to_string_lossy().contains(".corrupt-"));
+    assert_eq!(
+        fs::read(&moved).expect("evidence kept"),
+        bytes,
+        "evidence is kept byte for byte"
+    );
+    assert!(
+        moved
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .contains(".corrupt-")
+    );
 
     // Until the operator acts, every open refuses (no silent fresh start).
     let again = root.open().expect_err("still quarantined");
@@ -195,7 +236,13 @@ fn an_empty_journal_is_corruption() {
     fs::write(root.paths().journal, b"").expect("empty journal");
     let err = root.open().expect_err("refused");
     assert!(
-        matches!(&err, StoreError::Corrupt { cause: Corruption::Journal(journal::JournalError::Empty), .. }),
+        matches!(
+            &err,
+            StoreError::Corrupt {
+                cause: Corruption::Journal(journal::JournalError::Empty),
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -221,7 +268,10 @@ fn a_directory_in_place_of_the_kubelet_file_is_moved_aside() {
 #[test]
 fn a_truncated_or_bad_checksum_kubelet_file_is_quarantined_with_a_typed_cause() {
     for (name, damage) in [
-        ("truncated", (|b: &mut Vec<u8>| b.truncate(b.len() / 2)) as fn(&mut Vec<u8>)),
+        (
+            "truncated",
+            (|b: &mut Vec<u8>| b.truncate(b.len() / 2)) as fn(&mut Vec<u8>),
+        ),
         ("wrong checksum", |b: &mut Vec<u8>| {
             let text = String::from_utf8(b.clone()).expect("utf8");
             let i = text.rfind("\"Checksum\":").expect("key") + 11;
@@ -231,7 +281,9 @@ fn a_truncated_or_bad_checksum_kubelet_file_is_quarantined_with_a_typed_cause() 
         let root = Root::new();
         {
             let (store, _) = root.open().expect("open");
-            store.commit(&[add("pod-a", "c", &["gpu-0"])]).expect("commit");
+            store
+                .commit(&[add("pod-a", "c", &["gpu-0"])])
+                .expect("commit");
             store.close().expect("close");
         }
         let mut bytes = fs::read(root.paths().kubelet_file).expect("file");
@@ -239,20 +291,35 @@ fn a_truncated_or_bad_checksum_kubelet_file_is_quarantined_with_a_typed_cause() 
         fs::write(root.paths().kubelet_file, &bytes).expect("write");
         let err = root.open().expect_err(name);
         match (&err, name) {
-            (StoreError::Corrupt { cause: Corruption::Checkpoint(DecodeError::Truncated { .. }), .. }, "truncated")
+            (
+                StoreError::Corrupt {
+                    cause: Corruption::Checkpoint(DecodeError::Truncated { .. }),
+                    ..
+                },
+                "truncated",
+            )
             | (
-                StoreError::Corrupt { cause: Corruption::Checkpoint(DecodeError::ChecksumMismatch { .. }), .. },
+                StoreError::Corrupt {
+                    cause: Corruption::Checkpoint(DecodeError::ChecksumMismatch { .. }),
+                    ..
+                },
                 "wrong checksum",
             ) => {}
             _ => panic!("{name}: unexpected {err}"),
         }
         // Operator puts a good copy back and imports it.
-        fs::write(root.paths().kubelet_file, device::encode(&state_after(&[add("pod-a", "c", &["gpu-0"])]).to_checkpoint()))
-            .expect("restore");
+        fs::write(
+            root.paths().kubelet_file,
+            device::encode(&state_after(&[add("pod-a", "c", &["gpu-0"])]).to_checkpoint()),
+        )
+        .expect("restore");
         let report = recover(&root.paths(), RecoverAction::ImportKubeletFile).expect("import");
         assert_eq!(report.imported_entries, Some(1));
         let (_s, recovered) = root.open().expect("open");
-        assert_eq!(recovered.state, state_after(&[add("pod-a", "c", &["gpu-0"])]));
+        assert_eq!(
+            recovered.state,
+            state_after(&[add("pod-a", "c", &["gpu-0"])])
+        );
     }
 }
 
@@ -268,10 +335,16 @@ fn an_unknown_journal_version_is_refused_and_left_in_place() {
     };
     fs::write(root.paths().journal, header.encode()).expect("write");
     let err = root.open().expect_err("refused");
-    assert!(matches!(err, StoreError::UnknownJournalVersion { found: 99, .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::UnknownJournalVersion { found: 99, .. }),
+        "{err}"
+    );
     assert!(err.ownership_unknown());
     assert!(root.paths().journal.exists(), "not damaged, so not moved");
-    assert_eq!(entries_in_dir(&root.journal_dir), vec!["device-allocations.journal".to_string()]);
+    assert_eq!(
+        entries_in_dir(&root.journal_dir),
+        vec!["device-allocations.journal".to_string()]
+    );
 }
 
 #[test]
@@ -279,13 +352,28 @@ fn a_kubelet_file_replaced_behind_our_back_does_not_mix_with_the_journal() {
     let root = Root::new();
     {
         let (store, _) = root.open().expect("open");
-        store.commit(&[add("pod-a", "c", &["gpu-0"])]).expect("commit");
+        store
+            .commit(&[add("pod-a", "c", &["gpu-0"])])
+            .expect("commit");
     }
     // Someone (e.g. a kubelet) writes a different checkpoint.
     let other = state_after(&[add("pod-z", "c", &["gpu-0"])]);
-    fs::write(root.paths().kubelet_file, device::encode(&other.to_checkpoint())).expect("write");
+    fs::write(
+        root.paths().kubelet_file,
+        device::encode(&other.to_checkpoint()),
+    )
+    .expect("write");
     let err = root.open().expect_err("refused");
-    assert!(matches!(&err, StoreError::Corrupt { cause: Corruption::BaseMismatch { .. }, .. }), "{err}");
+    assert!(
+        matches!(
+            &err,
+            StoreError::Corrupt {
+                cause: Corruption::BaseMismatch { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Taking the kubelet's file as the truth is the explicit way out.
     recover(&root.paths(), RecoverAction::ImportKubeletFile).expect("import");
     let (_s, recovered) = root.open().expect("open");
@@ -300,16 +388,29 @@ fn importing_a_kubelet_checkpoint_on_first_start_takes_it_over() {
     let kubelet = r#"{"Data":{"PodDeviceEntries":[{"PodUID":"5d9c1f8e-0000-4000-8000-000000000001","ContainerName":"ctr","ResourceName":"example.com/gpu","DeviceIDs":{"-1":["gpu-9"],"0":["gpu-0","gpu-1"]},"AllocResp":"CgoKA0ZPTxIDYmFyGhgKCC9kZXYvZm9vEggvZGV2L2ZvbxoCcncqEgoQdmVuZG9yLmNvbS9kZXY9MQ=="}],"RegisteredDevices":{"example.com/gpu":["gpu-0","gpu-1","gpu-2","gpu-9"],"example.com/nic":["nic-a"]}},"Checksum":1389290435}"#;
     fs::write(root.paths().kubelet_file, kubelet).expect("write");
     let (store, recovered) = root.open().expect("open");
-    assert!(matches!(recovered.kubelet_file, KubeletFileOrigin::Loaded { entries: 1, .. }));
+    assert!(matches!(
+        recovered.kubelet_file,
+        KubeletFileOrigin::Loaded { entries: 1, .. }
+    ));
     let held = recovered
         .state
-        .get("5d9c1f8e-0000-4000-8000-000000000001", "ctr", "example.com/gpu")
+        .get(
+            "5d9c1f8e-0000-4000-8000-000000000001",
+            "ctr",
+            "example.com/gpu",
+        )
         .expect("allocation restored");
-    assert_eq!(held.device_ids_by_numa.get(&-1), Some(&vec!["gpu-9".to_string()]));
+    assert_eq!(
+        held.device_ids_by_numa.get(&-1),
+        Some(&vec!["gpu-9".to_string()])
+    );
     assert_eq!(recovered.state.registered.len(), 2);
-    store.commit(&[add("pod-new", "c", &["gpu-2"])]).expect("commit");
+    store
+        .commit(&[add("pod-new", "c", &["gpu-2"])])
+        .expect("commit");
     store.close().expect("close");
-    let decoded = device::decode(&fs::read(root.paths().kubelet_file).expect("read")).expect("verifies");
+    let decoded =
+        device::decode(&fs::read(root.paths().kubelet_file).expect("read")).expect("verifies");
     assert_eq!(decoded.data.pod_device_entries.map(|e| e.len()), Some(2));
 }
 
@@ -341,13 +442,23 @@ fn a_crash_at_any_compaction_step_recovers_the_same_state() {
         );
         fs::write(root.paths().journal, &crashed).expect("write journal");
         if kubelet_file_replaced {
-            fs::write(root.paths().kubelet_file, device::encode(&expected.to_checkpoint())).expect("write");
+            fs::write(
+                root.paths().kubelet_file,
+                device::encode(&expected.to_checkpoint()),
+            )
+            .expect("write");
         } else {
             fs::write(root.paths().kubelet_file, &old_kubelet).expect("write");
         }
         let (store, recovered) = root.open().expect("recovers");
-        assert_eq!(recovered.state, expected, "kubelet file replaced: {kubelet_file_replaced}");
-        assert_eq!(recovered.records_replayed, u64::from(!kubelet_file_replaced));
+        assert_eq!(
+            recovered.state, expected,
+            "kubelet file replaced: {kubelet_file_replaced}"
+        );
+        assert_eq!(
+            recovered.records_replayed,
+            u64::from(!kubelet_file_replaced)
+        );
         store.close().expect("close");
         let (_s, again) = root.open().expect("reopen");
         assert_eq!(again.state, expected);
@@ -392,16 +503,22 @@ fn background_compaction_keeps_the_kubelet_file_within_the_lag_bound() {
         },
     )
     .expect("open");
-    store.commit(&[add("pod-a", "c", &["gpu-0"])]).expect("commit");
+    store
+        .commit(&[add("pod-a", "c", &["gpu-0"])])
+        .expect("commit");
     let acknowledged = Instant::now();
     let deadline = acknowledged + Duration::from_secs(5);
     loop {
-        if let Ok(bytes) = fs::read(root.paths().kubelet_file) {
-            if let Ok(d) = device::decode(&bytes) {
-                if DeviceState::from_checkpoint(&d.data).get("pod-a", "c", "example.com/gpu").is_some() {
-                    break;
-                }
-            }
+        let caught_up = fs::read(root.paths().kubelet_file)
+            .ok()
+            .and_then(|bytes| device::decode(&bytes).ok())
+            .is_some_and(|d| {
+                DeviceState::from_checkpoint(&d.data)
+                    .get("pod-a", "c", "example.com/gpu")
+                    .is_some()
+            });
+        if caught_up {
+            break;
         }
         assert!(Instant::now() < deadline, "kubelet file never caught up");
         std::thread::sleep(Duration::from_millis(5));
@@ -421,7 +538,9 @@ fn invalid_changes_are_refused_before_touching_the_journal() {
     let root = Root::new();
     let (store, _) = root.open().expect("open");
     let before = fs::read(root.paths().journal).expect("journal");
-    let err = store.commit(&[add("", "c", &["x"])]).expect_err("empty pod uid");
+    let err = store
+        .commit(&[add("", "c", &["x"])])
+        .expect_err("empty pod uid");
     assert!(matches!(err, StoreError::InvalidChange(_)));
     assert_eq!(fs::read(root.paths().journal).expect("journal"), before);
 }

@@ -66,7 +66,9 @@ fn a2_12_full_disk_fails_the_commit_and_keeps_the_previous_state_intact() {
     let mut acknowledged = DeviceState::default();
     let (store, _) = DeviceStore::open_with(paths.clone(), manual()).expect("open");
     // A first compaction so there is a kubelet file to protect.
-    store.commit(&[add("pod-0", "c", "d-0", 64)]).expect("first commit");
+    store
+        .commit(&[add("pod-0", "c", "d-0", 64)])
+        .expect("first commit");
     acknowledged.apply(&add("pod-0", "c", "d-0", 64));
     store.compact().expect("compaction fits");
     let kubelet_before = fs::read(&paths.kubelet_file).expect("kubelet file");
@@ -91,17 +93,28 @@ fn a2_12_full_disk_fails_the_commit_and_keeps_the_previous_state_intact() {
     let err = failure.expect("the 64k disk fills up");
     assert!(err.is_disk_full(), "expected ENOSPC, got {err}");
     assert!(!err.ownership_unknown());
-    assert_eq!(store.snapshot(), acknowledged, "in-memory state has only acknowledged commits");
+    assert_eq!(
+        store.snapshot(),
+        acknowledged,
+        "in-memory state has only acknowledged commits"
+    );
 
     // Compaction cannot fit either: it fails and the kubelet file stays as it was.
     let compaction = store.compact();
     assert!(compaction.is_err(), "compaction on a full disk must fail");
-    assert_eq!(fs::read(&paths.kubelet_file).expect("kubelet file"), kubelet_before);
+    assert_eq!(
+        fs::read(&paths.kubelet_file).expect("kubelet file"),
+        kubelet_before
+    );
     assert!(device::decode(&kubelet_before).is_ok());
     drop(store);
 
-    let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen on the full disk");
-    assert_eq!(recovered.state, acknowledged, "nothing acknowledged is lost");
+    let (_store, recovered) =
+        DeviceStore::open_with(paths, manual()).expect("reopen on the full disk");
+    assert_eq!(
+        recovered.state, acknowledged,
+        "nothing acknowledged is lost"
+    );
 }
 
 #[derive(Debug, Clone)]
