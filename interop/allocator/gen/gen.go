@@ -65,7 +65,7 @@ var allDrivers = []driverInfo{
 
 var (
 	models   = []string{"A100", "H100", "L4", "T4", "MI300"}
-	versions = []string{"1.0.0", "1.2.3", "1.10.0", "2.0.0-rc.1", "2.1.0", "0.9.12"}
+	versions = []string{"1.0.0", "1.2.3", "1.2.3+build.7", "1.10.0", "2.0.0-rc.1", "2.1.0", "0.9.12"}
 	regions  = []string{"region-a", "region-b", "region-c"}
 	memories = []string{"8Gi", "16Gi", "40Gi", "80Gi", "1Ti", "1500Mi"}
 )
@@ -202,6 +202,24 @@ func (g *generator) slices() {
 			g.multiSlicePool(d, pool, func(s *resourceapi.ResourceSliceSpec) { s.NodeSelector = sel.DeepCopy() })
 		}
 	}
+	if len(g.drivers) > 1 && g.chance(0.12) {
+		// Two drivers with a partitionable pool of the same name (spec §7 #23: Go keys its counter
+		// caches by pool name only).
+		g.partitionablePool(g.drivers[0], "", "shared-pool", "all")
+		g.partitionablePool(g.drivers[1], "", "shared-pool", "all")
+	}
+	if len(g.s.Nodes) > 1 && g.chance(0.1) {
+		// A pool whose slices live on two different nodes (multi-host pool).
+		d := pick(g, g.drivers)
+		n0, n1 := g.s.Nodes[0].Name, g.s.Nodes[1].Name
+		for si, nn := range []string{n0, n1} {
+			sl := g.newSlice(d, fmt.Sprintf("multihost-slice-%d", si), "multihost", 1, 2, func(s *resourceapi.ResourceSliceSpec) { s.NodeName = ptr.To(nn) })
+			for i, n := 0, 1+g.intn(3); i < n; i++ {
+				sl.Spec.Devices = append(sl.Spec.Devices, g.device(d, "multihost", fmt.Sprintf("s%d-dev-%d", si, i), true))
+			}
+			g.s.ResourceSlices = append(g.s.ResourceSlices, sl)
+		}
+	}
 	if len(g.s.ResourceSlices) > 1 && g.chance(0.3) {
 		// File order matters only for slices of the same pool; shuffle to exercise sorting.
 		g.rng.Shuffle(len(g.s.ResourceSlices), func(i, j int) {
@@ -275,7 +293,7 @@ func (g *generator) multiSlicePool(d driverInfo, pool string, nodeSel func(*reso
 		s.Spec.Devices = []resourceapi.Device{g.device(d, pool, "old-dev", false)}
 		g.s.ResourceSlices = append(g.s.ResourceSlices, s)
 	}
-	if g.chance(0.05) {
+	if g.chance(0.12) {
 		// Duplicate device name within the pool: an invalid pool.
 		s := g.newSlice(d, pool+"-slice-dup", pool, gen, count, nodeSel)
 		s.Spec.Devices = []resourceapi.Device{g.device(d, pool, "s0-dev-0", false)}
@@ -311,7 +329,11 @@ func (g *generator) partitionablePool(d driverInfo, node, pool, where string) {
 		}
 	}
 	sets := 1 + g.intn(2)
-	counters := g.newSlice(d, pool+"-counters", pool, 1, 2, nodeSel)
+	prefix := pool
+	if pool == "shared-pool" {
+		prefix = d.short + "-" + pool
+	}
+	counters := g.newSlice(d, prefix+"-counters", pool, 1, 2, nodeSel)
 	for cs := 0; cs < sets; cs++ {
 		counters.Spec.SharedCounters = append(counters.Spec.SharedCounters, resourceapi.CounterSet{
 			Name: fmt.Sprintf("unit-%d", cs),
@@ -321,7 +343,7 @@ func (g *generator) partitionablePool(d driverInfo, node, pool, where string) {
 			},
 		})
 	}
-	devs := g.newSlice(d, pool+"-devices", pool, 1, 2, nodeSel)
+	devs := g.newSlice(d, prefix+"-devices", pool, 1, 2, nodeSel)
 	for cs := 0; cs < sets; cs++ {
 		// The whole unit, then partitions of 1/2 and 1/4.
 		shapes := []struct {
@@ -333,7 +355,7 @@ func (g *generator) partitionablePool(d driverInfo, node, pool, where string) {
 			if !g.chance(0.75) {
 				continue
 			}
-			dev := g.device(d, pool, fmt.Sprintf("u%d-%s", cs, sh.name), false)
+			dev := g.device(d, pool, fmt.Sprintf("u%d-%s", cs, sh.name), g.chance(0.3))
 			dev.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{
 				CounterSet: fmt.Sprintf("unit-%d", cs),
 				Counters: map[string]resourceapi.Counter{
@@ -407,18 +429,33 @@ func (g *generator) device(d driverInfo, pool, name string, extras bool) resourc
 			dev.AllowMultipleAllocations = ptr.To(true)
 			mem := resource.MustParse(pick(g, []string{"40Gi", "80Gi"}))
 			policy := &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("1Gi"))}
-			switch g.intn(3) {
+			switch g.intn(6) {
 			case 0:
-				policy.ValidRange = &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Step: ptr.To(resource.MustParse("1Gi"))}
+				policy.ValidRange = &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Step: ptr.To(resource.MustParse(pick(g, []string{"1Gi", "2Gi"})))}
 			case 1:
 				policy.ValidValues = []resource.Quantity{resource.MustParse("1Gi"), resource.MustParse("10Gi"), resource.MustParse("20Gi")}
-			default:
+			case 2:
 				policy.ValidRange = &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi")), Max: ptr.To(mem.DeepCopy())}
+			case 3:
+				policy = nil // unrequested capacity consumes the full value (spec §7 #33)
+			case 4:
+				// Fractional step: rounding uses Quantity.Value() (spec §7 #34).
+				policy = &resourceapi.CapacityRequestPolicy{Default: ptr.To(resource.MustParse("1")), ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("500m")), Step: ptr.To(resource.MustParse("500m"))}}
+			default:
+				policy.ValidRange = &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(resource.MustParse("1Gi"))}
 			}
-			if dev.Capacity == nil {
-				dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+			if g.chance(0.15) {
+				dev.Capacity = nil // multi-allocatable without capacities (spec §7 #26)
+			} else {
+				if dev.Capacity == nil {
+					dev.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+				}
+				if policy != nil && policy.Default.Value() == 1 {
+					dev.Capacity["cores"] = resourceapi.DeviceCapacity{Value: resource.MustParse("8"), RequestPolicy: policy}
+				} else {
+					dev.Capacity["memory"] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: policy}
+				}
 			}
-			dev.Capacity["memory"] = resourceapi.DeviceCapacity{Value: mem, RequestPolicy: policy}
 		}
 	}
 	var memQ *resource.Quantity
@@ -480,6 +517,10 @@ func (g *generator) celAtom(d driverInfo) string {
 	case 13:
 		return fmt.Sprintf("%s.matches(%q)", attr(dom, "model"), pick(g, []string{"^[AH]100$", "^(L|T)4$", "[0-9]+"}))
 	case 14:
+		if g.chance(0.3) {
+			// An unknown domain is an empty map (spec §7 #41).
+			return fmt.Sprintf("!has(%s)", attr("unknown.example.com", "family"))
+		}
 		return fmt.Sprintf("(%q in device.attributes && %s == %q)", "example.com", attr("example.com", "family"), pick(g, []string{"GPU", "NIC", "Accel"}))
 	default:
 		if g.cc && g.chance(0.5) {
@@ -563,6 +604,9 @@ func (g *generator) tolerations() []resourceapi.DeviceToleration {
 	}
 	if g.chance(0.4) {
 		t.Effect = pick(g, []resourceapi.DeviceTaintEffect{resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute})
+		if t.Effect == resourceapi.DeviceTaintEffectNoExecute && g.chance(0.3) {
+			t.TolerationSeconds = ptr.To(int64(60)) // ignored by the allocator (spec §7 #37)
+		}
 	}
 	return []resourceapi.DeviceToleration{t}
 }
@@ -570,6 +614,11 @@ func (g *generator) tolerations() []resourceapi.DeviceToleration {
 func (g *generator) capacityRequest() *resourceapi.CapacityRequirements {
 	if !g.cc || !g.chance(0.2) {
 		return nil
+	}
+	if g.chance(0.2) {
+		return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
+			"cores": resource.MustParse(pick(g, []string{"1", "2", "1500m", "700m"})),
+		}}
 	}
 	return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
 		"memory": resource.MustParse(pick(g, []string{"1Gi", "5Gi", "10Gi", "20Gi", "1500Mi"})),
@@ -645,6 +694,8 @@ func (g *generator) claims() {
 				}
 				if g.chance(0.06) {
 					ex.AdminAccess = ptr.To(true)
+				} else if g.chance(0.02) {
+					ex.AdminAccess = ptr.To(false) // an error with AdminAccess off (spec §7 #9)
 				}
 				req.Exactly = ex
 				reqNames = append(reqNames, req.Name)
