@@ -1,12 +1,18 @@
-//! Property tests: the fast merge and the compact device hints give exactly the kubelet's
-//! results, checked against `reference` (the literal, exponential kubelet algorithm) on random
-//! machines of up to 8 NUMA nodes.
+//! Property tests. Equivalence: the fast merge and the compact device hints give exactly the
+//! kubelet's results, checked against `reference` (the literal, exponential kubelet algorithm)
+//! on random machines of up to 8 NUMA nodes. Behaviour: a merged hint is what one hint per list
+//! produces; single-numa-node never admits a multi-node affinity; best-effort always admits;
+//! restricted admits exactly the preferred merges; the result does not depend on provider or
+//! resource order; 16- and 64-node merges with generated hints finish fast.
 
 use devicelet_topology::merge::{TieBreak, merge_providers, merge_single_numa_node};
 use devicelet_topology::reference;
 use devicelet_topology::{
     DeviceNuma, NumaMask, ProviderHints, ResourceHints, TopologyHint, device_hints,
 };
+use std::time::{Duration, Instant};
+
+use devicelet_topology::{Policy, PolicyName, PolicyOptions};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -213,5 +219,256 @@ proptest! {
             ResourceHints::NoPreference => return Err(TestCaseError::fail("device_hints never says no preference")),
         };
         prop_assert_eq!(got, expected);
+    }
+}
+
+fn full_mask(nodes: usize) -> NumaMask {
+    NumaMask::from_bits(if nodes >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << nodes) - 1
+    })
+}
+
+fn policy(name: PolicyName, nodes: usize) -> Policy {
+    let opts = PolicyOptions {
+        max_allowable_numa_nodes: 64,
+        ..PolicyOptions::default()
+    };
+    Policy::new(name, opts, full_mask(nodes), None).expect("valid policy")
+}
+
+/// Does some combination (one hint per flattened list) merge to exactly `hint`?
+fn produced_by_some_combination(
+    lists: &[Vec<TopologyHint>],
+    default: NumaMask,
+    hint: TopologyHint,
+) -> bool {
+    struct Acc {
+        mask: NumaMask,
+        preferred: bool,
+        first: Option<NumaMask>,
+    }
+    fn walk(lists: &[Vec<TopologyHint>], i: usize, acc: Acc, want: TopologyHint) -> bool {
+        if i == lists.len() {
+            return TopologyHint::new(acc.mask, acc.preferred) == want;
+        }
+        lists[i].iter().any(|h| {
+            let next = match h.affinity {
+                Some(a) => Acc {
+                    mask: acc.mask.and(a),
+                    first: acc.first.or(Some(a)),
+                    preferred: acc.preferred && h.preferred && acc.first.is_none_or(|f| f == a),
+                },
+                None => Acc {
+                    mask: acc.mask,
+                    first: acc.first,
+                    preferred: acc.preferred && h.preferred,
+                },
+            };
+            walk(lists, i + 1, next, want)
+        })
+    }
+    walk(
+        lists,
+        0,
+        Acc {
+            mask: default,
+            preferred: true,
+            first: None,
+        },
+        hint,
+    )
+}
+
+fn any_non_empty_combination(lists: &[Vec<TopologyHint>], default: NumaMask) -> bool {
+    fn walk(lists: &[Vec<TopologyHint>], i: usize, mask: NumaMask) -> bool {
+        if mask.is_empty() {
+            return false;
+        }
+        i == lists.len()
+            || lists[i]
+                .iter()
+                .any(|h| walk(lists, i + 1, mask.and(h.affinity.unwrap_or(mask))))
+    }
+    walk(lists, 0, default)
+}
+
+/// Same providers with resources renamed (changes map order) and providers reversed.
+fn reordered(p: &[Vec<Res>]) -> Vec<Vec<Res>> {
+    let mut q: Vec<Vec<Res>> = p
+        .iter()
+        .map(|r| r.iter().rev().cloned().collect())
+        .collect();
+    q.reverse();
+    q
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn merged_hint_is_the_and_of_one_hint_per_provider(
+        (nodes, p) in (1usize..=5).prop_flat_map(|n| (Just(n), providers(n, 4, 2)))
+    ) {
+        let machine = full_mask(nodes);
+        let hints = materialize(&p, machine);
+        let lists = reference::flatten_explicit(&hints);
+        let got = merge_providers(&hints, machine, TieBreak::Narrowest);
+        if any_non_empty_combination(&lists, machine) {
+            prop_assert!(produced_by_some_combination(&lists, machine, got), "{:?} not produced by any combination", got);
+        } else {
+            prop_assert_eq!(got, TopologyHint::new(machine, false));
+        }
+    }
+
+    #[test]
+    fn policies_admit_as_specified_up_to_16_nodes(
+        (nodes, p) in (1usize..=16).prop_flat_map(|n| (Just(n), providers(n, 6, 4)))
+    ) {
+        let machine = full_mask(nodes);
+        let hints = materialize(&p, machine);
+        let (be, be_admit) = policy(PolicyName::BestEffort, nodes).merge(&hints);
+        prop_assert!(be_admit, "best-effort always admits");
+        let (re, re_admit) = policy(PolicyName::Restricted, nodes).merge(&hints);
+        prop_assert_eq!(re, be, "restricted merges like best-effort");
+        prop_assert_eq!(re_admit, re.preferred, "restricted admits exactly the preferred merges");
+        let (sn, sn_admit) = policy(PolicyName::SingleNumaNode, nodes).merge(&hints);
+        prop_assert_eq!(sn_admit, sn.preferred);
+        if sn_admit {
+            prop_assert!(sn.affinity.is_none_or(|m| m.count() == 1), "single-numa-node admitted {:?}", sn);
+        }
+        if sn.affinity.is_none() && sn_admit && nodes > 1 {
+            // Only "nobody cares" merges become nil on a multi-node machine: every list must
+            // have offered a preferred nil hint.
+            let lists = reference::flatten_explicit(&hints);
+            prop_assert!(lists.iter().all(|l| l.contains(&TopologyHint::any(true))));
+        }
+    }
+
+    #[test]
+    fn result_does_not_depend_on_provider_or_resource_order(
+        (nodes, p, d) in (1usize..=16).prop_flat_map(|n| (Just(n), providers(n, 6, 4), distances(n)))
+    ) {
+        let machine = full_mask(nodes);
+        let a = materialize(&p, machine);
+        let b = materialize(&reordered(&p), machine);
+        for tie in [TieBreak::Narrowest, TieBreak::Closest(&d)] {
+            prop_assert_eq!(merge_providers(&a, machine, tie), merge_providers(&b, machine, tie));
+        }
+        prop_assert_eq!(merge_single_numa_node(&a, machine), merge_single_numa_node(&b, machine));
+    }
+}
+
+/// 8 devices per node on 64 nodes, a random share of them taken, three resources.
+fn busy_machine_64() -> impl Strategy<Value = Vec<(Vec<usize>, usize)>> {
+    // Per resource: free devices per node (0..=8 for each of 64 nodes) and a request.
+    let resource = (
+        prop::collection::vec(prop_oneof![3 => Just(0usize), 1 => 1usize..=8], 64),
+        1usize..=16,
+    );
+    prop::collection::vec(resource, 3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    #[test]
+    fn sixty_four_node_merges_finish_fast_and_stay_consistent(resources in busy_machine_64()) {
+        let machine = full_mask(64);
+        let mut provider_hints = vec![];
+        for (r, (free_per_node, request)) in resources.iter().enumerate() {
+            let mut all = vec![];
+            let mut free = vec![];
+            for (node, &f) in free_per_node.iter().enumerate() {
+                for d in 0..8 {
+                    let id = format!("r{r}-n{node}-d{d}");
+                    if d < f {
+                        free.push(id.clone());
+                    }
+                    all.push(DeviceNuma::new(id, Some(vec![node as i64])));
+                }
+            }
+            let free_refs: Vec<&str> = free.iter().map(String::as_str).collect();
+            let hints = devicelet_topology::resource_hints(&all, &free_refs, &[], &[], *request, machine).hints;
+            provider_hints.push(ProviderHints::from([(format!("res{r}"), hints)]));
+        }
+        let started = Instant::now();
+        let (hint, _) = policy(PolicyName::BestEffort, 64).merge(&provider_hints);
+        let (single, single_admit) = policy(PolicyName::SingleNumaNode, 64).merge(&provider_hints);
+        let took = started.elapsed();
+        prop_assert!(took < Duration::from_millis(500), "64-node merge took {:?}", took);
+        if hint.preferred {
+            let m = hint.affinity.unwrap_or(machine);
+            for p in &provider_hints {
+                for h in p.values() {
+                    if let ResourceHints::Family(f) = h {
+                        prop_assert!(f.contains_preferred(m), "preferred merge {:?} is preferred by every list", m);
+                    }
+                }
+            }
+        }
+        if single_admit {
+            prop_assert!(single.affinity.is_some_and(|m| m.count() == 1));
+        }
+    }
+}
+
+/// A resource with devices on every node (0..=3 per node, some taken, some spanning two
+/// nodes, an occasional reusable one): universes cover the machine, so the non-preferred
+/// search over several generated lists does real work.
+fn dense_devices(nodes: usize) -> impl Strategy<Value = DeviceSetup> {
+    (
+        prop::collection::vec((0usize..=3, 0usize..=3), nodes),
+        prop::collection::vec((0..nodes as i64, 0..nodes as i64), 0..=2),
+        prop::option::weighted(0.2, 0..nodes as i64),
+        1usize..=5,
+    )
+        .prop_map(move |(per_node, spanning, reusable, request)| {
+            let mut topologies = vec![];
+            let mut available = vec![];
+            for (node, (count, taken)) in per_node.into_iter().enumerate() {
+                for d in 0..count {
+                    if d >= taken {
+                        available.push(topologies.len());
+                    }
+                    topologies.push(Some(vec![node as i64]));
+                }
+            }
+            for (a, b) in spanning {
+                available.push(topologies.len());
+                topologies.push(Some(vec![a, b]));
+            }
+            let mut reusable_idx = vec![];
+            if let Some(n) = reusable {
+                reusable_idx.push(topologies.len());
+                topologies.push(Some(vec![n]));
+            }
+            DeviceSetup {
+                topologies,
+                available,
+                reusable: reusable_idx,
+                request,
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fast_merge_equals_kubelet_merge_with_dense_device_lists(
+        (nodes, setups, extra, d) in (2usize..=5).prop_flat_map(|n| (
+            Just(n),
+            prop::collection::vec(dense_devices(n), 2..=3),
+            prop::option::of(explicit_hints(n)),
+            distances(n),
+        ))
+    ) {
+        let mut p: Vec<Vec<Res>> = setups.into_iter().map(|s| vec![Res::Devices(s)]).collect();
+        if let Some(h) = extra {
+            p.push(vec![Res::Explicit(h)]);
+        }
+        check_all_policies(nodes, &p, &d)?;
     }
 }
