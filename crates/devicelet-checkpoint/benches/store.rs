@@ -75,8 +75,37 @@ fn latency_profile() {
     }
 }
 
+fn group_commit_profile() {
+    println!("\n== group commit: 8 threads x 250 durable commits, 5000 pods already admitted ==");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = prepared(dir.path(), 5_000);
+    let (store, _) = DeviceStore::open_with(paths, StoreOptions::default()).expect("open");
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let store = &store;
+            s.spawn(move || {
+                for i in 0..250usize {
+                    store.commit(&[admission(3_000_000 + t * 1_000 + i)]).expect("commit");
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed();
+    let stats = store.stats();
+    println!(
+        "{} commits in {:.1?} = {:.0} commits/s with {} journal fsyncs ({:.1} commits per fsync)",
+        stats.commits,
+        elapsed,
+        stats.commits as f64 / elapsed.as_secs_f64(),
+        stats.journal_syncs,
+        stats.commits as f64 / stats.journal_syncs.max(1) as f64
+    );
+}
+
 fn commit_bench(c: &mut Criterion) {
     latency_profile();
+    group_commit_profile();
     let mut group = c.benchmark_group("commit");
     group
         .sample_size(50)
