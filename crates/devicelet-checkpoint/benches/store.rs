@@ -86,7 +86,9 @@ fn group_commit_profile() {
             let store = &store;
             s.spawn(move || {
                 for i in 0..250usize {
-                    store.commit(&[admission(3_000_000 + t * 1_000 + i)]).expect("commit");
+                    store
+                        .commit(&[admission(3_000_000 + t * 1_000 + i)])
+                        .expect("commit");
                 }
             });
         }
