@@ -291,6 +291,22 @@ pub struct StoreStats {
     pub compactions: u64,
     /// The last compaction error, if the last attempt failed.
     pub last_compaction_error: Option<String>,
+    /// Age of the oldest commit not yet in the kubelet file (how stale that file is), if any.
+    #[serde(with = "opt_duration_ms")]
+    pub kubelet_file_lag: Option<Duration>,
+}
+
+mod opt_duration_ms {
+    use serde::Serializer;
+    pub fn serialize<S: Serializer>(
+        d: &Option<std::time::Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_f64(d.as_secs_f64() * 1000.0),
+            None => s.serialize_none(),
+        }
+    }
 }
 
 /// The marker written when files were quarantined.
@@ -632,7 +648,12 @@ impl DeviceStore {
 
     /// Counters.
     pub fn stats(&self) -> StoreStats {
-        lock(&self.shared.stats).clone()
+        let lag = lock(&self.shared.writer)
+            .oldest_uncompacted
+            .map(|t| t.elapsed());
+        let mut stats = lock(&self.shared.stats).clone();
+        stats.kubelet_file_lag = lag;
+        stats
     }
 
     /// The store's files.
@@ -676,6 +697,14 @@ impl Shared {
         };
         let bytes = encode_record(&record)
             .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
+        if bytes.len() - journal::RECORD_HEADER_LEN > journal::MAX_PAYLOAD as usize {
+            // Recovery would refuse such a record as damaged; refuse it here instead.
+            return Err(StoreError::InvalidChange(format!(
+                "commit batch of {} bytes exceeds the journal record limit of {} bytes",
+                bytes.len(),
+                journal::MAX_PAYLOAD
+            )));
+        }
         let written = w.file.write_all(&bytes).and_then(|()| w.file.sync_data());
         if let Err(e) = written {
             // Roll the journal back to the last acknowledged record so the failed batch can

@@ -544,3 +544,31 @@ fn invalid_changes_are_refused_before_touching_the_journal() {
     assert!(matches!(err, StoreError::InvalidChange(_)));
     assert_eq!(fs::read(root.paths().journal).expect("journal"), before);
 }
+
+#[test]
+fn the_store_can_be_shared_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<DeviceStore>();
+}
+
+#[test]
+fn stats_report_the_kubelet_file_lag_until_compaction() {
+    let root = Root::new();
+    let (store, _) = root.open().expect("open");
+    assert_eq!(store.stats().kubelet_file_lag, None);
+    store
+        .commit(&[add("pod-a", "c", &["gpu-0"])])
+        .expect("commit");
+    let stats = store.stats();
+    assert!(stats.kubelet_file_lag.is_some());
+    assert_eq!(stats.uncompacted_records, 1);
+    assert!(store.compact().expect("compact"));
+    let stats = store.stats();
+    assert_eq!(stats.kubelet_file_lag, None);
+    assert_eq!(stats.uncompacted_records, 0);
+    assert_eq!(stats.compactions, 1);
+    assert!(
+        !store.compact().expect("nothing to do"),
+        "a second compaction is a no-op"
+    );
+}
