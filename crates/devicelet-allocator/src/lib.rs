@@ -1,1 +1,27 @@
-//! devicelet-allocator (skeleton; filled in by its owner).
+//! devicelet-allocator: the DRA structured-parameters allocator of Kubernetes 1.36
+//! (`k8s.io/dynamic-resource-allocation/structured`, variant "incubating"), pure and synchronous.
+//!
+//! * [`Allocator`]: the allocator proper (spec `structured-allocator.md` §2), over
+//!   `resource.k8s.io/v1` types from k8s-openapi.
+//! * [`scenario`]: the `AllocationScenario` / `AllocationOutcome` harness format (spec §5), the
+//!   corpus comparison rules and a table renderer for the CLI.
+//! * [`explain`]: why no device fits, per request and node.
+//! * [`quantity`]: exact Kubernetes quantity arithmetic.
+//! * [`workloads`]: generators of the scheduler_perf-shaped benchmark workloads (spec §4.4-§4.5).
+
+pub mod allocator;
+pub mod explain;
+pub mod nodesel;
+pub mod quantity;
+pub mod scenario;
+pub mod selector;
+pub mod types;
+pub mod workloads;
+
+pub use allocator::{ALLOCATION_RESULTS_MAX_SIZE, Allocator, Stats};
+pub use quantity::{Quantity, QuantityError, QuantityFormat};
+pub use selector::{CelFeatures, SelectorCache};
+pub use types::{
+    AllocError, AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, DeviceId, ErrorClass,
+    Features, Semantics,
+};

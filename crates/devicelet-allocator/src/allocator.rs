@@ -1,0 +1,2243 @@
+//! The structured allocator (Kubernetes 1.36 "incubating" variant), following
+//! `k8s.io/dynamic-resource-allocation/structured/internal/incubating/allocator_incubating.go`,
+//! `pools_incubating.go`, `constraint.go` and `consumable_capacity.go` (spec
+//! `structured-allocator.md` §2).
+//!
+//! [`Allocator::new`] prepares the inputs once per pod (slice partition, interning of device IDs,
+//! parsed quantities, compiled node selectors). [`Allocator::allocate`] then runs for one node:
+//! pool gathering (§2.2), per-request setup (§2.3), the depth-first first-fit search in Go's exact
+//! visiting order (§2.4-§2.12) and result construction (§2.13).
+//!
+//! Selector results (CEL) are cached per allocator for each (slice device, selector set) pair,
+//! errors included, and an error is only raised when the search reaches that pair, as in Go
+//! (§2.5). The per-device node check is node-dependent and is never cached across nodes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, Device, DeviceAllocationConfiguration, DeviceAllocationResult,
+    DeviceAttribute, DeviceClass, DeviceRequestAllocationResult, DeviceSelector, DeviceTaint,
+    DeviceToleration, ResourceClaim, ResourceSlice,
+};
+
+use crate::nodesel::NodeMatchSpec;
+use crate::quantity::{Quantity, QuantityFormat};
+use crate::selector::{SelectorCache, evaluate};
+use crate::types::{AllocError, AllocateOptions, AllocatedState, ErrorClass, Features, Semantics};
+
+/// `resourceapi.AllocationResultsMaxSize`.
+pub const ALLOCATION_RESULTS_MAX_SIZE: i64 = 32;
+
+type Result<T, E = AllocError> = std::result::Result<T, E>;
+
+/// Parsed consumable capacity of one device capacity entry.
+#[derive(Clone, Debug)]
+pub(crate) struct CapacityData {
+    pub value: Quantity,
+    pub default: Option<Quantity>,
+    pub valid_values: Option<Vec<Quantity>>,
+    /// (min, max, step)
+    pub range: Option<(Quantity, Option<Quantity>, Option<Quantity>)>,
+    pub has_policy: bool,
+}
+
+/// One device of one slice, prepared once per allocator.
+pub(crate) struct DeviceData<'a> {
+    pub raw: &'a Device,
+    /// Interned (driver, pool, device).
+    pub gid: u32,
+    /// Unique per (slice, device index); key of the selector cache.
+    pub instance: u32,
+    pub node: NodeMatchSpec,
+    pub consumes: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    pub capacity: Vec<(&'a str, CapacityData)>,
+    pub allow_multi: bool,
+    pub has_binding_conditions: bool,
+    pub binds_to_node: bool,
+    pub taints: &'a [DeviceTaint],
+}
+
+/// One slice, prepared once per allocator.
+pub(crate) struct SliceData<'a> {
+    pub raw: &'a ResourceSlice,
+    pub name: &'a str,
+    pub driver: &'a str,
+    pub pool: &'a str,
+    pub generation: i64,
+    pub slice_count: i64,
+    pub node: NodeMatchSpec,
+    pub per_device: Option<bool>,
+    pub shared_counters: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    pub has_shared_counters: bool,
+    pub devices: Vec<DeviceData<'a>>,
+}
+
+/// A pool as seen from one node (Go: `Pool` after `GatherPools`).
+#[derive(Debug)]
+pub(crate) struct Pool<'a> {
+    pub driver: &'a str,
+    pub name: &'a str,
+    pub incomplete: bool,
+    pub invalid: bool,
+    pub invalid_reason: String,
+    /// Visible device slices, sorted by name (indices into `Allocator::slices`).
+    pub device_slices: Vec<u32>,
+    /// Slices of the same generation that do not target this node (counter accounting only).
+    pub not_visible: Vec<u32>,
+    pub counter_sets: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    pub binding_last: bool,
+}
+
+type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
+
+/// The allocator for one set of inputs (one pod in the scheduler).
+pub struct Allocator<'a> {
+    pub(crate) features: Features,
+    pub(crate) semantics: Semantics,
+    classes: HashMap<&'a str, &'a DeviceClass>,
+    pub(crate) slices: Vec<SliceData<'a>>,
+    on_node: HashMap<&'a str, Vec<u32>>,
+    shared: Vec<u32>,
+    by_pool: HashMap<(&'a str, &'a str), Vec<u32>>,
+    allocated_exclusive: HashSet<u32>,
+    allocated_any: HashSet<u32>,
+    committed_capacity: HashMap<u32, BTreeMap<String, i128>>,
+    selectors: Arc<SelectorCache>,
+    match_cache: Mutex<HashMap<(u32, u32), Result<bool>>>,
+    signatures: Mutex<HashMap<String, u32>>,
+    available_counters: Mutex<HashMap<String, Arc<CounterTable<'a>>>>,
+    invocations: AtomicU64,
+    setup_error: Option<AllocError>,
+}
+
+impl std::fmt::Debug for Allocator<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocator")
+            .field("features", &self.features)
+            .field("semantics", &self.semantics)
+            .field("slices", &self.slices.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Statistics of an allocator (Go: `GetStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Number of search steps (Go's `allocateOne` invocations) over all calls.
+    pub allocate_one_invocations: u64,
+}
+
+fn parse_q(s: &str, what: impl Fn() -> String) -> Result<Quantity> {
+    Quantity::parse(s)
+        .map_err(|e| AllocError::new(ErrorClass::InvalidInput, format!("{}: {e}", what())))
+}
+
+/// klog.KObj formatting: "namespace/name" or "name".
+pub(crate) fn claim_ref(claim: &ResourceClaim) -> String {
+    let name = claim.metadata.name.as_deref().unwrap_or("");
+    match claim.metadata.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    }
+}
+
+impl<'a> Allocator<'a> {
+    /// Prepares an allocator (Go: `NewAllocator`). Malformed quantities in slices or in the
+    /// allocated state are reported by every later [`Allocator::allocate`] call as
+    /// [`ErrorClass::InvalidInput`].
+    pub fn new(
+        features: Features,
+        semantics: Semantics,
+        allocated: &AllocatedState,
+        classes: &'a [DeviceClass],
+        slices: &'a [ResourceSlice],
+        selectors: Arc<SelectorCache>,
+    ) -> Self {
+        let mut setup_error = None;
+        let mut class_map = HashMap::new();
+        for class in classes {
+            if let Some(name) = class.metadata.name.as_deref() {
+                class_map.entry(name).or_insert(class);
+            }
+        }
+        let mut gids: HashMap<(&'a str, &'a str, &'a str), u32> = HashMap::new();
+        let mut slice_data = Vec::with_capacity(slices.len());
+        let mut on_node: HashMap<&'a str, Vec<u32>> = HashMap::new();
+        let mut shared = Vec::new();
+        let mut by_pool: HashMap<(&'a str, &'a str), Vec<u32>> = HashMap::new();
+        let mut instance = 0u32;
+        for (si, slice) in slices.iter().enumerate() {
+            let spec = &slice.spec;
+            let name = slice.metadata.name.as_deref().unwrap_or("");
+            let mut shared_counters = Vec::new();
+            for set in spec.shared_counters.iter().flatten() {
+                let mut counters = Vec::new();
+                for (cname, c) in &set.counters {
+                    match parse_q(&c.value.0, || {
+                        format!("slice {name}: counter set {} counter {cname}", set.name)
+                    }) {
+                        Ok(q) => counters.push((cname.as_str(), q.nanos())),
+                        Err(e) => {
+                            setup_error.get_or_insert(e);
+                        }
+                    }
+                }
+                shared_counters.push((set.name.as_str(), counters));
+            }
+            let has_shared_counters = spec.shared_counters.as_ref().is_some_and(|s| !s.is_empty());
+            let mut devices = Vec::new();
+            for dev in spec.devices.iter().flatten() {
+                let key = (
+                    spec.driver.as_str(),
+                    spec.pool.name.as_str(),
+                    dev.name.as_str(),
+                );
+                let next = gids.len() as u32;
+                let gid = *gids.entry(key).or_insert(next);
+                let mut consumes = Vec::new();
+                for cc in dev.consumes_counters.iter().flatten() {
+                    let mut counters = Vec::new();
+                    for (cname, c) in &cc.counters {
+                        match parse_q(&c.value.0, || {
+                            format!("slice {name}: device {}: counter {cname}", dev.name)
+                        }) {
+                            Ok(q) => counters.push((cname.as_str(), q.nanos())),
+                            Err(e) => {
+                                setup_error.get_or_insert(e);
+                            }
+                        }
+                    }
+                    consumes.push((cc.counter_set.as_str(), counters));
+                }
+                let mut capacity = Vec::new();
+                for (cname, cap) in dev.capacity.iter().flatten() {
+                    let what = || format!("slice {name}: device {}: capacity {cname}", dev.name);
+                    let parsed = (|| -> Result<CapacityData> {
+                        let value = parse_q(&cap.value.0, what)?;
+                        let mut data = CapacityData {
+                            value,
+                            default: None,
+                            valid_values: None,
+                            range: None,
+                            has_policy: false,
+                        };
+                        if let Some(p) = &cap.request_policy {
+                            data.has_policy = true;
+                            if let Some(d) = &p.default {
+                                data.default = Some(parse_q(&d.0, what)?);
+                            }
+                            if let Some(vv) = &p.valid_values {
+                                let mut vals = Vec::new();
+                                for v in vv {
+                                    vals.push(parse_q(&v.0, what)?);
+                                }
+                                data.valid_values = Some(vals);
+                            }
+                            if let Some(r) = &p.valid_range {
+                                let min = parse_q(&r.min.0, what)?;
+                                let max =
+                                    r.max.as_ref().map(|m| parse_q(&m.0, what)).transpose()?;
+                                let step =
+                                    r.step.as_ref().map(|m| parse_q(&m.0, what)).transpose()?;
+                                data.range = Some((min, max, step));
+                            }
+                        }
+                        Ok(data)
+                    })();
+                    match parsed {
+                        Ok(d) => capacity.push((cname.as_str(), d)),
+                        Err(e) => {
+                            setup_error.get_or_insert(e);
+                        }
+                    }
+                }
+                devices.push(DeviceData {
+                    raw: dev,
+                    gid,
+                    instance,
+                    node: NodeMatchSpec::new(
+                        dev.node_name.as_deref(),
+                        dev.all_nodes,
+                        dev.node_selector.as_ref(),
+                    ),
+                    consumes,
+                    capacity,
+                    allow_multi: dev.allow_multiple_allocations == Some(true),
+                    has_binding_conditions: dev
+                        .binding_conditions
+                        .as_ref()
+                        .is_some_and(|b| !b.is_empty()),
+                    binds_to_node: dev.binds_to_node == Some(true),
+                    taints: dev.taints.as_deref().unwrap_or(&[]),
+                });
+                instance = instance.wrapping_add(1);
+            }
+            let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
+            match node_name {
+                Some(n) if !has_shared_counters => on_node.entry(n).or_default().push(si as u32),
+                _ => shared.push(si as u32),
+            }
+            by_pool
+                .entry((spec.driver.as_str(), spec.pool.name.as_str()))
+                .or_default()
+                .push(si as u32);
+            slice_data.push(SliceData {
+                raw: slice,
+                name,
+                driver: spec.driver.as_str(),
+                pool: spec.pool.name.as_str(),
+                generation: spec.pool.generation,
+                slice_count: spec.pool.resource_slice_count,
+                node: NodeMatchSpec::new(
+                    spec.node_name.as_deref(),
+                    spec.all_nodes,
+                    spec.node_selector.as_ref(),
+                ),
+                per_device: spec.per_device_node_selection,
+                shared_counters,
+                has_shared_counters,
+                devices,
+            });
+        }
+        let lookup = |id: &crate::types::DeviceId| {
+            gids.get(&(id.driver.as_str(), id.pool.as_str(), id.device.as_str()))
+                .copied()
+        };
+        let mut allocated_exclusive = HashSet::new();
+        let mut allocated_any = HashSet::new();
+        let mut committed_capacity = HashMap::new();
+        for id in &allocated.devices {
+            if let Some(g) = lookup(id) {
+                allocated_exclusive.insert(g);
+                allocated_any.insert(g);
+            }
+        }
+        for (id, _) in &allocated.shared_devices {
+            if let Some(g) = lookup(id) {
+                allocated_any.insert(g);
+            }
+        }
+        for (id, caps) in &allocated.consumed_capacity {
+            if let Some(g) = lookup(id) {
+                allocated_any.insert(g);
+                let m: BTreeMap<String, i128> =
+                    caps.iter().map(|(k, v)| (k.clone(), v.nanos())).collect();
+                committed_capacity.insert(g, m);
+            }
+        }
+        Allocator {
+            features,
+            semantics,
+            classes: class_map,
+            slices: slice_data,
+            on_node,
+            shared,
+            by_pool,
+            allocated_exclusive,
+            allocated_any,
+            committed_capacity,
+            selectors,
+            match_cache: Mutex::new(HashMap::new()),
+            signatures: Mutex::new(HashMap::new()),
+            available_counters: Mutex::new(HashMap::new()),
+            invocations: AtomicU64::new(0),
+            setup_error,
+        }
+    }
+
+    /// Search statistics so far.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            allocate_one_invocations: self.invocations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Allocates all claims together on `node` (Go: `Allocate`).
+    ///
+    /// `Ok(Some(results))` holds one result per claim; `Ok(None)` means the claims do not fit on
+    /// this node; errors carry Go's text and a class ([`ErrorClass::InvalidPools`] is the
+    /// per-node "invalid resource pools were encountered", [`ErrorClass::Timeout`] a step budget
+    /// or deadline overrun, anything else is fatal).
+    pub fn allocate(
+        &self,
+        node: &Node,
+        claims: &[&'a ResourceClaim],
+        options: &AllocateOptions,
+    ) -> Result<Option<Vec<AllocationResult>>> {
+        if let Some(e) = &self.setup_error {
+            return Err(e.clone());
+        }
+        let pools = self.gather_pools(node)?;
+        let requests = self.setup(node, claims, &pools)?;
+        let mut search = Search::new(self, node, &pools, claims, &requests, options);
+        let start = Location::default();
+        let outcome = search.allocate_one(0, 0, 0, 0, false, start);
+        self.invocations.fetch_add(search.steps, Ordering::Relaxed);
+        match outcome {
+            Err(Stop::Fatal(e)) => Err(e),
+            // A max-size signal escaping claim 0 is treated as "no solution" (unreachable in practice).
+            Err(Stop::MaxSize) | Ok(false) => {
+                if pools.iter().any(|p| p.invalid) {
+                    return Err(AllocError::new(
+                        ErrorClass::InvalidPools,
+                        "invalid resource pools were encountered",
+                    ));
+                }
+                Ok(None)
+            }
+            Ok(true) => search.build_results().map(Some),
+        }
+    }
+
+    // ---------------------------------------------------------------- pools (§2.2)
+
+    pub(crate) fn gather_pools(&self, node: &Node) -> Result<Vec<Pool<'a>>> {
+        let node_name = node.metadata.name.as_deref().unwrap_or("");
+        let pd = self.features.partitionable_devices;
+        let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
+        let mut collected: Vec<((&'a str, &'a str), Vec<u32>)> = Vec::new();
+        let candidates = self
+            .on_node
+            .get(node_name)
+            .into_iter()
+            .flatten()
+            .chain(self.shared.iter());
+        for &si in candidates {
+            let s = &self.slices[si as usize];
+            if !pd && (s.per_device.is_some() || s.has_shared_counters) {
+                continue;
+            }
+            let relevant = if s.has_shared_counters {
+                true
+            } else if s.node.is_set() {
+                s.node.matches(node).map_err(|e| {
+                    AllocError::new(
+                        ErrorClass::NodeSelectorParse,
+                        format!(
+                            "gather pool information: failed to perform node selection for slice {}: failed to parse node selector {e}",
+                            s.name
+                        ),
+                    )
+                })?
+            } else if s.per_device == Some(true) {
+                let mut any = false;
+                for d in &s.devices {
+                    let m = d.node.matches(node).map_err(|e| {
+                        AllocError::new(
+                            ErrorClass::NodeSelectorParse,
+                            format!(
+                                "gather pool information: failed to perform node selection for device {} in slice {}: failed to parse node selector {e}",
+                                d.raw.name, s.name
+                            ),
+                        )
+                    })?;
+                    if m {
+                        any = true;
+                        break;
+                    }
+                }
+                any
+            } else {
+                false
+            };
+            if !relevant {
+                continue;
+            }
+            let key = (s.driver, s.pool);
+            match index.get(&key) {
+                None => {
+                    index.insert(key, collected.len());
+                    collected.push((key, vec![si]));
+                }
+                Some(&pi) => {
+                    let list = &mut collected[pi].1;
+                    let current = self.slices[list[0] as usize].generation;
+                    if s.generation < current {
+                        continue;
+                    }
+                    if s.generation > current {
+                        list.clear();
+                    }
+                    list.push(si);
+                }
+            }
+        }
+        let mut pools = Vec::with_capacity(collected.len());
+        for ((driver, pool_name), visible) in collected {
+            let first = &self.slices[visible[0] as usize];
+            let generation = first.generation;
+            let count = first.slice_count;
+            let mut extra = Vec::new();
+            if visible.len() as i64 != count {
+                let all = self
+                    .by_pool
+                    .get(&(driver, pool_name))
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]);
+                if all
+                    .iter()
+                    .any(|&i| self.slices[i as usize].generation > generation)
+                {
+                    // Obsolete: a newer generation exists elsewhere. Dropped silently.
+                    continue;
+                }
+                let same: Vec<u32> = all
+                    .iter()
+                    .copied()
+                    .filter(|&i| self.slices[i as usize].generation == generation)
+                    .collect();
+                if same.len() as i64 != count {
+                    pools.push(Pool {
+                        driver,
+                        name: pool_name,
+                        incomplete: true,
+                        invalid: false,
+                        invalid_reason: String::new(),
+                        device_slices: Vec::new(),
+                        not_visible: Vec::new(),
+                        counter_sets: Vec::new(),
+                        binding_last: false,
+                    });
+                    continue;
+                }
+                let seen: HashSet<&str> = visible
+                    .iter()
+                    .map(|&i| self.slices[i as usize].name)
+                    .collect();
+                extra = same
+                    .into_iter()
+                    .filter(|&i| !seen.contains(self.slices[i as usize].name))
+                    .collect();
+            }
+            pools.push(self.build_pool(driver, pool_name, visible, extra));
+        }
+        pools.sort_by(|a, b| {
+            (a.binding_last, a.driver, a.name).cmp(&(b.binding_last, b.driver, b.name))
+        });
+        Ok(pools)
+    }
+
+    fn build_pool(
+        &self,
+        driver: &'a str,
+        name: &'a str,
+        mut visible: Vec<u32>,
+        extra: Vec<u32>,
+    ) -> Pool<'a> {
+        let pd = self.features.partitionable_devices;
+        visible.sort_by(|&a, &b| {
+            self.slices[a as usize]
+                .name
+                .cmp(self.slices[b as usize].name)
+        });
+        let mut device_slices = Vec::new();
+        let mut counter_slices = Vec::new();
+        for &si in &visible {
+            if pd && self.slices[si as usize].has_shared_counters {
+                counter_slices.push(si);
+            } else {
+                device_slices.push(si);
+            }
+        }
+        let mut invalid_reason = String::new();
+        let mut names = HashSet::new();
+        'dup: for &si in &device_slices {
+            for d in &self.slices[si as usize].devices {
+                if !names.insert(d.raw.name.as_str()) {
+                    invalid_reason = format!("duplicate device name {}", d.raw.name);
+                    break 'dup;
+                }
+            }
+        }
+        let mut counter_sets: CounterTable<'a> = Vec::new();
+        if pd {
+            for &si in &counter_slices {
+                for (set, counters) in &self.slices[si as usize].shared_counters {
+                    if counter_sets.iter().any(|(n, _)| n == set) && invalid_reason.is_empty() {
+                        invalid_reason = format!("duplicate counter set name {set}");
+                    }
+                    counter_sets.push((set, counters.clone()));
+                }
+            }
+        }
+        let mut not_visible = Vec::new();
+        for &si in &extra {
+            if pd && self.slices[si as usize].has_shared_counters {
+                continue;
+            }
+            not_visible.push(si);
+        }
+        if pd && invalid_reason.is_empty() {
+            'refs: for &si in device_slices.iter().chain(not_visible.iter()) {
+                for d in &self.slices[si as usize].devices {
+                    for (set, counters) in &d.consumes {
+                        let Some((_, known)) = counter_sets.iter().find(|(n, _)| n == set) else {
+                            invalid_reason = format!(
+                                "device {} references unknown counter set {set}",
+                                d.raw.name
+                            );
+                            break 'refs;
+                        };
+                        for (c, _) in counters {
+                            if !known.iter().any(|(k, _)| k == c) {
+                                invalid_reason = format!(
+                                    "device {} references unknown counter {c} in counter set {set}",
+                                    d.raw.name
+                                );
+                                break 'refs;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let binding_last = device_slices.iter().any(|&si| {
+            self.slices[si as usize]
+                .devices
+                .iter()
+                .any(|d| d.has_binding_conditions)
+        });
+        Pool {
+            driver,
+            name,
+            incomplete: false,
+            invalid: !invalid_reason.is_empty(),
+            invalid_reason,
+            device_slices,
+            not_visible,
+            counter_sets,
+            binding_last,
+        }
+    }
+
+    // ---------------------------------------------------------------- setup (§2.3)
+
+    /// Interns the (class, request selectors) pair that decides selectability. Request
+    /// selector errors name the claim, so the claim is part of the key when there are any.
+    fn signature(&self, cref: &str, class: &str, selectors: &[DeviceSelector]) -> u32 {
+        let mut key = String::with_capacity(64);
+        key.push_str(class);
+        if !selectors.is_empty() {
+            key.push('\u{1}');
+            key.push_str(cref);
+        }
+        for s in selectors {
+            key.push('\u{0}');
+            if let Some(c) = &s.cel {
+                key.push_str(&c.expression);
+            }
+        }
+        let Ok(mut map) = self.signatures.lock() else {
+            return u32::MAX;
+        };
+        let next = map.len() as u32;
+        *map.entry(key).or_insert(next)
+    }
+
+    fn setup(
+        &self,
+        node: &Node,
+        claims: &[&'a ResourceClaim],
+        pools: &[Pool<'a>],
+    ) -> Result<Vec<ClaimRequests<'a>>> {
+        let f = self.features;
+        let mut out = Vec::with_capacity(claims.len());
+        for (ci, claim) in claims.iter().enumerate() {
+            let cref = claim_ref(claim);
+            let devices = claim.spec.devices.as_ref();
+            let requests = devices.and_then(|d| d.requests.as_deref()).unwrap_or(&[]);
+            let mut slots = Vec::with_capacity(requests.len());
+            let mut min_devices: i64 = 0;
+            for (ri, request) in requests.iter().enumerate() {
+                let subs = request.first_available.as_deref().unwrap_or(&[]);
+                let has_sub = !subs.is_empty();
+                if !f.prioritized_list && has_sub {
+                    return Err(AllocError::new(
+                        ErrorClass::FeatureDisabled,
+                        format!(
+                            "claim {cref}, request {}: has subrequests, but the DRAPrioritizedList feature is disabled",
+                            request.name
+                        ),
+                    ));
+                }
+                if !f.consumable_capacity {
+                    if request
+                        .exactly
+                        .as_ref()
+                        .is_some_and(|e| e.capacity.is_some())
+                    {
+                        return Err(AllocError::new(
+                            ErrorClass::FeatureDisabled,
+                            format!(
+                                "claim {cref}, request {}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
+                                request.name
+                            ),
+                        ));
+                    }
+                    for sub in subs {
+                        if sub.capacity.is_some() {
+                            return Err(AllocError::new(
+                                ErrorClass::FeatureDisabled,
+                                format!(
+                                    "claim {cref}, subrequest {}: has capacity requests, but the DRAConsumableCapacity feature is disabled",
+                                    sub.name
+                                ),
+                            ));
+                        }
+                    }
+                }
+                if has_sub {
+                    let mut datas = Vec::with_capacity(subs.len());
+                    let mut min = i64::MAX;
+                    for (si, sub) in subs.iter().enumerate() {
+                        let acc = RequestAccess {
+                            name: &sub.name,
+                            parent: Some(&request.name),
+                            class_name: &sub.device_class_name,
+                            mode: sub.allocation_mode.as_deref().unwrap_or(""),
+                            count: sub.count.unwrap_or(0),
+                            admin: None,
+                            selectors: sub.selectors.as_deref().unwrap_or(&[]),
+                            tolerations: sub.tolerations.as_deref(),
+                            capacity: sub.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+                        };
+                        let d = self.validate_request(node, &cref, ci, ri, si, acc, pools)?;
+                        min = min.min(d.num_devices);
+                        datas.push(d);
+                    }
+                    min_devices = min_devices.saturating_add(min);
+                    slots.push(RequestSlot::Sub(datas));
+                } else if let Some(exact) = &request.exactly {
+                    let acc = RequestAccess {
+                        name: &request.name,
+                        parent: None,
+                        class_name: &exact.device_class_name,
+                        mode: exact.allocation_mode.as_deref().unwrap_or(""),
+                        count: exact.count.unwrap_or(0),
+                        admin: exact.admin_access,
+                        selectors: exact.selectors.as_deref().unwrap_or(&[]),
+                        tolerations: exact.tolerations.as_deref(),
+                        capacity: exact.capacity.as_ref().and_then(|c| c.requests.as_ref()),
+                    };
+                    let d = self.validate_request(node, &cref, ci, ri, 0, acc, pools)?;
+                    min_devices = min_devices.saturating_add(d.num_devices);
+                    slots.push(RequestSlot::Plain(d));
+                } else {
+                    // Go would dereference nil here; the scheduler filters such claims out.
+                    return Err(AllocError::new(
+                        ErrorClass::UnknownRequestType,
+                        format!(
+                            "claim {cref}, request {}: unknown request type (neither exactly nor firstAvailable is set)",
+                            request.name
+                        ),
+                    ));
+                }
+            }
+            if min_devices > ALLOCATION_RESULTS_MAX_SIZE {
+                return Err(AllocError::new(
+                    ErrorClass::ClaimLimit,
+                    format!(
+                        "claim {cref}: number of requested devices {min_devices} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+                    ),
+                ));
+            }
+            let mut constraints = Vec::new();
+            for (i, c) in devices
+                .and_then(|d| d.constraints.as_deref())
+                .unwrap_or(&[])
+                .iter()
+                .enumerate()
+            {
+                let names: Vec<&'a str> = c.requests.iter().flatten().map(String::as_str).collect();
+                if let Some(m) = &c.match_attribute {
+                    constraints.push(Constraint::Match {
+                        names,
+                        attr: m.as_str(),
+                        first: None,
+                        count: 0,
+                    });
+                } else if let Some(d) = &c.distinct_attribute {
+                    constraints.push(Constraint::Distinct {
+                        names,
+                        attr: d.as_str(),
+                        by_request: Vec::new(),
+                        stack: Vec::new(),
+                    });
+                } else {
+                    return Err(AllocError::new(
+                        ErrorClass::EmptyConstraint,
+                        format!(
+                            "claim {cref}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                        ),
+                    ));
+                }
+            }
+            out.push(ClaimRequests { slots, constraints });
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn validate_request(
+        &self,
+        node: &Node,
+        cref: &str,
+        ci: usize,
+        ri: usize,
+        si: usize,
+        acc: RequestAccess<'a>,
+        pools: &[Pool<'a>],
+    ) -> Result<RequestData<'a>> {
+        for (i, sel) in acc.selectors.iter().enumerate() {
+            if sel.cel.is_none() {
+                return Err(AllocError::new(
+                    ErrorClass::EmptySelector,
+                    format!(
+                        "claim {cref}, request {}, selector #{i}: CEL expression empty (unsupported selector type?)",
+                        acc.name
+                    ),
+                ));
+            }
+        }
+        if !self.features.admin_access && acc.admin.is_some() {
+            return Err(AllocError::new(
+                ErrorClass::FeatureDisabled,
+                format!(
+                    "claim {cref}, request {}: admin access is requested, but the feature is disabled",
+                    acc.name
+                ),
+            ));
+        }
+        if acc.class_name.is_empty() {
+            return Err(AllocError::new(
+                ErrorClass::MissingClassName,
+                format!(
+                    "claim {cref}, request {}: missing device class name (unsupported request type?)",
+                    acc.name
+                ),
+            ));
+        }
+        let Some(class) = self.classes.get(acc.class_name).copied() else {
+            return Err(AllocError::new(
+                ErrorClass::UnknownClass,
+                format!(
+                    "claim {cref}, request {}: could not retrieve device class {}: deviceclass.resource.k8s.io \"{}\" not found",
+                    acc.name, acc.class_name, acc.class_name
+                ),
+            ));
+        };
+        let mut capacity_requests = None;
+        if let Some(reqs) = acc.capacity {
+            let mut v = Vec::new();
+            for (k, q) in reqs {
+                v.push((
+                    k.as_str(),
+                    parse_q(&q.0, || {
+                        format!("claim {cref}, request {}: capacity {k}", acc.name)
+                    })?,
+                ));
+            }
+            capacity_requests = Some(v);
+        }
+        let sig = self.signature(cref, acc.class_name, acc.selectors);
+        let mut data = RequestData {
+            claim: ci,
+            request: ri,
+            sub: si,
+            name: acc.name,
+            parent: acc.parent,
+            class,
+            selectors: acc.selectors,
+            all_mode: false,
+            num_devices: 0,
+            admin: acc.admin == Some(true),
+            tolerations: acc.tolerations,
+            capacity_requests,
+            all_devices: Vec::new(),
+            sig,
+        };
+        match acc.mode {
+            "ExactCount" => data.num_devices = acc.count,
+            "All" => {
+                data.all_mode = true;
+                for (pi, pool) in pools.iter().enumerate() {
+                    if pool.incomplete {
+                        return Err(AllocError::new(
+                            ErrorClass::AllModeIncompletePool,
+                            format!(
+                                "claim {cref}, request {}: asks for all devices, but resource pool {}/{} is currently being updated",
+                                acc.name, pool.driver, pool.name
+                            ),
+                        ));
+                    }
+                    if pool.invalid {
+                        return Err(AllocError::new(
+                            ErrorClass::AllModeInvalidPool,
+                            format!(
+                                "claim {cref}, request {}: asks for all devices, but resource pool {}/{} is currently invalid",
+                                acc.name, pool.driver, pool.name
+                            ),
+                        ));
+                    }
+                    for &sl in &pool.device_slices {
+                        for (di, dev) in self.slices[sl as usize].devices.iter().enumerate() {
+                            if !self.is_selectable(node, cref, &data, sl, dev)? {
+                                continue;
+                            }
+                            if self.features.consumable_capacity {
+                                let empty = BTreeMap::new();
+                                let committed =
+                                    self.committed_capacity.get(&dev.gid).unwrap_or(&empty);
+                                match capacity_fits(
+                                    committed,
+                                    data.capacity_requests.as_deref(),
+                                    dev,
+                                    None,
+                                ) {
+                                    Ok(true) => {}
+                                    _ => continue,
+                                }
+                            }
+                            data.all_devices.push(Candidate {
+                                pool: pi as u32,
+                                slice: sl,
+                                device: di as u32,
+                            });
+                        }
+                    }
+                }
+                data.num_devices = data.all_devices.len() as i64;
+            }
+            other => {
+                return Err(AllocError::new(
+                    ErrorClass::UnknownMode,
+                    format!(
+                        "claim {cref}, request {}: unsupported count mode {other}",
+                        acc.name
+                    ),
+                ));
+            }
+        }
+        Ok(data)
+    }
+
+    // ---------------------------------------------------------------- selectors (§2.5)
+
+    pub(crate) fn is_selectable(
+        &self,
+        node: &Node,
+        cref: &str,
+        req: &RequestData<'a>,
+        slice: u32,
+        dev: &DeviceData<'a>,
+    ) -> Result<bool> {
+        if !self.features.device_binding_and_status && dev.has_binding_conditions {
+            return Ok(false);
+        }
+        let s = &self.slices[slice as usize];
+        let key = (dev.instance, req.sig);
+        let cached = self
+            .match_cache
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned());
+        let matched = match cached {
+            Some(r) => r?,
+            None => {
+                let r = self.selectors_match(cref, req, s.driver, dev);
+                if let Ok(mut m) = self.match_cache.lock() {
+                    m.insert(key, r.clone());
+                }
+                r?
+            }
+        };
+        if !matched {
+            return Ok(false);
+        }
+        if s.per_device == Some(true) {
+            return dev.node.matches(node).map_err(|e| {
+                AllocError::new(
+                    ErrorClass::NodeSelectorParse,
+                    format!("failed to parse node selector {e}"),
+                )
+            });
+        }
+        Ok(true)
+    }
+
+    /// Evaluates the class selectors, then the request selectors (first false wins).
+    pub(crate) fn selectors_match(
+        &self,
+        cref: &str,
+        req: &RequestData<'a>,
+        driver: &str,
+        dev: &DeviceData<'a>,
+    ) -> Result<bool> {
+        let class_name = req.class.metadata.name.as_deref().unwrap_or("");
+        let class_selectors = req.class.spec.selectors.as_deref().unwrap_or(&[]);
+        for (i, sel) in class_selectors.iter().enumerate() {
+            let expr = sel
+                .cel
+                .as_ref()
+                .map(|c| c.expression.as_str())
+                .unwrap_or("");
+            let prefix = || format!("class {class_name}: selector #{i}");
+            if !self.eval_selector(expr, driver, dev.raw, prefix)? {
+                return Ok(false);
+            }
+        }
+        for (i, sel) in req.selectors.iter().enumerate() {
+            let expr = sel
+                .cel
+                .as_ref()
+                .map(|c| c.expression.as_str())
+                .unwrap_or("");
+            let prefix = || format!("claim {cref}: selector #{i}");
+            if !self.eval_selector(expr, driver, dev.raw, prefix)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn eval_selector(
+        &self,
+        expr: &str,
+        driver: &str,
+        dev: &Device,
+        prefix: impl Fn() -> String,
+    ) -> Result<bool> {
+        let program = self.selectors.get_or_compile(expr).map_err(|e| {
+            AllocError::new(
+                ErrorClass::CELCompile,
+                format!("{}: CEL compile error: {e}", prefix()),
+            )
+        })?;
+        evaluate(&program, driver, dev).map_err(|e| {
+            AllocError::new(
+                ErrorClass::CELRuntime,
+                format!("{}: CEL runtime error: {e}", prefix()),
+            )
+        })
+    }
+
+    pub(crate) fn class(&self, name: &str) -> Option<&'a DeviceClass> {
+        self.classes.get(name).copied()
+    }
+
+    pub(crate) fn is_allocated_exclusive(&self, gid: u32) -> bool {
+        self.allocated_exclusive.contains(&gid)
+    }
+
+    pub(crate) fn committed_capacity(&self, gid: u32) -> Option<&BTreeMap<String, i128>> {
+        self.committed_capacity.get(&gid)
+    }
+
+    /// Available counters of a pool, computed once per allocator (Go: `availableCounters`).
+    pub(crate) fn available_counters(&self, pool: &Pool<'a>) -> Arc<CounterTable<'a>> {
+        let key = self.counter_key(pool);
+        if let Some(t) = self
+            .available_counters
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return t;
+        }
+        let mut table: CounterTable<'a> = pool.counter_sets.clone();
+        for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
+            for d in &self.slices[si as usize].devices {
+                if !self.allocated_any.contains(&d.gid) {
+                    continue;
+                }
+                for (set, counters) in &d.consumes {
+                    let Some((_, avail)) = table.iter_mut().find(|(n, _)| n == set) else {
+                        continue;
+                    };
+                    for (c, v) in counters {
+                        if let Some((_, a)) = avail.iter_mut().find(|(n, _)| n == c) {
+                            *a -= v;
+                        }
+                    }
+                }
+            }
+        }
+        let t = Arc::new(table);
+        if let Ok(mut m) = self.available_counters.lock() {
+            m.entry(key).or_insert_with(|| Arc::clone(&t));
+        }
+        t
+    }
+
+    /// Upstream bug (#140434): Go keys counter state by pool name only, so two drivers with
+    /// the same pool name share counters. We key by (driver, pool) unless GoCompat is selected.
+    pub(crate) fn counter_key(&self, pool: &Pool<'a>) -> String {
+        match self.semantics {
+            Semantics::GoCompat => pool.name.to_string(),
+            Semantics::Fixed => format!("{}\u{0}{}", pool.driver, pool.name),
+        }
+    }
+}
+
+// -------------------------------------------------------------------- capacity (§2.9)
+
+fn ceil_div(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b != 0 && ((a > 0) == (b > 0)) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+/// Amount of one capacity consumed by a request (Go: `calculateConsumedCapacity`).
+pub(crate) fn consumed_amount(requested: Option<&Quantity>, cap: &CapacityData) -> Quantity {
+    let Some(req) = requested else {
+        return cap.default.unwrap_or(cap.value);
+    };
+    if !cap.has_policy {
+        return *req;
+    }
+    if let Some((min, _max, step)) = &cap.range {
+        if req < min {
+            return *min;
+        }
+        let Some(step) = step else { return *req };
+        let step_v = step.value_ceil();
+        if step_v <= 0 {
+            return *req;
+        }
+        let min_v = min.value_ceil();
+        let added = req.value_ceil() - min_v;
+        let n = ceil_div(added, step_v);
+        let val = min_v.saturating_add(step_v.saturating_mul(n));
+        return Quantity::from_nanos(val.saturating_mul(1_000_000_000), QuantityFormat::BinarySI);
+    }
+    if let Some(values) = &cap.valid_values
+        && let Some(v) = values.iter().find(|v| *v >= req)
+    {
+        return *v;
+    }
+    *req
+}
+
+/// Go: `violatesPolicy`.
+fn violates_policy(consumed: &Quantity, cap: &CapacityData) -> bool {
+    if !cap.has_policy {
+        return false;
+    }
+    if cap.default.as_ref() == Some(consumed) {
+        return false;
+    }
+    if let Some((min, max, step)) = &cap.range {
+        if max.as_ref().is_some_and(|m| consumed > m) {
+            return true;
+        }
+        if let Some(step) = step {
+            let s = step.value_ceil();
+            if s > 0 && (consumed.value_ceil() - min.value_ceil()) % s != 0 {
+                return true;
+            }
+        }
+        return false;
+    }
+    if let Some(values) = &cap.valid_values {
+        return !values.iter().any(|v| v == consumed);
+    }
+    false
+}
+
+/// Go: `CmpRequestOverCapacity`. `Err(())` means the request names a capacity the device lacks
+/// (callers skip the device silently).
+pub(crate) fn capacity_fits(
+    committed: &BTreeMap<String, i128>,
+    requests: Option<&[(&str, Quantity)]>,
+    dev: &DeviceData<'_>,
+    allocating: Option<&BTreeMap<&str, i128>>,
+) -> Result<bool, ()> {
+    if let Some(reqs) = requests {
+        for (name, _) in reqs {
+            if !dev.capacity.iter().any(|(n, _)| n == name) {
+                return Err(());
+            }
+        }
+    }
+    for (name, cap) in &dev.capacity {
+        let requested = requests
+            .and_then(|r| r.iter().find(|(n, _)| n == name))
+            .map(|(_, q)| q);
+        let consumed = consumed_amount(requested, cap);
+        if violates_policy(&consumed, cap) {
+            return Ok(false);
+        }
+        let total = committed.get(*name).copied().unwrap_or(0)
+            + consumed.nanos()
+            + allocating.and_then(|a| a.get(name)).copied().unwrap_or(0);
+        if total > cap.value.nanos() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+// -------------------------------------------------------------------- request data
+
+struct RequestAccess<'a> {
+    name: &'a str,
+    parent: Option<&'a str>,
+    class_name: &'a str,
+    mode: &'a str,
+    count: i64,
+    admin: Option<bool>,
+    selectors: &'a [DeviceSelector],
+    tolerations: Option<&'a [DeviceToleration]>,
+    capacity: Option<&'a BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+}
+
+/// A device position: pool index (in the node's pool list), slice index (global), device index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Candidate {
+    pub pool: u32,
+    pub slice: u32,
+    pub device: u32,
+}
+
+/// One request or subrequest after setup (Go: `requestData`).
+pub(crate) struct RequestData<'a> {
+    pub claim: usize,
+    pub request: usize,
+    pub sub: usize,
+    pub name: &'a str,
+    pub parent: Option<&'a str>,
+    pub class: &'a DeviceClass,
+    pub selectors: &'a [DeviceSelector],
+    pub all_mode: bool,
+    pub num_devices: i64,
+    pub admin: bool,
+    pub tolerations: Option<&'a [DeviceToleration]>,
+    pub capacity_requests: Option<Vec<(&'a str, Quantity)>>,
+    pub all_devices: Vec<Candidate>,
+    pub sig: u32,
+}
+
+impl<'a> RequestData<'a> {
+    pub(crate) fn full_name(&self) -> String {
+        match self.parent {
+            Some(p) => format!("{p}/{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+    fn base_name(&self) -> &'a str {
+        self.parent.unwrap_or(self.name)
+    }
+    fn sub_name(&self) -> Option<&'a str> {
+        self.parent.map(|_| self.name)
+    }
+}
+
+pub(crate) enum RequestSlot<'a> {
+    Plain(RequestData<'a>),
+    Sub(Vec<RequestData<'a>>),
+}
+
+impl<'a> RequestSlot<'a> {
+    pub(crate) fn get(&self, sub: usize) -> Option<&RequestData<'a>> {
+        match self {
+            RequestSlot::Plain(d) => Some(d),
+            RequestSlot::Sub(v) => v.get(sub),
+        }
+    }
+}
+
+pub(crate) struct ClaimRequests<'a> {
+    pub slots: Vec<RequestSlot<'a>>,
+    pub constraints: Vec<Constraint<'a>>,
+}
+
+// -------------------------------------------------------------------- constraints (§2.7)
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AttrValue<'a> {
+    Int(i64),
+    Bool(bool),
+    Str(&'a str),
+    Version(&'a str),
+    Unknown,
+}
+
+impl<'a> AttrValue<'a> {
+    fn of(a: &'a DeviceAttribute) -> AttrValue<'a> {
+        if let Some(s) = &a.string {
+            AttrValue::Str(s)
+        } else if let Some(i) = a.int {
+            AttrValue::Int(i)
+        } else if let Some(b) = a.bool {
+            AttrValue::Bool(b)
+        } else if let Some(v) = &a.version {
+            AttrValue::Version(v)
+        } else {
+            AttrValue::Unknown
+        }
+    }
+}
+
+/// Go: `lookupAttribute`: full name, then the bare id when the domain is the driver.
+pub(crate) fn lookup_attribute<'a>(
+    dev: &'a Device,
+    driver: &str,
+    name: &str,
+) -> Option<AttrValue<'a>> {
+    let attrs = dev.attributes.as_ref()?;
+    if let Some(a) = attrs.get(name) {
+        return Some(AttrValue::of(a));
+    }
+    let (domain, id) = name.split_once('/')?;
+    if domain != driver {
+        return None;
+    }
+    attrs.get(id).map(AttrValue::of)
+}
+
+pub(crate) enum Constraint<'a> {
+    Match {
+        names: Vec<&'a str>,
+        attr: &'a str,
+        first: Option<AttrValue<'a>>,
+        count: usize,
+    },
+    Distinct {
+        names: Vec<&'a str>,
+        attr: &'a str,
+        /// GoCompat: values keyed by base request name (upstream bug #140438).
+        by_request: Vec<(String, AttrValue<'a>)>,
+        /// Fixed: one value per allocated device, in allocation order.
+        stack: Vec<AttrValue<'a>>,
+    },
+}
+
+fn applies(names: &[&str], base: &str, sub: Option<&str>) -> bool {
+    if names.is_empty() {
+        return true;
+    }
+    if names.contains(&base) {
+        return true;
+    }
+    match sub {
+        Some(s) => names.iter().any(|n| {
+            n.len() == base.len() + 1 + s.len()
+                && n.starts_with(base)
+                && n.ends_with(s)
+                && n.as_bytes()[base.len()] == b'/'
+        }),
+        None => false,
+    }
+}
+
+fn version_core(v: &str) -> &str {
+    v.split_once('+').map(|(a, _)| a).unwrap_or(v)
+}
+
+/// Distinctness of a candidate against one stored value; `None` = types differ (Go accepts).
+fn distinct_from(existing: &AttrValue<'_>, candidate: &AttrValue<'_>) -> Option<bool> {
+    match (existing, candidate) {
+        (AttrValue::Unknown, _) => Some(false),
+        (AttrValue::Str(a), AttrValue::Str(b)) => Some(a != b),
+        (AttrValue::Int(a), AttrValue::Int(b)) => Some(a != b),
+        (AttrValue::Bool(a), AttrValue::Bool(b)) => Some(a != b),
+        (AttrValue::Version(a), AttrValue::Version(b)) => Some(version_core(a) != version_core(b)),
+        _ => None,
+    }
+}
+
+fn all_distinct<'x>(
+    values: impl Iterator<Item = &'x AttrValue<'x>>,
+    candidate: &AttrValue<'_>,
+) -> bool {
+    for existing in values {
+        match distinct_from(existing, candidate) {
+            Some(true) => {}
+            Some(false) => return false,
+            None => return true,
+        }
+    }
+    true
+}
+
+impl<'a> Constraint<'a> {
+    fn add(
+        &mut self,
+        semantics: Semantics,
+        base: &str,
+        sub: Option<&str>,
+        dev: &'a Device,
+        driver: &str,
+    ) -> bool {
+        match self {
+            Constraint::Match {
+                names,
+                attr,
+                first,
+                count,
+            } => {
+                if !applies(names, base, sub) {
+                    return true;
+                }
+                let Some(v) = lookup_attribute(dev, driver, attr) else {
+                    return false;
+                };
+                if *count == 0 {
+                    *first = Some(v);
+                    *count = 1;
+                    return true;
+                }
+                let same = match (first.as_ref(), &v) {
+                    (Some(AttrValue::Str(a)), AttrValue::Str(b)) => a == b,
+                    (Some(AttrValue::Int(a)), AttrValue::Int(b)) => a == b,
+                    (Some(AttrValue::Bool(a)), AttrValue::Bool(b)) => a == b,
+                    // Versions compare as strings: build metadata counts (spec §7 #28).
+                    (Some(AttrValue::Version(a)), AttrValue::Version(b)) => a == b,
+                    _ => false,
+                };
+                if same {
+                    *count += 1;
+                }
+                same
+            }
+            Constraint::Distinct {
+                names,
+                attr,
+                by_request,
+                stack,
+            } => {
+                if !applies(names, base, sub) {
+                    return true;
+                }
+                let Some(v) = lookup_attribute(dev, driver, attr) else {
+                    return false;
+                };
+                match semantics {
+                    Semantics::GoCompat => {
+                        if !all_distinct(by_request.iter().map(|(_, v)| v), &v) {
+                            return false;
+                        }
+                        if let Some(e) = by_request.iter_mut().find(|(n, _)| n == base) {
+                            e.1 = v;
+                        } else {
+                            by_request.push((base.to_string(), v));
+                        }
+                        true
+                    }
+                    Semantics::Fixed => {
+                        if !all_distinct(stack.iter(), &v) {
+                            return false;
+                        }
+                        stack.push(v);
+                        true
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, semantics: Semantics, base: &str, sub: Option<&str>) {
+        match self {
+            Constraint::Match { names, count, .. } => {
+                if applies(names, base, sub) {
+                    *count = count.saturating_sub(1);
+                }
+            }
+            Constraint::Distinct {
+                names,
+                by_request,
+                stack,
+                ..
+            } => {
+                if !applies(names, base, sub) {
+                    return;
+                }
+                match semantics {
+                    Semantics::GoCompat => by_request.retain(|(n, _)| n != base),
+                    Semantics::Fixed => {
+                        stack.pop();
+                    }
+                }
+            }
+        }
+    }
+}
+
+// -------------------------------------------------------------------- taints (§2.11)
+
+fn tolerates(t: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty())
+        && e != taint.effect
+    {
+        return false;
+    }
+    if let Some(k) = t.key.as_deref().filter(|k| !k.is_empty())
+        && k != taint.key
+    {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("") {
+        "Exists" => true,
+        "" | "Equal" => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
+
+pub(crate) fn taint_blocks(
+    taints: &[DeviceTaint],
+    tolerations: Option<&[DeviceToleration]>,
+) -> bool {
+    taints.iter().any(|taint| {
+        matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+            && !tolerations
+                .unwrap_or(&[])
+                .iter()
+                .any(|t| tolerates(t, taint))
+    })
+}
+
+// -------------------------------------------------------------------- search (§2.4)
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Location {
+    pool: usize,
+    slice: usize,
+    device: usize,
+}
+
+enum Stop {
+    MaxSize,
+    Fatal(AllocError),
+}
+
+impl From<AllocError> for Stop {
+    fn from(e: AllocError) -> Self {
+        Stop::Fatal(e)
+    }
+}
+
+struct DeviceResult<'a> {
+    req: &'a str,
+    parent: Option<&'a str>,
+    claim: usize,
+    request: usize,
+    sub: usize,
+    cand: Candidate,
+    share_id: Option<String>,
+    consumed: Option<BTreeMap<&'a str, Quantity>>,
+    admin: bool,
+}
+
+/// What a successful `allocate_device` must undo on backtrack.
+struct Undo<'a> {
+    gid: u32,
+    claim: usize,
+    multi: bool,
+    consumed: Option<Vec<(&'a str, i128)>>,
+    created_capacity_entry: bool,
+    paid_counters: bool,
+    results_len: usize,
+    cand: Candidate,
+    base: &'a str,
+    sub: Option<&'a str>,
+}
+
+struct Search<'r, 'a> {
+    alloc: &'r Allocator<'a>,
+    node: &'r Node,
+    pools: &'r [Pool<'a>],
+    claims: &'r [&'a ResourceClaim],
+    claim_refs: Vec<String>,
+    requests: &'r [ClaimRequests<'a>],
+    constraints: Vec<Vec<Constraint<'a>>>,
+    selected: Vec<Vec<usize>>,
+    allocating: HashMap<u32, Vec<u32>>,
+    allocating_capacity: HashMap<u32, BTreeMap<&'a str, i128>>,
+    consumed_counters: HashMap<String, HashMap<(&'a str, &'a str), i128>>,
+    results: Vec<Vec<DeviceResult<'a>>>,
+    steps: u64,
+    budget: u64,
+    deadline: Option<Instant>,
+}
+
+impl<'r, 'a> Search<'r, 'a> {
+    fn new(
+        alloc: &'r Allocator<'a>,
+        node: &'r Node,
+        pools: &'r [Pool<'a>],
+        claims: &'r [&'a ResourceClaim],
+        requests: &'r [ClaimRequests<'a>],
+        options: &AllocateOptions,
+    ) -> Self {
+        let constraints = requests
+            .iter()
+            .map(|c| {
+                c.constraints
+                    .iter()
+                    .map(|k| match k {
+                        Constraint::Match { names, attr, .. } => Constraint::Match {
+                            names: names.clone(),
+                            attr,
+                            first: None,
+                            count: 0,
+                        },
+                        Constraint::Distinct { names, attr, .. } => Constraint::Distinct {
+                            names: names.clone(),
+                            attr,
+                            by_request: Vec::new(),
+                            stack: Vec::new(),
+                        },
+                    })
+                    .collect()
+            })
+            .collect();
+        Search {
+            alloc,
+            node,
+            pools,
+            claims,
+            claim_refs: claims.iter().map(|c| claim_ref(c)).collect(),
+            requests,
+            constraints,
+            selected: requests.iter().map(|c| vec![0; c.slots.len()]).collect(),
+            allocating: HashMap::new(),
+            allocating_capacity: HashMap::new(),
+            consumed_counters: HashMap::new(),
+            results: claims.iter().map(|_| Vec::new()).collect(),
+            steps: 0,
+            budget: options.step_budget,
+            deadline: options.deadline,
+        }
+    }
+
+    fn device(&self, c: Candidate) -> &'r DeviceData<'a> {
+        &self.alloc.slices[c.slice as usize].devices[c.device as usize]
+    }
+
+    fn in_use(&self, gid: u32) -> bool {
+        self.alloc.allocated_exclusive.contains(&gid)
+            || self.allocating.get(&gid).is_some_and(|s| !s.is_empty())
+    }
+
+    fn allocating_for_claim(&self, gid: u32, claim: usize) -> bool {
+        self.allocating
+            .get(&gid)
+            .is_some_and(|s| s.contains(&(claim as u32)))
+    }
+
+    fn capacity_ok(&self, req: &RequestData<'a>, dev: &DeviceData<'a>) -> Result<bool, ()> {
+        let empty = BTreeMap::new();
+        let committed = self
+            .alloc
+            .committed_capacity
+            .get(&dev.gid)
+            .unwrap_or(&empty);
+        capacity_fits(
+            committed,
+            req.capacity_requests.as_deref(),
+            dev,
+            self.allocating_capacity.get(&dev.gid),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn allocate_one(
+        &mut self,
+        c: usize,
+        r: usize,
+        s: usize,
+        k: i64,
+        in_sub: bool,
+        start: Location,
+    ) -> Result<bool, Stop> {
+        self.steps += 1;
+        if self.steps > self.budget {
+            return Err(Stop::Fatal(AllocError::new(
+                ErrorClass::Timeout,
+                format!(
+                    "filter operation aborted: allocation step budget of {} search steps exceeded",
+                    self.budget
+                ),
+            )));
+        }
+        if self.steps.is_multiple_of(1024)
+            && let Some(d) = self.deadline
+            && Instant::now() >= d
+        {
+            return Err(Stop::Fatal(AllocError::new(
+                ErrorClass::Timeout,
+                "filter operation aborted: context deadline exceeded",
+            )));
+        }
+        if c >= self.claims.len() {
+            return Ok(true);
+        }
+        let claim_reqs = &self.requests[c];
+        if r >= claim_reqs.slots.len() {
+            return match self.allocate_one(c + 1, 0, 0, 0, false, Location::default()) {
+                Err(Stop::MaxSize) => Ok(false),
+                other => other,
+            };
+        }
+        let slot = &claim_reqs.slots[r];
+        if let (RequestSlot::Sub(subs), false) = (slot, in_sub) {
+            let mut all_exceeded = true;
+            for si in 0..subs.len() {
+                match self.allocate_one(c, r, si, 0, true, Location::default()) {
+                    Err(Stop::MaxSize) => continue,
+                    Err(e) => return Err(e),
+                    Ok(true) => {
+                        self.selected[c][r] = si;
+                        return Ok(true);
+                    }
+                    Ok(false) => all_exceeded = false,
+                }
+            }
+            return if all_exceeded {
+                Err(Stop::MaxSize)
+            } else {
+                Ok(false)
+            };
+        }
+        let Some(req) = slot.get(s) else {
+            return Ok(false);
+        };
+        if req.all_mode && req.all_devices.is_empty() {
+            return Ok(false);
+        }
+        if k >= req.num_devices {
+            return self.allocate_one(c, r + 1, 0, 0, false, Location::default());
+        }
+        let after = self.results[c].len() as i64 + req.num_devices - k;
+        if after > ALLOCATION_RESULTS_MAX_SIZE {
+            return Err(Stop::MaxSize);
+        }
+        if req.all_mode {
+            let cand = req.all_devices[k as usize];
+            let Some(undo) = self.allocate_device(req, cand, true)? else {
+                return Ok(false);
+            };
+            let done = self.allocate_one(c, r, s, k + 1, in_sub, Location::default());
+            match done {
+                Ok(true) => Ok(true),
+                other => {
+                    self.rollback(undo);
+                    other
+                }
+            }
+        } else {
+            for pi in start.pool..self.pools.len() {
+                let pool = &self.pools[pi];
+                if pool.incomplete || pool.invalid {
+                    continue;
+                }
+                let slice_start = if pi == start.pool { start.slice } else { 0 };
+                for sli in slice_start..pool.device_slices.len() {
+                    let sl = pool.device_slices[sli];
+                    let devices = &self.alloc.slices[sl as usize].devices;
+                    let dev_start = if pi == start.pool && sli == start.slice {
+                        start.device
+                    } else {
+                        0
+                    };
+                    for (di, dev) in devices.iter().enumerate().skip(dev_start) {
+                        if req.admin {
+                            if self.allocating_for_claim(dev.gid, c) {
+                                continue;
+                            }
+                        } else if self.in_use(dev.gid) {
+                            continue;
+                        }
+                        if !self.alloc.is_selectable(
+                            self.node,
+                            &self.claim_refs[c],
+                            req,
+                            sl,
+                            dev,
+                        )? {
+                            continue;
+                        }
+                        if self.alloc.features.consumable_capacity
+                            && self.capacity_ok(req, dev) != Ok(true)
+                        {
+                            continue;
+                        }
+                        let cand = Candidate {
+                            pool: pi as u32,
+                            slice: sl,
+                            device: di as u32,
+                        };
+                        let Some(undo) = self.allocate_device(req, cand, false)? else {
+                            continue;
+                        };
+                        let next = Location {
+                            pool: pi,
+                            slice: sli,
+                            device: di + 1,
+                        };
+                        match self.allocate_one(c, r, s, k + 1, in_sub, next) {
+                            Ok(true) => return Ok(true),
+                            Ok(false) => self.rollback(undo),
+                            Err(e) => {
+                                self.rollback(undo);
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(false)
+        }
+    }
+
+    /// Go: `allocateDevice`. `Ok(None)` = rejected.
+    fn allocate_device(
+        &mut self,
+        req: &RequestData<'a>,
+        cand: Candidate,
+        must: bool,
+    ) -> Result<Option<Undo<'a>>, Stop> {
+        let f = self.alloc.features;
+        let compat = self.alloc.semantics == Semantics::GoCompat;
+        let dev = self.device(cand);
+        let c = req.claim;
+        let multi = f.consumable_capacity && dev.allow_multi;
+        if !multi && req.admin && self.allocating_for_claim(dev.gid, c) {
+            return Ok(None);
+        }
+        if !req.admin && self.in_use(dev.gid) {
+            return Ok(None);
+        }
+        if !f.partitionable_devices && !dev.consumes.is_empty() {
+            return Ok(None);
+        }
+        let skip_counters = multi
+            && (self.alloc.committed_capacity.contains_key(&dev.gid)
+                || self.allocating_capacity.contains_key(&dev.gid));
+        let mut paid_counters = false;
+        if !skip_counters && !dev.consumes.is_empty() {
+            if !self.reserve_counters(cand) {
+                return Ok(None);
+            }
+            paid_counters = true;
+        }
+        let base = req.base_name();
+        let sub = req.sub_name();
+        if f.device_taints && taint_blocks(dev.taints, req.tolerations) {
+            // Upstream bug (#140436): Go keeps the counters reserved above; we release them.
+            if paid_counters && !compat {
+                self.release_counters(cand);
+            }
+            return Ok(None);
+        }
+        let driver = self.alloc.slices[cand.slice as usize].driver;
+        let semantics = self.alloc.semantics;
+        let n = self.constraints[c].len();
+        for i in 0..n {
+            if !self.constraints[c][i].add(semantics, base, sub, dev.raw, driver) {
+                if must {
+                    return Err(Stop::Fatal(AllocError::new(
+                        ErrorClass::ConstraintMust,
+                        format!(
+                            "claim {}, request {}: cannot add device {}/{}/{} because a claim constraint would not be satisfied",
+                            self.claim_refs[c],
+                            req.name,
+                            driver,
+                            self.alloc.slices[cand.slice as usize].pool,
+                            dev.raw.name
+                        ),
+                    )));
+                }
+                for e in 0..i {
+                    self.constraints[c][e].remove(semantics, base, sub);
+                }
+                // Upstream bug (#140436): counters leak here in Go; we release them.
+                if paid_counters && !compat {
+                    self.release_counters(cand);
+                }
+                return Ok(None);
+            }
+        }
+        let entry = self.allocating.entry(dev.gid).or_default();
+        if !multi {
+            entry.push(c as u32);
+        }
+        let mut consumed = None;
+        let mut share_id = None;
+        let mut created_capacity_entry = false;
+        if f.consumable_capacity {
+            if self.capacity_ok(req, dev) != Ok(true) {
+                // Go rejects here without undoing the steps above (only reachable in All mode).
+                if !compat {
+                    for e in 0..n {
+                        self.constraints[c][e].remove(semantics, base, sub);
+                    }
+                    if let Some(s) = self.allocating.get_mut(&dev.gid)
+                        && let Some(pos) = s.iter().rposition(|&x| x == c as u32)
+                    {
+                        s.remove(pos);
+                    }
+                    if paid_counters {
+                        self.release_counters(cand);
+                    }
+                }
+                return Ok(None);
+            }
+            if multi {
+                let mut amounts = Vec::with_capacity(dev.capacity.len());
+                for (name, cap) in &dev.capacity {
+                    let requested = req
+                        .capacity_requests
+                        .as_ref()
+                        .and_then(|r| r.iter().find(|(n, _)| n == name))
+                        .map(|(_, q)| q);
+                    amounts.push((*name, consumed_amount(requested, cap)));
+                }
+                share_id = Some(uuid::Uuid::new_v4().to_string());
+                created_capacity_entry = !self.allocating_capacity.contains_key(&dev.gid);
+                let entry = self.allocating_capacity.entry(dev.gid).or_default();
+                for (name, q) in &amounts {
+                    *entry.entry(name).or_insert(0) += q.nanos();
+                }
+                consumed = Some(amounts);
+            }
+        }
+        let results_len = self.results[c].len();
+        let consumed_map = consumed
+            .as_ref()
+            .filter(|a| !a.is_empty())
+            .map(|a| a.iter().map(|(n, q)| (*n, *q)).collect::<BTreeMap<_, _>>());
+        self.results[c].push(DeviceResult {
+            req: req.name,
+            parent: req.parent,
+            claim: c,
+            request: req.request,
+            sub: req.sub,
+            cand,
+            share_id,
+            consumed: consumed_map,
+            admin: req.admin,
+        });
+        Ok(Some(Undo {
+            gid: dev.gid,
+            claim: c,
+            multi,
+            consumed: consumed.map(|a| a.into_iter().map(|(n, q)| (n, q.nanos())).collect()),
+            created_capacity_entry,
+            paid_counters,
+            results_len,
+            cand,
+            base,
+            sub,
+        }))
+    }
+
+    fn rollback(&mut self, undo: Undo<'a>) {
+        let compat = self.alloc.semantics == Semantics::GoCompat;
+        let semantics = self.alloc.semantics;
+        for con in self.constraints[undo.claim].iter_mut() {
+            con.remove(semantics, undo.base, undo.sub);
+        }
+        if let Some(s) = self.allocating.get_mut(&undo.gid)
+            && let Some(pos) = s.iter().rposition(|&x| x == undo.claim as u32)
+        {
+            s.remove(pos);
+        }
+        if undo.multi {
+            match &undo.consumed {
+                Some(amounts) if !amounts.is_empty() => {
+                    if let Some(entry) = self.allocating_capacity.get_mut(&undo.gid) {
+                        for (name, v) in amounts {
+                            if let Some(x) = entry.get_mut(name) {
+                                *x -= v;
+                            }
+                        }
+                        if entry.values().all(|v| *v == 0) {
+                            self.allocating_capacity.remove(&undo.gid);
+                        }
+                    }
+                }
+                _ => {
+                    // Go never removes the empty entry (spec §7 #26); with the fix below
+                    // (counters released) the stale entry would skip counters, so drop it.
+                    if !compat && undo.created_capacity_entry {
+                        self.allocating_capacity.remove(&undo.gid);
+                    }
+                }
+            }
+            // Upstream bug (#140436): Go does not release a share's counters on rollback.
+            if !compat && undo.paid_counters {
+                self.release_counters(undo.cand);
+            }
+        } else if self.alloc.features.partitionable_devices && undo.paid_counters {
+            self.release_counters(undo.cand);
+        }
+        self.results[undo.claim].truncate(undo.results_len);
+    }
+
+    /// Go: `checkAvailableCounters`.
+    fn reserve_counters(&mut self, cand: Candidate) -> bool {
+        let pool = &self.pools[cand.pool as usize];
+        let available = self.alloc.available_counters(pool);
+        let key = self.alloc.counter_key(pool);
+        let dev = self.device(cand);
+        let consumed = self.consumed_counters.entry(key).or_default();
+        for (set, counters) in &dev.consumes {
+            for (name, v) in counters {
+                *consumed.entry((set, name)).or_insert(0) += v;
+            }
+        }
+        for (set, counters) in available.iter() {
+            for (name, avail) in counters {
+                let used = consumed.get(&(*set, *name)).copied().unwrap_or(0);
+                if *avail < used {
+                    self.release_counters(cand);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn release_counters(&mut self, cand: Candidate) {
+        let pool = &self.pools[cand.pool as usize];
+        let key = self.alloc.counter_key(pool);
+        let dev = self.device(cand);
+        if let Some(consumed) = self.consumed_counters.get_mut(&key) {
+            for (set, counters) in &dev.consumes {
+                for (name, v) in counters {
+                    if let Some(x) = consumed.get_mut(&(*set, *name)) {
+                        *x -= v;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- results (§2.13)
+
+    fn build_results(&self) -> Result<Vec<AllocationResult>> {
+        let f = self.alloc.features;
+        let node_name = self.node.metadata.name.as_deref().unwrap_or("");
+        let mut out = Vec::with_capacity(self.claims.len());
+        for (ci, claim) in self.claims.iter().enumerate() {
+            let mut results = Vec::with_capacity(self.results[ci].len());
+            for r in &self.results[ci] {
+                let dev = self.device(r.cand);
+                let slice = &self.alloc.slices[r.cand.slice as usize];
+                let req = self.requests[ci].slots[r.request].get(r.sub);
+                results.push(DeviceRequestAllocationResult {
+                    request: match r.parent {
+                        Some(p) => format!("{p}/{}", r.req),
+                        None => r.req.to_string(),
+                    },
+                    driver: slice.driver.to_string(),
+                    pool: slice.pool.to_string(),
+                    device: dev.raw.name.clone(),
+                    admin_access: r.admin.then_some(true),
+                    tolerations: req
+                        .and_then(|q| q.tolerations)
+                        .map(<[DeviceToleration]>::to_vec),
+                    share_id: r.share_id.clone(),
+                    consumed_capacity: r
+                        .consumed
+                        .as_ref()
+                        .map(|m| m.iter().map(|(k, v)| (k.to_string(), v.to_k8s())).collect()),
+                    binding_conditions: if f.device_binding_and_status {
+                        dev.raw.binding_conditions.clone()
+                    } else {
+                        None
+                    },
+                    binding_failure_conditions: if f.device_binding_and_status {
+                        dev.raw.binding_failure_conditions.clone()
+                    } else {
+                        None
+                    },
+                });
+                let _ = r.claim;
+            }
+            let config = self.build_config(ci, claim);
+            let node_selector = self.node_selector(ci, node_name).map_err(|e| {
+                AllocError::new(
+                    ErrorClass::NodeSelectorTerms,
+                    format!(
+                        "create NodeSelector for claim {}: {e}",
+                        claim.metadata.name.as_deref().unwrap_or("")
+                    ),
+                )
+            })?;
+            out.push(AllocationResult {
+                allocation_timestamp: None,
+                devices: Some(DeviceAllocationResult {
+                    config,
+                    results: Some(results),
+                }),
+                node_selector,
+            });
+        }
+        Ok(out)
+    }
+
+    fn selected_data(&self, ci: usize, ri: usize) -> Option<&RequestData<'a>> {
+        self.requests[ci].slots[ri].get(self.selected[ci][ri])
+    }
+
+    fn build_config(
+        &self,
+        ci: usize,
+        claim: &ResourceClaim,
+    ) -> Option<Vec<DeviceAllocationConfiguration>> {
+        let mut config: Vec<DeviceAllocationConfiguration> = Vec::new();
+        let mut class_ranges: HashMap<&str, (usize, usize)> = HashMap::new();
+        let requests = claim
+            .spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.requests.as_deref())
+            .unwrap_or(&[]);
+        for ri in 0..requests.len() {
+            let Some(data) = self.selected_data(ci, ri) else {
+                continue;
+            };
+            let class_name = data.class.metadata.name.as_deref().unwrap_or("");
+            if let Some(&(start, end)) = class_ranges.get(class_name) {
+                for c in &mut config[start..end] {
+                    c.requests
+                        .get_or_insert_with(Vec::new)
+                        .push(data.full_name());
+                }
+                continue;
+            }
+            let start = config.len();
+            for cc in data.class.spec.config.iter().flatten() {
+                config.push(DeviceAllocationConfiguration {
+                    source: "FromClass".to_string(),
+                    requests: Some(vec![data.full_name()]),
+                    opaque: cc.opaque.clone(),
+                });
+            }
+            class_ranges.insert(class_name, (start, config.len()));
+        }
+        let claim_configs = claim
+            .spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.config.as_deref())
+            .unwrap_or(&[]);
+        for cc in claim_configs {
+            let names = cc.requests.as_deref().unwrap_or(&[]);
+            let emit = |config: &mut Vec<DeviceAllocationConfiguration>| {
+                config.push(DeviceAllocationConfiguration {
+                    source: "FromClaim".to_string(),
+                    requests: cc.requests.clone(),
+                    opaque: cc.opaque.clone(),
+                })
+            };
+            if names.is_empty() {
+                emit(&mut config);
+                continue;
+            }
+            for (ri, request) in requests.iter().enumerate() {
+                if names.contains(&request.name) {
+                    emit(&mut config);
+                    continue;
+                }
+                let Some(data) = self.selected_data(ci, ri) else {
+                    continue;
+                };
+                if data.parent.is_none() {
+                    continue;
+                }
+                if names.iter().any(|n| *n == data.full_name()) {
+                    emit(&mut config);
+                }
+            }
+        }
+        if config.is_empty() {
+            None
+        } else {
+            Some(config)
+        }
+    }
+
+    fn node_selector(&self, ci: usize, node_name: &str) -> Result<Option<NodeSelector>, String> {
+        let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
+        let mut exprs: Vec<NodeSelectorRequirement> = Vec::new();
+        for r in &self.results[ci] {
+            let dev = self.device(r.cand);
+            let slice = &self.alloc.slices[r.cand.slice as usize];
+            let (name, sel) = if slice.per_device == Some(true) {
+                (dev.raw.node_name.as_ref(), dev.raw.node_selector.as_ref())
+            } else {
+                (
+                    slice.raw.spec.node_name.as_ref(),
+                    slice.raw.spec.node_selector.as_ref(),
+                )
+            };
+            if name.is_some() || dev.binds_to_node {
+                return Ok(Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: None,
+                        match_fields: Some(vec![NodeSelectorRequirement {
+                            key: "metadata.name".to_string(),
+                            operator: "In".to_string(),
+                            values: Some(vec![node_name.to_string()]),
+                        }]),
+                    }],
+                }));
+            }
+            if let Some(sel) = sel {
+                match sel.node_selector_terms.len() {
+                    0 => {}
+                    1 => {
+                        let t = &sel.node_selector_terms[0];
+                        merge_requirements(t.match_fields.as_deref().unwrap_or(&[]), &mut fields);
+                        merge_requirements(
+                            t.match_expressions.as_deref().unwrap_or(&[]),
+                            &mut exprs,
+                        );
+                    }
+                    n => {
+                        return Err(format!(
+                            "unsupported ResourceSlice.NodeSelector with {n} terms"
+                        ));
+                    }
+                }
+            }
+        }
+        if fields.is_empty() && exprs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: if exprs.is_empty() { None } else { Some(exprs) },
+                match_fields: if fields.is_empty() {
+                    None
+                } else {
+                    Some(fields)
+                },
+            }],
+        }))
+    }
+}
+
+fn merge_requirements(from: &[NodeSelectorRequirement], to: &mut Vec<NodeSelectorRequirement>) {
+    for r in from {
+        let values: HashSet<&String> = r.values.iter().flatten().collect();
+        let present = to.iter().any(|e| {
+            e.key == r.key
+                && e.operator == r.operator
+                && e.values.iter().flatten().collect::<HashSet<_>>() == values
+        });
+        if !present {
+            to.push(r.clone());
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Public inputs and error classes of the allocator, mirroring
+//! `k8s.io/dynamic-resource-allocation/structured/internal/types.go` (`Features`),
+//! `structured/schedulerapi/types.go` (`AllocatedState`) and the error texts of
+//! `structured/internal/incubating/allocator_incubating.go`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::quantity::Quantity;
+
+/// Allocator feature switches (Go: `internal.Features`). Omitted = off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub struct Features {
+    pub admin_access: bool,
+    pub prioritized_list: bool,
+    pub partitionable_devices: bool,
+    pub device_taints: bool,
+    pub device_binding_and_status: bool,
+    pub consumable_capacity: bool,
+    pub list_type_attributes: bool,
+}
+
+impl Features {
+    /// The Kubernetes 1.36 default gate set (selects the incubating allocator).
+    pub fn kubernetes_1_36_defaults() -> Self {
+        Features {
+            admin_access: true,
+            prioritized_list: true,
+            partitionable_devices: true,
+            device_taints: true,
+            device_binding_and_status: true,
+            consumable_capacity: true,
+            list_type_attributes: false,
+        }
+    }
+}
+
+/// Which behaviour to follow where upstream Kubernetes 1.36.1 has a known bug (spec §7).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Semantics {
+    /// The corrected behaviour (default): counters are released after taint/constraint
+    /// rejections and share rollbacks (upstream #140436), counter caches are keyed by
+    /// (driver, pool) (upstream #140434) and distinctAttribute compares against every
+    /// allocated device (upstream #140438).
+    #[default]
+    Fixed,
+    /// Bit-compatible with the Go incubating allocator of Kubernetes v1.36.1, bugs included.
+    GoCompat,
+}
+
+/// A device identity: driver, pool and device name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// The allocations of all claims that are not being allocated in this call.
+#[derive(Clone, Debug, Default)]
+pub struct AllocatedState {
+    /// Devices allocated exclusively.
+    pub devices: BTreeSet<DeviceId>,
+    /// Shares of multi-allocatable devices: (device, shareID).
+    pub shared_devices: BTreeSet<(DeviceId, String)>,
+    /// Per device, the summed consumed capacity of all its shares.
+    pub consumed_capacity: BTreeMap<DeviceId, BTreeMap<String, Quantity>>,
+}
+
+impl AllocatedState {
+    /// Adds one allocation result the way the scheduler builds its state
+    /// (`dynamicresources/allocateddevices.go`): admin-access results are skipped; with
+    /// ConsumableCapacity a result with a shareID is a share (plus its consumed capacity),
+    /// everything else is exclusive.
+    pub fn add_result(
+        &mut self,
+        result: &k8s_openapi::api::resource::v1::DeviceRequestAllocationResult,
+        consumable_capacity: bool,
+    ) -> Result<(), crate::quantity::QuantityError> {
+        if result.admin_access == Some(true) {
+            return Ok(());
+        }
+        let id = DeviceId {
+            driver: result.driver.clone(),
+            pool: result.pool.clone(),
+            device: result.device.clone(),
+        };
+        match (&result.share_id, consumable_capacity) {
+            (Some(share), true) => {
+                if let Some(cc) = &result.consumed_capacity {
+                    let entry = self.consumed_capacity.entry(id.clone()).or_default();
+                    for (name, q) in cc {
+                        let v = Quantity::parse(&q.0)?;
+                        let slot = entry.entry(name.clone()).or_insert(Quantity::ZERO);
+                        *slot = slot.add(&v);
+                    }
+                }
+                self.shared_devices.insert((id, share.clone()));
+            }
+            _ => {
+                self.devices.insert(id);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Limits of one allocation call. The search visits at most `step_budget` nodes of its
+/// depth-first tree (Go's `allocateOne` invocations) and stops at `deadline`; either limit
+/// produces an [`ErrorClass::Timeout`] error instead of running on.
+#[derive(Clone, Copy, Debug)]
+pub struct AllocateOptions {
+    /// Maximum number of search steps per call (default [`DEFAULT_STEP_BUDGET`]).
+    pub step_budget: u64,
+    /// Wall-clock deadline (checked every 1024 steps).
+    pub deadline: Option<Instant>,
+}
+
+/// Default bound on search steps per allocation call: 5 million steps, which this
+/// implementation runs in well under the scheduler's 10 s filter timeout.
+pub const DEFAULT_STEP_BUDGET: u64 = 5_000_000;
+
+impl Default for AllocateOptions {
+    fn default() -> Self {
+        AllocateOptions {
+            step_budget: DEFAULT_STEP_BUDGET,
+            deadline: None,
+        }
+    }
+}
+
+/// Stable error classes (spec §5.2 / corpus README).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorClass {
+    CELCompile,
+    CELRuntime,
+    AllModeIncompletePool,
+    AllModeInvalidPool,
+    ConstraintMust,
+    ClaimLimit,
+    UnknownClass,
+    MissingClassName,
+    NodeSelectorParse,
+    NodeSelectorTerms,
+    FeatureDisabled,
+    UnknownMode,
+    EmptySelector,
+    EmptyConstraint,
+    UnknownRequestType,
+    InvalidInput,
+    /// Per-node, non-fatal: no solution and an invalid pool was seen.
+    InvalidPools,
+    /// Step budget or deadline exceeded.
+    Timeout,
+}
+
+impl ErrorClass {
+    /// The outcome token this class maps to.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            ErrorClass::InvalidPools => "UnschedulableOnNode",
+            ErrorClass::Timeout => "Timeout",
+            _ => "Error",
+        }
+    }
+}
+
+/// An allocation error with Go's message text and a stable class.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct AllocError {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+impl AllocError {
+    pub(crate) fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        AllocError {
+            class,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,588 @@
+//! Behaviour tests for spec `structured-allocator.md` §2 and the upstream bugs of §7, each run
+//! under the fixed semantics (default) and the Go-compatible profile (`compat: k8s-v1.36.1`).
+
+use std::time::{Duration, Instant};
+
+use devicelet_allocator::scenario::{
+    AllocationOutcome, OutcomeKind, RunOptions, parse_scenario, render_outcome_table, run_scenario,
+    run_scenario_with,
+};
+use devicelet_allocator::{ErrorClass, scenario::ScenarioError};
+
+const HEADER: &str = r#"
+apiVersion: dra-harness/v1alpha1
+kind: AllocationScenario
+name: test
+features: {AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true, DeviceBindingAndStatus: true, ConsumableCapacity: true}
+nodes:
+- metadata: {name: node-1, labels: {region: r1}}
+deviceClasses:
+- metadata: {name: class-a}
+  spec: {selectors: [{cel: {expression: 'device.driver == "driver-a"'}}]}
+- metadata: {name: class-b}
+  spec: {selectors: [{cel: {expression: 'device.driver == "driver-b"'}}]}
+"#;
+
+fn run(body: &str, compat: bool) -> AllocationOutcome {
+    let semantics = if compat {
+        "semantics: {variant: incubating, compat: k8s-v1.36.1}\n"
+    } else {
+        "semantics: {variant: incubating}\n"
+    };
+    let text = format!("{HEADER}{semantics}{body}");
+    let s = parse_scenario(text.as_bytes())
+        .unwrap_or_else(|e| panic!("bad test scenario: {e}\n{text}"));
+    run_scenario(&s)
+}
+
+fn devices(o: &AllocationOutcome) -> Vec<Vec<String>> {
+    let n = &o.per_node[0];
+    assert_eq!(
+        n.outcome,
+        OutcomeKind::Allocated,
+        "expected an allocation, got {:?}: {}",
+        n.outcome,
+        n.error
+    );
+    n.results
+        .iter()
+        .flatten()
+        .map(|r| {
+            r.devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|d| format!("{}/{}/{}", d.driver, d.pool, d.device))
+                .collect()
+        })
+        .collect()
+}
+
+fn outcome(o: &AllocationOutcome) -> OutcomeKind {
+    o.per_node[0].outcome
+}
+
+/// A pool whose counter set has 2 units; device-1 (tainted) and device-2 each consume 2.
+const TAINT_COUNTER_LEAK: &str = r#"
+resourceSlices:
+- metadata: {name: counters}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    sharedCounters: [{name: set, counters: {units: {value: "2"}}}]
+- metadata: {name: devices}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    devices:
+    - name: device-1
+      taints: [{key: broken, effect: NoSchedule}]
+      consumesCounters: [{counterSet: set, counters: {units: {value: "2"}}}]
+    - name: device-2
+      consumesCounters: [{counterSet: set, counters: {units: {value: "2"}}}]
+claims:
+- metadata: {name: claim-0}
+  spec: {devices: {requests: [{name: req-0, exactly: {deviceClassName: class-a}}]}}
+"#;
+
+#[test]
+fn s7_21_taint_rejection_releases_counters_unless_go_compat() {
+    assert_eq!(
+        devices(&run(TAINT_COUNTER_LEAK, false)),
+        vec![vec!["driver-a/pool-1/device-2"]]
+    );
+    // Upstream bug #140436: the tainted device's counters stay reserved, device-2 no longer fits.
+    assert_eq!(
+        outcome(&run(TAINT_COUNTER_LEAK, true)),
+        OutcomeKind::Unschedulable
+    );
+}
+
+#[test]
+fn s7_21_constraint_rejection_releases_counters_unless_go_compat() {
+    let body = r#"
+resourceSlices:
+- metadata: {name: other}
+  spec:
+    driver: driver-b
+    nodeName: node-1
+    pool: {name: pool-b, generation: 1, resourceSliceCount: 1}
+    devices: [{name: x, attributes: {"dra.example.com/v": {int: 1}}}]
+- metadata: {name: counters}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    sharedCounters: [{name: set, counters: {units: {value: "2"}}}]
+- metadata: {name: devices}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    devices:
+    - name: device-1
+      attributes: {"dra.example.com/v": {int: 2}}
+      consumesCounters: [{counterSet: set, counters: {units: {value: "2"}}}]
+    - name: device-2
+      attributes: {"dra.example.com/v": {int: 1}}
+      consumesCounters: [{counterSet: set, counters: {units: {value: "2"}}}]
+claims:
+- metadata: {name: claim-0}
+  spec:
+    devices:
+      requests:
+      - {name: req-b, exactly: {deviceClassName: class-b}}
+      - {name: req-a, exactly: {deviceClassName: class-a}}
+      constraints: [{matchAttribute: dra.example.com/v}]
+"#;
+    assert_eq!(
+        devices(&run(body, false)),
+        vec![vec!["driver-b/pool-b/x", "driver-a/pool-1/device-2"]]
+    );
+    assert_eq!(outcome(&run(body, true)), OutcomeKind::Unschedulable);
+}
+
+#[test]
+fn s7_23_counters_are_keyed_by_driver_and_pool_unless_go_compat() {
+    let slices = |driver: &str| {
+        format!(
+            r#"
+- metadata: {{name: {driver}-counters}}
+  spec:
+    driver: {driver}
+    nodeName: node-1
+    pool: {{name: pool, generation: 1, resourceSliceCount: 2}}
+    sharedCounters: [{{name: set, counters: {{units: {{value: "1"}}}}}}]
+- metadata: {{name: {driver}-devices}}
+  spec:
+    driver: {driver}
+    nodeName: node-1
+    pool: {{name: pool, generation: 1, resourceSliceCount: 2}}
+    devices: [{{name: dev, consumesCounters: [{{counterSet: set, counters: {{units: {{value: "1"}}}}}}]}}]
+"#
+        )
+    };
+    let body = format!(
+        "resourceSlices:{}{}claims:\n- metadata: {{name: claim-0}}\n  spec: {{devices: {{requests: [{{name: a, exactly: {{deviceClassName: class-a}}}}, {{name: b, exactly: {{deviceClassName: class-b}}}}]}}}}\n",
+        slices("driver-a"),
+        slices("driver-b")
+    );
+    assert_eq!(
+        devices(&run(&body, false)),
+        vec![vec!["driver-a/pool/dev", "driver-b/pool/dev"]]
+    );
+    // Upstream bug #140434: both pools share the counter state of pool name "pool".
+    assert_eq!(outcome(&run(&body, true)), OutcomeKind::Unschedulable);
+}
+
+const DISTINCT_THREE: &str = r#"
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - {name: d1, attributes: {color: {string: red}}}
+    - {name: d2, attributes: {color: {string: blue}}}
+    - {name: d3, attributes: {color: {string: red}}}
+claims:
+- metadata: {name: claim-0}
+  spec:
+    devices:
+      requests: [{name: req-0, exactly: {deviceClassName: class-a, allocationMode: ExactCount, count: 3}}]
+      constraints: [{distinctAttribute: driver-a/color}]
+"#;
+
+#[test]
+fn s7_27_distinct_attribute_checks_every_device_unless_go_compat() {
+    assert_eq!(
+        outcome(&run(DISTINCT_THREE, false)),
+        OutcomeKind::Unschedulable
+    );
+    // Upstream bug #140438: only the latest device of the request is compared.
+    assert_eq!(
+        devices(&run(DISTINCT_THREE, true)),
+        vec![vec![
+            "driver-a/pool-1/d1",
+            "driver-a/pool-1/d2",
+            "driver-a/pool-1/d3"
+        ]]
+    );
+}
+
+const TWO_DEVICES: &str = r#"
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices: [{name: d1}, {name: d2}]
+"#;
+
+#[test]
+fn s2_10_admin_allocation_blocks_later_non_admin_claim_in_same_call() {
+    let body = format!(
+        "{TWO_DEVICES}claims:
+- metadata: {{name: admin}}
+  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: class-a, count: 2, adminAccess: true}}}}]}}}}
+- metadata: {{name: user}}
+  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: class-a}}}}]}}}}
+"
+    );
+    for compat in [false, true] {
+        assert_eq!(outcome(&run(&body, compat)), OutcomeKind::Unschedulable);
+    }
+    let reversed = format!(
+        "{TWO_DEVICES}claims:
+- metadata: {{name: user}}
+  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: class-a}}}}]}}}}
+- metadata: {{name: admin}}
+  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: class-a, count: 2, adminAccess: true}}}}]}}}}
+"
+    );
+    assert_eq!(
+        devices(&run(&reversed, false)),
+        vec![
+            vec!["driver-a/pool-1/d1"],
+            vec!["driver-a/pool-1/d1", "driver-a/pool-1/d2"]
+        ]
+    );
+}
+
+#[test]
+fn s2_4_combinations_backtrack_across_requests_in_first_fit_order() {
+    let body = r#"
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - {name: small, attributes: {size: {int: 1}}}
+    - {name: large, attributes: {size: {int: 2}}}
+claims:
+- metadata: {name: claim-0}
+  spec:
+    devices:
+      requests:
+      - {name: any, exactly: {deviceClassName: class-a}}
+      - name: big
+        exactly:
+          deviceClassName: class-a
+          selectors: [{cel: {expression: 'device.attributes["driver-a"].size >= 2'}}]
+"#;
+    assert_eq!(
+        devices(&run(body, false)),
+        vec![vec!["driver-a/pool-1/small", "driver-a/pool-1/large"]]
+    );
+}
+
+#[test]
+fn s2_5_cel_errors_are_raised_only_when_the_search_reaches_the_device() {
+    // d2 has no "size" attribute: the selector errors on it, but d1 satisfies the claim first.
+    let body = |count: u32| {
+        format!(
+            r#"
+resourceSlices:
+- metadata: {{name: s}}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {{name: pool-1, generation: 1, resourceSliceCount: 1}}
+    devices: [{{name: d1, attributes: {{size: {{int: 1}}}}}}, {{name: d2}}]
+claims:
+- metadata: {{name: claim-0, namespace: ns}}
+  spec:
+    devices:
+      requests:
+      - name: r
+        exactly:
+          deviceClassName: class-a
+          count: {count}
+          selectors: [{{cel: {{expression: 'device.attributes["driver-a"].size > 0'}}}}]
+"#
+        )
+    };
+    assert_eq!(
+        devices(&run(&body(1), false)),
+        vec![vec!["driver-a/pool-1/d1"]]
+    );
+    let o = run(&body(2), false);
+    assert_eq!(outcome(&o), OutcomeKind::Error);
+    assert_eq!(o.per_node[0].error_class, Some(ErrorClass::CELRuntime));
+    assert!(
+        o.per_node[0]
+            .error
+            .starts_with("claim ns/claim-0: selector #0: CEL runtime error:"),
+        "{}",
+        o.per_node[0].error
+    );
+}
+
+#[test]
+fn s2_3_setup_errors_carry_go_texts() {
+    let unknown = format!(
+        "{TWO_DEVICES}claims:\n- metadata: {{name: c}}\n  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: nope}}}}]}}}}\n"
+    );
+    let o = run(&unknown, false);
+    assert_eq!(o.per_node[0].error_class, Some(ErrorClass::UnknownClass));
+    assert!(
+        o.per_node[0]
+            .error
+            .starts_with("claim c, request r: could not retrieve device class nope")
+    );
+    let limit = format!(
+        "{TWO_DEVICES}claims:\n- metadata: {{name: c}}\n  spec: {{devices: {{requests: [{{name: r, exactly: {{deviceClassName: class-a, count: 33}}}}]}}}}\n"
+    );
+    assert_eq!(
+        run(&limit, true).per_node[0].error,
+        "claim c: number of requested devices 33 exceeds the claim limit of 32"
+    );
+}
+
+#[test]
+fn s2_13_network_selectors_merge_into_one_term() {
+    let body = r#"
+resourceSlices:
+- metadata: {name: net-1}
+  spec:
+    driver: driver-a
+    nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: region, operator: In, values: [r1]}]}]}
+    pool: {name: net, generation: 1, resourceSliceCount: 1}
+    devices: [{name: d1}, {name: d2}]
+claims:
+- metadata: {name: c}
+  spec: {devices: {requests: [{name: r, exactly: {deviceClassName: class-a, count: 2}}]}}
+"#;
+    let o = run(body, false);
+    let sel = o.per_node[0].results.as_ref().unwrap()[0]
+        .node_selector
+        .clone()
+        .unwrap();
+    assert_eq!(sel.node_selector_terms.len(), 1);
+    assert_eq!(
+        sel.node_selector_terms[0]
+            .match_expressions
+            .as_ref()
+            .unwrap()
+            .len(),
+        1,
+        "duplicates are dropped"
+    );
+}
+
+#[test]
+fn s2_9_shares_of_a_multi_allocatable_device_respect_capacity() {
+    let body = r#"
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: shared
+      allowMultipleAllocations: true
+      capacity: {memory: {value: 10Gi, requestPolicy: {default: 1Gi, validRange: {min: 1Gi, step: 1Gi}}}}
+claims:
+- metadata: {name: c}
+  spec:
+    devices:
+      requests:
+      - {name: a, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 3500Mi}}}}
+      - {name: b, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 6Gi}}}}
+"#;
+    let o = run(body, false);
+    let r = &o.per_node[0].results.as_ref().unwrap()[0];
+    let res = r.devices.as_ref().unwrap().results.as_ref().unwrap();
+    assert_eq!(res.len(), 2);
+    // 3500Mi rounds up to the next step: 4Gi; 4Gi + 6Gi fills the device exactly.
+    assert_eq!(
+        res[0].consumed_capacity.as_ref().unwrap()["memory"].0,
+        "4Gi"
+    );
+    assert_eq!(
+        res[1].consumed_capacity.as_ref().unwrap()["memory"].0,
+        "6Gi"
+    );
+    assert_ne!(res[0].share_id, res[1].share_id);
+    let over = body.replace("6Gi", "7Gi");
+    assert_eq!(outcome(&run(&over, false)), OutcomeKind::Unschedulable);
+}
+
+#[test]
+fn bad_input_malformed_scenarios_give_located_errors() {
+    let e = parse_scenario(b"{\"name\": \"x\",\n \"nodes\": [}").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ScenarioError::Syntax {
+                format: "JSON",
+                line: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = parse_scenario(b"name: x\nnodes: [\n  - {metadata: {name: a}\n").unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ScenarioError::Syntax {
+                format: "YAML",
+                line: 3..,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e =
+        parse_scenario(b"nodes: [{metadata: {name: n}}]\nresourceSlices: [{spec: {driver: 7}}]\n")
+            .unwrap_err();
+    assert!(e.to_string().starts_with("resourceSlices[0]:"), "{e}");
+    let e = parse_scenario(
+        b"deviceClasses: [{apiVersion: resource.k8s.io/v1beta1, metadata: {name: c}, spec: {}}]",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("unsupported apiVersion"), "{e}");
+    let e = parse_scenario(
+        b"claims: [{metadata: {name: c}, spec: {devices: {requests: [{name: r}]}}}]",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("unknown request type"), "{e}");
+    let e = parse_scenario(b"semantics: {variant: experimental}").unwrap_err();
+    assert!(matches!(e, ScenarioError::Unsupported(_)));
+}
+
+#[test]
+fn bad_input_thousand_deep_first_available_is_bounded() {
+    let mut subs = String::new();
+    for i in 0..999 {
+        subs.push_str(&format!(
+            "        - {{name: s{i}, deviceClassName: class-b}}\n"
+        ));
+    }
+    subs.push_str("        - {name: last, deviceClassName: class-a}\n");
+    let body = format!(
+        "{TWO_DEVICES}claims:\n- metadata: {{name: c}}\n  spec:\n    devices:\n      requests:\n      - name: r\n        firstAvailable:\n{subs}"
+    );
+    let start = Instant::now();
+    let o = run(&body, false);
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let r = &o.per_node[0].results.as_ref().unwrap()[0];
+    assert_eq!(
+        r.devices.as_ref().unwrap().results.as_ref().unwrap()[0].request,
+        "r/last"
+    );
+}
+
+fn exponential(devices: usize, count: usize, budget: Option<u64>) -> String {
+    let devs: Vec<String> = (0..devices).map(|i| format!("{{name: d{i}}}")).collect();
+    format!(
+        r#"{}resourceSlices:
+- metadata: {{name: s}}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {{name: pool-1, generation: 1, resourceSliceCount: 1}}
+    devices: [{}]
+claims:
+- metadata: {{name: c}}
+  spec:
+    devices:
+      requests:
+      - {{name: many, exactly: {{deviceClassName: class-a, count: {count}}}}}
+      - {{name: impossible, exactly: {{deviceClassName: class-b}}}}
+"#,
+        budget
+            .map(|b| format!("stepBudget: {b}\n"))
+            .unwrap_or_default(),
+        devs.join(", ")
+    )
+}
+
+#[test]
+fn bad_input_exponential_search_stops_at_the_step_budget() {
+    // C(40, 10) ≈ 8.5e8 combinations, each ending in an impossible request.
+    let start = Instant::now();
+    let o = run(&exponential(40, 10, Some(200_000)), false);
+    let elapsed = start.elapsed();
+    assert_eq!(outcome(&o), OutcomeKind::Timeout);
+    assert_eq!(
+        o.per_node[0].stats.unwrap().allocate_one_invocations,
+        200_001
+    );
+    assert!(
+        o.per_node[0].error.contains("step budget of 200000"),
+        "{}",
+        o.per_node[0].error
+    );
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    // Small instances finish exhaustively within the budget: C(6,3) leaves, then Unschedulable.
+    assert_eq!(
+        outcome(&run(&exponential(6, 3, Some(200_000)), false)),
+        OutcomeKind::Unschedulable
+    );
+}
+
+#[test]
+fn bad_input_exponential_search_honours_the_deadline() {
+    let body = format!(
+        "timeoutSeconds: 0.2\n{}",
+        exponential(40, 10, Some(u64::MAX))
+    );
+    let start = Instant::now();
+    let o = run(&body, false);
+    assert_eq!(outcome(&o), OutcomeKind::Timeout);
+    assert_eq!(
+        o.per_node[0].error,
+        "filter operation aborted: context deadline exceeded"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn explain_counts_why_devices_do_not_fit() {
+    let text = format!(
+        r#"{HEADER}
+allocated: {{state: {{devices: [{{driver: driver-a, pool: pool-1, device: d1}}]}}}}
+resourceSlices:
+- metadata: {{name: s}}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {{name: pool-1, generation: 1, resourceSliceCount: 1}}
+    devices:
+    - {{name: d1, attributes: {{color: {{string: red}}}}}}
+    - {{name: d2, attributes: {{color: {{string: red}}}}, taints: [{{key: k, effect: NoExecute}}]}}
+    - {{name: d3, attributes: {{color: {{string: blue}}}}}}
+claims:
+- metadata: {{name: c}}
+  spec:
+    devices:
+      requests:
+      - name: r
+        exactly:
+          deviceClassName: class-a
+          selectors: [{{cel: {{expression: 'device.attributes["driver-a"].color == "red"'}}}}]
+"#
+    );
+    let s = parse_scenario(text.as_bytes()).unwrap();
+    let (o, ex) = run_scenario_with(&s, &RunOptions { explain: true });
+    assert_eq!(outcome(&o), OutcomeKind::Unschedulable);
+    let ex = ex.unwrap();
+    let r = &ex.nodes[0].requests[0];
+    assert_eq!((r.candidates, r.in_use, r.tainted, r.usable), (3, 1, 1, 0));
+    assert_eq!(r.rejected_by_selector.len(), 1);
+    assert_eq!(r.rejected_by_selector[0].rejected, 1);
+    assert!(
+        r.rejected_by_selector[0]
+            .selector
+            .starts_with("claim selector #0")
+    );
+    assert!(render_outcome_table(&o).contains("Unschedulable"));
+}
