@@ -63,6 +63,12 @@ pub(crate) struct Program {
     pub(crate) attribute_domains: Vec<String>,
     pub(crate) capacity_domains: Vec<String>,
     pub(crate) constants: Vec<Value>,
+    /// For constants made by `quantity("...")`: the literal text, by constant index (used
+    /// by the native fast path).
+    pub(crate) quantity_literals: Vec<(usize, String)>,
+    /// The native evaluator for the common selector shapes, if the whole expression has
+    /// one of them.
+    pub(crate) fast: Option<crate::fastpath::Fast>,
 }
 
 impl Program {
@@ -146,6 +152,8 @@ fn compile_on_big_stack(
             attribute_domains: Vec::new(),
             capacity_domains: Vec::new(),
             constants: Vec::new(),
+            quantity_literals: Vec::new(),
+            fast: None,
         },
     };
     if let Some(t) = static_type(&parsed, &[])
@@ -156,9 +164,11 @@ fn compile_on_big_stack(
         return Err(CelCompileError::ResultType(t));
     }
     let expr = rewriter.rewrite(parsed)?;
-    rewriter.program.depth = ast_depth(&expr);
-    rewriter.program.expr = expr;
-    Ok(rewriter.program)
+    let mut program = rewriter.program;
+    program.depth = ast_depth(&expr);
+    program.fast = crate::fastpath::Fast::build(&expr, &program);
+    program.expr = expr;
+    Ok(program)
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -911,6 +921,36 @@ impl Rewriter<'_> {
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(call(function, args));
         }
+        if (c.func_name == operators::LOGICAL_AND || c.func_name == operators::LOGICAL_OR)
+            && c.target.is_none()
+            && c.args.len() == 2
+        {
+            // Flatten the chain (`a && b && c`) into one n-ary call, as cel-go's planner does.
+            let function = if c.func_name == operators::LOGICAL_AND {
+                functions::AND
+            } else {
+                functions::OR
+            };
+            let mut terms = Vec::new();
+            let mut pending = c.args;
+            pending.reverse();
+            while let Some(term) = pending.pop() {
+                match term.expr {
+                    Expr::Call(inner)
+                        if inner.func_name == c.func_name
+                            && inner.target.is_none()
+                            && inner.args.len() == 2 =>
+                    {
+                        pending.extend(inner.args.into_iter().rev());
+                    }
+                    other => terms.push(self.rewrite(IdedExpr {
+                        id: term.id,
+                        expr: other,
+                    })?),
+                }
+            }
+            return Ok(call(function, terms));
+        }
         if c.func_name == operators::OPT_SELECT && c.target.is_none() && c.args.len() == 2 {
             let args = c
                 .args
@@ -970,8 +1010,17 @@ impl Rewriter<'_> {
                 let stripped = crate::env::strip_build_metadata(text).to_string();
                 args[0] = crate::env::string_literal(&stripped);
             }
-            if let Ok(v) = self.env.call_on_literal(&c.func_name, args) {
-                return Ok(self.constant(v));
+            if let Ok(v) = self.env.call_on_literal(&c.func_name, args.clone()) {
+                let constant = self.constant(v);
+                if c.func_name == "quantity"
+                    && let Some(text) = args.first().and_then(string_literal_of)
+                {
+                    let index = self.program.constants.len() - 1;
+                    self.program
+                        .quantity_literals
+                        .push((index, text.to_string()));
+                }
+                return Ok(constant);
             }
         }
         if let Some(t) = target.take() {

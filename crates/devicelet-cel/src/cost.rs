@@ -136,6 +136,18 @@ pub(crate) fn charge(units: u64) -> Result<(), ExecutionError> {
     Ok(())
 }
 
+/// Fails (and marks the evaluation) once the wall-clock deadline has passed; for long
+/// loops inside one metered step.
+pub(crate) fn check_deadline() -> Result<(), ExecutionError> {
+    if let Some(deadline) = DEADLINE.with(Cell::get)
+        && Instant::now() >= deadline
+    {
+        EXHAUSTED.with(|e| e.set(Exhaustion::Deadline));
+        return Err(exhausted_error());
+    }
+    Ok(())
+}
+
 /// Cost units for a string of `bytes` bytes.
 pub(crate) fn string_units(bytes: usize) -> u64 {
     (bytes as u64).div_ceil(16)

@@ -10,7 +10,9 @@
 //!   (`1 == 1.0`, `1 == 1u`, also inside lists and maps; cel-go's default) through
 //!   `@dra.eq` / `@dra.ne`, and `map.?field` on a missing key (optional.none, not an
 //!   error) through `@dra.optselect`; `x.field` and `has(x.field)` on a value that is
-//!   not a map is an error, not `false` (`@dra.select`, `@dra.has`).
+//!   not a map is an error, not `false` (`@dra.select`, `@dra.has`); `&&` / `||` chains
+//!   evaluated like cel-go's n-ary `evalAnd` / `evalOr` (`@dra.and`, `@dra.or`): stop at
+//!   the first deciding value, else report the *first* error (the crate reports the last).
 //! * Replacements for kube-cel functions whose output can be much larger than their
 //!   input (`replace`, `lists.range`): same results, but the size is charged to the cost
 //!   budget before anything is allocated. `replace` also follows cel-go for a negative
@@ -40,6 +42,8 @@ pub(crate) const EQ: &str = "@dra.eq";
 pub(crate) const NE: &str = "@dra.ne";
 pub(crate) const OPT_SELECT: &str = "@dra.optselect";
 pub(crate) const SELECT: &str = "@dra.select";
+pub(crate) const AND: &str = "@dra.and";
+pub(crate) const OR: &str = "@dra.or";
 pub(crate) const HAS: &str = "@dra.has";
 
 /// Registers the internal hooks and our replacements into `ctx` (after kube-cel, so
@@ -58,6 +62,8 @@ pub(crate) fn register(ctx: &mut Context<'_>, enable_list_type_attributes: bool)
     });
     ctx.add_function(OPT_SELECT, optional_select);
     ctx.add_function(SELECT, field_select);
+    ctx.add_function(AND, |ftx: &FunctionContext| logical(ftx, false));
+    ctx.add_function(OR, |ftx: &FunctionContext| logical(ftx, true));
     ctx.add_function(HAS, field_present);
     ctx.add_function("replace", replace);
     ctx.add_function("lists.range", lists_range);
@@ -93,18 +99,24 @@ fn tick(ftx: &FunctionContext) -> ResolveResult {
 /// Evaluates its argument and charges the size of the value (see [`value_units`]).
 fn sized(ftx: &FunctionContext) -> ResolveResult {
     let value = first_arg(ftx)?;
-    let units = value_units(&value, cost::remaining().saturating_add(1));
+    let units = value_units(&value, cost::remaining().saturating_add(1))?;
     cost::charge(units)?;
     Ok(value)
 }
 
 /// Size of a value counted as a tree: one unit per list element or map entry, plus the
 /// units of strings and bytes. Stops counting once `cap` is reached (the caller only needs
-/// to know whether the budget suffices), so the walk itself is bounded by the budget.
-pub(crate) fn value_units(value: &Value, cap: u64) -> u64 {
+/// to know whether the budget suffices), so the walk itself is bounded by the budget; the
+/// deadline is checked along the way.
+pub(crate) fn value_units(value: &Value, cap: u64) -> Result<u64, ExecutionError> {
     let mut total: u64 = 0;
     let mut pending: Vec<&Value> = vec![value];
+    let mut visited: u32 = 0;
     while let Some(v) = pending.pop() {
+        visited = visited.wrapping_add(1);
+        if visited.is_multiple_of(4096) {
+            cost::check_deadline()?;
+        }
         total = total.saturating_add(match v {
             Value::String(s) => cost::string_units(s.len()),
             Value::Bytes(b) => cost::string_units(b.len()),
@@ -124,10 +136,10 @@ pub(crate) fn value_units(value: &Value, cap: u64) -> u64 {
             _ => 0,
         });
         if total >= cap {
-            return total;
+            return Ok(total);
         }
     }
-    total
+    Ok(total)
 }
 
 /// `+` with the size of a string or list result charged first.
@@ -419,5 +431,28 @@ fn field_present(operand: Value, field: Value) -> ResolveResult {
     match (operand, field) {
         (Value::Map(m), Value::String(f)) => Ok(Value::Bool(m.map.contains_key(&Key::String(f)))),
         _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+/// cel-go's n-ary `&&` (`decisive = false`) or `||` (`decisive = true`): terms are evaluated
+/// in order until one is the decisive value; otherwise the first error (a non-bool term
+/// counts as "no such overload") or the neutral value.
+fn logical(ftx: &FunctionContext, decisive: bool) -> ResolveResult {
+    let mut first_error: Option<ExecutionError> = None;
+    for term in ftx.args {
+        match Value::resolve(term, ftx.ptx) {
+            Ok(Value::Bool(b)) if b == decisive => return Ok(Value::Bool(decisive)),
+            Ok(Value::Bool(_)) => {}
+            Ok(_) => {
+                first_error.get_or_insert(ExecutionError::NoSuchOverload);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(Value::Bool(!decisive)),
     }
 }

@@ -28,6 +28,7 @@ mod cost;
 mod device;
 mod env;
 mod error;
+mod fastpath;
 mod functions;
 mod selector;
 

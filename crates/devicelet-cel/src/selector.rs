@@ -15,6 +15,7 @@ use crate::cost::{BUDGET_EXHAUSTED_MARKER, BudgetScope, EVALUATION_DEADLINE, Exh
 use crate::device::{DeviceResolver, DeviceView, validate_attributes};
 use crate::env::Env;
 use crate::error::{CelCompileError, CelEvalError};
+use crate::fastpath::Outcome;
 
 /// Default number of compiled selectors kept per compiler.
 pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
@@ -140,9 +141,35 @@ impl CompiledSelector {
         &self.expression
     }
 
+    /// Whether the selector has a native evaluator for its shape (`fastpath.rs`).
+    pub fn has_fast_path(&self) -> bool {
+        self.program.fast.is_some()
+    }
+
+    /// Evaluates with the CEL interpreter only, bypassing the native fast path (used to
+    /// check that both agree).
+    pub fn matches_interpreted(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
+        validate_attributes(device, &self.env, self.options.enable_list_type_attributes)?;
+        self.interpret(device)
+    }
+
     /// Evaluates the selector for `device`. Errors are fatal in Kubernetes' allocator.
+    ///
+    /// Common selector shapes are answered natively (`fastpath.rs`); everything else, and
+    /// every case the native code cannot decide, runs in the CEL interpreter.
     pub fn matches(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
         validate_attributes(device, &self.env, self.options.enable_list_type_attributes)?;
+        if let Some(fast) = &self.program.fast {
+            match fast.eval(device) {
+                Outcome::Bool(b) => return Ok(b),
+                Outcome::Error(text) => return Err(CelEvalError::Runtime(text)),
+                Outcome::Fallback => {}
+            }
+        }
+        self.interpret(device)
+    }
+
+    fn interpret(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
         if self.program.depth > INLINE_EVAL_DEPTH {
             return std::thread::scope(|scope| {
                 std::thread::Builder::new()

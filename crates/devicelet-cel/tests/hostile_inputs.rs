@@ -51,6 +51,7 @@ fn assert_eval_stopped(expr: &str, what: &str) -> CelEvalError {
         .join()
         .expect("evaluation thread panicked")
         .unwrap_or_else(|e| panic!("{what}: compile error {e}"));
+    eprintln!("{what}: stopped after {took:?}");
     assert!(took < EVAL_BOUND, "{what}: evaluation took {took:?}");
     match result {
         Ok(v) => panic!("{what}: evaluated to {v}, expected the cost guard to stop it"),

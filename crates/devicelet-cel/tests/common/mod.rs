@@ -7,7 +7,7 @@ use devicelet_cel::DeviceView;
 use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Debug)]
 pub struct TestDevice {
     pub driver: String,
     pub attributes: BTreeMap<String, DeviceAttribute>,
