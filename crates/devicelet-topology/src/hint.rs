@@ -144,6 +144,24 @@ impl HintFamily {
         }
     }
 
+    /// Could a hint `M` with `included ⊆ M ⊆ included ∪ undecided` and at most `slots` more
+    /// nodes than `included` fit? Never false when one does (an optimistic bound for pruning).
+    pub(crate) fn may_fit(&self, included: NumaMask, undecided: NumaMask, slots: usize) -> bool {
+        match self.additive() {
+            Some((counts, need)) => {
+                let mut gains: Vec<u32> = undecided
+                    .and(self.universe)
+                    .nodes()
+                    .map(|n| counts[n])
+                    .collect();
+                gains.sort_unstable_by(|a, b| b.cmp(a));
+                let best: usize = gains.iter().take(slots).map(|&g| g as usize).sum();
+                self.covered(included.and(self.universe)) + best >= need
+            }
+            None => self.fits(included.or(undecided)),
+        }
+    }
+
     /// Items touching `mask`.
     pub(crate) fn covered(&self, mask: NumaMask) -> usize {
         match &self.per_node {

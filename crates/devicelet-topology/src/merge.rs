@@ -288,15 +288,27 @@ fn best_preferred(
             let within = families
                 .iter()
                 .fold(families[0].universe(), |w, f| w.and(f.universe()));
-            // Within one size the first hit in increasing order is the narrowest.
-            let stop_at_first = matches!(tie, TieBreak::Narrowest) && within.is_subset_of(default);
-            for_each_k_subset(within, k, |m| {
-                if accepts(m) {
-                    offer(default.and(m));
-                    return !stop_at_first;
+            if within.is_subset_of(default) {
+                // Merged mask = the member itself: search members directly, best first.
+                let mut can_complete = |included: NumaMask, undecided: NumaMask| {
+                    let slots = k - included.count();
+                    families
+                        .iter()
+                        .all(|f| f.may_fit(included, undecided, slots))
+                };
+                let mut valid = |m: NumaMask| accepts(m);
+                if let Some(m) = best_subset(within, k, tie, &mut can_complete, &mut valid) {
+                    offer(m);
                 }
-                true
-            });
+            } else {
+                // Generic families reaching beyond the machine: rank by the cut mask.
+                for_each_k_subset(within, k, |m| {
+                    if accepts(m) {
+                        offer(default.and(m));
+                    }
+                    true
+                });
+            }
         }
     }
     best.map(|(_, m)| m)
@@ -479,31 +491,123 @@ impl<'a> Removal<'a> {
     /// The best producible mask with exactly `size` nodes (sizes between the smallest
     /// producible one and `|w|` all occur).
     fn best_of_size(&self, size: usize, tie: &TieBreak<'_>) -> Option<NumaMask> {
-        match tie {
-            TieBreak::Narrowest => {
-                let mut allowed = self.w;
-                let mut required = NumaMask::EMPTY;
-                for node in self.w.nodes().collect::<Vec<_>>().into_iter().rev() {
-                    let trial = allowed.minus(NumaMask::from_bits(1u64 << node));
-                    if trial.count() >= size && self.decide(trial, required, size) {
-                        allowed = trial;
-                    } else {
-                        required = required.or(NumaMask::from_bits(1u64 << node));
+        // `decide` is exact, so the search below never enters a dead branch.
+        let mut can_complete = |included: NumaMask, undecided: NumaMask| {
+            self.decide(included.or(undecided), included, size)
+        };
+        let mut valid = |y: NumaMask| self.decide(y, y, size);
+        best_subset(self.w, size, tie, &mut can_complete, &mut valid)
+    }
+}
+
+/// The best `k`-node subset of `within` accepted by `valid`: smallest integer (Narrowest), or
+/// smallest distance sum then smallest integer (Closest).
+///
+/// Depth-first from the highest node, trying "leave it out" before "take it", so complete
+/// subsets come in increasing integer order: under Narrowest the first accepted one is the
+/// answer. `can_complete(included, undecided)` must be true whenever some accepted subset lies
+/// between `included` and `included ∪ undecided` (it may be optimistic); under Closest a lower
+/// bound on the distance sum prunes branches that cannot beat the best so far.
+fn best_subset(
+    within: NumaMask,
+    k: usize,
+    tie: &TieBreak<'_>,
+    can_complete: &mut dyn FnMut(NumaMask, NumaMask) -> bool,
+    valid: &mut dyn FnMut(NumaMask) -> bool,
+) -> Option<NumaMask> {
+    struct Search<'s, 't> {
+        order: Vec<usize>,
+        k: usize,
+        tie: &'s TieBreak<'t>,
+        can_complete: &'s mut dyn FnMut(NumaMask, NumaMask) -> bool,
+        valid: &'s mut dyn FnMut(NumaMask) -> bool,
+        best: Option<(u64, NumaMask)>,
+        min_pair: u64,
+    }
+    impl Search<'_, '_> {
+        fn done(&self) -> bool {
+            matches!(self.tie, TieBreak::Narrowest) && self.best.is_some()
+        }
+
+        /// Lower bound on the distance sum of any k-subset between `inc` and `inc ∪ und`.
+        fn distance_bound(&self, inc: NumaMask, und: NumaMask, need: usize) -> u64 {
+            let TieBreak::Closest(d) = self.tie else {
+                return 0;
+            };
+            let dist =
+                |i: usize, j: usize| d.get(i).and_then(|r| r.get(j)).copied().unwrap_or(0) as u64;
+            let mut costs: Vec<u64> = und
+                .nodes()
+                .map(|x| dist(x, x) + inc.nodes().map(|p| dist(p, x) + dist(x, p)).sum::<u64>())
+                .collect();
+            costs.sort_unstable();
+            let need64 = need as u64;
+            self.tie.distance_sum(inc)
+                + costs.iter().take(need).sum::<u64>()
+                + need64 * need64.saturating_sub(1) * self.min_pair
+        }
+
+        fn visit(&mut self, at: usize, inc: NumaMask, und: NumaMask) {
+            if self.done() {
+                return;
+            }
+            let need = self.k - inc.count();
+            if need == 0 {
+                if (self.valid)(inc) {
+                    let d = self.tie.distance_sum(inc);
+                    // Leaves come in increasing integer order: only a strictly smaller
+                    // distance replaces the best.
+                    if self.best.is_none_or(|(bd, _)| d < bd) {
+                        self.best = Some((d, inc));
                     }
                 }
-                (required.count() == size).then_some(required)
+                return;
             }
-            TieBreak::Closest(_) => {
-                let mut best: Option<(u64, NumaMask)> = None;
-                for_each_k_subset(self.w, size, |y| {
-                    let d = tie.distance_sum(y);
-                    if best.is_none_or(|(bd, _)| d < bd) && self.decide(y, y, size) {
-                        best = Some((d, y));
-                    }
-                    true
-                });
-                best.map(|(_, m)| m)
+            if need > und.count() || !(self.can_complete)(inc, und) {
+                return;
             }
+            if let Some((bd, _)) = self.best {
+                if self.distance_bound(inc, und, need) >= bd {
+                    return;
+                }
+            }
+            let node = NumaMask::from_bits(1u64 << self.order[at]);
+            let rest = und.minus(node);
+            self.visit(at + 1, inc, rest);
+            self.visit(at + 1, inc.or(node), rest);
         }
     }
+    if k == 0 || k > within.count() {
+        return None;
+    }
+    let order: Vec<usize> = {
+        let mut v: Vec<usize> = within.nodes().collect();
+        v.reverse();
+        v
+    };
+    let min_pair = match tie {
+        TieBreak::Narrowest => 0,
+        TieBreak::Closest(d) => {
+            let mut m = u64::MAX;
+            for i in within.nodes() {
+                for j in within.nodes() {
+                    if i != j {
+                        m = m.min(d.get(i).and_then(|r| r.get(j)).copied().unwrap_or(0) as u64);
+                    }
+                }
+            }
+            if m == u64::MAX { 0 } else { m }
+        }
+    };
+    let mut search = Search {
+        order,
+        k,
+        tie,
+        can_complete,
+        valid,
+        best: None,
+        min_pair,
+    };
+    search.visit(0, NumaMask::EMPTY, within);
+    search.best.map(|(_, m)| m)
 }

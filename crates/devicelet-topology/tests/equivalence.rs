@@ -364,8 +364,11 @@ proptest! {
 fn busy_machine_64() -> impl Strategy<Value = Vec<(Vec<usize>, usize)>> {
     // Per resource: free devices per node (0..=8 for each of 64 nodes) and a request.
     let resource = (
-        prop::collection::vec(prop_oneof![3 => Just(0usize), 1 => 1usize..=8], 64),
-        1usize..=16,
+        prop::collection::vec(
+            prop_oneof![3 => Just(0usize), 1 => 1usize..=8, 1 => Just(8usize)],
+            64,
+        ),
+        prop_oneof![3 => 1usize..=16, 1 => 17usize..=64],
     );
     prop::collection::vec(resource, 3)
 }
@@ -396,6 +399,19 @@ proptest! {
         let started = Instant::now();
         let (hint, _) = policy(PolicyName::BestEffort, 64).merge(&provider_hints);
         let (single, single_admit) = policy(PolicyName::SingleNumaNode, 64).merge(&provider_hints);
+        // Closest on a machine of 8 sockets with 8 nodes each.
+        let groups: Vec<Vec<u32>> = (0..64u32)
+            .map(|i| {
+                (0..64u32)
+                    .map(|j| if i == j { 10 } else if i / 8 == j / 8 { 12 } else { 20 + (i / 8).abs_diff(j / 8) })
+                    .collect()
+            })
+            .collect();
+        let opts = PolicyOptions { max_allowable_numa_nodes: 64, prefer_closest_numa_nodes: true };
+        let closest = Policy::new(PolicyName::BestEffort, opts, machine, Some(groups)).expect("valid");
+        let (near, _) = closest.merge(&provider_hints);
+        prop_assert_eq!(near.preferred, hint.preferred, "closest only breaks ties");
+        prop_assert_eq!(near.affinity.map(|m| m.count()), hint.affinity.map(|m| m.count()));
         let took = started.elapsed();
         prop_assert!(took < Duration::from_millis(500), "64-node merge took {:?}", took);
         if hint.preferred {
