@@ -52,6 +52,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx]
 }
 
+/// CPU time of the calling thread (Linux `schedstat`), to separate our cost from fsync waits.
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+        .map(Duration::from_nanos)
+}
+
 fn latency_profile() {
     println!("\n== commit latency profile (500 durable commits each, background compaction on) ==");
     for n in [0usize, 1_000, 5_000] {
@@ -59,18 +69,21 @@ fn latency_profile() {
         let paths = prepared(dir.path(), n);
         let (store, _) = DeviceStore::open_with(paths, StoreOptions::default()).expect("open");
         let mut samples = Vec::with_capacity(500);
+        let cpu_before = thread_cpu();
         for i in 0..500 {
             let change = admission(1_000_000 + i);
             let t = Instant::now();
             store.commit(std::slice::from_ref(&change)).expect("commit");
             samples.push(t.elapsed());
         }
+        let cpu = thread_cpu().zip(cpu_before).map(|(a, b)| (a - b) / 500);
         samples.sort();
         println!(
-            "N={n:>5} pods: p50 {:>8.1?}  p99 {:>8.1?}  max {:>8.1?}",
+            "N={n:>5} pods: p50 {:>8.1?}  p99 {:>8.1?}  max {:>8.1?}  CPU per commit {}",
             percentile(&samples, 0.5),
             percentile(&samples, 0.99),
-            samples[samples.len() - 1]
+            samples[samples.len() - 1],
+            cpu.map_or_else(|| "n/a".to_string(), |d| format!("{d:.1?}"))
         );
     }
 }
