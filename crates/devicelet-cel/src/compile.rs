@@ -144,6 +144,7 @@ fn compile_on_big_stack(
         source,
         consumable_capacity,
         scope: Vec::new(),
+        domain_bindings: Vec::new(),
         program: Program {
             expr: IdedExpr::default(),
             depth: 0,
@@ -552,6 +553,9 @@ struct Rewriter<'a> {
     source: &'a str,
     consumable_capacity: bool,
     scope: Vec<String>,
+    /// `cel.bind` variables bound to `device.attributes[D]` / `device.capacity[D]`: the
+    /// scope index of the variable, and what it stands for.
+    domain_bindings: Vec<(usize, MapKind, String)>,
     program: Program,
 }
 
@@ -586,6 +590,13 @@ impl Rewriter<'_> {
                 Some((kind, string_literal_of(&c.args[1])?.to_string()))
             }
             Expr::Select(s) if !s.test => Some((self.device_map(&s.operand)?, s.field.clone())),
+            Expr::Ident(name) => {
+                let index = self.scope.iter().rposition(|v| v == name)?;
+                self.domain_bindings
+                    .iter()
+                    .find(|(i, _, _)| *i == index)
+                    .map(|(_, kind, domain)| (*kind, domain.clone()))
+            }
             _ => None,
         }
     }
@@ -882,10 +893,24 @@ impl Rewriter<'_> {
                     )));
                 }
             };
+            // `cel.bind(d, device.attributes["dom"], d.a && d.b)`, the use case Kubernetes
+            // documents: lookups through `d` become direct slots, like the long form.
+            let domain = self.domain_of(&init);
             let init = self.rewrite(init)?;
             self.scope.push(var.clone());
+            if let Some((kind, name)) = &domain {
+                self.domain_bindings
+                    .push((self.scope.len() - 1, *kind, name.clone()));
+            }
             let body = self.rewrite(body);
+            self.domain_bindings
+                .retain(|(i, _, _)| *i < self.scope.len() - 1);
             self.scope.pop();
+            let body = body?;
+            if domain.is_some() && !mentions_identifier(&body, &var) {
+                // The map itself is never used: skip building it.
+                return Ok(body);
+            }
             return Ok(IdedExpr {
                 id,
                 expr: Expr::Comprehension(Box::new(ComprehensionExpr {
@@ -899,7 +924,7 @@ impl Rewriter<'_> {
                     accu_init: init,
                     loop_cond: bool_literal(false),
                     loop_step: ident(var),
-                    result: body?,
+                    result: body,
                 })),
             });
         }
@@ -1040,6 +1065,41 @@ impl Rewriter<'_> {
             }),
         })
     }
+}
+
+/// Whether `name` occurs as an identifier anywhere in `root`.
+fn mentions_identifier(root: &IdedExpr, name: &str) -> bool {
+    let mut pending = vec![root];
+    while let Some(e) = pending.pop() {
+        match &e.expr {
+            Expr::Ident(n) if n == name => return true,
+            Expr::Call(c) => {
+                pending.extend(c.target.as_deref());
+                pending.extend(c.args.iter());
+            }
+            Expr::List(l) => pending.extend(l.elements.iter()),
+            Expr::Map(m) => {
+                for entry in &m.entries {
+                    if let EntryExpr::MapEntry(me) = &entry.expr {
+                        pending.push(&me.key);
+                        pending.push(&me.value);
+                    }
+                }
+            }
+            Expr::Select(s) => pending.push(&s.operand),
+            Expr::Comprehension(c) => {
+                pending.extend([
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ]);
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 fn is_literal_tree(e: &IdedExpr) -> bool {

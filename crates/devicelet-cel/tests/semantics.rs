@@ -415,3 +415,43 @@ fn field_selection_on_a_non_map_is_an_error_not_false() {
         Ok(true)
     );
 }
+
+#[test]
+fn bind_of_a_domain_resolves_lookups_directly_and_keeps_semantics() {
+    let c = SelectorCompiler::new(CelOptions::default());
+    let d = gpu();
+    let direct = r#"cel.bind(a, device.attributes["x"], a.model == "a100" && a["cores"] == 8 && has(a.model) && !has(a.nope))"#;
+    let s = c.compile(direct).expect("compiles");
+    assert!(
+        s.has_fast_path(),
+        "lookups through the bound domain use slots"
+    );
+    assert_eq!(s.matches(&d.view()), Ok(true));
+    assert_eq!(s.matches_interpreted(&d.view()), Ok(true));
+    for (expr, want) in [
+        // The map itself is still available where it is used as a map.
+        (
+            r#"cel.bind(a, device.attributes["x"], size(a) == 3 && a.model == "a100")"#,
+            Ok(true),
+        ),
+        (
+            r#"cel.bind(a, device.attributes["nope"], size(a) == 0)"#,
+            Ok(true),
+        ),
+        (
+            r#"cel.bind(a, device.attributes["x"], a.nope)"#,
+            Err("eval: no such key: nope".to_string()),
+        ),
+        // Shadowing: the inner `a` is a list element, not the domain.
+        (
+            r#"cel.bind(a, device.attributes["x"], [{"model": "b"}].all(a, a.model == "b"))"#,
+            Ok(true),
+        ),
+        (
+            r#"cel.bind(a, device.capacity["x"], a.memory.isGreaterThan(quantity("1Mi")))"#,
+            Ok(true),
+        ),
+    ] {
+        assert_eq!(eval(&c, &d, expr), want, "{expr}");
+    }
+}
