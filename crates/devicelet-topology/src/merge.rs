@@ -566,10 +566,10 @@ fn best_subset(
             if need > und.count() || !(self.can_complete)(inc, und) {
                 return;
             }
-            if let Some((bd, _)) = self.best {
-                if self.distance_bound(inc, und, need) >= bd {
-                    return;
-                }
+            if let Some((bd, _)) = self.best
+                && self.distance_bound(inc, und, need) >= bd
+            {
+                return;
             }
             let node = NumaMask::from_bits(1u64 << self.order[at]);
             let rest = und.minus(node);
