@@ -48,6 +48,45 @@ impl PodSpec {
     }
 }
 
+/// The pod's effective limits as `resource.PodLimits` computes them (component-helpers,
+/// overhead excluded), used for pod-scope hints (spec §4.7): per resource, the larger of
+/// * app containers plus restartable init containers (sidecars), and
+/// * for each init container: a regular one's own limit plus the sidecars declared before it;
+///   a sidecar's running total of sidecars so far.
+pub fn pod_effective_limits(pod: &PodSpec) -> BTreeMap<String, i64> {
+    fn add(into: &mut BTreeMap<String, i64>, from: &BTreeMap<String, i64>) {
+        for (k, v) in from {
+            let e = into.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+    }
+    fn max_into(into: &mut BTreeMap<String, i64>, from: &BTreeMap<String, i64>) {
+        for (k, v) in from {
+            let e = into.entry(k.clone()).or_insert(*v);
+            *e = (*e).max(*v);
+        }
+    }
+    let mut limits = BTreeMap::new();
+    for c in &pod.containers {
+        add(&mut limits, &c.limits);
+    }
+    let mut sidecars = BTreeMap::new();
+    let mut init_peak = BTreeMap::new();
+    for c in &pod.init_containers {
+        if c.restartable {
+            add(&mut limits, &c.limits);
+            add(&mut sidecars, &c.limits);
+            max_into(&mut init_peak, &sidecars);
+        } else {
+            let mut during = c.limits.clone();
+            add(&mut during, &sidecars);
+            max_into(&mut init_peak, &during);
+        }
+    }
+    max_into(&mut limits, &init_peak);
+    limits
+}
+
 /// Error a provider's `allocate` may return.
 pub type ProviderError = Box<dyn std::error::Error + Send + Sync>;
 

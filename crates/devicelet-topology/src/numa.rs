@@ -439,6 +439,37 @@ mod tests {
     }
 
     #[test]
+    fn calculate_avg_distance_for_masks() {
+        let cfg = MachineConfig {
+            nodes: 4,
+            cpus_per_node: 1,
+            distances: Some(vec![
+                vec![10, 11, 12, 12],
+                vec![11, 10, 12, 12],
+                vec![12, 12, 10, 11],
+                vec![12, 12, 11, 10],
+            ]),
+            ..Default::default()
+        };
+        let topo = cfg.to_topology().expect("valid");
+        let avg = |nodes: &[usize]| {
+            topo.average_distance(NumaMask::from_nodes(nodes.iter().copied()).expect("in range"))
+                .expect("distances known")
+        };
+        assert_eq!(avg(&[0]), 10.0);
+        assert_eq!(avg(&[0, 1]), 10.5);
+        assert_eq!(avg(&[0, 2]), 11.0);
+        assert_eq!(
+            avg(&[0, 1, 2, 3]),
+            (4.0 * 10.0 + 4.0 * 11.0 + 8.0 * 12.0) / 16.0
+        );
+        assert_eq!(topo.average_distance(NumaMask::EMPTY), Some(0.0));
+        let mut no_distances = topo.clone();
+        no_distances.distances = None;
+        assert_eq!(no_distances.average_distance(NumaMask::from_bits(1)), None);
+    }
+
+    #[test]
     fn machine_config_from_json_with_distances() {
         let json = r#"{"layout":["0-1","2-3"],"distances":[[10,11],[11,10]]}"#;
         let cfg: MachineConfig = serde_json::from_str(json).expect("parses");

@@ -16,6 +16,15 @@ use devicelet_topology::{
     device_numa_nodes, filter_by_affinity, merge_providers, resource_hints,
 };
 
+/// Wall-clock budget: generous in unoptimized builds on a shared machine.
+fn budget_ms(release: u128) -> u128 {
+    if cfg!(debug_assertions) {
+        release * 20
+    } else {
+        release
+    }
+}
+
 fn mask(nodes: &[usize]) -> NumaMask {
     NumaMask::from_nodes(nodes.iter().copied()).expect("test ids are in range")
 }
@@ -280,7 +289,7 @@ fn generate_hints_on_34_numa_machine_only_use_device_nodes() {
         Some(vec![h(&[0], true), h(&[1], true), h(&[0, 1], false)])
     );
     assert!(
-        started.elapsed().as_millis() < 100,
+        started.elapsed().as_millis() < budget_ms(100),
         "took {:?}",
         started.elapsed()
     );
@@ -362,7 +371,7 @@ fn sixty_four_node_family_is_not_enumerated_but_merges() {
         (h(&[37], true), true)
     );
     assert!(
-        started.elapsed().as_millis() < 200,
+        started.elapsed().as_millis() < budget_ms(200),
         "took {:?}",
         started.elapsed()
     );

@@ -413,7 +413,8 @@ proptest! {
         prop_assert_eq!(near.preferred, hint.preferred, "closest only breaks ties");
         prop_assert_eq!(near.affinity.map(|m| m.count()), hint.affinity.map(|m| m.count()));
         let took = started.elapsed();
-        prop_assert!(took < Duration::from_millis(500), "64-node merge took {:?}", took);
+        let budget = Duration::from_millis(if cfg!(debug_assertions) { 10_000 } else { 500 });
+        prop_assert!(took < budget, "64-node merge took {:?}", took);
         if hint.preferred {
             let m = hint.affinity.unwrap_or(machine);
             for p in &provider_hints {

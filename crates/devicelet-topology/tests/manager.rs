@@ -403,3 +403,92 @@ fn topology_from_sysfs_feeds_the_manager() {
     assert!(m.policy().options().prefer_closest_numa_nodes);
     assert_eq!(m.policy().default_mask(), NumaMask::from_bits(0b11));
 }
+
+fn container(name: &str, restartable: bool, limits: &[(&str, i64)]) -> ContainerSpec {
+    ContainerSpec {
+        name: name.into(),
+        restartable,
+        limits: limits.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    }
+}
+
+#[test]
+fn get_pod_device_request() {
+    use devicelet_topology::pod_effective_limits;
+    let g = "example.com/gpu";
+    let n = "example.com/nic";
+    let cases: Vec<(
+        &str,
+        Vec<ContainerSpec>,
+        Vec<ContainerSpec>,
+        Vec<(&str, i64)>,
+    )> = vec![
+        ("no containers", vec![], vec![], vec![]),
+        (
+            "app containers are summed",
+            vec![],
+            vec![
+                container("a", false, &[(g, 1)]),
+                container("b", false, &[(g, 2), (n, 1)]),
+            ],
+            vec![(g, 3), (n, 1)],
+        ),
+        (
+            "init container larger than the app sum wins",
+            vec![container("i", false, &[(g, 4)])],
+            vec![
+                container("a", false, &[(g, 1)]),
+                container("b", false, &[(g, 2)]),
+            ],
+            vec![(g, 4)],
+        ),
+        (
+            "init container smaller than the app sum loses",
+            vec![container("i", false, &[(g, 2)])],
+            vec![container("a", false, &[(g, 3)])],
+            vec![(g, 3)],
+        ),
+        (
+            "sidecar adds to the app sum",
+            vec![container("s", true, &[(g, 1)])],
+            vec![container("a", false, &[(g, 2)])],
+            vec![(g, 3)],
+        ),
+        (
+            "regular init after a sidecar counts the sidecar",
+            vec![
+                container("s", true, &[(g, 1)]),
+                container("i", false, &[(g, 3)]),
+            ],
+            vec![container("a", false, &[(g, 1)])],
+            vec![(g, 4)],
+        ),
+        (
+            "regular init before a sidecar does not count it",
+            vec![
+                container("i", false, &[(g, 3)]),
+                container("s", true, &[(g, 1)]),
+            ],
+            vec![container("a", false, &[(g, 1)])],
+            vec![(g, 3)],
+        ),
+        (
+            "zero limits are kept",
+            vec![],
+            vec![container("a", false, &[(g, 0)])],
+            vec![(g, 0)],
+        ),
+    ];
+    for (name, init, app, expected) in cases {
+        let pod = PodSpec {
+            init_containers: init,
+            containers: app,
+            ..Default::default()
+        };
+        let expected: BTreeMap<String, i64> = expected
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(pod_effective_limits(&pod), expected, "{name}");
+    }
+}
