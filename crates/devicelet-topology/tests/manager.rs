@@ -417,12 +417,13 @@ fn get_pod_device_request() {
     use devicelet_topology::pod_effective_limits;
     let g = "example.com/gpu";
     let n = "example.com/nic";
-    let cases: Vec<(
-        &str,
+    type RequestCase = (
+        &'static str,
         Vec<ContainerSpec>,
         Vec<ContainerSpec>,
-        Vec<(&str, i64)>,
-    )> = vec![
+        Vec<(&'static str, i64)>,
+    );
+    let cases: Vec<RequestCase> = vec![
         ("no containers", vec![], vec![], vec![]),
         (
             "app containers are summed",
