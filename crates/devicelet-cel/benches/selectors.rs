@@ -130,5 +130,70 @@ fn bench_selectors(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_selectors);
+/// Time until each hostile selector is stopped (compile error or cost / deadline error),
+/// printed for the report: the bound of the cost guard in an optimised build.
+fn report_hostile_bounds(_c: &mut Criterion) {
+    let ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
+    let mut nested_all = "a + b + c + d + e + f + g + h > 0".to_string();
+    for v in ["h", "g", "f", "e", "d", "c", "b", "a"] {
+        nested_all = format!("{ten}.all({v}, {nested_all})");
+    }
+    let mut doubling = "size(s40) > 0".to_string();
+    for i in (1..=40).rev() {
+        doubling = format!("cel.bind(s{i}, s{} + s{}, {doubling})", i - 1, i - 1);
+    }
+    let doubling = format!("cel.bind(s0, \"{}\", {doubling})", "x".repeat(64));
+    let mut shared = "l9.flatten().size() > 0".to_string();
+    for i in (1..=9).rev() {
+        let refs = vec![format!("l{}", i - 1); 10].join(", ");
+        shared = format!("cel.bind(l{i}, [{refs}], {shared})");
+    }
+    let shared = format!("cel.bind(l0, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], {shared})");
+    let cases = [
+        (
+            "100 KiB expression",
+            format!("device.driver == \"{}\"", "a".repeat(100 * 1024)),
+        ),
+        (
+            "5000 nested parentheses",
+            format!("{}true{}", "(".repeat(5000), ")".repeat(5000)),
+        ),
+        (
+            "3000-term sum",
+            format!("{} == 1", vec!["1"; 3000].join(" + ")),
+        ),
+        ("10^8 nested all()", nested_all),
+        ("2^40-byte string by doubling", doubling),
+        ("10^9 elements by shared sub-lists", shared),
+        (
+            "lists.range(2^63-1)",
+            "size(lists.range(9223372036854775807)) > 0".to_string(),
+        ),
+    ];
+    let compiler = SelectorCompiler::new(CelOptions::default());
+    let device = devices().into_iter().next();
+    for (name, expr) in cases {
+        let start = Instant::now();
+        let outcome = match compiler.compile(&expr) {
+            Err(e) => format!("compile error: {e}"),
+            Ok(s) => match device.as_ref().map(|d| s.matches(&view(d))) {
+                Some(Err(e)) => format!("evaluation error: {e}"),
+                other => format!("unexpected: {other:?}"),
+            },
+        };
+        let first_line = outcome
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(100)
+            .collect::<String>();
+        println!(
+            "hostile {name}: stopped after {:.1} ms ({first_line})",
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
+criterion_group!(benches, report_hostile_bounds, bench_selectors);
 criterion_main!(benches);

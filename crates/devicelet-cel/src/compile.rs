@@ -714,7 +714,7 @@ impl Rewriter<'_> {
                 let elements = l
                     .elements
                     .into_iter()
-                    .map(|x| self.rewrite(x))
+                    .map(|x| self.rewrite(x).map(meter_element))
                     .collect::<Result<Vec<_>, _>>()?;
                 let list = IdedExpr {
                     id,
@@ -734,7 +734,7 @@ impl Rewriter<'_> {
                                 id: entry.id,
                                 expr: EntryExpr::MapEntry(MapEntryExpr {
                                     key: self.rewrite(me.key)?,
-                                    value: self.rewrite(me.value)?,
+                                    value: meter_element(self.rewrite(me.value)?),
                                     optional: me.optional,
                                 }),
                             })
@@ -1064,6 +1064,16 @@ impl Rewriter<'_> {
                 args,
             }),
         })
+    }
+}
+
+/// Wraps a non-constant element of a list or map literal in the size meter, so that a
+/// literal repeating a large value fails after a few elements instead of copying all.
+fn meter_element(e: IdedExpr) -> IdedExpr {
+    if is_literal_tree(&e) {
+        e
+    } else {
+        call(functions::SIZED, vec![e])
     }
 }
 

@@ -9,10 +9,13 @@
 //! Metered (the compiler rewrites the AST so that these go through our functions):
 //! * every comprehension iteration (`all`, `exists`, `exists_one`, `map`, `filter`):
 //!   [`COMPREHENSION_ITERATION_COST`] units;
-//! * every list or map literal and every comprehension result: its size counted as a
-//!   tree (shared sub-lists count each time they appear), one unit per element and one
-//!   per 16 bytes of string, so no reachable value can be larger than the budget;
-//! * `+` on strings and lists: one unit per element / 16 bytes of the result;
+//! * every non-constant element of a list or map literal, the literal itself, and every
+//!   comprehension result: its size counted as a tree (shared sub-lists count each time
+//!   they appear), one unit per element and one per 16 bytes of string; no single value
+//!   may exceed [`MAX_VALUE_UNITS`] (the `cel` crate deep-copies values, so value size is
+//!   also copy cost);
+//! * `+` on strings and lists: the size of both operands (a `map()` / `filter()` result
+//!   grows by `+` each iteration, so long ones are charged their real quadratic cost);
 //! * the amplifying functions `replace` and `lists.range`: checked *before* they allocate.
 //!
 //! Exceeding the budget gives cel-go's error "operation cancelled: actual cost limit
@@ -43,7 +46,14 @@ pub const COMPREHENSION_ITERATION_COST: u64 = 1;
 pub const EVALUATION_DEADLINE: Duration = Duration::from_secs(1);
 
 /// How many metered steps pass between two reads of the clock.
-const CLOCK_CHECK_INTERVAL: u32 = 64;
+const CLOCK_CHECK_INTERVAL: u32 = 16;
+
+/// Largest value (in cost units, counted as a tree) one evaluation may create. The `cel`
+/// crate (0.13) deep-copies lists and maps whenever a value crosses a variable or a
+/// function call, so the size of a value is also the cost of each such copy; this cap
+/// keeps one copy to a few milliseconds, so that the deadline check between metered steps
+/// stays effective.
+pub const MAX_VALUE_UNITS: u64 = 100_000;
 
 /// Marker message of the error raised inside the interpreter when the budget runs out;
 /// the evaluator maps it to [`crate::CelEvalError::CostLimitExceeded`].
@@ -146,6 +156,15 @@ pub(crate) fn check_deadline() -> Result<(), ExecutionError> {
         return Err(exhausted_error());
     }
     Ok(())
+}
+
+/// Charges a value of `units` units, refusing values above [`MAX_VALUE_UNITS`].
+pub(crate) fn charge_value(units: u64) -> Result<(), ExecutionError> {
+    if units > MAX_VALUE_UNITS {
+        EXHAUSTED.with(|e| e.set(Exhaustion::Cost));
+        return Err(exhausted_error());
+    }
+    charge(units)
 }
 
 /// Cost units for a string of `bytes` bytes.

@@ -99,8 +99,10 @@ fn tick(ftx: &FunctionContext) -> ResolveResult {
 /// Evaluates its argument and charges the size of the value (see [`value_units`]).
 fn sized(ftx: &FunctionContext) -> ResolveResult {
     let value = first_arg(ftx)?;
-    let units = value_units(&value, cost::remaining().saturating_add(1))?;
-    cost::charge(units)?;
+    let cap = cost::remaining()
+        .min(cost::MAX_VALUE_UNITS)
+        .saturating_add(1);
+    cost::charge_value(value_units(&value, cap)?)?;
     Ok(value)
 }
 
@@ -150,10 +152,18 @@ fn add(Arguments(args): Arguments) -> ResolveResult {
     };
     match (&lhs, &rhs) {
         (Value::String(l), Value::String(r)) => {
-            cost::charge(cost::string_units(l.len() + r.len()))?
+            cost::charge_value(cost::string_units(l.len() + r.len()))?
         }
-        (Value::Bytes(l), Value::Bytes(r)) => cost::charge(cost::string_units(l.len() + r.len()))?,
-        (Value::List(l), Value::List(r)) => cost::charge((l.len() + r.len()) as u64)?,
+        (Value::Bytes(l), Value::Bytes(r)) => {
+            cost::charge_value(cost::string_units(l.len() + r.len()))?
+        }
+        (Value::List(_), Value::List(_)) => {
+            let cap = cost::remaining()
+                .min(cost::MAX_VALUE_UNITS)
+                .saturating_add(1);
+            let units = value_units(&lhs, cap)?.saturating_add(value_units(&rhs, cap)?);
+            cost::charge_value(units)?
+        }
         _ => {}
     }
     lhs + rhs
@@ -240,7 +250,7 @@ fn replace(
         .len()
         .saturating_sub(replaced.saturating_mul(from.len()))
         .saturating_add(replaced.saturating_mul(to.len()));
-    cost::charge(cost::string_units(out_len))?;
+    cost::charge_value(cost::string_units(out_len))?;
     Ok(Value::String(Arc::new(this.replacen(
         from.as_str(),
         to.as_str(),
@@ -256,7 +266,7 @@ fn lists_range(n: i64) -> ResolveResult {
             "range argument must be non-negative",
         ));
     }
-    cost::charge(n as u64)?;
+    cost::charge_value(n as u64)?;
     Ok(Value::List(Arc::new((0..n).map(Value::Int).collect())))
 }
 

@@ -34,6 +34,7 @@ mod selector;
 
 pub use cost::{
     COMPREHENSION_ITERATION_COST, EVALUATION_DEADLINE, MAX_AST_DEPTH, MAX_EXPRESSION_LENGTH,
+    MAX_VALUE_UNITS,
 };
 pub use device::DeviceView;
 pub use error::{CelCompileError, CelEvalError};

@@ -244,3 +244,55 @@ fn the_wall_clock_deadline_stops_an_evaluation() {
     );
     assert!(took < Duration::from_secs(2), "took {took:?}");
 }
+
+#[test]
+fn hostile_literals_repeating_a_large_value_stop_early() {
+    // l holds 90 000 elements (under the per-value cap); a literal repeating it 2 000 times
+    // would deep-copy 1.8e8 elements if the elements were not metered one by one.
+    let refs = vec!["l"; 2000].join(", ");
+    let expr = format!("cel.bind(l, lists.range(90000), size([{refs}]) > 0)");
+    assert_eval_stopped(&expr, "literal repeating a large list");
+    let map_refs = (0..1000)
+        .map(|i| format!("{i}: l"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let expr = format!("cel.bind(l, lists.range(90000), size({{{map_refs}}}) > 0)");
+    assert_eval_stopped(&expr, "map literal repeating a large list");
+}
+
+#[test]
+fn hostile_values_above_the_size_cap_are_refused() {
+    assert_eval_stopped("size(lists.range(200000)) > 0", "200 000-element list");
+    assert_eval_stopped(
+        "cel.bind(l, lists.range(60000), size(l + l) > 0)",
+        "120 000-element concatenation",
+    );
+}
+
+#[test]
+fn hostile_large_values_touched_in_every_iteration_hit_the_deadline_or_budget() {
+    assert_eval_stopped(
+        "cel.bind(l, lists.range(90000), lists.range(90000).all(x, size(l) > 0))",
+        "large value copied per iteration",
+    );
+    // map() grows its result with `+` every iteration: quadratic work, charged as such.
+    assert_eval_stopped("lists.range(20000).map(x, x).size() > 0", "long map()");
+}
+
+#[test]
+fn ordinary_list_work_fits_the_budget() {
+    let c = compiler();
+    let d = TestDevice::new("d");
+    for expr in [
+        "lists.range(500).map(x, x * 2).size() == 500",
+        "lists.range(1000).filter(x, x % 2 == 0).size() == 500",
+        "lists.range(64).all(x, lists.range(64).exists(y, y == x))",
+        r#"["a", "b", "c"].map(s, s + s).join("") == "aabbcc""#,
+    ] {
+        assert_eq!(
+            c.compile(expr).expect(expr).matches(&d.view()),
+            Ok(true),
+            "{expr}"
+        );
+    }
+}
