@@ -37,6 +37,8 @@ pub enum Command {
     ExamplePlugin(ExamplePluginArgs),
     /// Temporary root + daemon + example plugin: show the inventory, flip a device, stop.
     Demo(DemoArgs),
+    /// Offline DRA structured allocation: AllocationScenario in, AllocationOutcome out.
+    Allocate(AllocateArgs),
 }
 
 /// `-o table|json|yaml`.
@@ -120,6 +122,20 @@ pub struct ExamplePluginArgs {
     /// Resource name to put in RegisterRequest (defaults to --resource); for testing rejections.
     #[arg(long, hide = true)]
     pub register_resource: Option<String>,
+}
+
+/// `devicelet allocate`.
+#[derive(Debug, Clone, Args)]
+pub struct AllocateArgs {
+    /// Scenario file (JSON or YAML `AllocationScenario`); `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    /// Explain, per node and request, why no device fits.
+    #[arg(long)]
+    pub explain: bool,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `devicelet demo`.

@@ -19,7 +19,7 @@ async fn main() -> std::process::ExitCode {
     // Long-running commands log at info by default; CLI queries stay quiet.
     let default_level = match cli.command {
         Command::Serve(_) | Command::ExamplePlugin(_) => "info",
-        Command::Get(_) | Command::Demo(_) => "warn",
+        Command::Get(_) | Command::Demo(_) | Command::Allocate(_) => "warn",
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -34,6 +34,7 @@ async fn main() -> std::process::ExitCode {
         Command::Get(args) => commands::get::run(&root_dir, args).await,
         Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
         Command::Demo(args) => commands::demo::run(args).await,
+        Command::Allocate(args) => commands::allocate::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

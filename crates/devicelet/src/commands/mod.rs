@@ -1,5 +1,6 @@
 //! One module per subcommand; each exposes `run`.
 
+pub mod allocate;
 pub mod demo;
 pub mod example_plugin;
 pub mod get;

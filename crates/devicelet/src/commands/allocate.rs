@@ -1,0 +1,133 @@
+//! `devicelet allocate -f SCENARIO`: offline DRA structured allocation (spec
+//! structured-allocator.md §5). Reads an `AllocationScenario` (JSON or YAML, `-` for stdin),
+//! runs `devicelet-allocator` and prints the `AllocationOutcome`. With `--explain` the output
+//! also says, per node and request, why no device fits.
+
+use std::io::Read;
+
+use anyhow::Context;
+use devicelet_allocator::explain::Explanation;
+use devicelet_allocator::scenario::{
+    AllocationOutcome, RunOptions, parse_scenario, render_outcome_table, run_scenario_with,
+};
+
+use crate::cli::{AllocateArgs, OutputFormat};
+use crate::output;
+
+/// Runs the command. Exit status is 0 whenever the scenario could be read and run, whatever
+/// the outcome (an unschedulable claim is an answer, not a failure of the command).
+pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
+    let bytes = if args.file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .context("reading the scenario from stdin")?;
+        buf
+    } else {
+        std::fs::read(&args.file)
+            .with_context(|| format!("reading scenario {}", args.file.display()))?
+    };
+    let scenario = parse_scenario(&bytes)
+        .with_context(|| format!("scenario {} is not valid", args.file.display()))?;
+    let (outcome, explanation) = run_scenario_with(
+        &scenario,
+        &RunOptions {
+            explain: args.explain,
+        },
+    );
+    match explanation.filter(|_| args.explain) {
+        None => output::print(args.output.output, &outcome, render_outcome_table),
+        Some(explanation) => print_explained(args.output.output, &outcome, &explanation),
+    }
+}
+
+/// JSON/YAML: the outcome object with an extra `explanation` key; table: the outcome table
+/// followed by one block per node that did not fit.
+fn print_explained(
+    format: OutputFormat,
+    outcome: &AllocationOutcome,
+    explanation: &Explanation,
+) -> anyhow::Result<()> {
+    if format == OutputFormat::Table {
+        let mut text = render_outcome_table(outcome);
+        text.push_str(&render_explanation(explanation));
+        print!("{text}");
+        return Ok(());
+    }
+    let mut value = serde_json::to_value(outcome)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("explanation".into(), serde_json::to_value(explanation)?);
+    }
+    output::print(format, &value, |_| String::new())
+}
+
+fn render_explanation(explanation: &Explanation) -> String {
+    let mut out = String::new();
+    for node in &explanation.nodes {
+        let pod = node
+            .pod
+            .as_deref()
+            .map(|p| format!(" pod {p}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "\nwhy not on node {}{pod} ({} pools):\n",
+            node.node, node.pools
+        ));
+        if let Some(error) = &node.error {
+            out.push_str(&format!("  error: {error}\n"));
+        }
+        for pool in &node.incomplete_pools {
+            out.push_str(&format!("  incomplete pool: {pool}\n"));
+        }
+        for pool in &node.invalid_pools {
+            out.push_str(&format!("  invalid pool: {pool}\n"));
+        }
+        for request in &node.requests {
+            out.push_str(&format!(
+                "  claim {} request {} (class {}, wants {}): {} of {} candidates usable: {}\n",
+                request.claim,
+                request.request,
+                request.device_class,
+                request.wants,
+                request.usable,
+                request.candidates,
+                request.verdict
+            ));
+            for rejection in &request.rejected_by_selector {
+                out.push_str(&format!(
+                    "    {} rejected {}: {}\n",
+                    rejection.selector, rejection.rejected, rejection.expression
+                ));
+            }
+            for error in &request.selector_errors {
+                out.push_str(&format!("    selector error: {error}\n"));
+            }
+            let counts = [
+                ("in use", request.in_use),
+                ("tainted", request.tainted),
+                ("not for this node", request.not_for_this_node),
+                ("out of counters", request.insufficient_counters),
+                ("out of capacity", request.insufficient_capacity),
+                ("lacks requested capacity", request.lacks_requested_capacity),
+                (
+                    "binding conditions unsupported",
+                    request.binding_conditions_unsupported,
+                ),
+                (
+                    "consumes counters (feature off)",
+                    request.consumes_counters_feature_off,
+                ),
+            ];
+            for (what, count) in counts.iter().filter(|(_, c)| *c > 0) {
+                out.push_str(&format!("    {what}: {count}\n"));
+            }
+        }
+        for constraint in &node.constraints {
+            out.push_str(&format!(
+                "  claim {} constraint #{} {}: {}\n",
+                constraint.claim, constraint.index, constraint.constraint, constraint.verdict
+            ));
+        }
+    }
+    out
+}
