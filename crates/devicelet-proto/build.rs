@@ -7,6 +7,9 @@
 //! unrelated upstream APIs (PodResources v1alpha1 and DRA health v1alpha1) share the bare proto
 //! package `v1alpha1`; prost names its output after the package, so one shared output directory
 //! would merge them into one Rust module.
+//!
+//! All files are also compiled together into one encoded `FileDescriptorSet`
+//! (`OUT_DIR/kubelet_apis.fds.bin`), exported as `FILE_DESCRIPTOR_SET` for gRPC reflection.
 
 use std::path::{Path, PathBuf};
 
@@ -54,5 +57,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .out_dir(&api_out)
             .compile_fds(fds)?;
     }
+    let all_files: Vec<&str> = APIS.iter().map(|(_, file)| *file).collect();
+    let fds = protox::compile(all_files, [proto_root])?;
+    std::fs::write(
+        out_dir.join("kubelet_apis.fds.bin"),
+        prost::Message::encode_to_vec(&fds),
+    )?;
     Ok(())
 }

@@ -21,6 +21,11 @@
 
 pub mod constants;
 
+/// Encoded `google.protobuf.FileDescriptorSet` of every API in this crate (for gRPC server
+/// reflection, e.g. `tonic-reflection`, so `grpcurl` can talk to devicelet's sockets).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/kubelet_apis.fds.bin"));
+
 /// Includes one generated file; the build script writes each API into its own sub-directory of
 /// `OUT_DIR` (see `build.rs`).
 macro_rules! include_generated {
