@@ -8,6 +8,37 @@
 //!   does since kubernetes/kubernetes#112597.
 //! - [`call_with_deadline`], [`request_with_deadline`]: client deadlines that also hold against
 //!   a stopped peer.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::path::Path;
+//! use std::time::Duration;
+//! use devicelet_transport::{bind_unix_listener, call_with_deadline, dial_unix,
+//!     request_with_deadline, shimmed_incoming};
+//! use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+//!
+//! // Serve: any :authority a Go client sends is accepted.
+//! let listener = bind_unix_listener(Path::new("/var/lib/kubelet/device-plugins/kubelet.sock"))?;
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! tokio::spawn(
+//!     tonic::transport::Server::builder()
+//!         .add_service(health)
+//!         .serve_with_incoming_shutdown(shimmed_incoming(listener), async {
+//!             let _ = stopped.await;
+//!         }),
+//! );
+//!
+//! // Dial a plugin and call it with a deadline that holds even if the plugin is stopped.
+//! let channel = dial_unix(Path::new("/var/lib/kubelet/device-plugins/gpu.sock"), Duration::from_secs(1)).await?;
+//! let mut client = HealthClient::new(channel);
+//! let deadline = Duration::from_secs(10);
+//! let request = request_with_deadline(HealthCheckRequest { service: String::new() }, deadline);
+//! let reply = call_with_deadline(deadline, client.check(request)).await?;
+//! # drop((reply, stop));
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod hpack;
 

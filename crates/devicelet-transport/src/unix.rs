@@ -15,9 +15,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures::{Stream, TryStreamExt};
+use futures::Stream;
 use tokio::net::{UnixListener, UnixStream};
-use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::error::{MAX_SOCKET_PATH_LEN, TransportError};
@@ -71,12 +70,29 @@ pub fn bind_unix_listener(path: &Path) -> Result<UnixListener, TransportError> {
     })
 }
 
+/// Pause after a failed `accept()` before the next one.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+
 /// The accepted connections of `listener`, each wrapped in an [`AuthorityShim`], for
 /// `tonic::transport::Server::builder()...serve_with_incoming_shutdown(shimmed_incoming(l), signal)`.
+///
+/// tonic logs an accept error and immediately asks for the next connection; with a persistent
+/// error such as EMFILE (out of file descriptors) that would spin a core, so an error is
+/// reported only after a short pause.
 pub fn shimmed_incoming(
     listener: UnixListener,
 ) -> impl Stream<Item = io::Result<AuthorityShim<UnixStream>>> {
-    UnixListenerStream::new(listener).map_ok(AuthorityShim::new)
+    futures::stream::unfold(listener, |listener| async move {
+        let next = match listener.accept().await {
+            Ok((stream, _addr)) => Ok(AuthorityShim::new(stream)),
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting a Unix socket connection failed");
+                tokio::time::sleep(ACCEPT_ERROR_BACKOFF).await;
+                Err(e)
+            }
+        };
+        Some((next, listener))
+    })
 }
 
 /// Dials the gRPC server at the Unix socket `path`. Fails if the connection is not up within
