@@ -32,17 +32,18 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// deviceletBinary returns $DEVICELET_BIN after checking that it has the `allocate` subcommand.
+// deviceletBinary returns $DEVICELET_BIN after checking that it has the `allocate` subcommand,
+// and whether that subcommand offers the batch mode (`--batch DIR`, see runDeviceletBatch).
 // When it is missing it skips (DEVICELET_INTEROP_OPTIONAL=1) or fails.
-func deviceletBinary(t *testing.T) string {
+func deviceletBinary(t *testing.T) (string, bool) {
 	optional := os.Getenv("DEVICELET_INTEROP_OPTIONAL") == "1"
-	missing := func(format string, args ...any) string {
+	missing := func(format string, args ...any) (string, bool) {
 		msg := fmt.Sprintf(format, args...)
 		if optional {
 			t.Skipf("TestDifferential skipped (DEVICELET_INTEROP_OPTIONAL=1): %s", msg)
 		}
 		t.Fatalf("TestDifferential needs devicelet: %s (set DEVICELET_INTEROP_OPTIONAL=1 to skip)", msg)
-		return ""
+		return "", false
 	}
 	bin := os.Getenv("DEVICELET_BIN")
 	if bin == "" {
@@ -57,7 +58,39 @@ func deviceletBinary(t *testing.T) string {
 	if err != nil {
 		return missing("%s has no working `allocate` subcommand (`allocate --help`: %v: %s)", bin, err, firstLines(string(out), 5))
 	}
-	return bin
+	batch := strings.Contains(string(out), "--batch") && os.Getenv("DIFF_BATCH") != "0"
+	return bin, batch
+}
+
+// runDeviceletBatch runs `devicelet allocate --batch DIR -o json`, which must print one
+// AllocationOutcome per line (JSON lines) for every *.json scenario in DIR; outcomes are matched
+// to scenarios by `name`.
+func runDeviceletBatch(bin, dir string) (map[string]any, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "allocate", "--batch", dir, "-o", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	runErr := cmd.Run()
+	d := time.Since(start)
+	outcomes := map[string]any{}
+	dec := json.NewDecoder(&stdout)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			return outcomes, d, fmt.Errorf("devicelet allocate --batch %s: bad output after %d outcomes (exit: %v): %v\nstderr: %s", dir, len(outcomes), runErr, err, firstLines(stderr.String(), 20))
+		}
+		name, _ := o["name"].(string)
+		outcomes[name] = o
+	}
+	if runErr != nil && len(outcomes) == 0 {
+		return outcomes, d, fmt.Errorf("devicelet allocate --batch %s: %v\nstderr: %s", dir, runErr, firstLines(stderr.String(), 20))
+	}
+	return outcomes, d, nil
 }
 
 func firstLines(s string, n int) string {
@@ -108,16 +141,20 @@ func oracle(file string) (harness.NormOutcome, *harness.Outcome, error) {
 
 // compareFile runs both engines on one file; it returns the differences (nil = equal) and the
 // stats differences separately.
-func compareFile(bin, file string, strictStats bool) (diffs, statDiffs []string, goOut *harness.Outcome, goTime, rsTime time.Duration, err error) {
+// pre, if not nil, is devicelet's outcome from a batch run (then devicelet is not started here).
+func compareFile(bin, file string, strictStats bool, pre any) (diffs, statDiffs []string, goOut *harness.Outcome, goTime, rsTime time.Duration, err error) {
 	start := time.Now()
 	want, goOut, err := oracle(file)
 	goTime = time.Since(start)
 	if err != nil {
 		return nil, nil, nil, goTime, 0, fmt.Errorf("oracle: %w", err)
 	}
-	gotRaw, rsTime, err := runDevicelet(bin, file)
-	if err != nil {
-		return nil, nil, goOut, goTime, rsTime, err
+	gotRaw := pre
+	if gotRaw == nil {
+		gotRaw, rsTime, err = runDevicelet(bin, file)
+		if err != nil {
+			return nil, nil, goOut, goTime, rsTime, err
+		}
 	}
 	got := harness.NormaliseOutcome(gotRaw)
 	diffs = harness.CompareOutcomes(want, got, harness.DiffOptions{Stats: strictStats})
@@ -165,7 +202,7 @@ type diffFailure struct {
 // are shrunk (claims, requests, nodes, slices, devices, selectors dropped while it still fails),
 // and the test fails.
 func TestDifferential(t *testing.T) {
-	bin := deviceletBinary(t)
+	bin, batch := deviceletBinary(t)
 	n := envInt(t, "DIFF_N", 2000)
 	seed0 := uint64(envInt(t, "DIFF_SEED", 1))
 	parallel := envInt(t, "DIFF_PARALLEL", min(runtime.NumCPU(), 4))
@@ -187,14 +224,51 @@ func TestDifferential(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v", seed, err)
 		}
-		files[i] = filepath.Join(dir, fmt.Sprintf("scenario-%d.json", seed))
+		sub := dir
+		if batch {
+			sub = filepath.Join(dir, fmt.Sprintf("batch-%d", i%parallel))
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files[i] = filepath.Join(sub, fmt.Sprintf("scenario-%d.json", seed))
 		if err := os.WriteFile(files[i], data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	genTime := time.Since(start)
 
-	// Phase 2: run both engines, DIFF_PARALLEL scenarios at a time.
+	// Phase 2 (batch mode only): one devicelet process per batch directory.
+	var batchOutcomes sync.Map // scenario name -> outcome
+	var batchErr error
+	var batchTime time.Duration
+	if batch {
+		bstart := time.Now()
+		var bwg sync.WaitGroup
+		var bmu sync.Mutex
+		for b := 0; b < parallel && b < n; b++ {
+			bwg.Add(1)
+			go func(b int) {
+				defer bwg.Done()
+				outs, _, err := runDeviceletBatch(bin, filepath.Join(dir, fmt.Sprintf("batch-%d", b)))
+				bmu.Lock()
+				defer bmu.Unlock()
+				if err != nil && batchErr == nil {
+					batchErr = err
+				}
+				for name, o := range outs {
+					batchOutcomes.Store(name, o)
+				}
+			}(b)
+		}
+		bwg.Wait()
+		batchTime = time.Since(bstart)
+		if batchErr != nil {
+			t.Errorf("batch mode: %v", batchErr)
+		}
+	}
+
+	// Phase 3: run the oracle (and devicelet per file unless batched), DIFF_PARALLEL at a time.
 	var (
 		mu                sync.Mutex
 		failures          []diffFailure
@@ -216,7 +290,18 @@ func TestDifferential(t *testing.T) {
 					return
 				}
 				seed := seed0 + uint64(i)
-				diffs, statDiffs, goOut, goTime, rsTime, err := compareFile(bin, files[i], strictStats)
+				var pre any
+				if batch {
+					o, ok := batchOutcomes.Load(fmt.Sprintf("random-%d", seed))
+					if !ok {
+						mu.Lock()
+						failures = append(failures, diffFailure{seed: seed, file: files[i], err: fmt.Errorf("devicelet --batch printed no outcome named random-%d", seed)})
+						mu.Unlock()
+						continue
+					}
+					pre = o
+				}
+				diffs, statDiffs, goOut, goTime, rsTime, err := compareFile(bin, files[i], strictStats, pre)
 				goNanos.Add(goTime.Nanoseconds())
 				rsNanos.Add(rsTime.Nanoseconds())
 				mu.Lock()
@@ -245,6 +330,10 @@ func TestDifferential(t *testing.T) {
 	}
 	wg.Wait()
 	runTime := time.Since(start) - genTime
+	if batch {
+		rsNanos.Store(batchTime.Nanoseconds())
+		t.Logf("devicelet batch mode: %d processes, %v wall", parallel, batchTime.Round(time.Millisecond))
+	}
 
 	t.Logf("differential: %d scenarios (seeds %d..%d), %d mismatches, %d timeouts skipped; generate %v, run %v (Go allocator %v, devicelet processes %v, %d in parallel); total %v",
 		n, seed0, seed0+uint64(n)-1, len(failures), skippedTimeouts, genTime.Round(time.Millisecond), runTime.Round(time.Millisecond),
@@ -304,7 +393,7 @@ func shrink(t *testing.T, bin, file, failDir string, seed uint64, strictStats bo
 		if err := os.WriteFile(tmp, data, 0o644); err != nil {
 			return false
 		}
-		diffs, _, _, _, _, err := compareFile(bin, tmp, strictStats)
+		diffs, _, _, _, _, err := compareFile(bin, tmp, strictStats, nil)
 		if err != nil || len(diffs) == 0 {
 			return false
 		}

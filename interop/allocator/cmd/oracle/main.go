@@ -5,18 +5,22 @@
 //
 //	oracle -f scenario.json [-o json|yaml] [-check]
 //	oracle allocate -f scenario.json -o json     (same; devicelet's command line)
+//	oracle allocate --batch DIR -o json          (JSON lines, one outcome per *.json in DIR)
 //
 // With -check the outcome is also compared with the scenario's `expect` block under the corpus
 // README's rules; the exit status is 1 on a mismatch.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
 
 	"sigs.k8s.io/yaml"
 
@@ -33,7 +37,11 @@ func main() {
 	output := flag.String("o", "json", "output format: json | yaml")
 	check := flag.Bool("check", false, "compare with the scenario's expect block (corpus rules); exit 1 on mismatch")
 	noTiming := flag.Bool("no-timing", false, "omit timing fields")
+	batch := flag.String("batch", "", "--batch DIR: run every *.json scenario in DIR (lexical order) and print one outcome per line (JSON lines)")
 	flag.Parse()
+	if *batch != "" {
+		os.Exit(runBatch(*batch, *noTiming))
+	}
 	if *file == "" && flag.NArg() == 1 {
 		*file = flag.Arg(0)
 	}
@@ -59,15 +67,7 @@ func main() {
 	}
 	out := harness.Run(context.Background(), s)
 	if *noTiming {
-		out.Timing = nil
-		for i := range out.PerNode {
-			out.PerNode[i].Timing = nil
-		}
-		for i := range out.Pods {
-			for j := range out.Pods[i].PerNode {
-				out.Pods[i].PerNode[j].Timing = nil
-			}
-		}
+		stripTiming(out)
 	}
 	var text []byte
 	switch *output {
@@ -103,4 +103,50 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+func stripTiming(out *harness.Outcome) {
+	out.Timing = nil
+	for i := range out.PerNode {
+		out.PerNode[i].Timing = nil
+	}
+	for i := range out.Pods {
+		for j := range out.Pods[i].PerNode {
+			out.Pods[i].PerNode[j].Timing = nil
+		}
+	}
+}
+
+// runBatch is the batch protocol TestDifferential uses when devicelet offers it: one compact
+// AllocationOutcome per line for every *.json file in dir, in lexical order.
+func runBatch(dir string, noTiming bool) int {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "oracle:", err)
+		return 2
+	}
+	sort.Strings(files)
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	status := 0
+	for _, f := range files {
+		s, err := harness.ReadScenarioFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "oracle:", err)
+			status = 2
+			continue
+		}
+		out := harness.Run(context.Background(), s)
+		if noTiming {
+			stripTiming(out)
+		}
+		line, err := json.Marshal(out)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "oracle:", err)
+			return 2
+		}
+		w.Write(line)
+		w.WriteByte('\n')
+	}
+	return status
 }
