@@ -371,6 +371,15 @@ fn format_parse_errors(errors: &ParseErrors, source: &str) -> String {
             .map(|(i, _)| line_start + i)
             .unwrap_or(source.len());
         let mut msg = e.msg.clone();
+        if msg.contains("Recursion limit") {
+            // The parser's nesting guard: one clear message instead of its debug output.
+            out.push(issue(
+                source,
+                0,
+                &format!("expression recursion limit exceeded: {MAX_AST_DEPTH}"),
+            ));
+            break;
+        }
         if !msg.starts_with("Syntax error") && e.source.is_none() && is_antlr_message(&msg) {
             msg = format!("Syntax error: {msg}");
         }
