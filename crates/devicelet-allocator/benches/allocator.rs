@@ -37,7 +37,7 @@ fn steady_state(c: &mut Criterion) {
         .throughput(Throughput::Elements(1));
     for permille in [0usize, 500, 998] {
         let w = Workload::steady_state(500, 10, permille);
-        let cache = w.selector_cache();
+        let cache = w.snapshot();
         assert!(
             w.schedule_pod_all_nodes(&cache) > 0,
             "{}: some node must fit",
@@ -55,14 +55,13 @@ fn steady_state(c: &mut Criterion) {
 
 fn fill_up(c: &mut Criterion) {
     let base = Workload::steady_state(500, 10, 0);
-    let cache = base.selector_cache();
-    let mut check = base.clone();
-    assert_eq!(check.fill_up(5000, &cache), 5000);
+    let cache = base.snapshot();
+    assert_eq!(base.fill_up(5000, &cache), 5000);
     report(
         "fill_up_5000pods_500nodes",
         5000,
         Duration::from_secs(1),
-        || base.clone().fill_up(5000, &cache),
+        || base.fill_up(5000, &cache),
     );
     let mut group = c.benchmark_group("fill_up");
     group
@@ -70,14 +69,14 @@ fn fill_up(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(5))
         .throughput(Throughput::Elements(5000));
     group.bench_function("5000pods_500nodes", |b| {
-        b.iter(|| black_box(base.clone().fill_up(5000, &cache)))
+        b.iter(|| black_box(base.fill_up(5000, &cache)))
     });
     group.finish();
 }
 
 fn partitionable(c: &mut Criterion) {
     let w = Workload::partitionable(10, 200);
-    let cache = w.selector_cache();
+    let cache = w.snapshot();
     assert_eq!(w.schedule_pod_all_nodes(&cache), 10);
     report(&w.name, 1, Duration::from_secs(1), || {
         w.schedule_pod_all_nodes(&cache)
@@ -95,7 +94,7 @@ fn partitionable(c: &mut Criterion) {
 
 fn cel_heavy(c: &mut Criterion) {
     let w = Workload::cel_heavy(500, 10);
-    let cache = w.selector_cache();
+    let cache = w.snapshot();
     assert_eq!(w.schedule_pod_all_nodes(&cache), 500);
     report(&w.name, 1, Duration::from_secs(1), || {
         w.schedule_pod_all_nodes(&cache)
@@ -119,7 +118,7 @@ fn backtracking(c: &mut Criterion) {
         .throughput(Throughput::Elements(1));
     for count in [5i64, 6, 7, 8] {
         let w = Workload::backtracking(count);
-        let cache = w.selector_cache();
+        let cache = w.snapshot();
         report(&w.name, 1, Duration::from_millis(500), || {
             w.schedule_pod_all_nodes(&cache)
         });

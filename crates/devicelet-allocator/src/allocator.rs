@@ -13,7 +13,7 @@
 //! (§2.5). The per-device node check is node-dependent and is never cached across nodes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -94,24 +94,101 @@ pub(crate) struct Pool<'a> {
 
 type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 
-/// The allocator for one set of inputs (one pod in the scheduler).
-pub struct Allocator<'a> {
-    pub(crate) features: Features,
-    pub(crate) semantics: Semantics,
-    classes: HashMap<&'a str, &'a DeviceClass>,
+/// The prepared, immutable view of the cluster's classes and slices, shared by the allocators of
+/// many pods (Go rebuilds all of this for every pod and node). It also caches the outcome of
+/// every selector expression on every device it has been evaluated on: a device's attributes
+/// cannot change inside a snapshot, and outcomes (errors included) are only reported when the
+/// search reaches the (device, request) pair, so the caching does not change results (§2.5).
+pub struct ClusterSnapshot<'a> {
+    pub(crate) classes: HashMap<&'a str, &'a DeviceClass>,
     pub(crate) slices: Vec<SliceData<'a>>,
     on_node: HashMap<&'a str, Vec<u32>>,
     shared: Vec<u32>,
     by_pool: HashMap<(&'a str, &'a str), Vec<u32>>,
+    gids: HashMap<(&'a str, &'a str, &'a str), u32>,
+    instances: u32,
+    setup_error: Option<AllocError>,
+    selectors: Arc<SelectorCache>,
+    exprs: Mutex<HashMap<String, Arc<ExprSlot>>>,
+}
+
+impl std::fmt::Debug for ClusterSnapshot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterSnapshot")
+            .field("slices", &self.slices.len())
+            .field("devices", &self.instances)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a selector did not produce a boolean.
+#[derive(Clone, Debug)]
+pub(crate) enum ExprError {
+    Compile(String),
+    Runtime(String),
+}
+
+/// One compiled selector expression and its outcome per device instance
+/// (0 = not evaluated, 1 = false, 2 = true, 3 = runtime error kept in `errors`).
+pub(crate) struct ExprSlot {
+    program: std::result::Result<Arc<devicelet_cel::CompiledSelector>, String>,
+    results: Vec<AtomicU8>,
+    errors: Mutex<HashMap<u32, String>>,
+}
+
+impl ExprSlot {
+    pub(crate) fn eval(
+        &self,
+        instance: u32,
+        driver: &str,
+        dev: &Device,
+    ) -> std::result::Result<bool, ExprError> {
+        let program = self
+            .program
+            .as_ref()
+            .map_err(|e| ExprError::Compile(e.clone()))?;
+        let slot = self.results.get(instance as usize);
+        match slot.map(|s| s.load(AtomicOrdering::Relaxed)) {
+            Some(1) => return Ok(false),
+            Some(2) => return Ok(true),
+            Some(3) => {
+                if let Some(e) = self
+                    .errors
+                    .lock()
+                    .ok()
+                    .and_then(|m| m.get(&instance).cloned())
+                {
+                    return Err(ExprError::Runtime(e));
+                }
+            }
+            _ => {}
+        }
+        let r = evaluate(program, driver, dev);
+        if let Some(slot) = slot {
+            match &r {
+                Ok(b) => slot.store(if *b { 2 } else { 1 }, AtomicOrdering::Relaxed),
+                Err(e) => {
+                    if let Ok(mut m) = self.errors.lock() {
+                        m.insert(instance, e.clone());
+                    }
+                    slot.store(3, AtomicOrdering::Relaxed);
+                }
+            }
+        }
+        r.map_err(ExprError::Runtime)
+    }
+}
+
+/// The allocator for one set of inputs (one pod in the scheduler).
+pub struct Allocator<'a> {
+    pub(crate) features: Features,
+    pub(crate) semantics: Semantics,
+    pub(crate) snap: Arc<ClusterSnapshot<'a>>,
     allocated_exclusive: HashSet<u32>,
     allocated_any: HashSet<u32>,
     committed_capacity: HashMap<u32, BTreeMap<String, i128>>,
-    selectors: Arc<SelectorCache>,
-    match_cache: Mutex<HashMap<(u32, u32), Result<bool>>>,
-    signatures: Mutex<HashMap<String, u32>>,
     available_counters: Mutex<HashMap<String, Arc<CounterTable<'a>>>>,
     invocations: AtomicU64,
-    setup_error: Option<AllocError>,
 }
 
 impl std::fmt::Debug for Allocator<'_> {
@@ -119,7 +196,7 @@ impl std::fmt::Debug for Allocator<'_> {
         f.debug_struct("Allocator")
             .field("features", &self.features)
             .field("semantics", &self.semantics)
-            .field("slices", &self.slices.len())
+            .field("slices", &self.snap.slices.len())
             .finish_non_exhaustive()
     }
 }
@@ -145,14 +222,11 @@ pub(crate) fn claim_ref(claim: &ResourceClaim) -> String {
     }
 }
 
-impl<'a> Allocator<'a> {
-    /// Prepares an allocator (Go: `NewAllocator`). Malformed quantities in slices or in the
-    /// allocated state are reported by every later [`Allocator::allocate`] call as
-    /// [`ErrorClass::InvalidInput`].
+impl<'a> ClusterSnapshot<'a> {
+    /// Prepares classes and slices once (slice partition, interned device IDs, parsed
+    /// quantities, compiled node selectors). Malformed quantities are reported by every later
+    /// allocation call as [`ErrorClass::InvalidInput`].
     pub fn new(
-        features: Features,
-        semantics: Semantics,
-        allocated: &AllocatedState,
         classes: &'a [DeviceClass],
         slices: &'a [ResourceSlice],
         selectors: Arc<SelectorCache>,
@@ -303,6 +377,69 @@ impl<'a> Allocator<'a> {
                 devices,
             });
         }
+        ClusterSnapshot {
+            classes: class_map,
+            slices: slice_data,
+            on_node,
+            shared,
+            by_pool,
+            gids,
+            instances: instance,
+            setup_error,
+            selectors,
+            exprs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The compiled selector and its per-device outcomes for one expression text.
+    pub(crate) fn expr(&self, expression: &str) -> Arc<ExprSlot> {
+        if let Some(e) = self
+            .exprs
+            .lock()
+            .ok()
+            .and_then(|m| m.get(expression).cloned())
+        {
+            return e;
+        }
+        let slot = Arc::new(ExprSlot {
+            program: self.selectors.get_or_compile(expression),
+            results: (0..self.instances).map(|_| AtomicU8::new(0)).collect(),
+            errors: Mutex::new(HashMap::new()),
+        });
+        if let Ok(mut m) = self.exprs.lock() {
+            return Arc::clone(m.entry(expression.to_string()).or_insert(slot));
+        }
+        slot
+    }
+}
+
+impl<'a> Allocator<'a> {
+    /// Prepares an allocator (Go: `NewAllocator`) over a fresh [`ClusterSnapshot`].
+    pub fn new(
+        features: Features,
+        semantics: Semantics,
+        allocated: &AllocatedState,
+        classes: &'a [DeviceClass],
+        slices: &'a [ResourceSlice],
+        selectors: Arc<SelectorCache>,
+    ) -> Self {
+        Self::with_snapshot(
+            Arc::new(ClusterSnapshot::new(classes, slices, selectors)),
+            features,
+            semantics,
+            allocated,
+        )
+    }
+
+    /// Prepares an allocator for one pod over a shared snapshot: only the allocated state is
+    /// indexed here (O(allocated devices)).
+    pub fn with_snapshot(
+        snap: Arc<ClusterSnapshot<'a>>,
+        features: Features,
+        semantics: Semantics,
+        allocated: &AllocatedState,
+    ) -> Self {
+        let gids = &snap.gids;
         let lookup = |id: &crate::types::DeviceId| {
             gids.get(&(id.driver.as_str(), id.pool.as_str(), id.device.as_str()))
                 .copied()
@@ -332,20 +469,12 @@ impl<'a> Allocator<'a> {
         Allocator {
             features,
             semantics,
-            classes: class_map,
-            slices: slice_data,
-            on_node,
-            shared,
-            by_pool,
+            snap,
             allocated_exclusive,
             allocated_any,
             committed_capacity,
-            selectors,
-            match_cache: Mutex::new(HashMap::new()),
-            signatures: Mutex::new(HashMap::new()),
             available_counters: Mutex::new(HashMap::new()),
             invocations: AtomicU64::new(0),
-            setup_error,
         }
     }
 
@@ -368,7 +497,7 @@ impl<'a> Allocator<'a> {
         claims: &[&'a ResourceClaim],
         options: &AllocateOptions,
     ) -> Result<Option<Vec<AllocationResult>>> {
-        if let Some(e) = &self.setup_error {
+        if let Some(e) = &self.snap.setup_error {
             return Err(e.clone());
         }
         let pools = self.gather_pools(node)?;
@@ -401,13 +530,14 @@ impl<'a> Allocator<'a> {
         let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
         let mut collected: Vec<((&'a str, &'a str), Vec<u32>)> = Vec::new();
         let candidates = self
+            .snap
             .on_node
             .get(node_name)
             .into_iter()
             .flatten()
-            .chain(self.shared.iter());
+            .chain(self.snap.shared.iter());
         for &si in candidates {
-            let s = &self.slices[si as usize];
+            let s = &self.snap.slices[si as usize];
             if !pd && (s.per_device.is_some() || s.has_shared_counters) {
                 continue;
             }
@@ -455,7 +585,7 @@ impl<'a> Allocator<'a> {
                 }
                 Some(&pi) => {
                     let list = &mut collected[pi].1;
-                    let current = self.slices[list[0] as usize].generation;
+                    let current = self.snap.slices[list[0] as usize].generation;
                     if s.generation < current {
                         continue;
                     }
@@ -468,19 +598,20 @@ impl<'a> Allocator<'a> {
         }
         let mut pools = Vec::with_capacity(collected.len());
         for ((driver, pool_name), visible) in collected {
-            let first = &self.slices[visible[0] as usize];
+            let first = &self.snap.slices[visible[0] as usize];
             let generation = first.generation;
             let count = first.slice_count;
             let mut extra = Vec::new();
             if visible.len() as i64 != count {
                 let all = self
+                    .snap
                     .by_pool
                     .get(&(driver, pool_name))
                     .map(Vec::as_slice)
                     .unwrap_or(&[]);
                 if all
                     .iter()
-                    .any(|&i| self.slices[i as usize].generation > generation)
+                    .any(|&i| self.snap.slices[i as usize].generation > generation)
                 {
                     // Obsolete: a newer generation exists elsewhere. Dropped silently.
                     continue;
@@ -488,7 +619,7 @@ impl<'a> Allocator<'a> {
                 let same: Vec<u32> = all
                     .iter()
                     .copied()
-                    .filter(|&i| self.slices[i as usize].generation == generation)
+                    .filter(|&i| self.snap.slices[i as usize].generation == generation)
                     .collect();
                 if same.len() as i64 != count {
                     pools.push(Pool {
@@ -506,11 +637,11 @@ impl<'a> Allocator<'a> {
                 }
                 let seen: HashSet<&str> = visible
                     .iter()
-                    .map(|&i| self.slices[i as usize].name)
+                    .map(|&i| self.snap.slices[i as usize].name)
                     .collect();
                 extra = same
                     .into_iter()
-                    .filter(|&i| !seen.contains(self.slices[i as usize].name))
+                    .filter(|&i| !seen.contains(self.snap.slices[i as usize].name))
                     .collect();
             }
             pools.push(self.build_pool(driver, pool_name, visible, extra));
@@ -530,14 +661,14 @@ impl<'a> Allocator<'a> {
     ) -> Pool<'a> {
         let pd = self.features.partitionable_devices;
         visible.sort_by(|&a, &b| {
-            self.slices[a as usize]
+            self.snap.slices[a as usize]
                 .name
-                .cmp(self.slices[b as usize].name)
+                .cmp(self.snap.slices[b as usize].name)
         });
         let mut device_slices = Vec::new();
         let mut counter_slices = Vec::new();
         for &si in &visible {
-            if pd && self.slices[si as usize].has_shared_counters {
+            if pd && self.snap.slices[si as usize].has_shared_counters {
                 counter_slices.push(si);
             } else {
                 device_slices.push(si);
@@ -546,7 +677,7 @@ impl<'a> Allocator<'a> {
         let mut invalid_reason = String::new();
         let mut names = HashSet::new();
         'dup: for &si in &device_slices {
-            for d in &self.slices[si as usize].devices {
+            for d in &self.snap.slices[si as usize].devices {
                 if !names.insert(d.raw.name.as_str()) {
                     invalid_reason = format!("duplicate device name {}", d.raw.name);
                     break 'dup;
@@ -556,7 +687,7 @@ impl<'a> Allocator<'a> {
         let mut counter_sets: CounterTable<'a> = Vec::new();
         if pd {
             for &si in &counter_slices {
-                for (set, counters) in &self.slices[si as usize].shared_counters {
+                for (set, counters) in &self.snap.slices[si as usize].shared_counters {
                     if counter_sets.iter().any(|(n, _)| n == set) && invalid_reason.is_empty() {
                         invalid_reason = format!("duplicate counter set name {set}");
                     }
@@ -566,14 +697,14 @@ impl<'a> Allocator<'a> {
         }
         let mut not_visible = Vec::new();
         for &si in &extra {
-            if pd && self.slices[si as usize].has_shared_counters {
+            if pd && self.snap.slices[si as usize].has_shared_counters {
                 continue;
             }
             not_visible.push(si);
         }
         if pd && invalid_reason.is_empty() {
             'refs: for &si in device_slices.iter().chain(not_visible.iter()) {
-                for d in &self.slices[si as usize].devices {
+                for d in &self.snap.slices[si as usize].devices {
                     for (set, counters) in &d.consumes {
                         let Some((_, known)) = counter_sets.iter().find(|(n, _)| n == set) else {
                             invalid_reason = format!(
@@ -596,7 +727,7 @@ impl<'a> Allocator<'a> {
             }
         }
         let binding_last = device_slices.iter().any(|&si| {
-            self.slices[si as usize]
+            self.snap.slices[si as usize]
                 .devices
                 .iter()
                 .any(|d| d.has_binding_conditions)
@@ -615,28 +746,6 @@ impl<'a> Allocator<'a> {
     }
 
     // ---------------------------------------------------------------- setup (§2.3)
-
-    /// Interns the (class, request selectors) pair that decides selectability. Request
-    /// selector errors name the claim, so the claim is part of the key when there are any.
-    fn signature(&self, cref: &str, class: &str, selectors: &[DeviceSelector]) -> u32 {
-        let mut key = String::with_capacity(64);
-        key.push_str(class);
-        if !selectors.is_empty() {
-            key.push('\u{1}');
-            key.push_str(cref);
-        }
-        for s in selectors {
-            key.push('\u{0}');
-            if let Some(c) = &s.cel {
-                key.push_str(&c.expression);
-            }
-        }
-        let Ok(mut map) = self.signatures.lock() else {
-            return u32::MAX;
-        };
-        let next = map.len() as u32;
-        *map.entry(key).or_insert(next)
-    }
 
     fn setup(
         &self,
@@ -821,7 +930,7 @@ impl<'a> Allocator<'a> {
                 ),
             ));
         }
-        let Some(class) = self.classes.get(acc.class_name).copied() else {
+        let Some(class) = self.snap.classes.get(acc.class_name).copied() else {
             return Err(AllocError::new(
                 ErrorClass::UnknownClass,
                 format!(
@@ -843,7 +952,16 @@ impl<'a> Allocator<'a> {
             }
             capacity_requests = Some(v);
         }
-        let sig = self.signature(cref, acc.class_name, acc.selectors);
+        let expr_of = |sel: &DeviceSelector| {
+            self.snap.expr(
+                sel.cel
+                    .as_ref()
+                    .map(|c| c.expression.as_str())
+                    .unwrap_or(""),
+            )
+        };
+        let class_exprs = class.spec.selectors.iter().flatten().map(expr_of).collect();
+        let request_exprs = acc.selectors.iter().map(expr_of).collect();
         let mut data = RequestData {
             claim: ci,
             request: ri,
@@ -851,14 +969,14 @@ impl<'a> Allocator<'a> {
             name: acc.name,
             parent: acc.parent,
             class,
-            selectors: acc.selectors,
             all_mode: false,
             num_devices: 0,
             admin: acc.admin == Some(true),
             tolerations: acc.tolerations,
             capacity_requests,
             all_devices: Vec::new(),
-            sig,
+            class_exprs,
+            request_exprs,
         };
         match acc.mode {
             "ExactCount" => data.num_devices = acc.count,
@@ -884,7 +1002,7 @@ impl<'a> Allocator<'a> {
                         ));
                     }
                     for &sl in &pool.device_slices {
-                        for (di, dev) in self.slices[sl as usize].devices.iter().enumerate() {
+                        for (di, dev) in self.snap.slices[sl as usize].devices.iter().enumerate() {
                             if !self.is_selectable(node, cref, &data, sl, dev)? {
                                 continue;
                             }
@@ -938,24 +1056,8 @@ impl<'a> Allocator<'a> {
         if !self.features.device_binding_and_status && dev.has_binding_conditions {
             return Ok(false);
         }
-        let s = &self.slices[slice as usize];
-        let key = (dev.instance, req.sig);
-        let cached = self
-            .match_cache
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned());
-        let matched = match cached {
-            Some(r) => r?,
-            None => {
-                let r = self.selectors_match(cref, req, s.driver, dev);
-                if let Ok(mut m) = self.match_cache.lock() {
-                    m.insert(key, r.clone());
-                }
-                r?
-            }
-        };
-        if !matched {
+        let s = &self.snap.slices[slice as usize];
+        if !self.selectors_match(cref, req, s.driver, dev)? {
             return Ok(false);
         }
         if s.per_device == Some(true) {
@@ -977,56 +1079,42 @@ impl<'a> Allocator<'a> {
         driver: &str,
         dev: &DeviceData<'a>,
     ) -> Result<bool> {
-        let class_name = req.class.metadata.name.as_deref().unwrap_or("");
-        let class_selectors = req.class.spec.selectors.as_deref().unwrap_or(&[]);
-        for (i, sel) in class_selectors.iter().enumerate() {
-            let expr = sel
-                .cel
-                .as_ref()
-                .map(|c| c.expression.as_str())
-                .unwrap_or("");
-            let prefix = || format!("class {class_name}: selector #{i}");
-            if !self.eval_selector(expr, driver, dev.raw, prefix)? {
+        for (i, e) in req.class_exprs.iter().enumerate() {
+            let prefix = || {
+                format!(
+                    "class {}: selector #{i}",
+                    req.class.metadata.name.as_deref().unwrap_or("")
+                )
+            };
+            if !selector_outcome(e.eval(dev.instance, driver, dev.raw), prefix)? {
                 return Ok(false);
             }
         }
-        for (i, sel) in req.selectors.iter().enumerate() {
-            let expr = sel
-                .cel
-                .as_ref()
-                .map(|c| c.expression.as_str())
-                .unwrap_or("");
+        for (i, e) in req.request_exprs.iter().enumerate() {
             let prefix = || format!("claim {cref}: selector #{i}");
-            if !self.eval_selector(expr, driver, dev.raw, prefix)? {
+            if !selector_outcome(e.eval(dev.instance, driver, dev.raw), prefix)? {
                 return Ok(false);
             }
         }
         Ok(true)
     }
 
+    /// Evaluates one expression on one device (through the snapshot's outcome cache).
     pub(crate) fn eval_selector(
         &self,
         expr: &str,
         driver: &str,
-        dev: &Device,
+        dev: &DeviceData<'a>,
         prefix: impl Fn() -> String,
     ) -> Result<bool> {
-        let program = self.selectors.get_or_compile(expr).map_err(|e| {
-            AllocError::new(
-                ErrorClass::CELCompile,
-                format!("{}: CEL compile error: {e}", prefix()),
-            )
-        })?;
-        evaluate(&program, driver, dev).map_err(|e| {
-            AllocError::new(
-                ErrorClass::CELRuntime,
-                format!("{}: CEL runtime error: {e}", prefix()),
-            )
-        })
+        selector_outcome(
+            self.snap.expr(expr).eval(dev.instance, driver, dev.raw),
+            prefix,
+        )
     }
 
     pub(crate) fn class(&self, name: &str) -> Option<&'a DeviceClass> {
-        self.classes.get(name).copied()
+        self.snap.classes.get(name).copied()
     }
 
     pub(crate) fn is_allocated_exclusive(&self, gid: u32) -> bool {
@@ -1050,7 +1138,7 @@ impl<'a> Allocator<'a> {
         }
         let mut table: CounterTable<'a> = pool.counter_sets.clone();
         for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
-            for d in &self.slices[si as usize].devices {
+            for d in &self.snap.slices[si as usize].devices {
                 if !self.allocated_any.contains(&d.gid) {
                     continue;
                 }
@@ -1081,6 +1169,22 @@ impl<'a> Allocator<'a> {
             Semantics::Fixed => format!("{}\u{0}{}", pool.driver, pool.name),
         }
     }
+}
+
+fn selector_outcome(
+    r: std::result::Result<bool, ExprError>,
+    prefix: impl Fn() -> String,
+) -> Result<bool> {
+    r.map_err(|e| match e {
+        ExprError::Compile(m) => AllocError::new(
+            ErrorClass::CELCompile,
+            format!("{}: CEL compile error: {m}", prefix()),
+        ),
+        ExprError::Runtime(m) => AllocError::new(
+            ErrorClass::CELRuntime,
+            format!("{}: CEL runtime error: {m}", prefix()),
+        ),
+    })
 }
 
 // -------------------------------------------------------------------- capacity (§2.9)
@@ -1214,14 +1318,14 @@ pub(crate) struct RequestData<'a> {
     pub name: &'a str,
     pub parent: Option<&'a str>,
     pub class: &'a DeviceClass,
-    pub selectors: &'a [DeviceSelector],
     pub all_mode: bool,
     pub num_devices: i64,
     pub admin: bool,
     pub tolerations: Option<&'a [DeviceToleration]>,
     pub capacity_requests: Option<Vec<(&'a str, Quantity)>>,
     pub all_devices: Vec<Candidate>,
-    pub sig: u32,
+    pub class_exprs: Vec<Arc<ExprSlot>>,
+    pub request_exprs: Vec<Arc<ExprSlot>>,
 }
 
 impl<'a> RequestData<'a> {
@@ -1618,7 +1722,7 @@ impl<'r, 'a> Search<'r, 'a> {
     }
 
     fn device(&self, c: Candidate) -> &'r DeviceData<'a> {
-        &self.alloc.slices[c.slice as usize].devices[c.device as usize]
+        &self.alloc.snap.slices[c.slice as usize].devices[c.device as usize]
     }
 
     fn in_use(&self, gid: u32) -> bool {
@@ -1741,7 +1845,7 @@ impl<'r, 'a> Search<'r, 'a> {
                 let slice_start = if pi == start.pool { start.slice } else { 0 };
                 for sli in slice_start..pool.device_slices.len() {
                     let sl = pool.device_slices[sli];
-                    let devices = &self.alloc.slices[sl as usize].devices;
+                    let devices = &self.alloc.snap.slices[sl as usize].devices;
                     let dev_start = if pi == start.pool && sli == start.slice {
                         start.device
                     } else {
@@ -1837,7 +1941,7 @@ impl<'r, 'a> Search<'r, 'a> {
             }
             return Ok(None);
         }
-        let driver = self.alloc.slices[cand.slice as usize].driver;
+        let driver = self.alloc.snap.slices[cand.slice as usize].driver;
         let semantics = self.alloc.semantics;
         let n = self.constraints[c].len();
         for i in 0..n {
@@ -1850,7 +1954,7 @@ impl<'r, 'a> Search<'r, 'a> {
                             self.claim_refs[c],
                             req.name,
                             driver,
-                            self.alloc.slices[cand.slice as usize].pool,
+                            self.alloc.snap.slices[cand.slice as usize].pool,
                             dev.raw.name
                         ),
                     )));
@@ -2031,7 +2135,7 @@ impl<'r, 'a> Search<'r, 'a> {
             let mut results = Vec::with_capacity(self.results[ci].len());
             for r in &self.results[ci] {
                 let dev = self.device(r.cand);
-                let slice = &self.alloc.slices[r.cand.slice as usize];
+                let slice = &self.alloc.snap.slices[r.cand.slice as usize];
                 let req = self.requests[ci].slots[r.request].get(r.sub);
                 results.push(DeviceRequestAllocationResult {
                     request: match r.parent {
@@ -2172,7 +2276,7 @@ impl<'r, 'a> Search<'r, 'a> {
         let mut exprs: Vec<NodeSelectorRequirement> = Vec::new();
         for r in &self.results[ci] {
             let dev = self.device(r.cand);
-            let slice = &self.alloc.slices[r.cand.slice as usize];
+            let slice = &self.alloc.snap.slices[r.cand.slice as usize];
             let (name, sel) = if slice.per_device == Some(true) {
                 (dev.raw.node_name.as_ref(), dev.raw.node_selector.as_ref())
             } else {

@@ -269,7 +269,7 @@ pub fn explain_node(
                         None
                     };
                     for &sl in &p.device_slices {
-                        let slice = &allocator.slices[sl as usize];
+                        let slice = &allocator.snap.slices[sl as usize];
                         for (di, dev) in slice.devices.iter().enumerate() {
                             r.candidates += 1;
                             if !f.device_binding_and_status && dev.has_binding_conditions {
@@ -282,7 +282,7 @@ pub fn explain_node(
                                 match allocator.eval_selector(
                                     &rej.expression,
                                     slice.driver,
-                                    dev.raw,
+                                    dev,
                                     prefix,
                                 ) {
                                     Ok(true) => {}
@@ -409,7 +409,7 @@ pub fn explain_node(
                     ce.needed += needed;
                 }
                 for (sl, di) in usable {
-                    let slice = &allocator.slices[*sl as usize];
+                    let slice = &allocator.snap.slices[*sl as usize];
                     let dev = &slice.devices[*di as usize];
                     match lookup_attribute(dev.raw, slice.driver, attr) {
                         None => ce.devices_without_attribute += 1,

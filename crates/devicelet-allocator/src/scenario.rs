@@ -13,7 +13,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClai
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, ClusterSnapshot};
 use crate::explain::{Explanation, explain_node};
 use crate::quantity::Quantity;
 use crate::selector::{CelFeatures, SelectorCache};
@@ -661,13 +661,15 @@ pub fn run_scenario_with(
     match s.mode {
         Mode::Allocate => {
             let t = Instant::now();
-            let allocator = Allocator::new(
+            let allocator = Allocator::with_snapshot(
+                Arc::new(ClusterSnapshot::new(
+                    &s.device_classes,
+                    &s.resource_slices,
+                    cache,
+                )),
                 s.features,
                 semantics,
                 &state,
-                &s.device_classes,
-                &s.resource_slices,
-                cache,
             );
             new_allocator_nanos = elapsed_nanos(t);
             let refs: Vec<&ResourceClaim> = claims.iter().collect();
@@ -685,6 +687,12 @@ pub fn run_scenario_with(
             }
         }
         Mode::Schedule => {
+            // Slices and classes do not change between pods: prepare them once.
+            let snapshot = Arc::new(ClusterSnapshot::new(
+                &s.device_classes,
+                &s.resource_slices,
+                Arc::clone(&cache),
+            ));
             let mut done: HashSet<String> = HashSet::new();
             for pod in &s.pods {
                 let refs: Vec<&ResourceClaim> = pod
@@ -694,14 +702,8 @@ pub fn run_scenario_with(
                     .filter_map(|n| claims.iter().find(|c| &claim_key(c) == n))
                     .collect();
                 let t = Instant::now();
-                let allocator = Allocator::new(
-                    s.features,
-                    semantics,
-                    &state,
-                    &s.device_classes,
-                    &s.resource_slices,
-                    Arc::clone(&cache),
-                );
+                let allocator =
+                    Allocator::with_snapshot(Arc::clone(&snapshot), s.features, semantics, &state);
                 new_allocator_nanos += elapsed_nanos(t);
                 let mut record = PodOutcome {
                     pod: pod.name.clone(),

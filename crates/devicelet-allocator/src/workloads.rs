@@ -22,7 +22,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::allocator::Allocator;
+use crate::allocator::{Allocator, ClusterSnapshot};
 use crate::scenario::{AllocationScenario, CelSpec, Mode, SemanticsSpec, StateDevice};
 use crate::selector::{CelFeatures, SelectorCache};
 use crate::types::{AllocateOptions, AllocatedState, DeviceId, Features, Semantics};
@@ -445,16 +445,24 @@ impl Workload {
         Arc::new(SelectorCache::new(self.cel))
     }
 
+    /// The prepared snapshot of this workload's classes and slices (built once, shared by the
+    /// allocators of all pods, like the scheduler's informer caches).
+    pub fn snapshot(&self) -> Arc<ClusterSnapshot<'_>> {
+        Arc::new(ClusterSnapshot::new(
+            &self.classes,
+            &self.slices,
+            self.selector_cache(),
+        ))
+    }
+
     /// One pod's scheduling work: a new allocator (PreFilter) and one allocation call per node
     /// (Filter). Returns the number of nodes that fit.
-    pub fn schedule_pod_all_nodes(&self, cache: &Arc<SelectorCache>) -> usize {
-        let allocator = Allocator::new(
+    pub fn schedule_pod_all_nodes(&self, snap: &Arc<ClusterSnapshot<'_>>) -> usize {
+        let allocator = Allocator::with_snapshot(
+            Arc::clone(snap),
             self.features,
             Semantics::GoCompat,
             &self.allocated,
-            &self.classes,
-            &self.slices,
-            Arc::clone(cache),
         );
         let claims: Vec<&ResourceClaim> = self.claims.iter().collect();
         let opts = AllocateOptions::default();
@@ -465,42 +473,43 @@ impl Workload {
     }
 
     /// §4.5.2 fill-up: schedules `pods` single-claim pods one after the other, each on the first
-    /// node that fits (committing its results); returns how many pods were placed.
-    pub fn fill_up(&mut self, pods: usize, cache: &Arc<SelectorCache>) -> usize {
+    /// node (in order) that fits, committing its results to a copy of the allocated state;
+    /// returns how many pods were placed. Nodes found full are not tried again (allocations
+    /// only grow, so they stay full).
+    pub fn fill_up(&self, pods: usize, snap: &Arc<ClusterSnapshot<'_>>) -> usize {
         let opts = AllocateOptions::default();
+        let mut allocated = self.allocated.clone();
         let mut placed = 0;
         let mut start_node = 0;
+        let mut claims: Vec<ResourceClaim> = Vec::with_capacity(pods);
         for p in 0..pods {
             let mut c = self.claims[0].clone();
             c.metadata.name = Some(format!("claim-{p}"));
-            let allocator = Allocator::new(
+            claims.push(c);
+        }
+        for c in &claims {
+            let allocator = Allocator::with_snapshot(
+                Arc::clone(snap),
                 self.features,
                 Semantics::GoCompat,
-                &self.allocated,
-                &self.classes,
-                &self.slices,
-                Arc::clone(cache),
+                &allocated,
             );
             let mut chosen = None;
-            // Nodes that were full stay full: start at the first node that still had room.
             let mut ni = start_node;
             while ni < self.nodes.len() {
-                if let Ok(Some(results)) = allocator.allocate(&self.nodes[ni], &[&c], &opts) {
-                    chosen = Some((ni, results));
+                if let Ok(Some(results)) = allocator.allocate(&self.nodes[ni], &[c], &opts) {
+                    chosen = Some(results);
                     break;
                 }
                 ni += 1;
                 start_node = ni;
             }
-            drop(allocator);
-            let Some((_, results)) = chosen else { break };
+            let Some(results) = chosen else { break };
             for r in results
                 .iter()
                 .flat_map(|r| r.devices.iter().flat_map(|d| d.results.iter().flatten()))
             {
-                let _ = self
-                    .allocated
-                    .add_result(r, self.features.consumable_capacity);
+                let _ = allocated.add_result(r, self.features.consumable_capacity);
             }
             placed += 1;
         }
