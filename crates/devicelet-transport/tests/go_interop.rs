@@ -34,13 +34,15 @@ async fn run_go_client(bin: &Path, socket: &Path) -> BTreeMap<String, String> {
         .arg(socket)
         .output()
         .await
-        .unwrap();
+        .expect("the Go client runs");
     assert!(output.status.success(), "{output:?}");
     String::from_utf8(output.stdout)
-        .unwrap()
+        .expect("the Go client prints UTF-8")
         .lines()
         .map(|line| {
-            let (variant, result) = line.split_once(' ').unwrap();
+            let (variant, result) = line
+                .split_once(' ')
+                .expect("lines are `<variant> <result>`");
             (variant.to_string(), result.to_string())
         })
         .collect()
