@@ -144,6 +144,14 @@ impl HintFamily {
         }
     }
 
+    /// Units per node (when every unit sits on one node) and how many must be covered besides
+    /// the required units. Ignoring the required units makes this a relaxation, fit for bounds.
+    pub(crate) fn per_node_counts(&self) -> Option<(&[u32; 64], usize)> {
+        self.per_node
+            .as_deref()
+            .map(|counts| (counts, self.request.saturating_sub(self.required.len())))
+    }
+
     /// Could a hint `M` with `included ⊆ M ⊆ included ∪ undecided` and at most `slots` more
     /// nodes than `included` fit? Never false when one does (an optimistic bound for pruning).
     pub(crate) fn may_fit(&self, included: NumaMask, undecided: NumaMask, slots: usize) -> bool {

@@ -28,10 +28,27 @@
 //! a small search that assigns each removed node to a list that can afford losing it.
 //! The property tests compare this with [`crate::reference`], the literal kubelet algorithm.
 
+use std::cell::Cell;
 use std::collections::HashSet;
 
 use crate::hint::{HintFamily, ProviderHints, ResourceHints, TopologyHint};
 use crate::mask::{NumaMask, for_each_k_subset};
+
+thread_local! {
+    /// Whether the removal search may try its quick pass first (tests turn it off to check the
+    /// full pass on its own).
+    static QUICK_PASS: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Runs `f` with the removal search's quick pass disabled on this thread, so the full
+/// (capacity-bounded) search answers every question. For tests: results must not change.
+#[doc(hidden)]
+pub fn with_full_search_only<R>(f: impl FnOnce() -> R) -> R {
+    let before = QUICK_PASS.with(|q| q.replace(false));
+    let out = f();
+    QUICK_PASS.with(|q| q.set(before));
+    out
+}
 
 /// How ties between masks of equal size are broken (`prefer-closest-numa-nodes`).
 #[derive(Clone, Copy, Debug)]
@@ -410,7 +427,29 @@ impl<'a> Removal<'a> {
                 covered: f.covered(f.universe()),
             })
             .collect();
-        self.search(&order, 0, &mut states, required.count(), limit, allowed)
+        // Quick pass first: most questions are settled in about one step per node. Only when
+        // it runs out of steps, search again with the capacity bound (both passes are exact).
+        if QUICK_PASS.with(Cell::get) {
+            let fresh = states.clone();
+            let mut quick = Some(4 * order.len() + 16);
+            let kept = required.count();
+            if let Some(answer) =
+                self.search(&order, 0, &mut states, kept, limit, allowed, &mut quick)
+            {
+                return answer;
+            }
+            states = fresh;
+        }
+        self.search(
+            &order,
+            0,
+            &mut states,
+            required.count(),
+            limit,
+            allowed,
+            &mut None,
+        )
+        .unwrap_or(false)
     }
 
     fn can_drop(&self, i: usize, state: FamilyState, node: usize) -> Option<FamilyState> {
@@ -431,6 +470,36 @@ impl<'a> Removal<'a> {
         }
     }
 
+    /// How many of the `rest` nodes family `i` could still drop on its own (upper bound).
+    fn drop_capacity(&self, i: usize, state: FamilyState, rest: NumaMask) -> usize {
+        let family = self.families[i];
+        let candidates = rest.and(state.mask);
+        // The family's mask may not become empty.
+        let structural = candidates.count().min(state.mask.count().saturating_sub(1));
+        match family.per_node_counts() {
+            Some((counts, need)) => {
+                let mut slack = family.covered(state.mask).saturating_sub(need);
+                let mut costs: Vec<u32> = candidates.nodes().map(|n| counts[n]).collect();
+                costs.sort_unstable();
+                let mut capacity = 0;
+                for c in costs {
+                    let c = c as usize;
+                    if c > slack {
+                        break;
+                    }
+                    slack -= c;
+                    capacity += 1;
+                }
+                capacity.min(structural)
+            }
+            None => structural,
+        }
+    }
+
+    /// Depth-first assignment of each node in `order` (drop it via some family, or keep it).
+    /// `budget` is `Some(n)` for the quick pass (only the cheap bound, at most `n` steps; `None`
+    /// returned when it runs out) and `None` for the full pass with the capacity bound.
+    #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
         order: &[usize],
@@ -439,38 +508,64 @@ impl<'a> Removal<'a> {
         kept: usize,
         limit: usize,
         allowed: NumaMask,
-    ) -> bool {
+        budget: &mut Option<usize>,
+    ) -> Option<bool> {
         if at == order.len() {
-            return true;
+            return Some(true);
         }
-        // Bound: nodes nobody can drop any more must be kept (drops only get harder).
-        let mut must_keep = 0;
-        for &node in &order[at..] {
+        if let Some(left) = budget {
+            if *left == 0 {
+                return None;
+            }
+            *left -= 1;
+        }
+        // Bounds (drops only get harder as the search goes on):
+        // * a node no family can drop now must be kept (and must not be a forced drop);
+        // * (full pass) a family can drop at most the number of its cheapest remaining nodes
+        //   that fit in its slack, so all families together drop at most the sum of those.
+        let remaining = &order[at..];
+        let mut undroppable = 0;
+        let mut forced = 0;
+        for &node in remaining {
+            let is_forced = !allowed.is_set(node);
+            forced += usize::from(is_forced);
             let droppable = (0..states.len()).any(|i| self.can_drop(i, states[i], node).is_some());
             if !droppable {
-                if !allowed.is_set(node) {
-                    return false;
+                if is_forced {
+                    return Some(false);
                 }
-                must_keep += 1;
+                undroppable += 1;
             }
         }
-        if kept + must_keep > limit {
-            return false;
+        let mut max_drops = remaining.len() - undroppable;
+        if budget.is_none() {
+            let rest = remaining.iter().fold(NumaMask::EMPTY, |m, &n| {
+                m.or(NumaMask::from_bits(1u64 << n))
+            });
+            let capacity: usize = (0..states.len())
+                .map(|i| self.drop_capacity(i, states[i], rest))
+                .sum();
+            max_drops = max_drops.min(capacity);
+        }
+        if forced > max_drops || kept + remaining.len() - max_drops > limit {
+            return Some(false);
         }
         let node = order[at];
         for i in 0..states.len() {
             if let Some(next) = self.can_drop(i, states[i], node) {
                 let saved = states[i];
                 states[i] = next;
-                if self.search(order, at + 1, states, kept, limit, allowed) {
-                    return true;
-                }
+                let found = self.search(order, at + 1, states, kept, limit, allowed, budget);
                 states[i] = saved;
+                if found != Some(false) {
+                    return found;
+                }
             }
         }
-        allowed.is_set(node)
-            && kept < limit
-            && self.search(order, at + 1, states, kept + 1, limit, allowed)
+        if allowed.is_set(node) && kept < limit {
+            return self.search(order, at + 1, states, kept + 1, limit, allowed, budget);
+        }
+        Some(false)
     }
 
     /// Smallest producible size (0 if the families can cut everything away).

@@ -564,3 +564,47 @@ fn prefer_closest_picks_the_closest_pair_among_generated_preferred_hints() {
         h(&[2, 3], true)
     );
 }
+
+#[test]
+fn tight_capacity_searches_stay_fast_on_64_nodes() {
+    // One free device per node, 43 requested, plus a reusable device on node 0: the narrowest
+    // hint needs 43 nodes, and proving that "21 nodes" is impossible must not enumerate the
+    // ways to pick 21 of 42 nodes.
+    let machine = NumaMask::from_bits(u64::MAX);
+    let mut devs = vec![];
+    let mut free = vec![];
+    for n in 0..64 {
+        for d in 0..8 {
+            let id = format!("n{n}d{d}");
+            if d == 0 {
+                free.push(id.clone());
+            }
+            devs.push(numa_dev(&id, n));
+        }
+    }
+    devs.push(numa_dev("reused", 0));
+    let free_refs: Vec<&str> = free.iter().map(String::as_str).collect();
+    let opts = PolicyOptions {
+        max_allowable_numa_nodes: 64,
+        ..PolicyOptions::default()
+    };
+    let policy = Policy::new(PolicyName::BestEffort, opts, machine, None).expect("valid");
+    let started = Instant::now();
+    let with_reuse = device_hints(&devs, &free_refs, &["reused"], 43, machine).hints;
+    let plain = device_hints(&devs, &free_refs, &[], 43, machine).hints;
+    let (hint, _) = policy.merge(&[
+        ProviderHints::from([("gpu".into(), with_reuse)]),
+        ProviderHints::from([("nic".into(), plain.clone())]),
+        ProviderHints::from([("fpga".into(), plain)]),
+    ]);
+    // 42 free devices + the reused one: nodes 0..=41 hold 42 free devices plus the reused on 0.
+    assert_eq!(
+        hint,
+        TopologyHint::new(NumaMask::from_bits((1u64 << 43) - 1), false)
+    );
+    assert!(
+        started.elapsed().as_millis() < budget_ms(500),
+        "took {:?}",
+        started.elapsed()
+    );
+}

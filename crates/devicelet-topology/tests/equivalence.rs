@@ -5,7 +5,9 @@
 //! restricted admits exactly the preferred merges; the result does not depend on provider or
 //! resource order; 16- and 64-node merges with generated hints finish fast.
 
-use devicelet_topology::merge::{TieBreak, merge_providers, merge_single_numa_node};
+use devicelet_topology::merge::{
+    TieBreak, merge_providers, merge_single_numa_node, with_full_search_only,
+};
 use devicelet_topology::reference;
 use devicelet_topology::{
     DeviceNuma, NumaMask, ProviderHints, ResourceHints, TopologyHint, device_hints,
@@ -152,6 +154,8 @@ fn check_all_policies(nodes: usize, p: &[Vec<Res>], d: &[Vec<u32>]) -> Result<()
         let fast = merge_providers(&hints, machine, tie);
         let slow = reference::merge_providers(&hints, machine, tie);
         prop_assert_eq!(fast, slow, "best-effort/restricted merge, tie {:?}", tie);
+        let full = with_full_search_only(|| merge_providers(&hints, machine, tie));
+        prop_assert_eq!(full, slow, "full search only, tie {:?}", tie);
     }
     prop_assert_eq!(
         merge_single_numa_node(&hints, machine),
