@@ -66,6 +66,9 @@ pub(crate) struct Program {
     /// For constants made by `quantity("...")`: the literal text, by constant index (used
     /// by the native fast path).
     pub(crate) quantity_literals: Vec<(usize, String)>,
+    /// For constants made by a one-argument `semver("...")`: the literal text (build
+    /// metadata stripped), by constant index.
+    pub(crate) semver_literals: Vec<(usize, String)>,
     /// The native evaluator for the common selector shapes, if the whole expression has
     /// one of them.
     pub(crate) fast: Option<crate::fastpath::Fast>,
@@ -154,6 +157,7 @@ fn compile_on_big_stack(
             capacity_domains: Vec::new(),
             constants: Vec::new(),
             quantity_literals: Vec::new(),
+            semver_literals: Vec::new(),
             fast: None,
         },
     };
@@ -1046,13 +1050,18 @@ impl Rewriter<'_> {
             }
             if let Ok(v) = self.env.call_on_literal(&c.func_name, args.clone()) {
                 let constant = self.constant(v);
-                if c.func_name == "quantity"
-                    && let Some(text) = args.first().and_then(string_literal_of)
+                let index = self.program.constants.len() - 1;
+                if let [arg] = args.as_slice()
+                    && let Some(text) = string_literal_of(arg)
                 {
-                    let index = self.program.constants.len() - 1;
-                    self.program
-                        .quantity_literals
-                        .push((index, text.to_string()));
+                    match c.func_name.as_str() {
+                        "quantity" => self
+                            .program
+                            .quantity_literals
+                            .push((index, text.to_string())),
+                        "semver" => self.program.semver_literals.push((index, text.to_string())),
+                        _ => {}
+                    }
                 }
                 return Ok(constant);
             }

@@ -8,7 +8,10 @@
 //!   bool, `has(device.attributes[D].id)`, `has(device.capacity[D].id)`;
 //! * `device.allowMultipleAllocations` (as a bool, or `==` / `!=` a bool literal);
 //! * `device.capacity[D].id.compareTo(quantity("Q")) <op> n`,
-//!   `.isGreaterThan(quantity("Q"))`, `.isLessThan(quantity("Q"))`.
+//!   `.isGreaterThan(quantity("Q"))`, `.isLessThan(quantity("Q"))`, and the same on a
+//!   version attribute with `semver("V")`;
+//! * `device.attributes[D].id in [literals]`;
+//! * `device.attributes[D].id.startsWith("s")` / `endsWith` / `contains` / `matches("re")`.
 //!
 //! The result is either definite (a bool, or the same runtime error the interpreter would
 //! give, e.g. "no such key: id") or [`Outcome::Fallback`] whenever a value is of a type the
@@ -94,6 +97,36 @@ pub(crate) enum Fast {
     Multi(CmpOp, bool),
     /// `capacity.compareTo(q) <op> n`, with `q` in nano units.
     Capacity(Slot, i128, CmpOp, i64),
+    /// `version.compareTo(v) <op> n` (precedence, build metadata ignored).
+    Version(Slot, semver::Version, CmpOp, i64),
+    /// `attribute in [literals]`.
+    AttributeIn(Slot, Vec<Literal>),
+    /// A string test on a string attribute.
+    StringTest(Slot, StringTest),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum StringTest {
+    StartsWith(String),
+    EndsWith(String),
+    Contains(String),
+    Matches(regex::Regex),
+}
+
+/// Either side of a `compareTo`: a capacity with a quantity constant, or a version
+/// attribute with a semver constant.
+enum Ordered {
+    Capacity(Slot, i128),
+    Version(Slot, semver::Version),
+}
+
+impl Ordered {
+    fn into_fast(self, op: CmpOp, n: i64) -> Fast {
+        match self {
+            Ordered::Capacity(slot, q) => Fast::Capacity(slot, q, op, n),
+            Ordered::Version(slot, v) => Fast::Version(slot, v, op, n),
+        }
+    }
 }
 
 /// Result of a native evaluation.
@@ -158,6 +191,32 @@ impl Fast {
                     (operators::LOGICAL_NOT, [a]) => {
                         Some(Fast::Not(Box::new(Fast::build(a, program)?)))
                     }
+                    (operators::IN, [a, b]) => {
+                        let (b'A', Some(i)) = reserved(a)? else {
+                            return None;
+                        };
+                        let (b'K', Some(k)) = reserved(b)? else {
+                            return None;
+                        };
+                        let kube_cel::cel::Value::List(items) = program.constants.get(k)? else {
+                            return None;
+                        };
+                        let literals = items
+                            .iter()
+                            .map(|v| match v {
+                                kube_cel::cel::Value::String(s) => {
+                                    Some(Literal::Str(s.to_string()))
+                                }
+                                kube_cel::cel::Value::Int(i) => Some(Literal::Int(*i)),
+                                kube_cel::cel::Value::Bool(b) => Some(Literal::Bool(*b)),
+                                _ => None,
+                            })
+                            .collect::<Option<Vec<_>>>()?;
+                        Some(Fast::AttributeIn(
+                            program.attribute_slots.get(i)?.clone(),
+                            literals,
+                        ))
+                    }
                     (_, [a, b]) => {
                         let op = CmpOp::from_function(name)?;
                         Fast::comparison(a, op, b, program)
@@ -167,15 +226,34 @@ impl Fast {
                 }
             }
             Expr::Call(c) => {
-                // capacity.isGreaterThan(q) / isLessThan(q)
-                let ord = match c.func_name.as_str() {
-                    "isGreaterThan" => 1,
-                    "isLessThan" => -1,
-                    _ => return None,
-                };
-                let (slot, q) =
-                    Fast::capacity_compare(c.target.as_deref()?, c.args.as_slice(), program)?;
-                Some(Fast::Capacity(slot, q, CmpOp::Eq, ord))
+                let target = c.target.as_deref()?;
+                match (c.func_name.as_str(), c.args.as_slice()) {
+                    ("isGreaterThan", args) => {
+                        Some(Fast::ordered_compare(target, args, program)?.into_fast(CmpOp::Eq, 1))
+                    }
+                    ("isLessThan", args) => {
+                        Some(Fast::ordered_compare(target, args, program)?.into_fast(CmpOp::Eq, -1))
+                    }
+                    (name @ ("startsWith" | "endsWith" | "contains" | "matches"), [arg]) => {
+                        let (b'A', Some(i)) = reserved(target)? else {
+                            return None;
+                        };
+                        let Literal::Str(text) = literal(arg)? else {
+                            return None;
+                        };
+                        let test = match name {
+                            "startsWith" => StringTest::StartsWith(text),
+                            "endsWith" => StringTest::EndsWith(text),
+                            "contains" => StringTest::Contains(text),
+                            _ => StringTest::Matches(regex::Regex::new(&text).ok()?),
+                        };
+                        Some(Fast::StringTest(
+                            program.attribute_slots.get(i)?.clone(),
+                            test,
+                        ))
+                    }
+                    _ => None,
+                }
             }
             _ => None,
         }
@@ -209,37 +287,45 @@ impl Fast {
             if let (Expr::Call(c), Literal::Int(n)) = (&lhs.expr, lit)
                 && c.func_name == "compareTo"
             {
-                let (slot, q) =
-                    Fast::capacity_compare(c.target.as_deref()?, c.args.as_slice(), program)?;
-                return Some(Fast::Capacity(slot, q, op, n));
+                let ordered =
+                    Fast::ordered_compare(c.target.as_deref()?, c.args.as_slice(), program)?;
+                return Some(ordered.into_fast(op, n));
             }
         }
         None
     }
 
-    fn capacity_compare(
-        target: &IdedExpr,
-        args: &[IdedExpr],
-        program: &Program,
-    ) -> Option<(Slot, i128)> {
-        let (b'C', Some(slot)) = reserved(target)? else {
-            return None;
-        };
+    fn ordered_compare(target: &IdedExpr, args: &[IdedExpr], program: &Program) -> Option<Ordered> {
         let [arg] = args else {
             return None;
         };
         let (b'K', Some(k)) = reserved(arg)? else {
             return None;
         };
-        let text = program
-            .quantity_literals
-            .iter()
-            .find(|(index, _)| *index == k)
-            .map(|(_, t)| t)?;
-        Some((
-            program.capacity_slots.get(slot)?.clone(),
-            quantity_nanos(text)?,
-        ))
+        let literal_of = |table: &[(usize, String)]| {
+            table
+                .iter()
+                .find(|(index, _)| *index == k)
+                .map(|(_, t)| t.clone())
+        };
+        match reserved(target)? {
+            (b'C', Some(slot)) => {
+                let text = literal_of(&program.quantity_literals)?;
+                Some(Ordered::Capacity(
+                    program.capacity_slots.get(slot)?.clone(),
+                    quantity_nanos(&text)?,
+                ))
+            }
+            (b'A', Some(slot)) => {
+                let text = literal_of(&program.semver_literals)?;
+                let version = semver::Version::parse(&text).ok()?;
+                Some(Ordered::Version(
+                    program.attribute_slots.get(slot)?.clone(),
+                    version,
+                ))
+            }
+            _ => None,
+        }
     }
 
     /// Evaluates natively. Attributes must have been validated already.
@@ -272,21 +358,65 @@ impl Fast {
                 None => no_such_key(slot),
                 Some(attr) => compare_attribute(attr, *op, lit),
             },
+            Fast::Version(slot, constant, op, n) => match find_attribute(device, slot) {
+                None => no_such_key(slot),
+                Some(DeviceAttribute {
+                    version: Some(text),
+                    ..
+                }) => match semver::Version::parse(crate::env::strip_build_metadata(text)) {
+                    Ok(v) => {
+                        Outcome::Bool(op.holds(ordering_as_int(v.cmp_precedence(constant)).cmp(n)))
+                    }
+                    Err(_) => Outcome::Fallback,
+                },
+                Some(_) => Outcome::Fallback,
+            },
+            Fast::AttributeIn(slot, literals) => match find_attribute(device, slot) {
+                None => no_such_key(slot),
+                Some(attr) => {
+                    let mut found = false;
+                    for lit in literals {
+                        match compare_attribute(attr, CmpOp::Eq, lit) {
+                            Outcome::Bool(true) => {
+                                found = true;
+                                break;
+                            }
+                            Outcome::Bool(false) => {}
+                            _ => return Outcome::Fallback,
+                        }
+                    }
+                    Outcome::Bool(found)
+                }
+            },
+            Fast::StringTest(slot, test) => match find_attribute(device, slot) {
+                None => no_such_key(slot),
+                Some(DeviceAttribute {
+                    string: Some(s), ..
+                }) => Outcome::Bool(match test {
+                    StringTest::StartsWith(p) => s.starts_with(p.as_str()),
+                    StringTest::EndsWith(p) => s.ends_with(p.as_str()),
+                    StringTest::Contains(p) => s.contains(p.as_str()),
+                    StringTest::Matches(re) => re.is_match(s),
+                }),
+                Some(_) => Outcome::Fallback,
+            },
             Fast::Capacity(slot, q, op, n) => match find_capacity(device, slot) {
                 None => no_such_key(slot),
                 Some(cap) => match quantity_nanos(&cap.value.0) {
                     None => Outcome::Fallback,
-                    Some(v) => {
-                        let ord = match v.cmp(q) {
-                            Ordering::Less => -1i64,
-                            Ordering::Equal => 0,
-                            Ordering::Greater => 1,
-                        };
-                        Outcome::Bool(op.holds(ord.cmp(n)))
-                    }
+                    Some(v) => Outcome::Bool(op.holds(ordering_as_int(v.cmp(q)).cmp(n))),
                 },
             },
         }
+    }
+}
+
+/// `compareTo`'s result.
+fn ordering_as_int(ord: Ordering) -> i64 {
+    match ord {
+        Ordering::Less => -1,
+        Ordering::Equal => 0,
+        Ordering::Greater => 1,
     }
 }
 

@@ -34,6 +34,14 @@ const SELECTORS: &[&str] = &[
     r#"device.attributes["x"].missing == 1 && false"#,
     r#"device.attributes["x"].missing == 1 || device.attributes["x"].other == 2"#,
     "true && !false",
+    r#"device.attributes["x"].model in ["a100", "b", "h100"]"#,
+    r#"device.attributes["x"].cores in [1, 8, 19] || device.attributes["x"].flag in [true]"#,
+    r#"device.attributes["x"].model.startsWith("a") && device.attributes["x"].model.endsWith("100")"#,
+    r#"device.attributes["x"].model.contains("10") || device.attributes["x"].model.matches("^[ab]$")"#,
+    r#"device.attributes["x"].model.isGreaterThan(semver("1.0.0"))"#,
+    r#"device.attributes["x"].cores.compareTo(semver("2.3.4")) < 0"#,
+    r#"device.attributes["x"].flag.isLessThan(semver("2.3.4-rc.2+meta"))"#,
+    r#"cel.bind(a, device.attributes["x"], a.model.startsWith("h") || a.cores in [8])"#,
 ];
 
 fn attribute() -> impl Strategy<Value = Option<DeviceAttribute>> {
@@ -42,7 +50,8 @@ fn attribute() -> impl Strategy<Value = Option<DeviceAttribute>> {
         prop::sample::select(vec!["a100", "h100", "b", "", "a"]).prop_map(|s| Some(string(s))),
         (-3i64..20).prop_map(|i| Some(int(i))),
         any::<bool>().prop_map(|b| Some(boolean(b))),
-        prop::sample::select(vec!["1.0.0", "2.3.4-rc.1"]).prop_map(|v| Some(version(v))),
+        prop::sample::select(vec!["1.0.0", "2.3.4-rc.1", "2.3.4+build", "0.9.9"])
+            .prop_map(|v| Some(version(v))),
         Just(Some(ints(&[1, 8]))),
     ]
 }
@@ -112,7 +121,7 @@ fn shapes_outside_the_fast_path_use_the_interpreter() {
     let compiler = SelectorCompiler::new(CelOptions::default());
     for expr in [
         r#"device.attributes.exists(d, d == "x")"#,
-        r#"device.attributes["x"].model.startsWith("a")"#,
+        r#"device.attributes["x"].model.lowerAscii() == "a100""#,
         r#"cel.bind(a, device.attributes["x"], size(a) > 0)"#,
         r#"device.attributes["x"].cores == 8.0"#,
     ] {
