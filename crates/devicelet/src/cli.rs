@@ -128,8 +128,17 @@ pub struct ExamplePluginArgs {
 #[derive(Debug, Clone, Args)]
 pub struct AllocateArgs {
     /// Scenario file (JSON or YAML `AllocationScenario`); `-` reads stdin.
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    #[arg(
+        short = 'f',
+        long = "filename",
+        required_unless_present = "batch",
+        conflicts_with = "batch"
+    )]
+    pub file: Option<PathBuf>,
+    /// Run every `*.json` scenario in DIR (lexical order) and print one compact JSON outcome
+    /// per line (JSON lines), for differential testing against another allocator.
+    #[arg(long, value_name = "DIR")]
+    pub batch: Option<PathBuf>,
     /// Explain, per node and request, why no device fits.
     #[arg(long)]
     pub explain: bool,

@@ -3,7 +3,8 @@
 //! runs `devicelet-allocator` and prints the `AllocationOutcome`. With `--explain` the output
 //! also says, per node and request, why no device fits.
 
-use std::io::Read;
+use std::io::{Read, Write};
+use std::path::Path;
 
 use anyhow::Context;
 use devicelet_allocator::explain::Explanation;
@@ -17,18 +18,24 @@ use crate::output;
 /// Runs the command. Exit status is 0 whenever the scenario could be read and run, whatever
 /// the outcome (an unschedulable claim is an answer, not a failure of the command).
 pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
-    let bytes = if args.file.as_os_str() == "-" {
+    if let Some(dir) = &args.batch {
+        return run_batch(dir);
+    }
+    let file = args
+        .file
+        .as_deref()
+        .context("either -f SCENARIO or --batch DIR is required")?;
+    let bytes = if file.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::stdin()
             .read_to_end(&mut buf)
             .context("reading the scenario from stdin")?;
         buf
     } else {
-        std::fs::read(&args.file)
-            .with_context(|| format!("reading scenario {}", args.file.display()))?
+        std::fs::read(file).with_context(|| format!("reading scenario {}", file.display()))?
     };
     let scenario = parse_scenario(&bytes)
-        .with_context(|| format!("scenario {} is not valid", args.file.display()))?;
+        .with_context(|| format!("scenario {} is not valid", file.display()))?;
     let (outcome, explanation) = run_scenario_with(
         &scenario,
         &RunOptions {
@@ -39,6 +46,45 @@ pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
         None => output::print(args.output.output, &outcome, render_outcome_table),
         Some(explanation) => print_explained(args.output.output, &outcome, &explanation),
     }
+}
+
+/// `--batch DIR`: one compact outcome per line for every `*.json` file in DIR, in lexical
+/// order. A file that cannot be read or parsed is reported on stderr and skipped, and the
+/// command then fails at the end, so one bad scenario does not hide the others' results.
+fn run_batch(dir: &Path) -> anyhow::Result<()> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading batch directory {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut failed = 0usize;
+    for file in &files {
+        let scenario = match std::fs::read(file)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| parse_scenario(&bytes).map_err(anyhow::Error::from))
+        {
+            Ok(scenario) => scenario,
+            Err(err) => {
+                eprintln!("error: scenario {}: {err:#}", file.display());
+                failed += 1;
+                continue;
+            }
+        };
+        let (outcome, _) = run_scenario_with(&scenario, &RunOptions::default());
+        serde_json::to_writer(&mut out, &outcome)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} of {} scenarios in {} could not be read",
+        files.len(),
+        dir.display()
+    );
+    Ok(())
 }
 
 /// JSON/YAML: the outcome object with an extra `explanation` key; table: the outcome table
