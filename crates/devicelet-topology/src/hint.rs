@@ -73,6 +73,9 @@ pub struct HintFamily {
     min_affinity: usize,
     /// Items per node when every item sits on at most one node (fast additive counting).
     per_node: Option<Box<[u32; 64]>>,
+    /// Items touching each node: an additive upper bound on coverage even when items span
+    /// several nodes (an item is counted once per node it touches).
+    degree: Box<[u32; 64]>,
 }
 
 impl HintFamily {
@@ -96,6 +99,12 @@ impl HintFamily {
         } else {
             None
         };
+        let mut degree = Box::new([0u32; 64]);
+        for item in &items {
+            for n in item.and(universe).nodes() {
+                degree[n] += 1;
+            }
+        }
         HintFamily {
             universe,
             items,
@@ -103,6 +112,7 @@ impl HintFamily {
             request,
             min_affinity,
             per_node,
+            degree,
         }
     }
 
@@ -155,19 +165,20 @@ impl HintFamily {
     /// Could a hint `M` with `included ⊆ M ⊆ included ∪ undecided` and at most `slots` more
     /// nodes than `included` fit? Never false when one does (an optimistic bound for pruning).
     pub(crate) fn may_fit(&self, included: NumaMask, undecided: NumaMask, slots: usize) -> bool {
-        match self.additive() {
-            Some((counts, need)) => {
-                let mut gains: Vec<u32> = undecided
-                    .and(self.universe)
-                    .nodes()
-                    .map(|n| counts[n])
-                    .collect();
-                gains.sort_unstable_by(|a, b| b.cmp(a));
-                let best: usize = gains.iter().take(slots).map(|&g| g as usize).sum();
-                self.covered(included.and(self.universe)) + best >= need
-            }
-            None => self.fits(included.or(undecided)),
+        if self.additive().is_none() && !self.fits(included.or(undecided)) {
+            return false;
         }
+        // Coverage of the included nodes plus the best `slots` degrees among the rest.
+        let need = self.request.saturating_sub(self.required.len());
+        let mut gains: Vec<u32> = undecided
+            .minus(included)
+            .and(self.universe)
+            .nodes()
+            .map(|n| self.degree[n])
+            .collect();
+        gains.sort_unstable_by(|a, b| b.cmp(a));
+        let best: usize = gains.iter().take(slots).map(|&g| g as usize).sum();
+        self.covered(included.and(self.universe)) + best >= need
     }
 
     /// Items touching `mask`.

@@ -608,3 +608,49 @@ fn tight_capacity_searches_stay_fast_on_64_nodes() {
         started.elapsed()
     );
 }
+
+#[test]
+fn devices_spanning_two_nodes_stay_fast_on_64_nodes() {
+    // NIC-like devices attached to two neighbouring nodes: coverage is not additive, so the
+    // covering search and the merge use their general paths.
+    let machine = NumaMask::from_bits(u64::MAX);
+    let devs: Vec<DeviceNuma> = (0..256)
+        .map(|i| {
+            DeviceNuma::new(
+                format!("nic{i}"),
+                Some(vec![(i / 4) as i64, ((i / 4 + 1) % 64) as i64]),
+            )
+        })
+        .collect();
+    // Every other device taken.
+    let free: Vec<&str> = devs.iter().step_by(2).map(|d| d.id.as_str()).collect();
+    let opts = PolicyOptions {
+        max_allowable_numa_nodes: 64,
+        ..PolicyOptions::default()
+    };
+    for request in [1usize, 4, 9, 40, 100] {
+        let started = Instant::now();
+        let nic = device_hints(&devs, &free, &[], request, machine).hints;
+        let gpu_devs: Vec<DeviceNuma> = (0..512)
+            .map(|i| numa_dev(&format!("g{i}"), (i / 8) as i64))
+            .collect();
+        let gpu_ids: Vec<&str> = gpu_devs.iter().map(|d| d.id.as_str()).collect();
+        let gpu = device_hints(&gpu_devs, &gpu_ids, &[], request.min(64), machine).hints;
+        let providers = [
+            ProviderHints::from([("nic".into(), nic)]),
+            ProviderHints::from([("gpu".into(), gpu)]),
+        ];
+        for name in [PolicyName::BestEffort, PolicyName::SingleNumaNode] {
+            let policy = Policy::new(name, opts, machine, None).expect("valid");
+            let (hint, admit) = policy.merge(&providers);
+            if name == PolicyName::SingleNumaNode && admit {
+                assert!(hint.affinity.is_some_and(|m| m.count() == 1), "{hint:?}");
+            }
+        }
+        assert!(
+            started.elapsed().as_millis() < budget_ms(1000),
+            "request {request}: took {:?}",
+            started.elapsed()
+        );
+    }
+}
