@@ -1,0 +1,204 @@
+//! Typed errors of the DRA manager. Messages follow the kubelet's wording
+//! (`pkg/kubelet/cm/dra/manager.go`, `plugin/dra_plugin_manager.go`; spec dra-kubelet.md §1.8,
+//! §1.9, §2 B2–B9) so operators recognise them.
+
+use std::path::PathBuf;
+
+/// Error of a DRA driver RPC, with the gRPC code kept for callers that test it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("rpc error: code = {code:?} desc = {message}")]
+pub struct RpcError {
+    /// gRPC status code.
+    pub code: tonic::Code,
+    /// Status message.
+    pub message: String,
+}
+
+impl From<tonic::Status> for RpcError {
+    fn from(s: tonic::Status) -> Self {
+        RpcError {
+            code: s.code(),
+            message: s.message().to_owned(),
+        }
+    }
+}
+
+/// Errors of the registry, the claim cache and the claim source.
+#[derive(Debug, thiserror::Error)]
+pub enum DraError {
+    /// `ValidatePlugin` / `RegisterPlugin` version negotiation failed (§1.8).
+    #[error(
+        "invalid supported gRPC versions of DRA driver plugin {driver} at endpoint {endpoint}: {reason}"
+    )]
+    InvalidVersions {
+        /// Driver name.
+        driver: String,
+        /// DRA endpoint.
+        endpoint: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The same `(driver, endpoint)` registered twice (§1.9, E15).
+    #[error("endpoint {endpoint} already registered for DRA driver plugin {driver}")]
+    AlreadyRegistered {
+        /// Driver name.
+        driver: String,
+        /// DRA endpoint.
+        endpoint: PathBuf,
+    },
+    /// `GetPlugin("")`.
+    #[error("DRA driver name is empty")]
+    EmptyDriverName,
+    /// No instance of the driver is registered.
+    #[error("DRA driver {0} is not registered")]
+    NotRegistered(String),
+    /// Creating the channel to a driver failed.
+    #[error("connecting to DRA driver {driver} at {endpoint}: {reason}")]
+    Dial {
+        /// Driver name.
+        driver: String,
+        /// DRA endpoint.
+        endpoint: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The RPC itself failed (transport error, deadline, driver returned a gRPC error).
+    #[error("{method}: {source}")]
+    Rpc {
+        /// `NodePrepareResources` or `NodeUnprepareResources`.
+        method: &'static str,
+        /// The gRPC error.
+        #[source]
+        source: RpcError,
+    },
+    /// The driver answered for a claim that was not in the batch.
+    #[error("{method} returned result for unknown claim UID {uid}")]
+    UnknownClaimUid {
+        /// Method.
+        method: &'static str,
+        /// Claim UID.
+        uid: String,
+    },
+    /// The driver reported a per-claim error.
+    #[error("{method} failed for ResourceClaim {claim}: {error}")]
+    ClaimFailed {
+        /// Method.
+        method: &'static str,
+        /// Claim name.
+        claim: String,
+        /// The driver's error text.
+        error: String,
+    },
+    /// The driver left claims of the batch unanswered.
+    #[error("{method} skipped {count} ResourceClaims")]
+    Skipped {
+        /// Method.
+        method: &'static str,
+        /// How many.
+        count: usize,
+    },
+    /// Reading the claim from the claim source failed (B2.1).
+    #[error("fetch ResourceClaim {name}: {reason}")]
+    FetchClaim {
+        /// Claim name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A pod claim entry could not be resolved to a claim name (B1).
+    #[error("pod \"{namespace}/{pod}\": {reason}")]
+    PodClaim {
+        /// Pod namespace.
+        namespace: String,
+        /// Pod name.
+        pod: String,
+        /// Why.
+        reason: String,
+    },
+    /// Template claim whose controller owner is not the pod (B2.2).
+    #[error("ResourceClaim {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)")]
+    NotOwner {
+        /// Namespace.
+        namespace: String,
+        /// Claim name.
+        claim: String,
+        /// Pod name.
+        pod: String,
+    },
+    /// The claim is not reserved for the pod (B2.3).
+    #[error("pod {pod} ({pod_uid}) is not allowed to use ResourceClaim {claim} ({claim_uid})")]
+    NotReserved {
+        /// Pod name.
+        pod: String,
+        /// Pod UID.
+        pod_uid: String,
+        /// Claim name.
+        claim: String,
+        /// Claim UID.
+        claim_uid: String,
+    },
+    /// The claim has no allocation (B2.4).
+    #[error("ResourceClaim {0}: not allocated")]
+    NotAllocated(String),
+    /// A cached claim with the same name has another UID (B3).
+    #[error(
+        "old ResourceClaim with same name {name} and different UID {cached_uid} still exists (previous pod force-deleted?!)"
+    )]
+    UidMismatch {
+        /// Claim name.
+        name: String,
+        /// UID in the cache.
+        cached_uid: String,
+    },
+    /// The checkpoint was unreadable; it has been moved aside and claim state is unknown
+    /// until an operator recovers.
+    #[error(
+        "DRA claim state is unknown: {detail}; drain the node, check the file, then run `devicelet dra recover` (removes {marker})"
+    )]
+    StateUnknown {
+        /// What happened.
+        detail: String,
+        /// The quarantine marker file.
+        marker: PathBuf,
+    },
+    /// The checkpoint could not be written; the operation is not reported as successful.
+    #[error("writing DRA checkpoint {path}: {reason}")]
+    CheckpointWrite {
+        /// File.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Other file system errors (state directory, boot ID).
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What we were doing.
+        action: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Claim source (API) errors other than fetch.
+    #[error("claim source: {0}")]
+    ClaimSource(String),
+    /// Several drivers failed in one call; every error is kept.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Multiple(Vec<DraError>),
+}
+
+impl DraError {
+    /// Whether the failure is about an unreachable or absent driver (worth retrying soon).
+    pub fn is_driver_unavailable(&self) -> bool {
+        match self {
+            DraError::NotRegistered(_) => true,
+            DraError::Rpc { source, .. } => matches!(
+                source.code,
+                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+            ),
+            DraError::Multiple(errs) => errs.iter().any(DraError::is_driver_unavailable),
+            _ => false,
+        }
+    }
+}
