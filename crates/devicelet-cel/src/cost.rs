@@ -23,9 +23,11 @@
 //! would have absorbed the error. A wall-clock deadline ([`EVALUATION_DEADLINE`]) is
 //! checked on every metered step, as a second line of defence.
 //!
-//! Bound: with the default budget of 1e6 units, one evaluation performs at most ~1.4e5
-//! comprehension iterations (a minimal loop body weighs 6 units) and creates values of at most ~1e6 elements / 16 MB of
-//! strings; measured at well under a second on this machine (see the hostile-input tests).
+//! Bound: with the default budget of 1e6 units one evaluation performs at most ~1.4e5
+//! comprehension iterations (a minimal loop body weighs 6 units), and no value exceeds
+//! [`MAX_VALUE_UNITS`]. Measured in an optimised build on a loaded 2-core machine: 10^8
+//! nested `all()` iterations stop after 0.3 s, a 2^40-byte doubling string after 18 ms,
+//! 10^9 elements through shared sub-lists after 60 ms (`benches/selectors.rs`).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};

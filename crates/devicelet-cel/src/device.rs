@@ -65,7 +65,7 @@ pub(crate) fn validate_attributes(
             continue;
         }
         if let Some(v) = &attr.version {
-            env.version(v)
+            env.check_version(v)
                 .map_err(|e| fail(format!("parse semantic version: {e}")))?;
             continue;
         }
@@ -75,7 +75,7 @@ pub(crate) fn validate_attributes(
             }
             if let Some(vs) = &attr.versions {
                 for v in vs {
-                    env.version(v)
+                    env.check_version(v)
                         .map_err(|e| fail(format!("parse semantic version: {e}")))?;
                 }
                 continue;

@@ -218,6 +218,17 @@ impl Env {
         Ok(value)
     }
 
+    /// Whether a version attribute parses (the check Go's conversion makes on every
+    /// evaluation), answered from the cache without cloning the value.
+    pub(crate) fn check_version(&self, text: &str) -> Result<(), String> {
+        if let Ok(cache) = self.versions.read()
+            && let Some(v) = cache.get(text)
+        {
+            return v.as_ref().map(|_| ()).map_err(Clone::clone);
+        }
+        self.version(text).map(|_| ())
+    }
+
     /// A version attribute as a kube-cel `kubernetes.Semver` (strict parsing, as Go's
     /// `semver.Parse`), cached by its text, failures included. Build metadata is dropped
     /// from the value: blang/semver's comparisons (and so Kubernetes' `==`, `compareTo`,
