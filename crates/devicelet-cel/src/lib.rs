@@ -85,7 +85,7 @@ pub use cost::{
 };
 pub use device::DeviceView;
 pub use error::{CelCompileError, CelEvalError};
-pub use selector::{CelOptions, CompiledSelector, SelectorCompiler};
+pub use selector::{CelOptions, CompiledSelector, DEFAULT_CACHE_CAPACITY, SelectorCompiler};
 
 /// Kubernetes' `resourceapi.CELSelectorExpressionMaxCost`: the default runtime cost limit
 /// of one selector evaluation.
