@@ -216,9 +216,19 @@ func TestDifferential(t *testing.T) {
 	failDir := filepath.Join(dir, "failures")
 	start := time.Now()
 
-	// Phase 1: write all scenarios.
-	files := make([]string, n)
-	for i := 0; i < n; i++ {
+	// Phase 1: write all scenarios (or take DIFF_FILES, a glob of existing scenario files such as
+	// the corpus or gobench -write-dir output; those run per file, "seed" = index).
+	var files []string
+	if glob := os.Getenv("DIFF_FILES"); glob != "" {
+		files, err = filepath.Glob(glob)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("DIFF_FILES=%s matches no file (%v)", glob, err)
+		}
+		n, seed0, batch = len(files), 0, false
+	} else {
+		files = make([]string, n)
+	}
+	for i := 0; i < n && os.Getenv("DIFF_FILES") == ""; i++ {
 		seed := seed0 + uint64(i)
 		data, err := harness.MarshalScenarioCompact(gen.Scenario(seed, gen.Config{}))
 		if err != nil {
