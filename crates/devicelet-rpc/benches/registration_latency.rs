@@ -115,7 +115,7 @@ async fn setup() -> Setup {
 /// One (re-)registration, until the new plugin's devices are visible in `GET /v1/resources`.
 async fn register_until_visible(setup: &mut Setup) -> Duration {
     setup.next += 1;
-    let devices: u64 = if setup.next % 2 == 0 { 8 } else { 9 };
+    let devices: u64 = if setup.next.is_multiple_of(2) { 8 } else { 9 };
     let endpoint = format!("bench{devices}.sock");
     let mut changes = setup.daemon.manager().subscribe();
     let start = Instant::now();

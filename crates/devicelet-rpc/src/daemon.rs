@@ -16,7 +16,6 @@ use devicelet_devicemanager::{
     DeviceManager, DeviceManagerConfig, SystemClock,
 };
 use devicelet_proto::constants;
-use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -177,8 +176,7 @@ impl Daemon {
         let mut tasks = Vec::new();
 
         // Registration server on kubelet.sock.
-        let listener = UnixListener::bind(&paths.kubelet_socket)
-            .map_err(io_err("bind", &paths.kubelet_socket))?;
+        let listener = transport::bind(&paths.kubelet_socket)?;
         let registration = RegistrationService::new(manager.clone()).into_server();
         let mut rx = shutdown_rx.clone();
         let socket = paths.kubelet_socket.clone();
@@ -213,15 +211,8 @@ impl Daemon {
         }
 
         // Control API last: when it answers, everything else is ready.
-        match std::fs::remove_file(&paths.control_socket) {
-            Ok(()) => {
-                info!(socket = %paths.control_socket.display(), "removed stale control socket")
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err("remove stale control socket", &paths.control_socket)(e)),
-        }
-        let control_listener = UnixListener::bind(&paths.control_socket)
-            .map_err(io_err("bind", &paths.control_socket))?;
+        // A stale control socket (crashed daemon) is replaced; nobody answered on it above.
+        let control_listener = transport::bind(&paths.control_socket)?;
         let app = control::router(ControlState {
             devices: manager.clone(),
         });

@@ -15,6 +15,9 @@ pub enum RpcError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// Binding a Unix socket failed (path too long, not a socket, permissions, ...).
+    #[error(transparent)]
+    Bind(#[from] devicelet_transport::TransportError),
     /// Another daemon already serves this root directory.
     #[error("another devicelet is already serving {} (control socket answers)", path.display())]
     AlreadyRunning {

@@ -1,32 +1,31 @@
-//! Unix-socket gRPC plumbing used by every server and client in this crate, kept behind two
-//! functions so the shared `devicelet-transport` crate (HTTP/2 `:authority` shim for Go
-//! clients, spec devicemanager.md §1.11) can replace the bodies in one place.
+//! Unix-socket gRPC plumbing used by every server and client devicelet runs, delegating to the
+//! shared `devicelet-transport` crate: servers accept connections through its HTTP/2
+//! `:authority` shim, so Go clients that send the socket path as `:authority` (spec
+//! devicemanager.md §1.11) are accepted; clients dial with `:authority` = `localhost`, as the
+//! kubelet does (k8s PR #112597).
 
+use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
+use devicelet_transport::{AuthorityShim, TransportError};
+use futures::Stream;
 use tokio::net::{UnixListener, UnixStream};
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
-/// Accepted connections of a Unix-socket gRPC server.
-pub fn incoming(listener: UnixListener) -> UnixListenerStream {
-    UnixListenerStream::new(listener)
+/// Accepted connections of a Unix-socket gRPC server, behind the `:authority` shim.
+pub fn incoming(
+    listener: UnixListener,
+) -> impl Stream<Item = io::Result<AuthorityShim<UnixStream>>> {
+    devicelet_transport::shimmed_incoming(listener)
 }
 
-/// Dials a Unix-socket gRPC server with `:authority` = `localhost`, as the kubelet does
-/// (k8s PR #112597).
-pub async fn dial(
-    path: &Path,
-    connect_timeout: Duration,
-) -> Result<Channel, tonic::transport::Error> {
-    let path = path.to_path_buf();
-    Endpoint::from_static("http://localhost")
-        .connect_timeout(connect_timeout)
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
-        }))
-        .await
+/// Binds a Unix listener (path length checked, stale socket replaced, non-sockets refused).
+pub fn bind(path: &Path) -> Result<UnixListener, TransportError> {
+    devicelet_transport::bind_unix_listener(path)
+}
+
+/// Dials a Unix-socket gRPC server with `:authority` = `localhost`.
+pub async fn dial(path: &Path, connect_timeout: Duration) -> Result<Channel, TransportError> {
+    devicelet_transport::dial_unix(path, connect_timeout).await
 }

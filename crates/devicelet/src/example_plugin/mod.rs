@@ -21,7 +21,6 @@ use devicelet_proto::deviceplugin::v1beta1 as pb;
 use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::DevicePluginServer;
 use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use devicelet_rpc::{RootPaths, transport};
-use tokio::net::UnixListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
@@ -168,13 +167,7 @@ fn start_server(
     service: service::ExampleDevicePlugin,
     mut end: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    match std::fs::remove_file(socket) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("remove old socket {}", socket.display())),
-    }
-    let listener =
-        UnixListener::bind(socket).with_context(|| format!("bind {}", socket.display()))?;
+    let listener = transport::bind(socket).context("plugin socket")?;
     Ok(tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
             .add_service(DevicePluginServer::new(service))
