@@ -36,6 +36,64 @@ async fn c1_tonic_client_through_dial_unix_reaches_a_shimmed_server() {
     server.stop().await;
 }
 
+/// The kubelet sends `:authority = localhost` to plugins (kubernetes/kubernetes#112597); so do
+/// we. Checked on the wire with a raw HTTP/2 server that decodes the request headers.
+#[tokio::test]
+async fn c1_dial_unix_sends_localhost_authority_and_http_scheme() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plugin.sock");
+    let listener = bind_unix_listener(&path).unwrap();
+    let client_path = path.clone();
+    let client = tokio::spawn(async move {
+        let channel = dial_unix(&client_path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let mut client = HealthClient::new(channel);
+        // The raw server never answers; only the request headers matter here.
+        let _ = call_with_deadline(
+            Duration::from_secs(3),
+            client.check(HealthCheckRequest {
+                service: String::new(),
+            }),
+        )
+        .await;
+    });
+    let (mut conn, _) = listener.accept().await.unwrap();
+    let mut preface = [0u8; 24];
+    conn.read_exact(&mut preface).await.unwrap();
+    assert_eq!(&preface[..], PREFACE);
+    conn.write_all(&frame(TYPE_SETTINGS, 0, 0, &[]))
+        .await
+        .unwrap();
+    let mut decoder = devicelet_transport::hpack::Decoder::new(4096);
+    let fields = loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).await.unwrap();
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).await.unwrap();
+        if head[3] == TYPE_HEADERS {
+            assert_ne!(head[4] & END_HEADERS, 0, "small block fits one frame");
+            break decoder.decode(&payload, 1 << 20).unwrap();
+        }
+    };
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|f| f.name.as_ref() == name.as_bytes())
+            .map(|f| String::from_utf8_lossy(&f.value).into_owned())
+    };
+    assert_eq!(get(":authority").as_deref(), Some("localhost"));
+    assert_eq!(get(":scheme").as_deref(), Some("http"));
+    assert_eq!(
+        get(":path").as_deref(),
+        Some("/grpc.health.v1.Health/Check")
+    );
+    drop(conn);
+    client.await.unwrap();
+}
+
 #[tokio::test]
 async fn c1_dial_unix_to_a_missing_socket_fails_with_the_path() {
     let dir = tempfile::tempdir().unwrap();

@@ -106,17 +106,110 @@ fn decode_tree() -> &'static DecodeTree {
     })
 }
 
+/// What the decoder does from one tree node on one 4-bit input nibble. Every code is at least
+/// 5 bits long, so a nibble completes at most one symbol.
+#[derive(Clone, Copy)]
+struct NibbleStep {
+    /// Node reached after the nibble.
+    next: u8,
+    /// Symbol completed within the nibble, if any.
+    symbol: Option<u8>,
+    /// The nibble completes EOS or leaves the code (both decoding errors).
+    error: Option<HpackError>,
+}
+
+/// 4-bit-at-a-time decoding table derived from the tree, plus, per node, whether stopping there
+/// is valid padding (the bits since the last symbol are all ones and at most 7).
+struct NibbleTable {
+    steps: Vec<[NibbleStep; 16]>,
+    padding_ok: Vec<bool>,
+}
+
+fn nibble_table() -> &'static NibbleTable {
+    static TABLE: OnceLock<NibbleTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let tree = decode_tree();
+        let idle = NibbleStep {
+            next: 0,
+            symbol: None,
+            error: None,
+        };
+        let mut steps = vec![[idle; 16]; tree.nodes.len()];
+        for (node, row) in steps.iter_mut().enumerate() {
+            for (nibble, step) in row.iter_mut().enumerate() {
+                let mut cur = node;
+                for shift in (0..4).rev() {
+                    let bit = (nibble >> shift) & 1;
+                    match tree.nodes[cur][bit] {
+                        Link::Node(next) => cur = usize::from(next),
+                        Link::Symbol(symbol) if usize::from(symbol) == EOS => {
+                            step.error = Some(HpackError::HuffmanEos);
+                            break;
+                        }
+                        Link::Symbol(symbol) => {
+                            step.symbol = Some(symbol as u8);
+                            cur = 0;
+                        }
+                        Link::Empty => {
+                            step.error = Some(HpackError::HuffmanInvalidCode);
+                            break;
+                        }
+                    }
+                }
+                // A prefix code of 257 symbols has 256 inner nodes, so indices fit in a u8.
+                step.next = cur as u8;
+            }
+        }
+        let mut padding_ok = vec![false; tree.nodes.len()];
+        let mut cur = 0usize;
+        padding_ok[cur] = true;
+        for _ in 0..7 {
+            match tree.nodes[cur][1] {
+                Link::Node(next) => {
+                    cur = usize::from(next);
+                    padding_ok[cur] = true;
+                }
+                _ => break,
+            }
+        }
+        NibbleTable { steps, padding_ok }
+    })
+}
+
 /// Decodes a Huffman-coded string literal, appending the octets to `out`.
 ///
 /// Errors (all decoding errors per RFC 7541 §5.2): EOS inside the string, padding longer than
 /// 7 bits, padding that is not all ones, or a bit path the code does not define.
 pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
+    let table = nibble_table();
+    let mut node = 0usize;
+    out.reserve(input.len() + input.len() / 2);
+    for &byte in input {
+        for nibble in [byte >> 4, byte & 0x0f] {
+            let step = table.steps[node][usize::from(nibble)];
+            if let Some(e) = step.error {
+                return Err(e);
+            }
+            if let Some(symbol) = step.symbol {
+                out.push(symbol);
+            }
+            node = usize::from(step.next);
+        }
+    }
+    if !table.padding_ok[node] {
+        return Err(HpackError::HuffmanPadding);
+    }
+    Ok(())
+}
+
+/// Bit-by-bit reference decoder (the tree walk itself), used to check the nibble table.
+#[cfg(test)]
+fn decode_bitwise(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
     let tree = decode_tree();
     let mut node = 0usize;
     // Bits consumed since the last complete symbol, and whether all of them were ones.
     let mut pending_bits = 0u32;
     let mut pending_all_ones = true;
-    out.reserve(input.len() + input.len() / 2);
     for &byte in input {
         for shift in (0..8).rev() {
             let bit = ((byte >> shift) & 1) as usize;
@@ -231,6 +324,35 @@ mod tests {
             let mut dec = Vec::new();
             decode(&coded, &mut dec).unwrap();
             assert_eq!(dec, plain.as_bytes());
+        }
+    }
+
+    #[test]
+    fn huffman_codes_are_at_least_five_bits_so_a_nibble_completes_one_symbol() {
+        assert_eq!(CODE_LENGTHS.iter().min(), Some(&5));
+        assert_eq!(decode_tree().nodes.len(), 256);
+    }
+
+    proptest::proptest! {
+        /// The nibble-table decoder agrees with the bit-by-bit tree walk on any input, valid
+        /// or not.
+        #[test]
+        fn huffman_nibble_decoder_matches_bitwise_walk(
+            input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            plain in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let ra = decode(&input, &mut a);
+            let rb = decode_bitwise(&input, &mut b);
+            proptest::prop_assert_eq!(&ra, &rb);
+            if ra.is_ok() {
+                proptest::prop_assert_eq!(a, b);
+            }
+            let mut coded = Vec::new();
+            encode(&plain, &mut coded);
+            let mut back = Vec::new();
+            proptest::prop_assert!(decode(&coded, &mut back).is_ok());
+            proptest::prop_assert_eq!(back, plain);
         }
     }
 

@@ -95,7 +95,7 @@ pub static STATIC_TABLE: [(&str, &str); STATIC_TABLE_LEN] = [
 const MAX_INTEGER: u64 = 1 << 30;
 
 /// Decoding errors. Every one of them is a COMPRESSION_ERROR for the connection.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HpackError {
     #[error("HPACK block ends in the middle of a field")]
     Truncated,
