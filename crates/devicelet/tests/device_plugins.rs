@@ -230,3 +230,62 @@ async fn second_serve_on_same_root_is_refused() {
     // The first daemon still answers.
     assert!(root.control().resources().await.is_ok());
 }
+
+#[tokio::test]
+async fn serve_metrics_report_capacity_and_allocatable_per_resource() {
+    let root = Root::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let serve = root.serve(&["--metrics-address", &address]).await;
+    let plugin =
+        root.example_plugin(&["--resource", GPU, "--devices", "3", "--unhealthy", "gpu-0"]);
+    root.wait_counts(GPU, 3, 2).await;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    assert!(
+        body.contains("devicelet_device_plugin_capacity{resource_name=\"example.com/gpu\"} 3"),
+        "{body}"
+    );
+    assert!(
+        body.contains("devicelet_device_plugin_allocatable{resource_name=\"example.com/gpu\"} 2"),
+        "{body}"
+    );
+    assert_eq!(plugin.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn serve_rejects_an_unreadable_or_non_mapping_config_with_the_cause() {
+    let root = Root::new();
+    let missing = root.path().join("missing.yaml");
+    let (code, log) = root
+        .spawn("serve", &["serve", "--config", missing.to_str().unwrap()])
+        .wait_exit()
+        .await;
+    assert_eq!(code, 1);
+    assert!(
+        log.contains("read config") && log.contains("missing.yaml"),
+        "{log}"
+    );
+
+    let list = root.path().join("list.yaml");
+    std::fs::write(&list, "- a\n- b\n").unwrap();
+    let (code, log) = root
+        .spawn("serve", &["serve", "--config", list.to_str().unwrap()])
+        .wait_exit()
+        .await;
+    assert_eq!(code, 1);
+    assert!(log.contains("is not a mapping"), "{log}");
+    assert!(!root.paths.kubelet_socket.exists());
+}
