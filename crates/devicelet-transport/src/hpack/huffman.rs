@@ -106,22 +106,17 @@ fn decode_tree() -> &'static DecodeTree {
     })
 }
 
-/// What the decoder does from one tree node on one 4-bit input nibble. Every code is at least
-/// 5 bits long, so a nibble completes at most one symbol.
-#[derive(Clone, Copy)]
-struct NibbleStep {
-    /// Node reached after the nibble.
-    next: u8,
-    /// Symbol completed within the nibble, if any.
-    symbol: Option<u8>,
-    /// The nibble completes EOS or leaves the code (both decoding errors).
-    error: Option<HpackError>,
-}
+// What the decoder does from one tree node on one 4-bit nibble, packed in a u32 so the whole
+// table (256 nodes x 16 nibbles) is 16 KiB: bits 0..8 the node reached, 8..16 the symbol
+// completed within the nibble (every code is at least 5 bits long, so at most one), then flags.
+const STEP_HAS_SYMBOL: u32 = 1 << 16;
+const STEP_EOS: u32 = 1 << 17;
+const STEP_INVALID: u32 = 1 << 18;
 
 /// 4-bit-at-a-time decoding table derived from the tree, plus, per node, whether stopping there
 /// is valid padding (the bits since the last symbol are all ones and at most 7).
 struct NibbleTable {
-    steps: Vec<[NibbleStep; 16]>,
+    steps: Vec<[u32; 16]>,
     padding_ok: Vec<bool>,
 }
 
@@ -129,35 +124,31 @@ fn nibble_table() -> &'static NibbleTable {
     static TABLE: OnceLock<NibbleTable> = OnceLock::new();
     TABLE.get_or_init(|| {
         let tree = decode_tree();
-        let idle = NibbleStep {
-            next: 0,
-            symbol: None,
-            error: None,
-        };
-        let mut steps = vec![[idle; 16]; tree.nodes.len()];
+        let mut steps = vec![[0u32; 16]; tree.nodes.len()];
         for (node, row) in steps.iter_mut().enumerate() {
             for (nibble, step) in row.iter_mut().enumerate() {
                 let mut cur = node;
+                let mut packed = 0u32;
                 for shift in (0..4).rev() {
                     let bit = (nibble >> shift) & 1;
                     match tree.nodes[cur][bit] {
                         Link::Node(next) => cur = usize::from(next),
                         Link::Symbol(symbol) if usize::from(symbol) == EOS => {
-                            step.error = Some(HpackError::HuffmanEos);
+                            packed |= STEP_EOS;
                             break;
                         }
                         Link::Symbol(symbol) => {
-                            step.symbol = Some(symbol as u8);
+                            packed |= STEP_HAS_SYMBOL | (u32::from(symbol) << 8);
                             cur = 0;
                         }
                         Link::Empty => {
-                            step.error = Some(HpackError::HuffmanInvalidCode);
+                            packed |= STEP_INVALID;
                             break;
                         }
                     }
                 }
-                // A prefix code of 257 symbols has 256 inner nodes, so indices fit in a u8.
-                step.next = cur as u8;
+                // A prefix code of 257 symbols has 256 inner nodes, so indices fit in 8 bits.
+                *step = packed | (cur as u32 & 0xff);
             }
         }
         let mut padding_ok = vec![false; tree.nodes.len()];
@@ -187,13 +178,17 @@ pub fn decode(input: &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
     for &byte in input {
         for nibble in [byte >> 4, byte & 0x0f] {
             let step = table.steps[node][usize::from(nibble)];
-            if let Some(e) = step.error {
-                return Err(e);
+            if step & (STEP_EOS | STEP_INVALID) != 0 {
+                return Err(if step & STEP_EOS != 0 {
+                    HpackError::HuffmanEos
+                } else {
+                    HpackError::HuffmanInvalidCode
+                });
             }
-            if let Some(symbol) = step.symbol {
-                out.push(symbol);
+            if step & STEP_HAS_SYMBOL != 0 {
+                out.push((step >> 8) as u8);
             }
-            node = usize::from(step.next);
+            node = (step & 0xff) as usize;
         }
     }
     if !table.padding_ok[node] {
