@@ -146,10 +146,14 @@ impl CachedClaim {
     /// CDI IDs of the devices serving `request` (`None` = whole claim). Exact request match as
     /// the kubelet (E19); devices without request names serve every request.
     pub fn cdi_ids_for(&self, request: Option<&str>) -> impl Iterator<Item = &String> {
-        self.drivers.values().flatten().filter(move |d| match request {
-            None => true,
-            Some(r) => d.request_names.is_empty() || d.request_names.iter().any(|n| n == r),
-        }).flat_map(|d| d.cdi_device_ids.iter())
+        self.drivers
+            .values()
+            .flatten()
+            .filter(move |d| match request {
+                None => true,
+                Some(r) => d.request_names.is_empty() || d.request_names.iter().any(|n| n == r),
+            })
+            .flat_map(|d| d.cdi_device_ids.iter())
     }
 }
 
@@ -198,7 +202,10 @@ impl std::fmt::Debug for ClaimCache {
     }
 }
 
-fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> DraError + 'a {
+fn io_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> DraError + 'a {
     move |source| DraError::Io {
         action,
         path: path.to_path_buf(),
@@ -295,7 +302,10 @@ impl ClaimCache {
             }
         }
         if rebooted {
-            info!(claims = entries.len(), "node rebooted since the DRA claims were prepared; they will be prepared again");
+            info!(
+                claims = entries.len(),
+                "node rebooted since the DRA claims were prepared; they will be prepared again"
+            );
         }
         Ok(ClaimCache {
             shared: Arc::new(Shared {
@@ -528,13 +538,14 @@ impl ClaimCache {
             if !seen_names.insert(pc.claim_name.clone()) {
                 continue;
             }
-            let claim: ResourceClaim = source
-                .get_claim(&namespace, &pc.claim_name)
-                .await
-                .map_err(|e| DraError::FetchClaim {
-                    name: pc.claim_name.clone(),
-                    reason: e.to_string(),
-                })?;
+            let claim: ResourceClaim =
+                source
+                    .get_claim(&namespace, &pc.claim_name)
+                    .await
+                    .map_err(|e| DraError::FetchClaim {
+                        name: pc.claim_name.clone(),
+                        reason: e.to_string(),
+                    })?;
             let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
             if !seen_uids.insert(claim_uid.clone()) {
                 continue;
@@ -638,14 +649,17 @@ impl ClaimCache {
                 }
             }
             for v in validated {
-                let entry = st.entries.entry(v.key.clone()).or_insert_with(|| CachedClaim {
-                    uid: v.claim.uid.clone(),
-                    name: v.claim.name.clone(),
-                    namespace: v.claim.namespace.clone(),
-                    pod_uids: BTreeSet::new(),
-                    drivers: BTreeMap::new(),
-                    prepared: false,
-                });
+                let entry = st
+                    .entries
+                    .entry(v.key.clone())
+                    .or_insert_with(|| CachedClaim {
+                        uid: v.claim.uid.clone(),
+                        name: v.claim.name.clone(),
+                        namespace: v.claim.namespace.clone(),
+                        pod_uids: BTreeSet::new(),
+                        drivers: BTreeMap::new(),
+                        prepared: false,
+                    });
                 changed |= entry.pod_uids.insert(pod_uid.to_owned());
                 for d in v.drivers.keys() {
                     if !entry.drivers.contains_key(d) {
@@ -672,13 +686,15 @@ impl ClaimCache {
         if batches.is_empty() {
             return Ok(());
         }
-        let calls = batches.into_iter().map(|(driver, (inst, claims))| async move {
-            let result = inst
-                .client
-                .node_prepare_resources(claims.clone(), inst.call_timeout)
-                .await;
-            (driver, claims, result)
-        });
+        let calls = batches
+            .into_iter()
+            .map(|(driver, (inst, claims))| async move {
+                let result = inst
+                    .client
+                    .node_prepare_resources(claims.clone(), inst.call_timeout)
+                    .await;
+                (driver, claims, result)
+            });
         let answers = futures::future::join_all(calls).await;
 
         let mut errors = Vec::new();
@@ -790,7 +806,11 @@ impl ClaimCache {
         result
     }
 
-    async fn unprepare_locked(&self, pod_uid: &str, keys: &BTreeSet<String>) -> Result<(), DraError> {
+    async fn unprepare_locked(
+        &self,
+        pod_uid: &str,
+        keys: &BTreeSet<String>,
+    ) -> Result<(), DraError> {
         let mut to_unprepare: Vec<CachedClaim> = Vec::new();
         let mut refs_dropped = false;
         let mut marks_cleared = false;
@@ -938,7 +958,10 @@ fn read_prepared(path: &Path) -> Result<(Option<String>, HashSet<String>), DraEr
     };
     let text = String::from_utf8_lossy(&bytes);
     let mut lines = text.lines();
-    let boot = lines.next().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty());
+    let boot = lines
+        .next()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty());
     let uids = lines
         .map(str::trim)
         .filter(|l| !l.is_empty())

@@ -116,7 +116,9 @@ pub enum DraError {
         reason: String,
     },
     /// Template claim whose controller owner is not the pod (B2.2).
-    #[error("ResourceClaim {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)")]
+    #[error(
+        "ResourceClaim {namespace}/{claim} was not created for pod {namespace}/{pod} (pod is not owner)"
+    )]
     NotOwner {
         /// Namespace.
         namespace: String,

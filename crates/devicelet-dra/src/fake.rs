@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{
     Container, PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
     ResourceClaim as ContainerClaim, ResourceRequirements,
 };
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
     ResourceClaimConsumerReference, ResourceClaimStatus,
@@ -118,10 +118,18 @@ impl FakeDraDriver {
 
     /// Number of calls of `method` (`"prepare"`/`"unprepare"`).
     pub fn count(&self, method: &str) -> usize {
-        self.lock().calls.iter().filter(|c| c.method == method).count()
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .count()
     }
 
-    fn answer_prepare(&self, endpoint: &Path, claims: Vec<ClaimRef>) -> Result<PrepareResponse, RpcError> {
+    fn answer_prepare(
+        &self,
+        endpoint: &Path,
+        claims: Vec<ClaimRef>,
+    ) -> Result<PrepareResponse, RpcError> {
         let mut st = self.lock();
         st.calls.push(FakeCall {
             method: "prepare",
@@ -136,7 +144,15 @@ impl FakeDraDriver {
             FakeMode::Skip => Ok(HashMap::new()),
             FakeMode::ClaimError(e) => Ok(claims
                 .into_iter()
-                .map(|c| (c.uid, ClaimPrepareResult { devices: vec![], error: e.clone() }))
+                .map(|c| {
+                    (
+                        c.uid,
+                        ClaimPrepareResult {
+                            devices: vec![],
+                            error: e.clone(),
+                        },
+                    )
+                })
                 .collect()),
             FakeMode::Ok => Ok(claims
                 .into_iter()
@@ -149,13 +165,23 @@ impl FakeDraDriver {
                         share_id: None,
                     };
                     st.prepared.insert(c.uid.clone(), c.clone());
-                    (c.uid, ClaimPrepareResult { devices: vec![device], error: String::new() })
+                    (
+                        c.uid,
+                        ClaimPrepareResult {
+                            devices: vec![device],
+                            error: String::new(),
+                        },
+                    )
                 })
                 .collect()),
         }
     }
 
-    fn answer_unprepare(&self, endpoint: &Path, claims: Vec<ClaimRef>) -> Result<UnprepareResponse, RpcError> {
+    fn answer_unprepare(
+        &self,
+        endpoint: &Path,
+        claims: Vec<ClaimRef>,
+    ) -> Result<UnprepareResponse, RpcError> {
         let mut st = self.lock();
         st.calls.push(FakeCall {
             method: "unprepare",
@@ -199,7 +225,10 @@ impl DraPluginClient for FakeClient {
             let delay = driver.lock().delay;
             if delay > deadline {
                 tokio::time::sleep(deadline).await;
-                return Err(RpcError { code: tonic::Code::DeadlineExceeded, message: "deadline".to_owned() });
+                return Err(RpcError {
+                    code: tonic::Code::DeadlineExceeded,
+                    message: "deadline".to_owned(),
+                });
             }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
@@ -255,14 +284,22 @@ impl FakeDialer {
 
     /// Sets the transport state of the instance at `endpoint`.
     pub fn set_connected(&self, endpoint: &Path, up: bool) {
-        if let Some(f) = self.connected.lock().unwrap_or_else(PoisonError::into_inner).get(endpoint) {
+        if let Some(f) = self
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(endpoint)
+        {
             f.store(up, Ordering::Relaxed);
         }
     }
 
     /// Every dial so far.
     pub fn dials(&self) -> Vec<(String, PathBuf, DraService)> {
-        self.dials.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.dials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -303,7 +340,13 @@ impl DraPluginDialer for FakeDialer {
 
 /// An allocated claim `namespace/name` with UID `uid`, one device per driver, reserved for
 /// `reserved_for` pod UIDs.
-pub fn allocated_claim(namespace: &str, name: &str, uid: &str, drivers: &[&str], reserved_for: &[&str]) -> ResourceClaim {
+pub fn allocated_claim(
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    drivers: &[&str],
+    reserved_for: &[&str],
+) -> ResourceClaim {
     ResourceClaim {
         metadata: ObjectMeta {
             namespace: Some(namespace.to_owned()),
@@ -405,13 +448,20 @@ pub fn pod_with_claims(namespace: &str, name: &str, uid: &str, claims: &[&str]) 
 
 /// Adds a template pod claim `pod_claim` whose generated claim is `claim_name` (recorded in
 /// `status.resourceClaimStatuses`, as the resourceclaim controller does).
-pub fn add_template_claim(pod: &mut Pod, pod_claim: &str, template: &str, claim_name: Option<&str>) {
+pub fn add_template_claim(
+    pod: &mut Pod,
+    pod_claim: &str,
+    template: &str,
+    claim_name: Option<&str>,
+) {
     if let Some(spec) = pod.spec.as_mut() {
-        spec.resource_claims.get_or_insert_with(Vec::new).push(PodResourceClaim {
-            name: pod_claim.to_owned(),
-            resource_claim_name: None,
-            resource_claim_template_name: Some(template.to_owned()),
-        });
+        spec.resource_claims
+            .get_or_insert_with(Vec::new)
+            .push(PodResourceClaim {
+                name: pod_claim.to_owned(),
+                resource_claim_name: None,
+                resource_claim_template_name: Some(template.to_owned()),
+            });
     }
     pod.status
         .get_or_insert_with(PodStatus::default)

@@ -63,13 +63,14 @@ pub fn resolve_pod_claim(pod: &Pod, pod_claim: &str) -> Result<Option<PodClaimNa
             .unwrap_or_default();
         return match statuses.iter().find(|s| s.name == pod_claim) {
             None => Err(pod_err(pod, "ResourceClaim not created yet")),
-            Some(status) => Ok(status.resource_claim_name.clone().map(|claim_name| {
-                PodClaimName {
+            Some(status) => Ok(status
+                .resource_claim_name
+                .clone()
+                .map(|claim_name| PodClaimName {
                     pod_claim: pod_claim.to_owned(),
                     claim_name,
                     from_template: true,
-                }
-            })),
+                })),
         };
     }
     Err(pod_err(
@@ -110,7 +111,10 @@ pub fn container_claim_requests(
     let mut out = Vec::with_capacity(refs.len());
     for r in refs {
         if let Some(resolved) = resolve_pod_claim(pod, &r.name)? {
-            out.push((resolved.claim_name, r.request.clone().filter(|s| !s.is_empty())));
+            out.push((
+                resolved.claim_name,
+                r.request.clone().filter(|s| !s.is_empty()),
+            ));
         }
     }
     Ok(out)

@@ -98,11 +98,18 @@ impl DraPluginRegistry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<DraPluginInstance>> {
-        self.instances.lock().unwrap_or_else(PoisonError::into_inner)
+        self.instances
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `ValidatePlugin`: version negotiation only (names are not validated, §1.8).
-    pub fn validate(&self, driver: &str, endpoint: &Path, versions: &[String]) -> Result<(), DraError> {
+    pub fn validate(
+        &self,
+        driver: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), DraError> {
         choose_service(versions)
             .map(|_| ())
             .map_err(|reason| DraError::InvalidVersions {
@@ -214,7 +221,8 @@ impl DraPluginRegistry {
         endpoint: &Path,
         versions: &[String],
     ) -> Result<(), String> {
-        self.validate(name, endpoint, versions).map_err(|e| e.to_string())
+        self.validate(name, endpoint, versions)
+            .map_err(|e| e.to_string())
     }
 
     /// Adapter for the plugin watcher's `PluginHandler::register`.

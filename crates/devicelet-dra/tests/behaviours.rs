@@ -37,10 +37,8 @@ impl Env {
         let nic = FakeDraDriver::new(NIC);
         dialer.add(&gpu);
         dialer.add(&nic);
-        let registry = DraPluginRegistry::with_call_timeout(
-            Arc::new(dialer.clone()),
-            Duration::from_secs(2),
-        );
+        let registry =
+            DraPluginRegistry::with_call_timeout(Arc::new(dialer.clone()), Duration::from_secs(2));
         registry
             .register(GPU, Path::new("/plugins/gpu/dra.sock"), &v1())
             .expect("register gpu");
@@ -89,8 +87,13 @@ async fn b4_one_batched_prepare_per_driver_and_cdi_ids_for_the_container() {
     let cache = env.open("boot-1");
     env.source
         .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-a"]));
-    env.source
-        .insert(allocated_claim("ns", "c2", "uid-c2", &[GPU, NIC], &["pod-a"]));
+    env.source.insert(allocated_claim(
+        "ns",
+        "c2",
+        "uid-c2",
+        &[GPU, NIC],
+        &["pod-a"],
+    ));
     let pod = pod_with_claims("ns", "a", "pod-a", &["c1", "c2"]);
     cache
         .prepare_resources(&pod, &env.source)
@@ -174,7 +177,10 @@ async fn b10_pod_force_deleted_while_its_claim_is_gone_unprepares_from_cache() {
         env.source
             .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
         let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
-        cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+        cache
+            .prepare_resources(&pod, &env.source)
+            .await
+            .expect("prepare");
     }
     // The claim is deleted from the API and devicelet restarts; the pod object is gone too.
     env.source.remove("ns", "c").expect("claim existed");
@@ -204,7 +210,10 @@ async fn b8_restart_between_prepare_and_start_reloads_state_from_checkpoint() {
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
     {
         let cache = env.open("boot-1");
-        cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+        cache
+            .prepare_resources(&pod, &env.source)
+            .await
+            .expect("prepare");
     }
     // devicelet restarts (same boot) before the container starts.
     let cache = env.open("boot-1");
@@ -216,7 +225,10 @@ async fn b8_restart_between_prepare_and_start_reloads_state_from_checkpoint() {
     );
     assert!(cache.pod_might_need_to_unprepare("pod-a"));
     // Same boot: the driver still holds the preparation, no second RPC (E5 fixed).
-    cache.prepare_resources(&pod, &env.source).await.expect("again");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("again");
     assert_eq!(env.gpu.count("prepare"), 1);
     assert_eq!(cache.claims_in_use()[GPU], 1);
 }
@@ -229,13 +241,19 @@ async fn b8_reboot_boot_id_change_prepares_again_without_duplicating_devices() {
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
     {
         let cache = env.open("boot-1");
-        cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+        cache
+            .prepare_resources(&pod, &env.source)
+            .await
+            .expect("prepare");
     }
     env.gpu.wipe(); // tmpfs CDI specs and driver state are gone after the reboot
     let cache = env.open("boot-2");
     assert!(cache.rebooted());
     assert_eq!(cache.claims_in_use()["<any>"], 0);
-    cache.prepare_resources(&pod, &env.source).await.expect("re-prepare");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("re-prepare");
     assert_eq!(env.gpu.count("prepare"), 2);
     assert_eq!(env.gpu.prepared(), vec!["uid-c"]);
     // E1 fixed: the re-prepare replaced the device list.
@@ -261,12 +279,18 @@ async fn b4_driver_restart_mid_prepare_surfaces_error_then_retry_succeeds() {
         .await
         .expect_err("driver away");
     assert!(err.is_driver_unavailable(), "{err}");
-    assert!(err.to_string().starts_with("NodePrepareResources: "), "{err}");
+    assert!(
+        err.to_string().starts_with("NodePrepareResources: "),
+        "{err}"
+    );
     // B7: the pod reference was durable before the RPC, so termination will unprepare.
     assert_eq!(env.checkpoint_pods("c"), vec!["pod-a"]);
     assert!(!cache.get("ns", "c").expect("entry").prepared);
     env.gpu.set_mode(FakeMode::Ok);
-    cache.prepare_resources(&pod, &env.source).await.expect("retry");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("retry");
     assert!(cache.get("ns", "c").expect("entry").prepared);
     assert_eq!(env.gpu.count("prepare"), 2);
 }
@@ -278,15 +302,25 @@ async fn b4_per_claim_error_and_skipped_claims_fail_the_prepare() {
     env.source
         .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
-    env.gpu.set_mode(FakeMode::ClaimError("no GPU left".to_owned()));
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("claim error");
+    env.gpu
+        .set_mode(FakeMode::ClaimError("no GPU left".to_owned()));
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("claim error");
     assert_eq!(
         err.to_string(),
         "NodePrepareResources failed for ResourceClaim c: no GPU left"
     );
     env.gpu.set_mode(FakeMode::Skip);
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("skipped");
-    assert_eq!(err.to_string(), "NodePrepareResources skipped 1 ResourceClaims");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("skipped");
+    assert_eq!(
+        err.to_string(),
+        "NodePrepareResources skipped 1 ResourceClaims"
+    );
 }
 
 #[tokio::test]
@@ -296,10 +330,16 @@ async fn b9_driver_gone_at_unprepare_is_retried_until_it_returns() {
     env.source
         .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
-    cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare");
     let endpoint = PathBuf::from("/plugins/gpu/dra.sock");
     env.registry.deregister(GPU, &endpoint);
-    let err = cache.unprepare_resources("pod-a").await.expect_err("driver gone");
+    let err = cache
+        .unprepare_resources("pod-a")
+        .await
+        .expect_err("driver gone");
     assert!(matches!(err, DraError::NotRegistered(_)), "{err}");
     // The pod is removed from the pod list; the obligation is still recorded.
     assert!(cache.pod_might_need_to_unprepare("pod-a"));
@@ -338,7 +378,10 @@ async fn e4_same_claim_listed_twice_in_one_pod_is_sent_once() {
             resource_claim_name: Some("c".to_owned()),
             resource_claim_template_name: None,
         });
-    cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare");
     let calls = env.gpu.calls();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].claims.len(), 1, "de-duplicated: {calls:?}");
@@ -354,7 +397,10 @@ async fn e2_unprepare_of_a_pod_that_never_joined_leaves_the_shared_claim_alone()
     let b = pod_with_claims("ns", "b", "pod-b", &["c"]);
     cache.prepare_resources(&a, &env.source).await.expect("a");
     // b is not reserved: validation fails, nothing recorded for it (B2/E6).
-    let err = cache.prepare_resources(&b, &env.source).await.expect_err("b invalid");
+    let err = cache
+        .prepare_resources(&b, &env.source)
+        .await
+        .expect_err("b invalid");
     assert!(matches!(err, DraError::NotReserved { .. }), "{err}");
     assert!(!cache.pod_might_need_to_unprepare("pod-b"));
     cache.unprepare_resources("pod-b").await.expect("no-op");
@@ -402,7 +448,10 @@ async fn b3_claim_uid_mismatch_is_refused_and_records_nothing() {
     env.source
         .insert(allocated_claim("ns", "c", "uid-new", &[GPU], &["pod-b"]));
     let b = pod_with_claims("ns", "b", "pod-b", &["c"]);
-    let err = cache.prepare_resources(&b, &env.source).await.expect_err("mismatch");
+    let err = cache
+        .prepare_resources(&b, &env.source)
+        .await
+        .expect_err("mismatch");
     assert!(matches!(err, DraError::UidMismatch { .. }), "{err}");
     assert!(!cache.pod_might_need_to_unprepare("pod-b"));
 }
@@ -412,19 +461,39 @@ async fn b2_validation_failures_record_nothing() {
     let env = Env::new();
     let cache = env.open("boot-1");
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("missing");
-    assert!(err.to_string().starts_with("fetch ResourceClaim c: "), "{err}");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("missing");
+    assert!(
+        err.to_string().starts_with("fetch ResourceClaim c: "),
+        "{err}"
+    );
     let mut unallocated = allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]);
     if let Some(s) = unallocated.status.as_mut() {
         s.allocation = None;
     }
     env.source.insert(unallocated);
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("unallocated");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("unallocated");
     assert_eq!(err.to_string(), "ResourceClaim c: not allocated");
-    env.source
-        .insert(allocated_claim("ns", "c", "uid-c", &["absent.example.com"], &["pod-a"]));
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("no driver");
-    assert_eq!(err.to_string(), "DRA driver absent.example.com is not registered");
+    env.source.insert(allocated_claim(
+        "ns",
+        "c",
+        "uid-c",
+        &["absent.example.com"],
+        &["pod-a"],
+    ));
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("no driver");
+    assert_eq!(
+        err.to_string(),
+        "DRA driver absent.example.com is not registered"
+    );
     assert!(!cache.pod_might_need_to_unprepare("pod-a"));
     assert!(cache.claims().is_empty());
 }
@@ -438,10 +507,16 @@ async fn b1_template_claims_resolve_through_pod_status_and_need_the_pod_as_owner
     add_template_claim(&mut pod, "skipped", "other", None);
     let claim = allocated_claim("ns", "a-gpu-x7k2p", "uid-t", &[GPU], &["pod-a"]);
     env.source.insert(claim.clone());
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("not owner");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("not owner");
     assert!(matches!(err, DraError::NotOwner { .. }), "{err}");
     env.source.insert(owned_by_pod(claim, "a", "pod-a"));
-    cache.prepare_resources(&pod, &env.source).await.expect("prepare");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare");
     assert_eq!(env.gpu.calls()[0].claims[0].name, "a-gpu-x7k2p");
     // No status entry at all: "not created yet".
     let mut early = pod_with_claims("ns", "b", "pod-b", &[]);
@@ -456,8 +531,14 @@ async fn b1_template_claims_resolve_through_pod_status_and_need_the_pod_as_owner
             resource_claim_name: None,
             resource_claim_template_name: Some("t".to_owned()),
         });
-    let err = cache.prepare_resources(&early, &env.source).await.expect_err("not created");
-    assert_eq!(err.to_string(), "pod \"ns/b\": ResourceClaim not created yet");
+    let err = cache
+        .prepare_resources(&early, &env.source)
+        .await
+        .expect_err("not created");
+    assert_eq!(
+        err.to_string(),
+        "pod \"ns/b\": ResourceClaim not created yet"
+    );
 }
 
 #[tokio::test]
@@ -472,7 +553,9 @@ async fn s3_corrupt_checkpoint_is_moved_aside_and_prepare_refused_until_recovery
         pod_uids: Some(["pod-a".to_owned()].into()),
         driver_state: None,
     }]));
-    let text = String::from_utf8(good).expect("utf8").replace("pod-a", "pod-b");
+    let text = String::from_utf8(good)
+        .expect("utf8")
+        .replace("pod-a", "pod-b");
     std::fs::write(&path, &text).expect("write corrupt");
     let cache = env.open("boot-1");
     assert!(cache.quarantined());
@@ -492,9 +575,15 @@ async fn s3_corrupt_checkpoint_is_moved_aside_and_prepare_refused_until_recovery
     env.source
         .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
     let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
-    let err = cache.prepare_resources(&pod, &env.source).await.expect_err("refused");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("refused");
     assert!(matches!(err, DraError::StateUnknown { .. }), "{err}");
-    assert!(cache.pod_might_need_to_unprepare("anything"), "B19: hold terminal phases");
+    assert!(
+        cache.pod_might_need_to_unprepare("anything"),
+        "B19: hold terminal phases"
+    );
     assert_eq!(env.gpu.count("prepare"), 0);
     drop(cache);
     // A restart does not forget the quarantine.
@@ -502,7 +591,10 @@ async fn s3_corrupt_checkpoint_is_moved_aside_and_prepare_refused_until_recovery
     assert!(ClaimCache::recover(env.dir.path()).expect("recover"));
     let cache = env.open("boot-1");
     assert!(!cache.quarantined());
-    cache.prepare_resources(&pod, &env.source).await.expect("prepare after recovery");
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare after recovery");
     assert_eq!(aside.len(), 1);
 }
 
@@ -519,11 +611,18 @@ async fn s3_checkpoint_is_the_kubelet_format_and_loads_kubelet_written_files() {
     let cache = env.open("boot-1");
     assert!(!cache.quarantined());
     let c = cache.get("default", "example").expect("loaded");
-    assert_eq!(c.drivers["test-driver.cdi.k8s.io"][0].cdi_device_ids, vec!["example.com/example=cdi-example"]);
+    assert_eq!(
+        c.drivers["test-driver.cdi.k8s.io"][0].cdi_device_ids,
+        vec!["example.com/example=cdi-example"]
+    );
     assert!(cache.pod_might_need_to_unprepare("139cdb46-f989-4f17-9561-ca10cfb509a6"));
     // Rewriting the same state gives the kubelet's bytes back (same checksum).
     let reencoded = ckpt::encode(Some(&[c_to_state(&c)]));
-    assert!(String::from_utf8(reencoded).expect("utf8").ends_with("\"Checksum\":2570581864}"));
+    assert!(
+        String::from_utf8(reencoded)
+            .expect("utf8")
+            .ends_with("\"Checksum\":2570581864}")
+    );
 }
 
 fn c_to_state(c: &devicelet_dra::CachedClaim) -> ckpt::ClaimInfoState {
@@ -573,13 +672,32 @@ fn serde_json_string(s: &str) -> String {
 
 #[test]
 fn s1_8_service_choice_follows_the_plugins_list_order() {
-    let r = |v: &[&str]| devicelet_dra::choose_service(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
-    assert_eq!(r(&["v1.DRAPlugin", "v1beta1.DRAPlugin"]), Ok(DraService::V1));
-    assert_eq!(r(&["v1alpha1.DRAResourceHealth", "v1beta1.DRAPlugin"]), Ok(DraService::V1Beta1));
+    let r = |v: &[&str]| {
+        devicelet_dra::choose_service(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    };
+    assert_eq!(
+        r(&["v1.DRAPlugin", "v1beta1.DRAPlugin"]),
+        Ok(DraService::V1)
+    );
+    assert_eq!(
+        r(&["v1alpha1.DRAResourceHealth", "v1beta1.DRAPlugin"]),
+        Ok(DraService::V1Beta1)
+    );
     // E12: the plugin's order wins.
-    assert_eq!(r(&["v1beta1.DRAPlugin", "v1.DRAPlugin"]), Ok(DraService::V1Beta1));
-    assert!(r(&[]).expect_err("empty").contains("empty list of supported gRPC services"));
-    assert!(r(&["1.0.0"]).expect_err("legacy").contains("none of services supported by the plugin"));
+    assert_eq!(
+        r(&["v1beta1.DRAPlugin", "v1.DRAPlugin"]),
+        Ok(DraService::V1Beta1)
+    );
+    assert!(
+        r(&[])
+            .expect_err("empty")
+            .contains("empty list of supported gRPC services")
+    );
+    assert!(
+        r(&["1.0.0"])
+            .expect_err("legacy")
+            .contains("none of services supported by the plugin")
+    );
 }
 
 #[test]
@@ -596,9 +714,13 @@ fn s1_9_instances_newest_connected_wins_same_endpoint_rejected_deregister_idempo
     let err = reg.register(GPU, old, &v1()).expect_err("same endpoint");
     assert_eq!(
         err.to_string(),
-        format!("endpoint {} already registered for DRA driver plugin {GPU}", old.display())
+        format!(
+            "endpoint {} already registered for DRA driver plugin {GPU}",
+            old.display()
+        )
     );
-    reg.register(GPU, new, &["v1beta1.DRAPlugin".to_owned()]).expect("new");
+    reg.register(GPU, new, &["v1beta1.DRAPlugin".to_owned()])
+        .expect("new");
     assert_eq!(reg.get(GPU).expect("get").endpoint, new);
     assert_eq!(reg.get(GPU).expect("get").service, DraService::V1Beta1);
     // Rolling update: the new instance is not connected yet → the old connected one serves.
@@ -625,6 +747,10 @@ fn template_claim_names_follow_the_resourceclaim_controller() {
     assert!(g.contains("-gpu"), "both parts kept: {g}");
     let n = template_claim_name("web-0", "gpu", "uid-1");
     assert_eq!(n.len(), "web-0-gpu-".len() + 5);
-    assert_eq!(n, template_claim_name("web-0", "gpu", "uid-1"), "repeatable");
+    assert_eq!(
+        n,
+        template_claim_name("web-0", "gpu", "uid-1"),
+        "repeatable"
+    );
     assert_ne!(n, template_claim_name("web-0", "gpu", "uid-2"));
 }
