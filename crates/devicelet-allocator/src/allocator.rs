@@ -24,6 +24,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
+use crate::fasthash::{FastMap, FastSet};
 use crate::nodesel::NodeMatchSpec;
 use crate::quantity::{Quantity, QuantityFormat};
 use crate::selector::{SelectorCache, evaluate};
@@ -74,6 +75,10 @@ pub(crate) struct SliceData<'a> {
     pub shared_counters: Vec<(&'a str, Vec<(&'a str, i128)>)>,
     pub has_shared_counters: bool,
     pub devices: Vec<DeviceData<'a>>,
+    /// First device name that occurs twice in this slice.
+    pub duplicate_device: Option<String>,
+    /// Any device with non-empty binding conditions.
+    pub has_binding_conditions: bool,
 }
 
 /// A pool as seen from one node (Go: `Pool` after `GatherPools`).
@@ -88,11 +93,15 @@ pub(crate) struct Pool<'a> {
     pub device_slices: Vec<u32>,
     /// Slices of the same generation that do not target this node (counter accounting only).
     pub not_visible: Vec<u32>,
-    pub counter_sets: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    /// Counter sets of the visible counter slices: (slice index, set index).
+    pub counter_sets: Vec<(u32, u32)>,
     pub binding_last: bool,
 }
 
 type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
+
+/// Key of per-pool counter state: (driver, pool), or ("", pool) under GoCompat.
+type CounterKey<'a> = (&'a str, &'a str);
 
 /// The prepared, immutable view of the cluster's classes and slices, shared by the allocators of
 /// many pods (Go rebuilds all of this for every pod and node). It also caches the outcome of
@@ -100,12 +109,12 @@ type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 /// cannot change inside a snapshot, and outcomes (errors included) are only reported when the
 /// search reaches the (device, request) pair, so the caching does not change results (§2.5).
 pub struct ClusterSnapshot<'a> {
-    pub(crate) classes: HashMap<&'a str, &'a DeviceClass>,
+    pub(crate) classes: FastMap<&'a str, &'a DeviceClass>,
     pub(crate) slices: Vec<SliceData<'a>>,
-    on_node: HashMap<&'a str, Vec<u32>>,
+    on_node: FastMap<&'a str, Vec<u32>>,
     shared: Vec<u32>,
-    by_pool: HashMap<(&'a str, &'a str), Vec<u32>>,
-    gids: HashMap<(&'a str, &'a str, &'a str), u32>,
+    by_pool: FastMap<(&'a str, &'a str), Vec<u32>>,
+    gids: FastMap<(&'a str, &'a str, &'a str), u32>,
     instances: u32,
     setup_error: Option<AllocError>,
     selectors: Arc<SelectorCache>,
@@ -184,10 +193,10 @@ pub struct Allocator<'a> {
     pub(crate) features: Features,
     pub(crate) semantics: Semantics,
     pub(crate) snap: Arc<ClusterSnapshot<'a>>,
-    allocated_exclusive: HashSet<u32>,
-    allocated_any: HashSet<u32>,
-    committed_capacity: HashMap<u32, BTreeMap<String, i128>>,
-    available_counters: Mutex<HashMap<String, Arc<CounterTable<'a>>>>,
+    allocated_exclusive: FastSet<u32>,
+    allocated_any: FastSet<u32>,
+    committed_capacity: FastMap<u32, BTreeMap<String, i128>>,
+    available_counters: Mutex<FastMap<(&'a str, &'a str), Arc<CounterTable<'a>>>>,
     invocations: AtomicU64,
 }
 
@@ -232,17 +241,17 @@ impl<'a> ClusterSnapshot<'a> {
         selectors: Arc<SelectorCache>,
     ) -> Self {
         let mut setup_error = None;
-        let mut class_map = HashMap::new();
+        let mut class_map = FastMap::default();
         for class in classes {
             if let Some(name) = class.metadata.name.as_deref() {
                 class_map.entry(name).or_insert(class);
             }
         }
-        let mut gids: HashMap<(&'a str, &'a str, &'a str), u32> = HashMap::new();
+        let mut gids: FastMap<(&'a str, &'a str, &'a str), u32> = FastMap::default();
         let mut slice_data = Vec::with_capacity(slices.len());
-        let mut on_node: HashMap<&'a str, Vec<u32>> = HashMap::new();
+        let mut on_node: FastMap<&'a str, Vec<u32>> = FastMap::default();
         let mut shared = Vec::new();
-        let mut by_pool: HashMap<(&'a str, &'a str), Vec<u32>> = HashMap::new();
+        let mut by_pool: FastMap<(&'a str, &'a str), Vec<u32>> = FastMap::default();
         let mut instance = 0u32;
         for (si, slice) in slices.iter().enumerate() {
             let spec = &slice.spec;
@@ -359,6 +368,12 @@ impl<'a> ClusterSnapshot<'a> {
                 .entry((spec.driver.as_str(), spec.pool.name.as_str()))
                 .or_default()
                 .push(si as u32);
+            let mut seen_names = HashSet::new();
+            let duplicate_device = devices
+                .iter()
+                .find(|d| !seen_names.insert(d.raw.name.as_str()))
+                .map(|d| d.raw.name.clone());
+            let slice_has_binding_conditions = devices.iter().any(|d| d.has_binding_conditions);
             slice_data.push(SliceData {
                 raw: slice,
                 name,
@@ -375,6 +390,8 @@ impl<'a> ClusterSnapshot<'a> {
                 shared_counters,
                 has_shared_counters,
                 devices,
+                duplicate_device,
+                has_binding_conditions: slice_has_binding_conditions,
             });
         }
         ClusterSnapshot {
@@ -444,9 +461,9 @@ impl<'a> Allocator<'a> {
             gids.get(&(id.driver.as_str(), id.pool.as_str(), id.device.as_str()))
                 .copied()
         };
-        let mut allocated_exclusive = HashSet::new();
-        let mut allocated_any = HashSet::new();
-        let mut committed_capacity = HashMap::new();
+        let mut allocated_exclusive = FastSet::default();
+        let mut allocated_any = FastSet::default();
+        let mut committed_capacity = FastMap::default();
         for id in &allocated.devices {
             if let Some(g) = lookup(id) {
                 allocated_exclusive.insert(g);
@@ -473,7 +490,7 @@ impl<'a> Allocator<'a> {
             allocated_exclusive,
             allocated_any,
             committed_capacity,
-            available_counters: Mutex::new(HashMap::new()),
+            available_counters: Mutex::new(FastMap::default()),
             invocations: AtomicU64::new(0),
         }
     }
@@ -527,7 +544,7 @@ impl<'a> Allocator<'a> {
     pub(crate) fn gather_pools(&self, node: &Node) -> Result<Vec<Pool<'a>>> {
         let node_name = node.metadata.name.as_deref().unwrap_or("");
         let pd = self.features.partitionable_devices;
-        let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
+        let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
         let mut collected: Vec<((&'a str, &'a str), Vec<u32>)> = Vec::new();
         let candidates = self
             .snap
@@ -578,9 +595,20 @@ impl<'a> Allocator<'a> {
                 continue;
             }
             let key = (s.driver, s.pool);
-            match index.get(&key) {
+            // Few pools per node are the norm: scan linearly, index only larger lists.
+            let found = if collected.len() <= 8 {
+                collected.iter().position(|(k, _)| *k == key)
+            } else {
+                if index.is_empty() {
+                    index.extend(collected.iter().enumerate().map(|(i, (k, _))| (*k, i)));
+                }
+                index.get(&key).copied()
+            };
+            match found.as_ref() {
                 None => {
-                    index.insert(key, collected.len());
+                    if !index.is_empty() {
+                        index.insert(key, collected.len());
+                    }
                     collected.push((key, vec![si]));
                 }
                 Some(&pi) => {
@@ -675,23 +703,37 @@ impl<'a> Allocator<'a> {
             }
         }
         let mut invalid_reason = String::new();
-        let mut names = HashSet::new();
-        'dup: for &si in &device_slices {
-            for d in &self.snap.slices[si as usize].devices {
-                if !names.insert(d.raw.name.as_str()) {
-                    invalid_reason = format!("duplicate device name {}", d.raw.name);
-                    break 'dup;
+        if device_slices.len() == 1 {
+            // Duplicates inside one slice are known from the snapshot.
+            if let Some(dup) = &self.snap.slices[device_slices[0] as usize].duplicate_device {
+                invalid_reason = format!("duplicate device name {dup}");
+            }
+        } else {
+            let mut names = HashSet::new();
+            'dup: for &si in &device_slices {
+                for d in &self.snap.slices[si as usize].devices {
+                    if !names.insert(d.raw.name.as_str()) {
+                        invalid_reason = format!("duplicate device name {}", d.raw.name);
+                        break 'dup;
+                    }
                 }
             }
         }
-        let mut counter_sets: CounterTable<'a> = Vec::new();
+        let mut counter_sets: Vec<(u32, u32)> = Vec::new();
         if pd {
             for &si in &counter_slices {
-                for (set, counters) in &self.snap.slices[si as usize].shared_counters {
-                    if counter_sets.iter().any(|(n, _)| n == set) && invalid_reason.is_empty() {
+                for (k, (set, _)) in self.snap.slices[si as usize]
+                    .shared_counters
+                    .iter()
+                    .enumerate()
+                {
+                    if counter_sets.iter().any(|&(s2, k2)| {
+                        self.snap.slices[s2 as usize].shared_counters[k2 as usize].0 == *set
+                    }) && invalid_reason.is_empty()
+                    {
                         invalid_reason = format!("duplicate counter set name {set}");
                     }
-                    counter_sets.push((set, counters.clone()));
+                    counter_sets.push((si, k as u32));
                 }
             }
         }
@@ -706,7 +748,14 @@ impl<'a> Allocator<'a> {
             'refs: for &si in device_slices.iter().chain(not_visible.iter()) {
                 for d in &self.snap.slices[si as usize].devices {
                     for (set, counters) in &d.consumes {
-                        let Some((_, known)) = counter_sets.iter().find(|(n, _)| n == set) else {
+                        let known = counter_sets
+                            .iter()
+                            .map(|&(s2, k2)| {
+                                &self.snap.slices[s2 as usize].shared_counters[k2 as usize]
+                            })
+                            .find(|(n, _)| n == set)
+                            .map(|(_, c)| c);
+                        let Some(known) = known else {
                             invalid_reason = format!(
                                 "device {} references unknown counter set {set}",
                                 d.raw.name
@@ -726,12 +775,9 @@ impl<'a> Allocator<'a> {
                 }
             }
         }
-        let binding_last = device_slices.iter().any(|&si| {
-            self.snap.slices[si as usize]
-                .devices
-                .iter()
-                .any(|d| d.has_binding_conditions)
-        });
+        let binding_last = device_slices
+            .iter()
+            .any(|&si| self.snap.slices[si as usize].has_binding_conditions);
         Pool {
             driver,
             name,
@@ -1136,7 +1182,11 @@ impl<'a> Allocator<'a> {
         {
             return t;
         }
-        let mut table: CounterTable<'a> = pool.counter_sets.clone();
+        let mut table: CounterTable<'a> = pool
+            .counter_sets
+            .iter()
+            .map(|&(si, k)| self.snap.slices[si as usize].shared_counters[k as usize].clone())
+            .collect();
         for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
             for d in &self.snap.slices[si as usize].devices {
                 if !self.allocated_any.contains(&d.gid) {
@@ -1163,10 +1213,10 @@ impl<'a> Allocator<'a> {
 
     /// Upstream bug (#140434): Go keys counter state by pool name only, so two drivers with
     /// the same pool name share counters. We key by (driver, pool) unless GoCompat is selected.
-    pub(crate) fn counter_key(&self, pool: &Pool<'a>) -> String {
+    pub(crate) fn counter_key(&self, pool: &Pool<'a>) -> (&'a str, &'a str) {
         match self.semantics {
-            Semantics::GoCompat => pool.name.to_string(),
-            Semantics::Fixed => format!("{}\u{0}{}", pool.driver, pool.name),
+            Semantics::GoCompat => ("", pool.name),
+            Semantics::Fixed => (pool.driver, pool.name),
         }
     }
 }
@@ -1662,9 +1712,9 @@ struct Search<'r, 'a> {
     requests: &'r [ClaimRequests<'a>],
     constraints: Vec<Vec<Constraint<'a>>>,
     selected: Vec<Vec<usize>>,
-    allocating: HashMap<u32, Vec<u32>>,
-    allocating_capacity: HashMap<u32, BTreeMap<&'a str, i128>>,
-    consumed_counters: HashMap<String, HashMap<(&'a str, &'a str), i128>>,
+    allocating: FastMap<u32, Vec<u32>>,
+    allocating_capacity: FastMap<u32, BTreeMap<&'a str, i128>>,
+    consumed_counters: FastMap<CounterKey<'a>, FastMap<(&'a str, &'a str), i128>>,
     results: Vec<Vec<DeviceResult<'a>>>,
     steps: u64,
     budget: u64,
@@ -1711,9 +1761,9 @@ impl<'r, 'a> Search<'r, 'a> {
             requests,
             constraints,
             selected: requests.iter().map(|c| vec![0; c.slots.len()]).collect(),
-            allocating: HashMap::new(),
-            allocating_capacity: HashMap::new(),
-            consumed_counters: HashMap::new(),
+            allocating: FastMap::default(),
+            allocating_capacity: FastMap::default(),
+            consumed_counters: FastMap::default(),
             results: claims.iter().map(|_| Vec::new()).collect(),
             steps: 0,
             budget: options.step_budget,

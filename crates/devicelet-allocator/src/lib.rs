@@ -11,6 +11,7 @@
 
 pub mod allocator;
 pub mod explain;
+mod fasthash;
 pub mod nodesel;
 pub mod quantity;
 pub mod scenario;

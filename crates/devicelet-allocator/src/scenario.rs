@@ -1048,3 +1048,139 @@ pub fn render_outcome_table(o: &AllocationOutcome) -> String {
     }
     out
 }
+
+/// Output formats of `devicelet allocate -o`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Json,
+    Yaml,
+    Table,
+}
+
+impl std::str::FromStr for OutputFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "json" => Ok(OutputFormat::Json),
+            "yaml" => Ok(OutputFormat::Yaml),
+            "table" => Ok(OutputFormat::Table),
+            other => Err(format!(
+                "unknown output format {other:?} (json, yaml or table)"
+            )),
+        }
+    }
+}
+
+/// Renders an outcome (and, if given, its explanation) for the CLI: the whole
+/// `devicelet allocate` command is `parse_scenario` → `run_scenario_with` → this.
+pub fn render_outcome(
+    outcome: &AllocationOutcome,
+    explanation: Option<&Explanation>,
+    format: OutputFormat,
+) -> Result<String, String> {
+    match format {
+        OutputFormat::Json => {
+            let mut v = serde_json::to_value(outcome).map_err(|e| e.to_string())?;
+            if let (Some(ex), Value::Object(o)) = (explanation, &mut v) {
+                o.insert(
+                    "explanation".into(),
+                    serde_json::to_value(ex).map_err(|e| e.to_string())?,
+                );
+            }
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
+        }
+        OutputFormat::Yaml => {
+            let mut v = serde_json::to_value(outcome).map_err(|e| e.to_string())?;
+            if let (Some(ex), Value::Object(o)) = (explanation, &mut v) {
+                o.insert(
+                    "explanation".into(),
+                    serde_json::to_value(ex).map_err(|e| e.to_string())?,
+                );
+            }
+            serde_yaml::to_string(&v).map_err(|e| e.to_string())
+        }
+        OutputFormat::Table => {
+            let mut out = render_outcome_table(outcome);
+            if let Some(ex) = explanation {
+                out.push('\n');
+                out.push_str(&render_explanation_table(ex));
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Renders an explanation as text, one block per failed node.
+pub fn render_explanation_table(ex: &Explanation) -> String {
+    let mut out = String::new();
+    for n in &ex.nodes {
+        match &n.pod {
+            Some(p) => out.push_str(&format!("pod {p}, node {}:\n", n.node)),
+            None => out.push_str(&format!("node {}:\n", n.node)),
+        }
+        if let Some(e) = &n.error {
+            out.push_str(&format!("  error: {}\n", e.replace('\n', " ")));
+        }
+        out.push_str(&format!("  pools visible: {}", n.pools));
+        if !n.incomplete_pools.is_empty() {
+            out.push_str(&format!(", incomplete: {}", n.incomplete_pools.join(", ")));
+        }
+        if !n.invalid_pools.is_empty() {
+            out.push_str(&format!(", invalid: {}", n.invalid_pools.join("; ")));
+        }
+        out.push('\n');
+        for r in &n.requests {
+            out.push_str(&format!(
+                "  claim {} request {} (class {}, {}): {} candidates",
+                r.claim, r.request, r.device_class, r.wants, r.candidates
+            ));
+            let counts = [
+                (
+                    "rejected by selectors",
+                    r.rejected_by_selector
+                        .iter()
+                        .map(|x| x.rejected)
+                        .sum::<usize>(),
+                ),
+                (
+                    "binding conditions unsupported",
+                    r.binding_conditions_unsupported,
+                ),
+                ("not for this node", r.not_for_this_node),
+                ("in use", r.in_use),
+                (
+                    "consume counters (feature off)",
+                    r.consumes_counters_feature_off,
+                ),
+                ("lack requested capacity", r.lacks_requested_capacity),
+                ("insufficient capacity", r.insufficient_capacity),
+                ("insufficient counters", r.insufficient_counters),
+                ("tainted", r.tainted),
+                ("usable", r.usable),
+            ];
+            for (label, n) in counts {
+                if n > 0 || label == "usable" {
+                    out.push_str(&format!(", {n} {label}"));
+                }
+            }
+            out.push('\n');
+            for s in &r.rejected_by_selector {
+                out.push_str(&format!(
+                    "    {} rejected {}: {}\n",
+                    s.selector, s.rejected, s.expression
+                ));
+            }
+            for e in &r.selector_errors {
+                out.push_str(&format!("    selector error: {}\n", e.replace('\n', " ")));
+            }
+            out.push_str(&format!("    => {}\n", r.verdict));
+        }
+        for c in &n.constraints {
+            out.push_str(&format!(
+                "  claim {} constraint #{} {}: {} devices without it, values {:?} => {}\n",
+                c.claim, c.index, c.constraint, c.devices_without_attribute, c.values, c.verdict
+            ));
+        }
+    }
+    out
+}
