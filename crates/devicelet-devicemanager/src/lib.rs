@@ -3,6 +3,7 @@
 //! [`DevicePluginClient`], [`Clock`]) so it runs against fakes in tests and against tonic in
 //! `devicelet-rpc`.
 
+pub mod allocation;
 pub mod clock;
 pub mod error;
 pub mod inventory;
@@ -15,6 +16,7 @@ pub mod validation;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 
+pub use allocation::{AffinitySplit, AllocationError, DevicePicker, NumaMask, filter_by_affinity};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use error::{EndpointError, PluginError, RegistrationError};
 pub use inventory::{ResourceDevices, UpdateSummary};
