@@ -33,6 +33,7 @@ type goDevicePlugin struct {
 	pluginapi.UnimplementedDevicePluginServer
 
 	devices      []*pluginapi.Device
+	updates      chan []*pluginapi.Device // later snapshots sent on an open ListAndWatch stream
 	stop         chan struct{}
 	optionsCalls atomic.Int32
 	watchCalls   atomic.Int32
@@ -48,11 +49,18 @@ func (p *goDevicePlugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.Devic
 	if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.devices}); err != nil {
 		return err
 	}
-	select {
-	case <-p.stop:
-	case <-stream.Context().Done():
+	for {
+		select {
+		case devices := <-p.updates:
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devices}); err != nil {
+				return err
+			}
+		case <-p.stop:
+			return nil
+		case <-stream.Context().Done():
+			return nil
+		}
 	}
-	return nil
 }
 
 func (p *goDevicePlugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
@@ -112,7 +120,7 @@ func startGoPlugin(t *testing.T, socketPath string) *goDevicePlugin {
 // at the end of the test.
 func startGoPluginWith(t *testing.T, socketPath string, devices []*pluginapi.Device) (*goDevicePlugin, func()) {
 	t.Helper()
-	plugin := &goDevicePlugin{devices: devices, stop: make(chan struct{})}
+	plugin := &goDevicePlugin{devices: devices, updates: make(chan []*pluginapi.Device), stop: make(chan struct{})}
 	_ = os.Remove(socketPath)
 	lis, err := net.Listen("unix", socketPath)
 	if err != nil {

@@ -129,3 +129,49 @@ func TestRestartCleansSocketsAndPluginReRegisters(t *testing.T) {
 		t.Fatalf("inventory after re-registration: %v", err)
 	}
 }
+
+// TestListAndWatchSnapshotReplacesInventory follows spec §1.9 and §1.3: every ListAndWatch
+// message is a full snapshot (a device missing from it is gone), and any health other than the
+// exact string "Healthy" counts as unhealthy.
+func TestListAndWatchSnapshotReplacesInventory(t *testing.T) {
+	d := startDevicelet(t)
+	const resource = "interop.devicelet.invalid/snapshot"
+	plugin, _ := startGoPluginWith(t, filepath.Join(d.pluginDir(), "snapshot.sock"), interopDevices())
+	if err := register(t, variantByID(t, "b"), d.kubeletSocket(), &pluginapi.RegisterRequest{
+		Version: pluginapi.Version, Endpoint: "snapshot.sock", ResourceName: resource,
+	}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if err := d.waitForResource(resource, inventoryTimeout, checkInventory); err != nil {
+		t.Fatal(err)
+	}
+
+	next := []*pluginapi.Device{
+		{ID: "dev-0", Health: "healthy"}, // lower case: not "Healthy", so unhealthy
+		{ID: "dev-1", Health: pluginapi.Healthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 0}}}},
+		{ID: "dev-2", Health: pluginapi.Unhealthy, Topology: &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: 1}}}},
+		// dev-3 is gone.
+	}
+	select {
+	case plugin.updates <- next:
+	case <-time.After(inventoryTimeout):
+		t.Fatal("no open ListAndWatch stream took the second snapshot")
+	}
+	err := d.waitForResource(resource, inventoryTimeout, func(r resourceEntry) error {
+		if err := counts(3, 1)(r); err != nil {
+			return err
+		}
+		for _, dev := range r.Devices {
+			if dev.ID == "dev-3" {
+				return fmt.Errorf("dev-3 is still listed after a snapshot without it: %+v", r.Devices)
+			}
+			if dev.ID == "dev-0" && dev.Health == pluginapi.Healthy {
+				return fmt.Errorf("dev-0 with health %q is reported Healthy", "healthy")
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("after the second snapshot: %v", err)
+	}
+}
