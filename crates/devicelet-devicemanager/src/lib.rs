@@ -9,6 +9,7 @@ pub mod error;
 pub mod inventory;
 pub mod manager;
 pub mod plugin;
+pub mod pod_devices;
 pub mod snapshot;
 pub mod types;
 pub mod validation;
@@ -25,6 +26,9 @@ pub use manager::{
     DeviceManager, DeviceManagerConfig, EndpointId, RegistrationSource,
 };
 pub use plugin::{DevicePluginClient, DeviceUpdateStream, PluginDialer};
+pub use pod_devices::{
+    Needed, PodDevices, ResourceAllocation, ResourceHealth, ReusePool, check_preconditions,
+};
 pub use snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
 pub use types::{
     ContainerAllocateResponse, DEVICE_PLUGIN_API_VERSION, Device, DevicePluginOptions, DeviceSpec,

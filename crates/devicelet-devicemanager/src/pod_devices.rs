@@ -1,0 +1,332 @@
+//! Allocation bookkeeping of admitted pods, following `dm/pod_devices.go` (`podDevices`,
+//! `devices()`), the init-container reuse pool of `Allocate` (`dm/manager.go`, spec §2 C1),
+//! garbage collection of inactive pods (`UpdateAllocatedDevices`, C7) and the preconditions of
+//! `devicesToAllocate` (C3). Pure state; the manager adds locking, RPCs and persistence.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use crate::allocation::AllocationError;
+use crate::types::ContainerAllocateResponse;
+
+/// What one container holds of one resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceAllocation {
+    /// Device IDs, in allocation order.
+    pub device_ids: Vec<String>,
+    /// Device IDs per NUMA node at allocation time; `-1` for devices without topology.
+    pub devices_per_numa: BTreeMap<i64, Vec<String>>,
+    /// The plugin's `Allocate` answer for this container (`container_responses[0]`).
+    pub response: Option<ContainerAllocateResponse>,
+}
+
+/// pod UID → container → resource → allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodDevices {
+    pods: BTreeMap<String, BTreeMap<String, BTreeMap<String, ResourceAllocation>>>,
+}
+
+impl PodDevices {
+    /// Records (replaces) what a container holds of a resource.
+    pub fn insert(
+        &mut self,
+        pod_uid: &str,
+        container: &str,
+        resource: &str,
+        allocation: ResourceAllocation,
+    ) {
+        self.pods
+            .entry(pod_uid.to_owned())
+            .or_default()
+            .entry(container.to_owned())
+            .or_default()
+            .insert(resource.to_owned(), allocation);
+    }
+
+    /// What a container holds of a resource.
+    pub fn get(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        resource: &str,
+    ) -> Option<&ResourceAllocation> {
+        self.pods.get(pod_uid)?.get(container)?.get(resource)
+    }
+
+    /// Every resource a container holds.
+    pub fn container(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Option<&BTreeMap<String, ResourceAllocation>> {
+        self.pods.get(pod_uid)?.get(container)
+    }
+
+    /// Pod UIDs with allocations.
+    pub fn pod_uids(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
+    /// True when the pod has an entry.
+    pub fn has_pod(&self, pod_uid: &str) -> bool {
+        self.pods.contains_key(pod_uid)
+    }
+
+    /// Forgets a pod; returns whether it had an entry.
+    pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
+        self.pods.remove(pod_uid).is_some()
+    }
+
+    /// Keeps only `active` pods (`UpdateAllocatedDevices`); returns the UIDs removed.
+    pub fn retain_active(&mut self, active: &HashSet<String>) -> Vec<String> {
+        let removed: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|uid| !active.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in &removed {
+            self.pods.remove(uid);
+        }
+        removed
+    }
+
+    /// `allocatedDevices` rebuilt from the entries (C8): a key for every resource that appears,
+    /// devices only from entries with a cached response.
+    pub fn allocated_devices(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut allocated: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for containers in self.pods.values() {
+            for resources in containers.values() {
+                for (resource, allocation) in resources {
+                    let set = allocated.entry(resource.clone()).or_default();
+                    if allocation.response.is_some() {
+                        set.extend(allocation.device_ids.iter().cloned());
+                    }
+                }
+            }
+        }
+        allocated
+    }
+}
+
+/// The init-container reuse pool (C1): devices of regular init containers that later
+/// containers of the *same* pod take first. Holds one pod at a time, in memory only.
+#[derive(Debug, Clone, Default)]
+pub struct ReusePool {
+    pod_uid: Option<String>,
+    devices: BTreeMap<String, Vec<String>>,
+}
+
+impl ReusePool {
+    /// Switches to `pod_uid`, dropping another pod's pool.
+    pub fn select_pod(&mut self, pod_uid: &str) {
+        if self.pod_uid.as_deref() != Some(pod_uid) {
+            self.pod_uid = Some(pod_uid.to_owned());
+            self.devices.clear();
+        }
+    }
+
+    /// Devices of `resource` available for reuse, in the order they were added.
+    pub fn reusable(&self, resource: &str) -> &[String] {
+        self.devices.get(resource).map_or(&[], Vec::as_slice)
+    }
+
+    /// A regular init container finished allocating: its devices join the pool (set union).
+    pub fn add(&mut self, resource: &str, device_ids: &[String]) {
+        let pool = self.devices.entry(resource.to_owned()).or_default();
+        for id in device_ids {
+            if !pool.contains(id) {
+                pool.push(id.clone());
+            }
+        }
+    }
+
+    /// A sidecar or app container took devices: they leave the pool.
+    pub fn remove(&mut self, resource: &str, device_ids: &[String]) {
+        if let Some(pool) = self.devices.get_mut(resource) {
+            pool.retain(|id| !device_ids.contains(id));
+        }
+    }
+}
+
+/// What `devicesToAllocate` must do after its preconditions (C3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needed {
+    /// Nothing to allocate and no RPC (container restart, or kubelet-restart shortcut).
+    Nothing,
+    /// Pick this many devices.
+    Pick(usize),
+}
+
+/// The resource's device state as the preconditions see it.
+#[derive(Clone, Copy)]
+pub struct ResourceHealth<'a> {
+    /// Healthy device count.
+    pub healthy_count: usize,
+    /// Whether a device ID is currently healthy.
+    pub is_healthy: &'a dyn Fn(&str) -> bool,
+}
+
+/// C3 steps 1-6 in the kubelet's order. `health` is `None` for a resource no plugin has
+/// sent devices for; `already_running` is the kubelet-restart shortcut (step 2).
+pub fn check_preconditions(
+    pod_uid: &str,
+    container: &str,
+    resource: &str,
+    required: usize,
+    already: Option<&[String]>,
+    already_running: bool,
+    health: Option<ResourceHealth<'_>>,
+) -> Result<Needed, AllocationError> {
+    let had = already.map_or(0, <[String]>::len);
+    if already.is_some() && had != required {
+        return Err(AllocationError::ChangedRequest {
+            pod_uid: pod_uid.to_owned(),
+            container: container.to_owned(),
+            resource: resource.to_owned(),
+            had,
+            required,
+        });
+    }
+    if already_running {
+        return Ok(Needed::Nothing);
+    }
+    let Some(health) = health else {
+        return Err(AllocationError::Unregistered {
+            resource: resource.to_owned(),
+        });
+    };
+    if health.healthy_count == 0 {
+        return Err(AllocationError::NoHealthyDevices {
+            resource: resource.to_owned(),
+        });
+    }
+    if let Some(ids) = already
+        && !ids.iter().all(|id| (health.is_healthy)(id))
+    {
+        return Err(AllocationError::PreviouslyAllocatedUnhealthy {
+            resource: resource.to_owned(),
+        });
+    }
+    let needed = required - had.min(required);
+    Ok(if needed == 0 {
+        Needed::Nothing
+    } else {
+        Needed::Pick(needed)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn alloc(list: &[&str], with_response: bool) -> ResourceAllocation {
+        ResourceAllocation {
+            device_ids: ids(list),
+            devices_per_numa: BTreeMap::new(),
+            response: with_response.then(ContainerAllocateResponse::default),
+        }
+    }
+
+    #[test]
+    fn c8_allocated_devices_has_keys_for_all_resources_devices_only_with_response() {
+        let mut pods = PodDevices::default();
+        pods.insert("p1", "c1", "r1", alloc(&["a", "b"], true));
+        pods.insert("p2", "c1", "r1", alloc(&["c"], true));
+        pods.insert("p2", "c2", "r2", alloc(&["z"], false));
+        let allocated = pods.allocated_devices();
+        assert_eq!(
+            allocated["r1"],
+            ["a", "b", "c"].map(String::from).into_iter().collect()
+        );
+        assert!(allocated["r2"].is_empty());
+    }
+
+    #[test]
+    fn c7_retain_active_removes_inactive_pods() {
+        let mut pods = PodDevices::default();
+        pods.insert("p1", "c", "r", alloc(&["a"], true));
+        pods.insert("p2", "c", "r", alloc(&["b"], true));
+        let active: HashSet<String> = ["p2".to_owned()].into();
+        assert_eq!(pods.retain_active(&active), ids(&["p1"]));
+        assert_eq!(
+            pods.allocated_devices()["r"],
+            ["b".to_owned()].into_iter().collect()
+        );
+    }
+
+    #[test]
+    fn c1_reuse_pool_holds_one_pod_init_adds_app_and_sidecar_remove() {
+        let mut pool = ReusePool::default();
+        pool.select_pod("p1");
+        pool.add("r", &ids(&["a"]));
+        pool.add("r", &ids(&["a", "b"]));
+        assert_eq!(pool.reusable("r"), ids(&["a", "b"]));
+        pool.remove("r", &ids(&["a"]));
+        assert_eq!(pool.reusable("r"), ids(&["b"]));
+        pool.select_pod("p1");
+        assert_eq!(pool.reusable("r"), ids(&["b"]));
+        pool.select_pod("p2");
+        assert!(pool.reusable("r").is_empty());
+    }
+
+    #[test]
+    fn c3_preconditions_run_in_kubelet_order() {
+        let healthy = |id: &str| id != "bad";
+        let health = Some(ResourceHealth {
+            healthy_count: 2,
+            is_healthy: &healthy,
+        });
+        let none_healthy = Some(ResourceHealth {
+            healthy_count: 0,
+            is_healthy: &healthy,
+        });
+        // Step 1 before everything.
+        let had = ids(&["a"]);
+        assert!(matches!(
+            check_preconditions("u", "c", "r", 2, Some(&had), true, None),
+            Err(AllocationError::ChangedRequest {
+                had: 1,
+                required: 2,
+                ..
+            })
+        ));
+        // Step 2: running container after a restart skips health checks.
+        assert_eq!(
+            check_preconditions("u", "c", "r", 1, None, true, None),
+            Ok(Needed::Nothing)
+        );
+        // Step 3.
+        assert!(matches!(
+            check_preconditions("u", "c", "r", 1, None, false, None),
+            Err(AllocationError::Unregistered { .. })
+        ));
+        // Step 4, even for a zero request (§7 item 7).
+        assert!(matches!(
+            check_preconditions("u", "c", "r", 0, None, false, none_healthy),
+            Err(AllocationError::NoHealthyDevices { .. })
+        ));
+        // Step 5.
+        let bad = ids(&["bad"]);
+        assert!(matches!(
+            check_preconditions("u", "c", "r", 1, Some(&bad), false, health),
+            Err(AllocationError::PreviouslyAllocatedUnhealthy { .. })
+        ));
+        // Step 6: already holds all it needs → no RPC.
+        assert_eq!(
+            check_preconditions("u", "c", "r", 1, Some(&had), false, health),
+            Ok(Needed::Nothing)
+        );
+        assert_eq!(
+            check_preconditions("u", "c", "r", 3, None, false, health),
+            Ok(Needed::Pick(3))
+        );
+        assert_eq!(
+            check_preconditions("u", "c", "r", 0, None, false, health),
+            Ok(Needed::Nothing)
+        );
+    }
+}
