@@ -1,0 +1,576 @@
+//! The CPU manager with the kubelet's `none` and `static` policies, after
+//! `cpumanager/cpu_manager.go` (construction, reserved CPUs, state), `policy_none.go`,
+//! `policy_static.go` (`Allocate`, `RemoveContainer`, `validateState`, `GetTopologyHints`,
+//! `GetPodTopologyHints`, `generateCPUTopologyHints`, `updateCPUsToReuse`) and
+//! `policy_options.go` (`full-pcpus-only`).
+//!
+//! The Topology Manager talks to it through [`HintProvider`]; its pod view ([`PodSpec`]) has no
+//! QoS class, so admission registers each pod's [`PodCpuInfo`] first
+//! ([`CpuManager::register_pod`]); an unregistered pod gets no exclusive CPUs.
+//!
+//! CPU hints are returned as a [`HintFamily`] (free CPUs as items, init-container CPUs to reuse
+//! as required units), so the merge never enumerates NUMA subsets.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use devicelet_checkpoint::cpuset::CpuSet;
+use devicelet_topology::{
+    ContainerSpec, HintFamily, HintProvider, NumaMask, PodSpec, ProviderError, ProviderHints,
+    ResourceHints, TopologyHint,
+};
+
+use crate::assign::{cpus_in_free_cores, take_by_topology};
+use crate::bits::CpuBits;
+use crate::error::CpuManagerError;
+use crate::pod::PodCpuInfo;
+use crate::state::{CheckpointFile, CpuState};
+use crate::topology::CpuTopology;
+
+/// The resource name CPU hints are given under.
+pub const CPU_RESOURCE: &str = "cpu";
+
+/// `cpuManagerPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuPolicyName {
+    /// No exclusive CPUs; every container may use every CPU.
+    None,
+    /// Exclusive integer CPUs for Guaranteed pods.
+    Static,
+}
+
+impl CpuPolicyName {
+    /// The configuration / checkpoint spelling.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CpuPolicyName::None => "none",
+            CpuPolicyName::Static => "static",
+        }
+    }
+}
+
+impl std::str::FromStr for CpuPolicyName {
+    type Err = CpuManagerError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" | "" => Ok(CpuPolicyName::None),
+            "static" => Ok(CpuPolicyName::Static),
+            other => Err(CpuManagerError::UnknownPolicy(other.to_string())),
+        }
+    }
+}
+
+/// CPUs kept for the system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReservedCpus {
+    /// `reservedSystemCPUs`, a CPU list such as `0,64` or `0-1`.
+    List(String),
+    /// Whole CPUs from `kubeReserved.cpu + systemReserved.cpu` (rounded up); picked with
+    /// `takeByTopology` like the kubelet.
+    Count(usize),
+}
+
+/// Configuration (KubeletConfiguration field names in the comments).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuManagerConfig {
+    /// `cpuManagerPolicy`: `none` or `static`.
+    pub policy: String,
+    /// `reservedSystemCPUs` or the reserved count.
+    pub reserved: ReservedCpus,
+    /// `cpuManagerPolicyOptions`.
+    pub policy_options: BTreeMap<String, String>,
+}
+
+/// Parsed static policy options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StaticPolicyOptions {
+    /// `full-pcpus-only`: only whole physical cores.
+    pub full_pcpus_only: bool,
+}
+
+impl StaticPolicyOptions {
+    /// Parses the options; the ones upstream knows but devicelet lacks are refused.
+    pub fn parse(options: &BTreeMap<String, String>) -> Result<Self, CpuManagerError> {
+        let mut out = StaticPolicyOptions::default();
+        for (k, v) in options {
+            match k.as_str() {
+                "full-pcpus-only" => {
+                    out.full_pcpus_only = match v.as_str() {
+                        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+                        "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+                        _ => {
+                            return Err(CpuManagerError::BadOptionValue {
+                                option: k.clone(),
+                                value: v.clone(),
+                            });
+                        }
+                    }
+                }
+                other => return Err(CpuManagerError::UnknownOption(other.to_string())),
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct Inner {
+    state: CpuState,
+    /// pod UID → CPUs of finished-allocation init containers that later containers may reuse.
+    cpus_to_reuse: HashMap<String, CpuBits>,
+    pods: HashMap<String, PodCpuInfo>,
+}
+
+/// The CPU manager.
+pub struct CpuManager {
+    topology: CpuTopology,
+    policy: CpuPolicyName,
+    options: StaticPolicyOptions,
+    reserved: CpuBits,
+    checkpoint: CheckpointFile,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for CpuManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuManager")
+            .field("policy", &self.policy)
+            .field("reserved", &self.reserved.to_string())
+            .field("checkpoint", &self.checkpoint.path())
+            .finish()
+    }
+}
+
+impl CpuManager {
+    /// `NewManager` + `Start`: parses the configuration, picks the reserved CPUs, restores
+    /// `<state_dir>/cpu_manager_state` (or creates it) and validates it against the machine.
+    pub fn new(
+        topology: CpuTopology,
+        config: &CpuManagerConfig,
+        state_dir: &Path,
+    ) -> Result<Self, CpuManagerError> {
+        let policy: CpuPolicyName = config.policy.parse()?;
+        let checkpoint = CheckpointFile::new(state_dir, policy.as_str());
+        let (options, reserved) = match policy {
+            CpuPolicyName::None => (StaticPolicyOptions::default(), CpuBits::new()),
+            CpuPolicyName::Static => {
+                let options = StaticPolicyOptions::parse(&config.policy_options)?;
+                (options, Self::pick_reserved(&topology, &config.reserved)?)
+            }
+        };
+        let restored = checkpoint.load()?;
+        let mut changed = restored.is_none();
+        let mut state = restored.unwrap_or_default();
+        if policy == CpuPolicyName::Static {
+            changed |= Self::validate_state(&topology, &reserved, &mut state)?;
+        }
+        if changed {
+            checkpoint.store(&state)?;
+        }
+        Ok(CpuManager {
+            topology,
+            policy,
+            options,
+            reserved,
+            checkpoint,
+            inner: Mutex::new(Inner {
+                state,
+                cpus_to_reuse: HashMap::new(),
+                pods: HashMap::new(),
+            }),
+        })
+    }
+
+    fn pick_reserved(
+        topology: &CpuTopology,
+        reserved: &ReservedCpus,
+    ) -> Result<CpuBits, CpuManagerError> {
+        let all = topology.all_cpus();
+        match reserved {
+            ReservedCpus::List(s) => {
+                let set = CpuSet::parse(s.trim())
+                    .map_err(|e| CpuManagerError::BadReservedList(s.clone(), e.to_string()))?;
+                let bits = CpuBits::from_cpuset(&set);
+                if bits.is_empty() {
+                    return Err(CpuManagerError::NoReservedCpus);
+                }
+                if !bits.is_subset_of(all) {
+                    return Err(CpuManagerError::ReservedNotOnMachine {
+                        reserved: bits.to_string(),
+                        all: all.to_string(),
+                    });
+                }
+                Ok(bits)
+            }
+            ReservedCpus::Count(0) => Err(CpuManagerError::NoReservedCpus),
+            ReservedCpus::Count(n) => match take_by_topology(topology, all, *n) {
+                Ok(bits) if bits.len() == *n => Ok(bits),
+                Ok(bits) => Err(CpuManagerError::ReserveFailed {
+                    got: bits.to_string(),
+                    want: *n,
+                }),
+                Err(_) => Err(CpuManagerError::ReserveFailed {
+                    got: String::new(),
+                    want: *n,
+                }),
+            },
+        }
+    }
+
+    /// The static policy's `validateState`; returns whether the state was initialised.
+    fn validate_state(
+        topology: &CpuTopology,
+        reserved: &CpuBits,
+        state: &mut CpuState,
+    ) -> Result<bool, CpuManagerError> {
+        let all = topology.all_cpus();
+        if state.default_cpu_set.is_empty() {
+            if !state.assignments.values().all(|c| c.is_empty()) {
+                return Err(CpuManagerError::InvalidState(
+                    "default cpuset cannot be empty".into(),
+                ));
+            }
+            state.default_cpu_set = all.clone();
+            return Ok(true);
+        }
+        if !reserved.is_subset_of(&state.default_cpu_set) {
+            return Err(CpuManagerError::InvalidState(format!(
+                "not all reserved cpus: \"{}\" are present in defaultCpuSet: \"{}\"",
+                reserved, state.default_cpu_set
+            )));
+        }
+        for (pod, containers) in &state.assignments {
+            for (c, set) in containers {
+                if set.intersects(&state.default_cpu_set) {
+                    return Err(CpuManagerError::InvalidState(format!(
+                        "pod: {pod}, container: {c} cpuset: \"{set}\" overlaps with default cpuset \"{}\"",
+                        state.default_cpu_set
+                    )));
+                }
+            }
+        }
+        let known = state.default_cpu_set.union(&state.assigned());
+        if !known.same_as(all) {
+            return Err(CpuManagerError::InvalidState(format!(
+                "current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{known}\""
+            )));
+        }
+        Ok(false)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the state half-written: every change is
+        // computed on a copy and swapped in, so the poisoned value is still consistent.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> CpuPolicyName {
+        self.policy
+    }
+
+    /// The machine.
+    pub fn topology(&self) -> &CpuTopology {
+        &self.topology
+    }
+
+    /// CPUs never handed out exclusively.
+    pub fn reserved_cpus(&self) -> CpuSet {
+        self.reserved.to_cpuset()
+    }
+
+    /// The shared pool (`defaultCpuSet`).
+    pub fn default_cpu_set(&self) -> CpuSet {
+        self.lock().state.default_cpu_set.to_cpuset()
+    }
+
+    /// A copy of the state: default set and exclusive assignments.
+    pub fn state(&self) -> CpuState {
+        self.lock().state.clone()
+    }
+
+    /// CPUs a new exclusive allocation may use (`GetAvailableCPUs`: default − reserved).
+    pub fn available_cpus(&self) -> CpuSet {
+        let inner = self.lock();
+        inner
+            .state
+            .default_cpu_set
+            .difference(&self.reserved)
+            .to_cpuset()
+    }
+
+    /// Tells the manager a pod's QoS class and CPU requests; call before admission.
+    pub fn register_pod(&self, pod: &PodCpuInfo) {
+        self.lock().pods.insert(pod.spec.uid.clone(), pod.clone());
+    }
+
+    /// The runtime's answer (`cpusetCpus`): the container's exclusive CPUs, else the shared
+    /// pool; with the none policy every CPU.
+    pub fn cpuset_for(&self, pod_uid: &str, container: &str) -> CpuSet {
+        if self.policy == CpuPolicyName::None {
+            return self.topology.all_cpus().to_cpuset();
+        }
+        let inner = self.lock();
+        match inner.state.get(pod_uid, container) {
+            Some(set) => set.to_cpuset(),
+            None => inner.state.default_cpu_set.to_cpuset(),
+        }
+    }
+
+    fn guaranteed_cpus(inner: &Inner, pod_uid: &str, container: &str) -> usize {
+        inner
+            .pods
+            .get(pod_uid)
+            .map_or(0, |p| p.guaranteed_cpus(container))
+    }
+
+    /// The static policy's `Allocate` for one container, aligned with `hint` (the Topology
+    /// Manager's merged affinity).
+    pub fn allocate_container(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), CpuManagerError> {
+        if self.policy == CpuPolicyName::None {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        let count = Self::guaranteed_cpus(&inner, &pod.uid, &container.name);
+        if count == 0 {
+            return Ok(());
+        }
+        let available = inner.state.default_cpu_set.difference(&self.reserved);
+        if self.options.full_pcpus_only {
+            let per_core = self.topology.cpus_per_core().max(1);
+            if !count.is_multiple_of(per_core) {
+                return Err(CpuManagerError::SmtNotMultiple {
+                    requested: count,
+                    cpus_per_core: per_core,
+                });
+            }
+            let physical = cpus_in_free_cores(&self.topology, &available);
+            if count > physical {
+                return Err(CpuManagerError::SmtNotEnoughPhysical {
+                    available: physical,
+                    requested: count,
+                    cpus_per_core: per_core,
+                });
+            }
+        }
+        if let Some(set) = inner.state.get(&pod.uid, &container.name).cloned() {
+            Self::update_cpus_to_reuse(&mut inner, pod, container, &set);
+            return Ok(());
+        }
+        let reusable = inner
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        let allocatable = available.union(&reusable);
+        let mut result = CpuBits::new();
+        if let Some(mask) = hint.affinity {
+            let aligned = allocatable.intersection(&self.topology.cpus_in_numa_mask(mask));
+            let take = aligned.len().min(count);
+            result = take_by_topology(&self.topology, &aligned, take)?;
+        }
+        let rest = take_by_topology(
+            &self.topology,
+            &allocatable.difference(&result),
+            count - result.len(),
+        )?;
+        result = result.union(&rest);
+
+        let mut next = inner.state.clone();
+        next.default_cpu_set = next.default_cpu_set.difference(&result);
+        next.assignments
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(container.name.clone(), result.clone());
+        self.checkpoint.store(&next)?;
+        inner.state = next;
+        Self::update_cpus_to_reuse(&mut inner, pod, container, &result);
+        Ok(())
+    }
+
+    /// `updateCPUsToReuse`: one pod at a time; regular init containers add their CPUs,
+    /// sidecars and app containers consume them.
+    fn update_cpus_to_reuse(
+        inner: &mut Inner,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        set: &CpuBits,
+    ) {
+        inner.cpus_to_reuse.retain(|uid, _| *uid == pod.uid);
+        let entry = inner.cpus_to_reuse.entry(pod.uid.clone()).or_default();
+        let is_regular_init = pod
+            .init_containers
+            .iter()
+            .any(|c| c.name == container.name && !c.restartable);
+        *entry = if is_regular_init {
+            entry.union(set)
+        } else {
+            entry.difference(set)
+        };
+    }
+
+    /// `RemoveContainer`: gives the container's CPUs back to the shared pool, except those a
+    /// sibling in the same pod still holds (app containers reusing init-container CPUs).
+    pub fn remove_container(&self, pod_uid: &str, container: &str) -> Result<(), CpuManagerError> {
+        let mut inner = self.lock();
+        let Some(set) = inner.state.get(pod_uid, container).cloned() else {
+            return Ok(());
+        };
+        let mut next = inner.state.clone();
+        if let Some(pod) = next.assignments.get_mut(pod_uid) {
+            pod.remove(container);
+            let in_use = pod.values().fold(CpuBits::new(), |a, s| a.union(s));
+            next.default_cpu_set = next.default_cpu_set.union(&set.difference(&in_use));
+            if pod.is_empty() {
+                next.assignments.remove(pod_uid);
+            }
+        }
+        self.checkpoint.store(&next)?;
+        inner.state = next;
+        Ok(())
+    }
+
+    /// Removes every container of a pod and forgets the pod.
+    pub fn remove_pod(&self, pod_uid: &str) -> Result<(), CpuManagerError> {
+        let names: Vec<String> = self
+            .lock()
+            .state
+            .assignments
+            .get(pod_uid)
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default();
+        for name in names {
+            self.remove_container(pod_uid, &name)?;
+        }
+        let mut inner = self.lock();
+        inner.pods.remove(pod_uid);
+        inner.cpus_to_reuse.remove(pod_uid);
+        Ok(())
+    }
+
+    /// `generateCPUTopologyHints` as a family: a mask is a hint when every reusable CPU's node
+    /// is in it and reusable + available CPUs in it cover the request; preferred when it is
+    /// as narrow as the fewest nodes whose CPUs (all of them, free or not) could hold it.
+    fn cpu_hints(&self, available: &CpuBits, reusable: &CpuBits, request: usize) -> ResourceHints {
+        let universe = self.topology.numa_mask();
+        let items: Vec<NumaMask> = available.iter().map(|c| self.topology.numa_of(c)).collect();
+        let required: Vec<NumaMask> = reusable.iter().map(|c| self.topology.numa_of(c)).collect();
+        let mut sizes: Vec<usize> = self
+            .topology
+            .numa_nodes()
+            .values()
+            .map(CpuBits::len)
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut have = 0;
+        let mut min_affinity = universe.count();
+        for (k, s) in sizes.iter().enumerate() {
+            have += s;
+            if have >= request {
+                min_affinity = k + 1;
+                break;
+            }
+        }
+        ResourceHints::Family(HintFamily::new(
+            universe,
+            items,
+            required,
+            request,
+            min_affinity,
+        ))
+    }
+
+    fn hints_map(h: ResourceHints) -> ProviderHints {
+        let mut m = ProviderHints::new();
+        m.insert(CPU_RESOURCE.to_string(), h);
+        m
+    }
+
+    /// Container-scope hints (`GetTopologyHints`).
+    pub fn container_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ProviderHints {
+        if self.policy == CpuPolicyName::None {
+            return ProviderHints::new();
+        }
+        let inner = self.lock();
+        let request = Self::guaranteed_cpus(&inner, &pod.uid, &container.name);
+        if request == 0 {
+            return ProviderHints::new();
+        }
+        if let Some(allocated) = inner.state.get(&pod.uid, &container.name) {
+            if allocated.len() != request {
+                return Self::hints_map(ResourceHints::Hints(vec![]));
+            }
+            return Self::hints_map(self.cpu_hints(allocated, &CpuBits::new(), request));
+        }
+        let available = inner.state.default_cpu_set.difference(&self.reserved);
+        let reusable = inner
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        Self::hints_map(self.cpu_hints(&available, &reusable, request))
+    }
+
+    /// Pod-scope hints (`GetPodTopologyHints`).
+    pub fn pod_hints(&self, pod: &PodSpec) -> ProviderHints {
+        if self.policy == CpuPolicyName::None {
+            return ProviderHints::new();
+        }
+        let inner = self.lock();
+        let request = inner
+            .pods
+            .get(&pod.uid)
+            .map_or(0, PodCpuInfo::pod_guaranteed_cpus);
+        if request == 0 {
+            return ProviderHints::new();
+        }
+        let mut assigned = CpuBits::new();
+        for c in pod.all_containers() {
+            let want = Self::guaranteed_cpus(&inner, &pod.uid, &c.name);
+            if let Some(set) = inner.state.get(&pod.uid, &c.name) {
+                if set.len() != want {
+                    return Self::hints_map(ResourceHints::Hints(vec![]));
+                }
+                assigned = assigned.union(set);
+            }
+        }
+        if assigned.len() == request {
+            return Self::hints_map(self.cpu_hints(&assigned, &CpuBits::new(), request));
+        }
+        let available = inner.state.default_cpu_set.difference(&self.reserved);
+        let reusable = inner
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default()
+            .union(&assigned);
+        Self::hints_map(self.cpu_hints(&available, &reusable, request))
+    }
+}
+
+impl HintProvider for CpuManager {
+    fn get_topology_hints(&self, pod: &PodSpec, container: &ContainerSpec) -> ProviderHints {
+        self.container_hints(pod, container)
+    }
+
+    fn get_pod_topology_hints(&self, pod: &PodSpec) -> ProviderHints {
+        self.pod_hints(pod)
+    }
+
+    fn allocate(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        affinity: &TopologyHint,
+    ) -> Result<(), ProviderError> {
+        self.allocate_container(pod, container, affinity)
+            .map_err(|e| Box::new(e) as ProviderError)
+    }
+}
