@@ -76,43 +76,12 @@ impl Accumulator<'_> {
         )
     }
 
-    fn take_full_sockets(&mut self) {
-        let sockets: Vec<CpuBits> = self
-            .topo
-            .sockets()
-            .values()
-            .filter(|cpus| cpus.is_subset_of(&self.free))
-            .cloned()
-            .collect();
-        for cpus in sockets {
-            if self.needed >= cpus.len() {
-                self.take(&cpus);
-            }
-        }
-    }
-
-    fn take_full_numa_nodes(&mut self) {
-        let nodes: Vec<CpuBits> = self
-            .topo
-            .numa_nodes()
-            .values()
-            .filter(|cpus| cpus.is_subset_of(&self.free))
-            .cloned()
-            .collect();
-        for cpus in nodes {
-            if self.needed >= cpus.len() {
-                self.take(&cpus);
-            }
-        }
-    }
-
-    fn take_full_cores(&mut self) {
+    /// Whole free units of one level, in packed order, taken while a whole unit is needed.
+    fn take_full_units<K: Ord + Copy>(&mut self, units: &BTreeMap<K, CpuBits>) {
         let free_socket = self.free_in(self.topo.sockets());
         let free_numa = self.free_in(self.topo.numa_nodes());
         let free_core = self.free_in(self.topo.cores());
-        let mut cores: Vec<(_, CpuBits)> = self
-            .topo
-            .cores()
+        let mut full: Vec<(_, CpuBits)> = units
             .values()
             .filter(|cpus| !cpus.is_empty() && cpus.is_subset_of(&self.free))
             .filter_map(|cpus| {
@@ -123,11 +92,8 @@ impl Accumulator<'_> {
                 ))
             })
             .collect();
-        cores.sort_by_key(|c| c.0);
-        for (_, cpus) in cores {
-            if self.satisfied() {
-                return;
-            }
+        full.sort_by_key(|u| u.0);
+        for (_, cpus) in full {
             if self.needed >= cpus.len() {
                 self.take(&cpus);
             }
@@ -179,14 +145,14 @@ pub fn take_by_topology(
         numa_first: topo.num_sockets() >= topo.num_numa_nodes(),
     };
     if acc.numa_first {
-        acc.take_full_numa_nodes();
-        acc.take_full_sockets();
+        acc.take_full_units(topo.numa_nodes());
+        acc.take_full_units(topo.sockets());
     } else {
-        acc.take_full_sockets();
-        acc.take_full_numa_nodes();
+        acc.take_full_units(topo.sockets());
+        acc.take_full_units(topo.numa_nodes());
     }
     if !acc.satisfied() {
-        acc.take_full_cores();
+        acc.take_full_units(topo.cores());
     }
     if !acc.satisfied() {
         acc.take_remaining_cpus();

