@@ -3,6 +3,7 @@
 //! [`DevicePluginClient`], [`Clock`]) so it runs against fakes in tests and against tonic in
 //! `devicelet-rpc`.
 
+pub mod admission;
 pub mod allocation;
 pub mod clock;
 pub mod error;
@@ -17,13 +18,14 @@ pub mod validation;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 
+pub use admission::{AdmissionError, ContainerDevices, ContainerKind, ContainerRequest};
 pub use allocation::{AffinitySplit, AllocationError, DevicePicker, NumaMask, filter_by_affinity};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use error::{EndpointError, PluginError, RegistrationError};
 pub use inventory::{ResourceDevices, UpdateSummary};
 pub use manager::{
-    CapacityReport, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
-    DeviceManager, DeviceManagerConfig, EndpointId, RegistrationSource,
+    CapacityReport, DEFAULT_ALLOCATE_TIMEOUT, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD,
+    DEFAULT_OPTIONS_TIMEOUT, DeviceManager, DeviceManagerConfig, EndpointId, RegistrationSource,
 };
 pub use plugin::{DevicePluginClient, DeviceUpdateStream, PluginDialer};
 pub use pod_devices::{
@@ -37,3 +39,6 @@ pub use types::{
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod admission_tests;

@@ -7,7 +7,7 @@
 //! carry that ID, and the manager ignores events from an endpoint that has been replaced. This is
 //! the fix for the upstream re-registration bug (spec §1.5): see [`DeviceManager::endpoint_disconnected`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::error::{EndpointError, PluginError, RegistrationError};
 use crate::inventory::{ResourceDevices, UpdateSummary};
 use crate::plugin::{DevicePluginClient, PluginDialer};
+use crate::pod_devices::{PodDevices, ReusePool};
 use crate::snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
 use crate::types::{Device, DevicePluginOptions, RegisterRequest};
 use crate::validation::{validate_endpoint, validate_resource_name, validate_version};
@@ -34,6 +35,9 @@ pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// registration forever, so we bound it.
 pub const DEFAULT_OPTIONS_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Our deadline for `Allocate` / `GetPreferredAllocation` (upstream: none).
+pub const DEFAULT_ALLOCATE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Settings of a [`DeviceManager`].
 #[derive(Debug, Clone)]
 pub struct DeviceManagerConfig {
@@ -45,6 +49,9 @@ pub struct DeviceManagerConfig {
     pub dial_timeout: Duration,
     /// Deadline for `GetDevicePluginOptions` during registration.
     pub options_timeout: Duration,
+    /// Deadline for `Allocate` and `GetPreferredAllocation`. Upstream has none, so a hung
+    /// plugin blocks admission forever (spec §7 item 32); we bound it.
+    pub allocate_timeout: Duration,
 }
 
 impl DeviceManagerConfig {
@@ -55,6 +62,7 @@ impl DeviceManagerConfig {
             endpoint_grace_period: DEFAULT_ENDPOINT_GRACE_PERIOD,
             dial_timeout: DEFAULT_DIAL_TIMEOUT,
             options_timeout: DEFAULT_OPTIONS_TIMEOUT,
+            allocate_timeout: DEFAULT_ALLOCATE_TIMEOUT,
         }
     }
 }
@@ -91,13 +99,13 @@ pub struct CapacityReport {
     pub deleted: Vec<String>,
 }
 
-struct Endpoint {
+pub(crate) struct Endpoint {
     id: EndpointId,
     socket: PathBuf,
     source: RegistrationSource,
-    options: Option<DevicePluginOptions>,
-    client: Option<Arc<dyn DevicePluginClient>>,
-    stopped_at: Option<Instant>,
+    pub(crate) options: Option<DevicePluginOptions>,
+    pub(crate) client: Option<Arc<dyn DevicePluginClient>>,
+    pub(crate) stopped_at: Option<Instant>,
     stream_task: Option<AbortHandle>,
 }
 
@@ -114,22 +122,40 @@ impl Endpoint {
     }
 }
 
-struct ResourceEntry {
-    endpoint: Endpoint,
+pub(crate) struct ResourceEntry {
+    pub(crate) endpoint: Endpoint,
     /// `None` until the first `ListAndWatch` message (upstream: no `healthyDevices` entry yet).
-    devices: Option<ResourceDevices>,
+    pub(crate) devices: Option<ResourceDevices>,
 }
 
 #[derive(Default)]
-struct State {
-    resources: BTreeMap<String, ResourceEntry>,
+pub(crate) struct State {
+    pub(crate) resources: BTreeMap<String, ResourceEntry>,
     inactive: BTreeSet<String>,
     next_endpoint_id: u64,
     stopped: bool,
+    /// Admitted pods' devices (`podDevices`).
+    pub(crate) pod_devices: PodDevices,
+    /// Devices given out or reserved by an admission in progress (`allocatedDevices`).
+    pub(crate) allocated: HashMap<String, HashSet<String>>,
+    /// Init-container reuse pool of the pod being admitted.
+    pub(crate) reuse: ReusePool,
 }
 
-struct Inner {
-    config: DeviceManagerConfig,
+impl State {
+    /// Rebuilds `allocated` from `pod_devices` (upstream does this after a failed RPC).
+    pub(crate) fn rebuild_allocated(&mut self) {
+        self.allocated = self
+            .pod_devices
+            .allocated_devices()
+            .into_iter()
+            .map(|(resource, ids)| (resource, ids.into_iter().collect()))
+            .collect();
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: DeviceManagerConfig,
     dialer: Arc<dyn PluginDialer>,
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
@@ -139,7 +165,7 @@ struct Inner {
 /// Device plugin registry and device inventory. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct DeviceManager {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for DeviceManager {
@@ -519,13 +545,13 @@ impl DeviceManager {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // State stays consistent across a panic in another holder: every mutation is a
         // single assignment, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn notify(&self) {
+    pub(crate) fn notify(&self) {
         self.changes.send_modify(|v| *v = v.wrapping_add(1));
     }
 

@@ -71,6 +71,21 @@ impl PodDevices {
         self.pods.contains_key(pod_uid)
     }
 
+    /// Drops what a container holds of one resource (rollback of a failed admission).
+    pub fn remove_resource(&mut self, pod_uid: &str, container: &str, resource: &str) {
+        if let Some(containers) = self.pods.get_mut(pod_uid) {
+            if let Some(resources) = containers.get_mut(container) {
+                resources.remove(resource);
+                if resources.is_empty() {
+                    containers.remove(container);
+                }
+            }
+            if containers.is_empty() {
+                self.pods.remove(pod_uid);
+            }
+        }
+    }
+
     /// Forgets a pod; returns whether it had an entry.
     pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
         self.pods.remove(pod_uid).is_some()

@@ -29,8 +29,26 @@ pub enum OptionsBehaviour {
     Fail(PluginError),
 }
 
+/// How a fake answers `Allocate`.
+#[derive(Debug, Clone, Default)]
+pub enum AllocateBehaviour {
+    /// One response per container with `FAKE_DEVICES=<ids>`.
+    #[default]
+    Answer,
+    /// Never answers.
+    Hang,
+    /// Fails with the given error.
+    Fail(PluginError),
+    /// Answers with no container response.
+    Empty,
+}
+
 #[derive(Default)]
 struct FakePluginState {
+    allocate: AllocateBehaviour,
+    preferred_answer: Option<Vec<String>>,
+    preferred_requests: Vec<PreferredAllocationRequest>,
+    allocate_requests: Vec<Vec<String>>,
     streams: Vec<UpdateSender>,
     pending: Vec<Result<Vec<Device>, PluginError>>,
     calls: Vec<String>,
@@ -101,6 +119,26 @@ impl FakePlugin {
             .count()
     }
 
+    /// Sets how `Allocate` answers.
+    pub fn set_allocate(&self, behaviour: AllocateBehaviour) {
+        self.lock().allocate = behaviour;
+    }
+
+    /// Makes `GetPreferredAllocation` answer these IDs (default: the first `size` available).
+    pub fn set_preferred_answer(&self, ids: Vec<String>) {
+        self.lock().preferred_answer = Some(ids);
+    }
+
+    /// `GetPreferredAllocation` requests received.
+    pub fn preferred_requests(&self) -> Vec<PreferredAllocationRequest> {
+        self.lock().preferred_requests.clone()
+    }
+
+    /// Device IDs of each `Allocate` container request received.
+    pub fn allocate_requests(&self) -> Vec<Vec<String>> {
+        self.lock().allocate_requests.clone()
+    }
+
     /// Names of the RPCs called, in order.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
@@ -139,17 +177,31 @@ impl DevicePluginClient for FakePlugin {
         container_device_ids: Vec<Vec<String>>,
     ) -> BoxFuture<'_, Result<Vec<ContainerAllocateResponse>, PluginError>> {
         self.record("Allocate");
-        let responses = container_device_ids
-            .into_iter()
-            .map(|ids| {
-                let mut response = ContainerAllocateResponse::default();
-                response
-                    .envs
-                    .insert("FAKE_DEVICES".to_owned(), ids.join(","));
-                response
-            })
-            .collect();
-        futures::future::ready(Ok(responses)).boxed()
+        let behaviour = {
+            let mut state = self.lock();
+            state
+                .allocate_requests
+                .extend(container_device_ids.iter().cloned());
+            state.allocate.clone()
+        };
+        match behaviour {
+            AllocateBehaviour::Hang => futures::future::pending().boxed(),
+            AllocateBehaviour::Fail(err) => futures::future::ready(Err(err)).boxed(),
+            AllocateBehaviour::Empty => futures::future::ready(Ok(vec![])).boxed(),
+            AllocateBehaviour::Answer => {
+                let responses = container_device_ids
+                    .into_iter()
+                    .map(|ids| {
+                        let mut response = ContainerAllocateResponse::default();
+                        response
+                            .envs
+                            .insert("FAKE_DEVICES".to_owned(), ids.join(","));
+                        response
+                    })
+                    .collect();
+                futures::future::ready(Ok(responses)).boxed()
+            }
+        }
     }
 
     fn get_preferred_allocation(
@@ -157,6 +209,14 @@ impl DevicePluginClient for FakePlugin {
         requests: Vec<PreferredAllocationRequest>,
     ) -> BoxFuture<'_, Result<Vec<Vec<String>>, PluginError>> {
         self.record("GetPreferredAllocation");
+        let fixed = {
+            let mut state = self.lock();
+            state.preferred_requests.extend(requests.iter().cloned());
+            state.preferred_answer.clone()
+        };
+        if let Some(ids) = fixed {
+            return futures::future::ready(Ok(vec![ids])).boxed();
+        }
         let answers = requests
             .into_iter()
             .map(|r| {

@@ -166,6 +166,7 @@ impl Daemon {
             endpoint_grace_period: config.endpoint_grace_period,
             dial_timeout: config.dial_timeout,
             options_timeout: config.options_timeout,
+            allocate_timeout: devicelet_devicemanager::DEFAULT_ALLOCATE_TIMEOUT,
         };
         let manager = DeviceManager::new(
             manager_config,

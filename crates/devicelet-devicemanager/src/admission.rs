@@ -1,0 +1,451 @@
+//! Device allocation for one container at admission time, following `Allocate` and
+//! `allocateContainerResources` in `pkg/kubelet/cm/devicemanager/manager.go` (spec §2 C1-C5,
+//! §1.10): resources in name order, preconditions, picking with reuse and NUMA affinity,
+//! `GetPreferredAllocation` when offered, one `Allocate` RPC per (container, resource).
+//!
+//! Differences from upstream, on purpose:
+//! * `Allocate` and `GetPreferredAllocation` have a deadline (`allocate_timeout`).
+//! * A failure leaves nothing behind: resources already allocated for this container in this
+//!   call are dropped and the reservations released (upstream keeps them until GC, spec §7
+//!   item 10).
+//! * The manager lock is never held across an RPC; picked devices are reserved before the
+//!   `Allocate` RPC, so concurrent admissions never get the same device.
+
+use std::collections::{BTreeMap, HashSet};
+
+use tracing::{debug, info};
+
+use crate::allocation::{AllocationError, DevicePicker, NumaMask, has_topology};
+use crate::error::{EndpointError, PluginError};
+use crate::manager::DeviceManager;
+use crate::pod_devices::{Needed, ResourceAllocation, ResourceHealth, check_preconditions};
+use crate::types::{ContainerAllocateResponse, Health};
+
+/// How a container takes part in the init-container reuse pool (C1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// Regular init container: its devices become reusable by later containers.
+    Init,
+    /// Restartable init container (`restartPolicy: Always`): keeps its devices.
+    Sidecar,
+    /// App container.
+    App,
+}
+
+/// One container to allocate devices for.
+#[derive(Debug, Clone)]
+pub struct ContainerRequest {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// Init, sidecar or app.
+    pub kind: ContainerKind,
+    /// Integer limits per resource (the kubelet reads limits only, rounded up).
+    pub limits: BTreeMap<String, u64>,
+    /// The topology hint's NUMA mask, if any.
+    pub affinity: Option<NumaMask>,
+}
+
+/// Why a container could not get its devices.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    /// Picking failed (shortage, unhealthy, changed request, ...).
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
+    /// The plugin is gone (`unknown Device Plugin`, or a stopped endpoint).
+    #[error(transparent)]
+    Endpoint(#[from] EndpointError),
+    /// `GetPreferredAllocation` failed.
+    #[error("device plugin GetPreferredAllocation rpc failed with err: {source}")]
+    Preferred {
+        /// Resource.
+        resource: String,
+        /// RPC error.
+        source: PluginError,
+    },
+    /// `Allocate` failed or answered nothing usable.
+    #[error("device plugin Allocate rpc for {resource} failed with err: {source}")]
+    Allocate {
+        /// Resource.
+        resource: String,
+        /// RPC error.
+        source: PluginError,
+    },
+    /// The device manager is stopped.
+    #[error("device manager is stopped")]
+    Stopped,
+}
+
+/// Devices given to a container, per resource.
+pub type ContainerDevices = BTreeMap<String, Vec<String>>;
+
+impl DeviceManager {
+    /// Allocates the container's device-plugin resources (resources no plugin knows are
+    /// skipped, as the kubelet does; the caller rejects unknown extended resources earlier).
+    /// Returns the devices per resource; on error nothing of this call remains.
+    pub async fn allocate_container(
+        &self,
+        request: &ContainerRequest,
+    ) -> Result<ContainerDevices, AdmissionError> {
+        let mut done: Vec<String> = Vec::new();
+        let result = self.allocate_resources(request, &mut done).await;
+        let mut state = self.inner.lock();
+        match result {
+            Ok(devices) => {
+                state.reuse.select_pod(&request.pod_uid);
+                for (resource, ids) in &devices {
+                    match request.kind {
+                        ContainerKind::Init => state.reuse.add(resource, ids),
+                        ContainerKind::Sidecar | ContainerKind::App => {
+                            state.reuse.remove(resource, ids)
+                        }
+                    }
+                }
+                drop(state);
+                self.inner.notify();
+                Ok(devices)
+            }
+            Err(err) => {
+                for resource in &done {
+                    state.pod_devices.remove_resource(
+                        &request.pod_uid,
+                        &request.container,
+                        resource,
+                    );
+                }
+                state.rebuild_allocated();
+                Err(err)
+            }
+        }
+    }
+
+    async fn allocate_resources(
+        &self,
+        request: &ContainerRequest,
+        done: &mut Vec<String>,
+    ) -> Result<ContainerDevices, AdmissionError> {
+        let mut devices = ContainerDevices::new();
+        for (resource, &required) in &request.limits {
+            let required = usize::try_from(required).unwrap_or(usize::MAX);
+            // Pick and reserve; only a GetPreferredAllocation RPC runs without the lock, and
+            // if another admission took a device meanwhile the pick is redone.
+            let mut attempts = 0;
+            let chosen = loop {
+                let Some(plan) = self.plan(request, resource, required)? else {
+                    break None;
+                };
+                match plan {
+                    Plan::Keep(ids) => {
+                        devices.insert(resource.clone(), ids);
+                        break None;
+                    }
+                    Plan::Reserved(ids) => break Some(ids),
+                    Plan::AskPreferred(picker) => {
+                        let ids = self.finish_pick(resource, picker).await?;
+                        if self.try_reserve(resource, &ids) {
+                            break Some(ids);
+                        }
+                        attempts += 1;
+                        if attempts >= 3 {
+                            return Err(AllocationError::AllocatedLess {
+                                requested: required,
+                                got: 0,
+                            }
+                            .into());
+                        }
+                    }
+                }
+            };
+            let Some(chosen) = chosen else { continue };
+            let (client, numa) = {
+                let state = self.inner.lock();
+                let entry = state.resources.get(resource);
+                let client = entry.and_then(|e| {
+                    e.endpoint
+                        .client
+                        .clone()
+                        .filter(|_| e.endpoint.stopped_at.is_none())
+                });
+                (
+                    client,
+                    per_numa(entry.and_then(|e| e.devices.as_ref()), &chosen),
+                )
+            };
+            done.push(resource.clone());
+            let Some(client) = client else {
+                return Err(EndpointError::Stopped {
+                    resource: resource.clone(),
+                }
+                .into());
+            };
+            let timeout = self.inner.config.allocate_timeout;
+            let response =
+                match tokio::time::timeout(timeout, client.allocate(vec![chosen.clone()])).await {
+                    Ok(Ok(mut responses)) if !responses.is_empty() => responses.swap_remove(0),
+                    Ok(Ok(_)) => {
+                        return Err(AdmissionError::Allocate {
+                            resource: resource.clone(),
+                            source: PluginError::InvalidResponse(
+                                "no containers return in allocation response".into(),
+                            ),
+                        });
+                    }
+                    Ok(Err(source)) => {
+                        return Err(AdmissionError::Allocate {
+                            resource: resource.clone(),
+                            source,
+                        });
+                    }
+                    Err(_) => {
+                        return Err(AdmissionError::Allocate {
+                            resource: resource.clone(),
+                            source: PluginError::DeadlineExceeded(timeout),
+                        });
+                    }
+                };
+            self.record(request, resource, &chosen, numa, response);
+            info!(resource = %resource, pod_uid = %request.pod_uid, container = %request.container,
+                devices = ?chosen, "devices allocated");
+            devices.insert(resource.clone(), chosen);
+        }
+        Ok(devices)
+    }
+
+    /// Preconditions and the first picking steps under the lock. `None`: not a device-plugin
+    /// resource.
+    fn plan(
+        &self,
+        request: &ContainerRequest,
+        resource: &str,
+        required: usize,
+    ) -> Result<Option<Plan>, AdmissionError> {
+        let mut state = self.inner.lock();
+        let known = state
+            .resources
+            .get(resource)
+            .is_some_and(|e| e.devices.is_some())
+            || state.allocated.contains_key(resource);
+        if !known {
+            return Ok(None);
+        }
+        state.reuse.select_pod(&request.pod_uid);
+        let already: Option<Vec<String>> = state
+            .pod_devices
+            .get(&request.pod_uid, &request.container, resource)
+            .map(|a| a.device_ids.clone());
+        let set = state
+            .resources
+            .get(resource)
+            .and_then(|e| e.devices.as_ref());
+        let is_healthy = |id: &str| {
+            set.and_then(|s| s.get(id))
+                .is_some_and(|d| d.health == Health::Healthy)
+        };
+        let health = set.map(|s| ResourceHealth {
+            healthy_count: s.healthy_count(),
+            is_healthy: &is_healthy,
+        });
+        let needed = check_preconditions(
+            &request.pod_uid,
+            &request.container,
+            resource,
+            required,
+            already.as_deref(),
+            false,
+            health,
+        )?;
+        match needed {
+            Needed::Nothing => Ok(Some(Plan::Keep(already.unwrap_or_default()))),
+            Needed::Pick(_) => {
+                let Some(set) = set else {
+                    return Err(AllocationError::Unregistered {
+                        resource: resource.to_owned(),
+                    }
+                    .into());
+                };
+                let reserved = state.allocated.get(resource);
+                let free: Vec<_> = set
+                    .devices()
+                    .iter()
+                    .filter(|d| {
+                        d.health == Health::Healthy && reserved.is_none_or(|r| !r.contains(&d.id))
+                    })
+                    .collect();
+                let reusable = state.reuse.reusable(resource).to_vec();
+                let picker = DevicePicker::new(
+                    resource,
+                    required,
+                    &reusable,
+                    &free,
+                    request.affinity,
+                    has_topology(set.devices()),
+                )?;
+                let preferred = state
+                    .resources
+                    .get(resource)
+                    .and_then(|e| e.endpoint.options)
+                    .is_some_and(|o| o.get_preferred_allocation_available);
+                if preferred && picker.preferred_request().is_some() {
+                    return Ok(Some(Plan::AskPreferred(picker)));
+                }
+                let chosen = picker.finish(None)?;
+                reserve(&mut state, resource, &chosen);
+                Ok(Some(Plan::Reserved(chosen)))
+            }
+        }
+    }
+
+    async fn finish_pick(
+        &self,
+        resource: &str,
+        picker: DevicePicker,
+    ) -> Result<Vec<String>, AdmissionError> {
+        let answer = match picker.preferred_request() {
+            None => None,
+            Some(preferred_request) => {
+                let (client, _) = self.endpoint_client(resource)?;
+                let timeout = self.inner.config.allocate_timeout;
+                match tokio::time::timeout(
+                    timeout,
+                    client.get_preferred_allocation(vec![preferred_request]),
+                )
+                .await
+                {
+                    Ok(Ok(mut answers)) => (!answers.is_empty()).then(|| answers.swap_remove(0)),
+                    Ok(Err(source)) => {
+                        return Err(AdmissionError::Preferred {
+                            resource: resource.to_owned(),
+                            source,
+                        });
+                    }
+                    Err(_) => {
+                        return Err(AdmissionError::Preferred {
+                            resource: resource.to_owned(),
+                            source: PluginError::DeadlineExceeded(timeout),
+                        });
+                    }
+                }
+            }
+        };
+        Ok(picker.finish(answer.as_deref())?)
+    }
+
+    /// Reserves `chosen` unless another admission took one of them (reused devices of this
+    /// pod's init containers are shared on purpose).
+    fn try_reserve(&self, resource: &str, chosen: &[String]) -> bool {
+        let mut state = self.inner.lock();
+        let reusable: HashSet<String> = state.reuse.reusable(resource).iter().cloned().collect();
+        let taken = state.allocated.get(resource).is_some_and(|r| {
+            chosen
+                .iter()
+                .any(|id| r.contains(id) && !reusable.contains(id))
+        });
+        if taken {
+            debug!(
+                resource,
+                "device taken concurrently during GetPreferredAllocation; picking again"
+            );
+            return false;
+        }
+        reserve(&mut state, resource, chosen);
+        true
+    }
+
+    fn record(
+        &self,
+        request: &ContainerRequest,
+        resource: &str,
+        chosen: &[String],
+        devices_per_numa: BTreeMap<i64, Vec<String>>,
+        response: ContainerAllocateResponse,
+    ) {
+        let mut state = self.inner.lock();
+        state.pod_devices.insert(
+            &request.pod_uid,
+            &request.container,
+            resource,
+            ResourceAllocation {
+                device_ids: chosen.to_vec(),
+                devices_per_numa,
+                response: Some(response),
+            },
+        );
+    }
+
+    /// Frees a pod's devices (`devicelet remove`); returns whether it held any.
+    pub fn remove_pod(&self, pod_uid: &str) -> bool {
+        let mut state = self.inner.lock();
+        let removed = state.pod_devices.remove_pod(pod_uid);
+        if removed {
+            state.rebuild_allocated();
+        }
+        drop(state);
+        if removed {
+            self.inner.notify();
+        }
+        removed
+    }
+
+    /// Keeps only `active` pods (`UpdateAllocatedDevices`, C7); returns the UIDs freed.
+    pub fn retain_active_pods(&self, active: &HashSet<String>) -> Vec<String> {
+        let mut state = self.inner.lock();
+        let removed = state.pod_devices.retain_active(active);
+        if !removed.is_empty() {
+            state.rebuild_allocated();
+        }
+        removed
+    }
+
+    /// Devices and cached `Allocate` answers a container holds.
+    pub fn container_allocations(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> BTreeMap<String, ResourceAllocation> {
+        self.inner
+            .lock()
+            .pod_devices
+            .container(pod_uid, container)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+enum Plan {
+    /// The container already holds its devices (restart path): no RPC.
+    Keep(Vec<String>),
+    /// Devices picked and reserved.
+    Reserved(Vec<String>),
+    /// Picking needs the plugin's preference first.
+    AskPreferred(DevicePicker),
+}
+
+fn reserve(state: &mut crate::manager::State, resource: &str, chosen: &[String]) {
+    state
+        .allocated
+        .entry(resource.to_owned())
+        .or_default()
+        .extend(chosen.iter().cloned());
+}
+
+/// `DevicesPerNUMA`: each device under each of its NUMA IDs, or `-1` without topology
+/// (topology as known at allocation time; a device missing from the list counts as none,
+/// where Go would dereference nil, spec §7 item 17).
+fn per_numa(
+    set: Option<&crate::inventory::ResourceDevices>,
+    chosen: &[String],
+) -> BTreeMap<i64, Vec<String>> {
+    let mut map: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for id in chosen {
+        let nodes = set
+            .and_then(|s| s.get(id))
+            .and_then(|d| d.numa_nodes.clone())
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| vec![-1]);
+        for node in nodes {
+            map.entry(node).or_default().push(id.clone());
+        }
+    }
+    map
+}
