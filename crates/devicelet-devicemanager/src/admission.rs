@@ -18,7 +18,10 @@ use tracing::{debug, info};
 use crate::allocation::{AllocationError, DevicePicker, NumaMask, has_topology};
 use crate::error::{EndpointError, PluginError};
 use crate::manager::DeviceManager;
-use crate::pod_devices::{Needed, ResourceAllocation, ResourceHealth, check_preconditions};
+use crate::pod_devices::{
+    Needed, ResourceAllocation, ResourceHealth, RunContainerOptions, check_preconditions,
+    merge_responses,
+};
 use crate::types::{ContainerAllocateResponse, Health};
 
 /// How a container takes part in the init-container reuse pool (C1).
@@ -72,10 +75,21 @@ pub enum AdmissionError {
         /// RPC error.
         source: PluginError,
     },
+    /// `PreStartContainer` failed, timed out, or there is nothing cached to send.
+    #[error("device plugin PreStartContainer rpc failed with err: {source}")]
+    PreStart {
+        /// Resource.
+        resource: String,
+        /// RPC error.
+        source: PluginError,
+    },
     /// The device manager is stopped.
     #[error("device manager is stopped")]
     Stopped,
 }
+
+/// `KubeletPreStartContainerRPCTimeoutInSecs`.
+pub const PRE_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Devices given to a container, per resource.
 pub type ContainerDevices = BTreeMap<String, Vec<String>>;
@@ -371,6 +385,74 @@ impl DeviceManager {
                 response: Some(response),
             },
         );
+    }
+
+    /// Runtime settings for a container start (`GetDeviceRunContainerOptions`, spec §2 D1):
+    /// `PreStartContainer` first (30 s deadline) for every resource with a non-zero limit
+    /// whose plugin asked for it, then the merged cached `Allocate` answers. `None` when the
+    /// container holds no devices.
+    pub async fn run_container_options(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        limits: &BTreeMap<String, u64>,
+    ) -> Result<Option<RunContainerOptions>, AdmissionError> {
+        let held = self.container_allocations(pod_uid, container);
+        for (resource, &limit) in limits {
+            if limit == 0 {
+                continue;
+            }
+            let pre_start = {
+                let state = self.inner.lock();
+                state.resources.get(resource).map(|e| {
+                    (
+                        e.endpoint.options.is_some_and(|o| o.pre_start_required),
+                        e.endpoint
+                            .client
+                            .clone()
+                            .filter(|_| e.endpoint.stopped_at.is_none()),
+                    )
+                })
+            };
+            let Some((true, client)) = pre_start else {
+                continue;
+            };
+            let Some(ids) = held.get(resource).map(|a| a.device_ids.clone()) else {
+                return Err(AdmissionError::PreStart {
+                    resource: resource.clone(),
+                    source: PluginError::InvalidResponse(format!(
+                        "no devices found allocated in local cache for pod {pod_uid}, container {container}, resource {resource}"
+                    )),
+                });
+            };
+            let Some(client) = client else {
+                return Err(EndpointError::Stopped {
+                    resource: resource.clone(),
+                }
+                .into());
+            };
+            match tokio::time::timeout(PRE_START_TIMEOUT, client.pre_start_container(ids)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(source)) => {
+                    return Err(AdmissionError::PreStart {
+                        resource: resource.clone(),
+                        source,
+                    });
+                }
+                Err(_) => {
+                    return Err(AdmissionError::PreStart {
+                        resource: resource.clone(),
+                        source: PluginError::DeadlineExceeded(PRE_START_TIMEOUT),
+                    });
+                }
+            }
+        }
+        if held.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(merge_responses(held.iter().filter_map(
+            |(resource, a)| a.response.as_ref().map(|r| (resource.as_str(), r)),
+        ))))
     }
 
     /// Frees a pod's devices (`devicelet remove`); returns whether it held any.

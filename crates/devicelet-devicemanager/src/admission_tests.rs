@@ -281,3 +281,66 @@ async fn a4_stopped_plugin_fails_allocation() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn d1_run_container_options_calls_prestart_with_all_devices_and_merges_responses() {
+    let dialer = FakeDialer::new();
+    let plugin = FakePlugin::new(DevicePluginOptions {
+        pre_start_required: true,
+        get_preferred_allocation_available: false,
+    });
+    dialer.add(PathBuf::from("/dp/gpu.sock"), plugin.clone());
+    let manager = DeviceManager::new(
+        DeviceManagerConfig::new("/dp"),
+        Arc::new(dialer),
+        Arc::new(FakeClock::new()),
+    );
+    manager
+        .register(&RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: "gpu.sock".into(),
+            resource_name: RES.into(),
+        })
+        .await
+        .unwrap();
+    let mut changes = manager.subscribe();
+    plugin.send(gpus(2));
+    while manager.capacity().capacity.get(RES) != Some(&2) {
+        changes.changed().await.unwrap();
+    }
+    let got = take(&manager, container("p", "c", ContainerKind::App, 2)).await;
+    let limits = BTreeMap::from([(RES.to_owned(), 2u64)]);
+    let options = manager
+        .run_container_options("p", "c", &limits)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(options.envs["FAKE_DEVICES"], got.join(","));
+    assert_eq!(
+        plugin
+            .calls()
+            .iter()
+            .filter(|c| *c == "PreStartContainer")
+            .count(),
+        1
+    );
+    // A zero limit skips PreStart; a container without devices gets None.
+    let zero = BTreeMap::from([(RES.to_owned(), 0u64)]);
+    assert!(
+        manager
+            .run_container_options("p", "other", &zero)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // PreStart required but nothing cached: the kubelet's error.
+    let err = manager
+        .run_container_options("p", "other", &limits)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no devices found allocated in local cache"),
+        "{err}"
+    );
+}

@@ -18,7 +18,9 @@ pub mod validation;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 
-pub use admission::{AdmissionError, ContainerDevices, ContainerKind, ContainerRequest};
+pub use admission::{
+    AdmissionError, ContainerDevices, ContainerKind, ContainerRequest, PRE_START_TIMEOUT,
+};
 pub use allocation::{AffinitySplit, AllocationError, DevicePicker, NumaMask, filter_by_affinity};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use error::{EndpointError, PluginError, RegistrationError};

@@ -6,7 +6,91 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::allocation::AllocationError;
-use crate::types::ContainerAllocateResponse;
+use tracing::warn;
+
+use crate::types::{ContainerAllocateResponse, DeviceSpec, Mount};
+
+/// What the runtime must inject into a container (DESIGN.md `start` JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunContainerOptions {
+    /// Environment variables.
+    pub envs: BTreeMap<String, String>,
+    /// Mounts, unique by container path.
+    pub mounts: Vec<Mount>,
+    /// Device nodes, unique by container path.
+    pub devices: Vec<DeviceSpec>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// CDI device names, deduplicated.
+    pub cdi_devices: Vec<String>,
+}
+
+/// Merges cached `Allocate` answers (spec §2 D2): first value wins for env and annotation
+/// keys and for mount and device container paths (conflicts are logged and dropped); CDI
+/// names are deduplicated. Upstream visits resources in random map order; we use the order
+/// given (resource name order), one valid instance of it.
+pub fn merge_responses<'a>(
+    responses: impl IntoIterator<Item = (&'a str, &'a ContainerAllocateResponse)>,
+) -> RunContainerOptions {
+    let mut merged = RunContainerOptions::default();
+    for (resource, response) in responses {
+        for (key, value) in &response.envs {
+            match merged.envs.get(key) {
+                Some(existing) if existing != value => {
+                    warn!(resource, key = %key, kept = %existing, dropped = %value, "environment variable conflict");
+                }
+                Some(_) => {}
+                None => {
+                    merged.envs.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        for (key, value) in &response.annotations {
+            match merged.annotations.get(key) {
+                Some(existing) if existing != value => {
+                    warn!(resource, key = %key, kept = %existing, dropped = %value, "annotation conflict");
+                }
+                Some(_) => {}
+                None => {
+                    merged.annotations.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        for mount in &response.mounts {
+            match merged
+                .mounts
+                .iter()
+                .find(|m| m.container_path == mount.container_path)
+            {
+                Some(existing) if existing.host_path != mount.host_path => {
+                    warn!(resource, path = %mount.container_path, "mount conflict; keeping the first");
+                }
+                Some(_) => {}
+                None => merged.mounts.push(mount.clone()),
+            }
+        }
+        for device in &response.devices {
+            match merged
+                .devices
+                .iter()
+                .find(|d| d.container_path == device.container_path)
+            {
+                Some(existing) if existing.host_path != device.host_path => {
+                    warn!(resource, path = %device.container_path, "device node conflict; keeping the first");
+                }
+                Some(_) => {}
+                None => merged.devices.push(device.clone()),
+            }
+        }
+        for name in &response.cdi_devices {
+            if !merged.cdi_devices.contains(name) {
+                merged.cdi_devices.push(name.clone());
+            }
+        }
+    }
+    merged
+}
 
 /// What one container holds of one resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -244,6 +328,54 @@ mod tests {
             devices_per_numa: BTreeMap::new(),
             response: with_response.then(ContainerAllocateResponse::default),
         }
+    }
+
+    #[test]
+    fn d2_merge_first_value_wins_and_cdi_names_are_deduplicated() {
+        let mut a = ContainerAllocateResponse::default();
+        a.envs.insert("K".into(), "a".into());
+        a.annotations.insert("ann".into(), "a".into());
+        a.mounts.push(Mount {
+            container_path: "/m".into(),
+            host_path: "/ha".into(),
+            read_only: true,
+        });
+        a.devices.push(DeviceSpec {
+            container_path: "/dev/x".into(),
+            host_path: "/dev/a".into(),
+            permissions: "rw".into(),
+        });
+        a.cdi_devices = vec!["v.com/c=a".into(), "v.com/c=shared".into()];
+        let mut b = ContainerAllocateResponse::default();
+        b.envs.insert("K".into(), "b".into());
+        b.envs.insert("L".into(), "b".into());
+        b.annotations.insert("ann".into(), "b".into());
+        b.mounts.push(Mount {
+            container_path: "/m".into(),
+            host_path: "/hb".into(),
+            read_only: false,
+        });
+        b.devices.push(DeviceSpec {
+            container_path: "/dev/x".into(),
+            host_path: "/dev/b".into(),
+            permissions: "r".into(),
+        });
+        b.cdi_devices = vec!["v.com/c=shared".into(), "v.com/c=b".into()];
+        let merged = merge_responses([("r1", &a), ("r2", &b)]);
+        assert_eq!(merged.envs["K"], "a");
+        assert_eq!(merged.envs["L"], "b");
+        assert_eq!(merged.annotations["ann"], "a");
+        assert_eq!(merged.mounts.len(), 1);
+        assert_eq!(merged.mounts[0].host_path, "/ha");
+        assert_eq!(merged.devices.len(), 1);
+        assert_eq!(merged.devices[0].host_path, "/dev/a");
+        assert_eq!(
+            merged.cdi_devices,
+            ["v.com/c=a", "v.com/c=shared", "v.com/c=b"]
+        );
+        let json = serde_json::to_value(&merged).unwrap();
+        assert_eq!(json["mounts"][0]["containerPath"], "/m");
+        assert_eq!(json["cdiDevices"][2], "v.com/c=b");
     }
 
     #[test]

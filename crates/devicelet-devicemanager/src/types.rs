@@ -116,7 +116,8 @@ pub struct PreferredAllocationRequest {
 }
 
 /// A mount the runtime must add (`v1beta1.Mount`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Mount {
     /// Path inside the container.
     pub container_path: String,
@@ -127,7 +128,8 @@ pub struct Mount {
 }
 
 /// A device node the runtime must add (`v1beta1.DeviceSpec`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeviceSpec {
     /// Path inside the container.
     pub container_path: String,
