@@ -71,6 +71,37 @@ pub enum ReservedCpus {
     Count(usize),
 }
 
+impl ReservedCpus {
+    /// From KubeletConfiguration fields, as `cpu_manager.go` derives them: a non-empty
+    /// `reservedSystemCPUs` wins; otherwise `kubeReserved.cpu + systemReserved.cpu` rounded up
+    /// to whole CPUs (fractional CPUs cannot be reserved exclusively).
+    pub fn from_kubelet_config(
+        reserved_system_cpus: Option<&str>,
+        kube_reserved_cpu: Option<&str>,
+        system_reserved_cpu: Option<&str>,
+    ) -> Result<ReservedCpus, CpuManagerError> {
+        if let Some(list) = reserved_system_cpus
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            return Ok(ReservedCpus::List(list.to_string()));
+        }
+        let mut millis: i128 = 0;
+        for q in [kube_reserved_cpu, system_reserved_cpu]
+            .into_iter()
+            .flatten()
+        {
+            let parsed = crate::pod::Quantity::parse(q)
+                .map_err(|e| CpuManagerError::BadReservedList(q.to_string(), e.to_string()))?;
+            millis += parsed.milli_value().max(0);
+        }
+        let count = usize::try_from((millis + 999) / 1000).map_err(|_| {
+            CpuManagerError::BadReservedList(format!("{millis}m"), "too large".into())
+        })?;
+        Ok(ReservedCpus::Count(count))
+    }
+}
+
 /// Configuration (KubeletConfiguration field names in the comments).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuManagerConfig {

@@ -357,3 +357,65 @@ fn topology_from_machine_config_feeds_the_manager() {
         "a whole free NUMA node"
     );
 }
+
+#[test]
+fn reserved_cpus_follow_kubelet_configuration_fields() {
+    assert_eq!(
+        ReservedCpus::from_kubelet_config(Some("0,64"), Some("500m"), None).expect("valid"),
+        ReservedCpus::List("0,64".into())
+    );
+    assert_eq!(
+        ReservedCpus::from_kubelet_config(Some(""), Some("500m"), Some("1")).expect("valid"),
+        ReservedCpus::Count(2),
+        "1.5 CPUs round up to 2"
+    );
+    assert_eq!(
+        ReservedCpus::from_kubelet_config(None, None, None).expect("valid"),
+        ReservedCpus::Count(0)
+    );
+    assert!(ReservedCpus::from_kubelet_config(None, Some("lots"), None).is_err());
+}
+
+#[test]
+fn pod_scope_admission_places_init_and_app_containers_on_one_numa_node() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Arc::new(static_manager(dual_socket_multi_numa_ht(), 1, dir.path()));
+    let mut tm = devicelet_topology::TopologyManager::new(
+        &m.topology().numa_topology(),
+        "single-numa-node",
+        "pod",
+        &BTreeMap::new(),
+    )
+    .expect("valid");
+    tm.add_hint_provider(m.clone());
+    let p = pod(
+        "p",
+        QosClass::Guaranteed,
+        &[("init", 8000)],
+        &[("a", 4000), ("b", 4000)],
+    );
+    m.register_pod(&p);
+    tm.admit(&p.spec).expect("8 CPUs fit on one node");
+    let hint = tm.get_affinity("p", "a");
+    let node_cpus = m
+        .topology()
+        .cpus_in_numa_mask(hint.affinity.expect("single node"));
+    for c in ["init", "a", "b"] {
+        let got = set(&m.cpuset_for("p", c).to_string());
+        assert!(
+            got.is_subset_of(&node_cpus),
+            "{c}: {got} not on {node_cpus}"
+        );
+    }
+    let a = m.cpuset_for("p", "a");
+    let b = m.cpuset_for("p", "b");
+    assert!(
+        a.iter().all(|c| !b.contains(c)),
+        "apps split the init CPUs: {a} / {b}"
+    );
+    assert_eq!(
+        set(&m.cpuset_for("p", "init").to_string()),
+        set(&a.to_string()).union(&set(&b.to_string()))
+    );
+}
