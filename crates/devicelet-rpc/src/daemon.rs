@@ -25,6 +25,7 @@ use crate::control::{self, ControlState};
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;
 use crate::plugin_watcher::{DevicePluginHandler, PluginWatcher};
+use crate::pods::PodAdmitter;
 use crate::registration::RegistrationService;
 use crate::transport;
 
@@ -216,6 +217,7 @@ impl Daemon {
         let control_listener = transport::bind(&paths.control_socket)?;
         let app = control::router(ControlState {
             devices: manager.clone(),
+            pods: Arc::new(PodAdmitter::new(manager.clone())),
         });
         let mut rx = shutdown_rx.clone();
         let socket = paths.control_socket.clone();

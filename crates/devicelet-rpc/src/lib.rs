@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod error;
 pub mod plugin_client;
 pub mod plugin_watcher;
+pub mod pods;
 pub mod registration;
 pub mod transport;
 
@@ -18,4 +19,5 @@ pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use error::{ControlError, RpcError};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
 pub use plugin_watcher::{DevicePluginHandler, PluginHandler, PluginWatcher};
+pub use pods::{AdmittedPod, PodAdmitter, PodError, PodList};
 pub use registration::RegistrationService;

@@ -33,6 +33,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what the running daemon knows.
     Get(GetArgs),
+    /// Admit a Pod manifest: allocate devices to its containers.
+    Admit(AdmitArgs),
+    /// What the runtime must inject when a container of an admitted pod starts.
+    Start(StartArgs),
+    /// Forget an admitted pod and free its devices.
+    Remove(RemoveArgs),
     /// Run the built-in example device plugin (a separate process registering with R).
     ExamplePlugin(ExamplePluginArgs),
     /// Temporary root + daemon + example plugin: show the inventory, flip a device, stop.
@@ -93,6 +99,38 @@ pub struct GetArgs {
 pub enum GetWhat {
     /// Device-plugin resources: capacity, allocatable, inactive and devices.
     Resources(OutputArgs),
+    /// Admitted pods with their containers' devices.
+    Pods(OutputArgs),
+}
+
+/// `devicelet admit`.
+#[derive(Debug, Clone, Args)]
+pub struct AdmitArgs {
+    /// Pod manifest (YAML or JSON); `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `devicelet start`.
+#[derive(Debug, Clone, Args)]
+pub struct StartArgs {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Container name.
+    pub container: String,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `devicelet remove`.
+#[derive(Debug, Clone, Args)]
+pub struct RemoveArgs {
+    /// Pod UID.
+    pub pod_uid: String,
 }
 
 /// `devicelet example-plugin`.

@@ -19,7 +19,12 @@ async fn main() -> std::process::ExitCode {
     // Long-running commands log at info by default; CLI queries stay quiet.
     let default_level = match cli.command {
         Command::Serve(_) | Command::ExamplePlugin(_) => "info",
-        Command::Get(_) | Command::Demo(_) | Command::Allocate(_) => "warn",
+        Command::Get(_)
+        | Command::Admit(_)
+        | Command::Start(_)
+        | Command::Remove(_)
+        | Command::Demo(_)
+        | Command::Allocate(_) => "warn",
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -32,6 +37,9 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => commands::serve::run(&root_dir, args).await,
         Command::Get(args) => commands::get::run(&root_dir, args).await,
+        Command::Admit(args) => commands::admit::run(&root_dir, args).await,
+        Command::Start(args) => commands::start::run(&root_dir, args).await,
+        Command::Remove(args) => commands::remove::run(&root_dir, args).await,
         Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
         Command::Demo(args) => commands::demo::run(args).await,
         Command::Allocate(args) => commands::allocate::run(args),

@@ -18,6 +18,12 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
             let snapshot = client.resources().await.context("get resources")?;
             output::print(out.output, &snapshot, resources_table)
         }
+        GetWhat::Pods(out) => {
+            let pods = client.pods().await.context("get pods")?;
+            output::print(out.output, &pods, |list| {
+                crate::commands::admit::pods_table(&list.pods)
+            })
+        }
     }
 }
 

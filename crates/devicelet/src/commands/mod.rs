@@ -1,7 +1,10 @@
 //! One module per subcommand; each exposes `run`.
 
+pub mod admit;
 pub mod allocate;
 pub mod demo;
 pub mod example_plugin;
 pub mod get;
+pub mod remove;
 pub mod serve;
+pub mod start;

@@ -1,0 +1,277 @@
+//! Pod admission on the daemon side, following the kubelet's device-manager admit path
+//! (Topology Manager → `devicemanager.Allocate` for every init container in order, then every
+//! app container; spec devicemanager.md §2 C1): a Kubernetes Pod (k8s-openapi) in, devices per
+//! container out. Admission is idempotent by pod UID and all-or-nothing: a rejection leaves
+//! no device allocated. Admissions are serialized, as in the kubelet, because the
+//! init-container reuse pool holds one pod at a time.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use devicelet_devicemanager::{
+    AdmissionError, ContainerKind, ContainerRequest, DeviceManager, RunContainerOptions, validation,
+};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde::{Deserialize, Serialize};
+use tracing::info;
+
+/// Why a pod was not admitted (or a pod operation failed).
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// The manifest lacks something admission needs.
+    #[error("invalid pod: {0}")]
+    Invalid(String),
+    /// A container asks for an extended resource no device plugin advertises.
+    #[error("container {container:?} requests {resource}, which no device plugin advertises")]
+    UnknownResource {
+        /// Container name.
+        container: String,
+        /// Resource.
+        resource: String,
+    },
+    /// Device allocation failed for a container.
+    #[error("container {container:?}: {source}")]
+    Admission {
+        /// Container name.
+        container: String,
+        /// Cause.
+        source: AdmissionError,
+    },
+    /// No pod with this UID is admitted.
+    #[error("pod {uid} is not admitted")]
+    NotFound {
+        /// Pod UID.
+        uid: String,
+    },
+    /// The pod has no container of that name.
+    #[error("pod {uid} has no container {container:?}")]
+    NoSuchContainer {
+        /// Pod UID.
+        uid: String,
+        /// Container name.
+        container: String,
+    },
+}
+
+/// Identity of an admitted pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+/// One container's allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerView {
+    /// Container name.
+    pub name: String,
+    /// Device IDs per resource.
+    pub devices: BTreeMap<String, Vec<String>>,
+    /// DRA claims (not handled by this admitter yet; always empty).
+    pub claims: Vec<serde_json::Value>,
+    /// Device-plugin limits, kept for `start`.
+    #[serde(skip)]
+    pub limits: BTreeMap<String, u64>,
+}
+
+/// DESIGN.md `admit` JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmittedPod {
+    /// The pod.
+    pub pod: PodRef,
+    /// Containers in admission order (init containers first).
+    pub containers: Vec<ContainerView>,
+}
+
+/// DESIGN.md `get pods` JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodList {
+    /// Admitted pods by UID.
+    pub pods: Vec<AdmittedPod>,
+}
+
+/// Admits pods into a [`DeviceManager`] and remembers them.
+#[derive(Debug)]
+pub struct PodAdmitter {
+    manager: DeviceManager,
+    pods: Mutex<BTreeMap<String, AdmittedPod>>,
+    admission: tokio::sync::Mutex<()>,
+}
+
+impl PodAdmitter {
+    /// An admitter over `manager`.
+    pub fn new(manager: DeviceManager) -> Self {
+        PodAdmitter {
+            manager,
+            pods: Mutex::default(),
+            admission: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn pods(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AdmittedPod>> {
+        self.pods
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Admits `pod`; an already admitted UID returns its existing allocation.
+    pub async fn admit(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
+        let _serial = self.admission.lock().await;
+        let meta = &pod.metadata;
+        let uid = meta
+            .uid
+            .clone()
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| PodError::Invalid("metadata.uid is missing".into()))?;
+        if let Some(existing) = self.pods().get(&uid) {
+            return Ok(existing.clone());
+        }
+        let name = meta
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| PodError::Invalid("metadata.name is missing".into()))?;
+        let namespace = meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let spec = pod
+            .spec
+            .as_ref()
+            .ok_or_else(|| PodError::Invalid("spec is missing".into()))?;
+
+        let mut plan: Vec<(ContainerKind, &Container)> = Vec::new();
+        for c in spec.init_containers.iter().flatten() {
+            let kind = if c.restart_policy.as_deref() == Some("Always") {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
+            plan.push((kind, c));
+        }
+        plan.extend(spec.containers.iter().map(|c| (ContainerKind::App, c)));
+
+        let known = self.manager.capacity().capacity;
+        let mut requests = Vec::with_capacity(plan.len());
+        for (kind, container) in plan {
+            let limits = device_limits(container)?;
+            if let Some(resource) = limits.keys().find(|r| !known.contains_key(*r)) {
+                return Err(PodError::UnknownResource {
+                    container: container.name.clone(),
+                    resource: resource.clone(),
+                });
+            }
+            requests.push(ContainerRequest {
+                pod_uid: uid.clone(),
+                container: container.name.clone(),
+                kind,
+                limits,
+                affinity: None,
+            });
+        }
+
+        let mut containers = Vec::with_capacity(requests.len());
+        for request in requests {
+            match self.manager.allocate_container(&request).await {
+                Ok(devices) => containers.push(ContainerView {
+                    name: request.container,
+                    devices,
+                    claims: Vec::new(),
+                    limits: request.limits,
+                }),
+                Err(source) => {
+                    // All or nothing: free what earlier containers of this pod got.
+                    self.manager.remove_pod(&uid);
+                    return Err(PodError::Admission {
+                        container: request.container,
+                        source,
+                    });
+                }
+            }
+        }
+        let admitted = AdmittedPod {
+            pod: PodRef {
+                namespace,
+                name,
+                uid: uid.clone(),
+            },
+            containers,
+        };
+        info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
+        self.pods().insert(uid, admitted.clone());
+        Ok(admitted)
+    }
+
+    /// Runtime settings for a container start (PreStartContainer first when asked for).
+    pub async fn start(&self, uid: &str, container: &str) -> Result<RunContainerOptions, PodError> {
+        let limits = {
+            let pods = self.pods();
+            let pod = pods.get(uid).ok_or_else(|| PodError::NotFound {
+                uid: uid.to_owned(),
+            })?;
+            pod.containers
+                .iter()
+                .find(|c| c.name == container)
+                .map(|c| c.limits.clone())
+                .ok_or_else(|| PodError::NoSuchContainer {
+                    uid: uid.to_owned(),
+                    container: container.to_owned(),
+                })?
+        };
+        let options = self
+            .manager
+            .run_container_options(uid, container, &limits)
+            .await
+            .map_err(|source| PodError::Admission {
+                container: container.to_owned(),
+                source,
+            })?;
+        Ok(options.unwrap_or_default())
+    }
+
+    /// Forgets a pod and frees its devices.
+    pub fn remove(&self, uid: &str) -> Result<(), PodError> {
+        if self.pods().remove(uid).is_none() {
+            return Err(PodError::NotFound {
+                uid: uid.to_owned(),
+            });
+        }
+        self.manager.remove_pod(uid);
+        info!(pod_uid = %uid, "pod removed; devices freed");
+        Ok(())
+    }
+
+    /// Admitted pods.
+    pub fn list(&self) -> PodList {
+        PodList {
+            pods: self.pods().values().cloned().collect(),
+        }
+    }
+}
+
+/// Extended-resource limits of a container as integer device counts (the kubelet reads
+/// limits only; requests are ignored). Fractional or negative counts are rejected.
+fn device_limits(container: &Container) -> Result<BTreeMap<String, u64>, PodError> {
+    let mut limits = BTreeMap::new();
+    let Some(resources) = container.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
+        return Ok(limits);
+    };
+    for (resource, quantity) in resources {
+        if !validation::is_extended_resource_name(resource) {
+            continue;
+        }
+        let text = quantity.0.trim();
+        let count: u64 = text.parse().map_err(|_| {
+            PodError::Invalid(format!(
+                "container {:?}: limit {resource}={text:?} is not a non-negative integer device count",
+                container.name
+            ))
+        })?;
+        limits.insert(resource.clone(), count);
+    }
+    Ok(limits)
+}

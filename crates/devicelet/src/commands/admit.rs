@@ -1,0 +1,112 @@
+//! `devicelet admit -f POD.yaml`: reads a Kubernetes Pod manifest (k8s-openapi `Pod`),
+//! generates `metadata.uid` when missing, and asks the daemon to admit it
+//! (`POST /v1/pods`). A rejection exits 1 with the reason on stderr.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use devicelet_rpc::{AdmittedPod, ControlClient, RootPaths};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::cli::AdmitArgs;
+use crate::output;
+
+/// Runs `admit`.
+pub async fn run(root_dir: &Path, args: AdmitArgs) -> anyhow::Result<()> {
+    let text = if args.file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("read pod manifest from stdin")?;
+        text
+    } else {
+        std::fs::read_to_string(&args.file)
+            .with_context(|| format!("read pod manifest {}", args.file.display()))?
+    };
+    let mut pod =
+        parse_pod(&text).with_context(|| format!("pod manifest {}", args.file.display()))?;
+    if pod.metadata.uid.as_deref().is_none_or(str::is_empty) {
+        let uid = new_uid()?;
+        eprintln!("generated metadata.uid {uid}");
+        pod.metadata.uid = Some(uid);
+    }
+    let body = serde_json::to_vec(&pod).context("encode pod")?;
+    let client = ControlClient::new(RootPaths::new(root_dir).control_socket);
+    let admitted = client
+        .admit(body.into())
+        .await
+        .context("admission rejected")?;
+    output::print(args.output.output, &admitted, |p| {
+        pods_table(std::slice::from_ref(p))
+    })
+}
+
+/// Parses a single Pod from YAML or JSON and checks `kind`.
+pub fn parse_pod(text: &str) -> anyhow::Result<Pod> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text).context("not valid YAML or JSON")?;
+    let kind = value
+        .get("kind")
+        .and_then(serde_yaml::Value::as_str)
+        .unwrap_or("");
+    if kind != "Pod" {
+        bail!("expected kind: Pod, got {kind:?}");
+    }
+    serde_yaml::from_value(value).context("not a valid v1 Pod")
+}
+
+fn new_uid() -> anyhow::Result<String> {
+    let uid =
+        std::fs::read_to_string("/proc/sys/kernel/random/uuid").context("generate a pod UID")?;
+    Ok(uid.trim().to_owned())
+}
+
+/// Table of pods: one row per container with its devices.
+pub fn pods_table(pods: &[AdmittedPod]) -> String {
+    if pods.is_empty() {
+        return "No pods admitted.\n".to_owned();
+    }
+    let rows: Vec<Vec<String>> = pods
+        .iter()
+        .flat_map(|p| {
+            p.containers.iter().map(move |c| {
+                let devices = c
+                    .devices
+                    .iter()
+                    .map(|(resource, ids)| format!("{resource}={}", ids.join(",")))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                vec![
+                    format!("{}/{}", p.pod.namespace, p.pod.name),
+                    p.pod.uid.clone(),
+                    c.name.clone(),
+                    if devices.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        devices
+                    },
+                ]
+            })
+        })
+        .collect();
+    output::render_table(&["POD", "UID", "CONTAINER", "DEVICES"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_that_are_not_a_pod_are_rejected_with_the_cause() {
+        assert!(format!("{:#}", parse_pod(": : :").unwrap_err()).contains("not valid YAML"));
+        assert!(
+            format!("{:#}", parse_pod("kind: Service\n").unwrap_err())
+                .contains("expected kind: Pod")
+        );
+        let pod = parse_pod(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n",
+        )
+        .unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+    }
+}

@@ -1,0 +1,144 @@
+//! Pod admission through the CLI against `devicelet serve` and the example plugin (issue 3:
+//! admit, start, remove, get pods; rejections change nothing).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Root, cli};
+
+const GPU: &str = "example.com/gpu";
+
+fn write(root: &Root, name: &str, text: &str) -> String {
+    let path = root.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn c1_admit_start_remove_and_get_pods_with_init_container_reuse() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&[
+        "--resource",
+        GPU,
+        "--devices",
+        "4",
+        "--numa-nodes",
+        "2",
+        "--pre-start",
+    ]);
+    root.wait_counts(GPU, 4, 4).await;
+    let pod = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/pods/gpu-training.yaml"
+    );
+    let with_uid = std::fs::read_to_string(pod)
+        .unwrap()
+        .replace("namespace: default", "namespace: default\n  uid: uid-1");
+    let file = write(&root, "pod.yaml", &with_uid);
+
+    let (code, stdout, stderr) = cli(root.path(), &["admit", "-f", &file, "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let admitted: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(admitted["pod"]["uid"], "uid-1");
+    let names: Vec<&str> = admitted["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["warmup", "log-shipper", "trainer"]);
+    let warmup = admitted["containers"][0]["devices"][GPU][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sidecar = admitted["containers"][1]["devices"][GPU][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let trainer: Vec<String> =
+        serde_json::from_value(admitted["containers"][2]["devices"][GPU].clone()).unwrap();
+    // The sidecar reuses the init container's device and keeps it; the trainer gets others.
+    assert_eq!(sidecar, warmup);
+    assert_eq!(trainer.len(), 2);
+    assert!(!trainer.contains(&sidecar));
+
+    // Idempotent by UID.
+    let (code, again, _) = cli(root.path(), &["admit", "-f", &file, "-o", "json"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&again).unwrap(),
+        admitted
+    );
+
+    let (code, start, stderr) =
+        cli(root.path(), &["start", "uid-1", "trainer", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let start: serde_json::Value = serde_json::from_str(&start).unwrap();
+    assert_eq!(start["envs"]["EXAMPLE_DEVICES"], trainer.join(","));
+    assert_eq!(start["cdiDevices"].as_array().unwrap().len(), 2);
+
+    // Only one device is left: a 2-GPU pod is rejected and leaves nothing behind.
+    let small = write(
+        &root,
+        "two.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two, uid: uid-2}\nspec:\n  containers:\n  - name: a\n    resources: {limits: {example.com/gpu: \"1\"}}\n  - name: b\n    resources: {limits: {example.com/gpu: \"1\"}}\n",
+    );
+    let (code, _, stderr) = cli(root.path(), &["admit", "-f", &small]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("requested number of devices unavailable for example.com/gpu. Requested: 1, Available: 0"), "{stderr}");
+    let (_, pods, _) = cli(root.path(), &["get", "pods", "-o", "json"]).await;
+    let pods: serde_json::Value = serde_json::from_str(&pods).unwrap();
+    assert_eq!(pods["pods"].as_array().unwrap().len(), 1);
+
+    let (code, _, stderr) = cli(root.path(), &["remove", "uid-1"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let (code, _, stderr) = cli(root.path(), &["admit", "-f", &small]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(plugin.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn bad_manifests_are_rejected_with_the_cause() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "2"]);
+    root.wait_counts(GPU, 2, 2).await;
+    let cases = [
+        ("garbage.yaml", "{{{ not yaml", "not valid YAML"),
+        (
+            "svc.yaml",
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n",
+            "expected kind: Pod",
+        ),
+        (
+            "frac.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: f}\nspec: {containers: [{name: c, resources: {limits: {example.com/gpu: 500m}}}]}\n",
+            "not a non-negative integer device count",
+        ),
+        (
+            "neg.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: n}\nspec: {containers: [{name: c, resources: {limits: {example.com/gpu: \"-1\"}}}]}\n",
+            "not a non-negative integer device count",
+        ),
+        (
+            "unknown.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: u}\nspec: {containers: [{name: c, resources: {limits: {example.com/fpga: \"1\"}}}]}\n",
+            "example.com/fpga, which no device plugin advertises",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let file = write(&root, name, text);
+        let (code, _, stderr) = cli(root.path(), &["admit", "-f", &file]).await;
+        assert_eq!(code, 1, "{name}");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+    }
+    let (_, pods, _) = cli(root.path(), &["get", "pods", "-o", "json"]).await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&pods).unwrap()["pods"],
+        serde_json::json!([])
+    );
+    root.wait_counts(GPU, 2, 2).await;
+    assert_eq!(plugin.terminate().await, 0);
+}
