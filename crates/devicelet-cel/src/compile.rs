@@ -24,6 +24,7 @@ use kube_cel::cel::common::ast::{
 };
 use kube_cel::cel::parser::{ParseErrors, Parser};
 
+use crate::check::{Checker, Ty};
 use crate::cost::{MAX_AST_DEPTH, MAX_EXPRESSION_LENGTH};
 use crate::env::Env;
 use crate::error::CelCompileError;
@@ -161,14 +162,27 @@ fn compile_on_big_stack(
             fast: None,
         },
     };
-    if let Some(t) = static_type(&parsed, &[])
-        && t != "bool"
-    {
-        // Undeclared references take precedence, as in cel-go (check before type).
-        rewriter.rewrite(parsed.clone())?;
-        return Err(CelCompileError::ResultType(t));
-    }
+    let list_type_attributes = env.is_known_function("includes");
+    let checked = Checker::check(&parsed, list_type_attributes, consumable_capacity);
+    // Undeclared references and unknown fields (found by the rewriter) take precedence.
     let expr = rewriter.rewrite(parsed)?;
+    if !checked.issues.is_empty() {
+        return Err(CelCompileError::Compilation(format_check_issues(
+            &checked.issues,
+            &folded,
+            source,
+        )));
+    }
+    // Kubernetes accepts bool, `any` (an attribute value) and, with list-type
+    // attributes, `dyn`; types we do not model are given the benefit of the doubt.
+    let result_ok = match &checked.ty {
+        Ty::Bool | Ty::Any | Ty::Unknown | Ty::Free => true,
+        Ty::Dyn => list_type_attributes,
+        _ => false,
+    };
+    if !result_ok {
+        return Err(CelCompileError::ResultType(checked.ty.result_name()));
+    }
     let mut program = rewriter.program;
     program.depth = ast_depth(&expr);
     program.fast = crate::fastpath::Fast::build(&expr, &program);
@@ -361,6 +375,31 @@ fn issue(source: &str, offset: usize, message: &str) -> String {
         "ERROR: <input>:{line_no}:{column}: {message}\n | {line}\n | {}^",
         ".".repeat(column - 1)
     )
+}
+
+/// cel-go's rendering of checker issues: one `ERROR:` block per issue, ordered by
+/// position.
+fn format_check_issues(issues: &[(u64, String)], parsed_text: &str, source: &str) -> String {
+    let offsets = crate::check::offsets(parsed_text);
+    let mut located: Vec<(usize, &str)> = issues
+        .iter()
+        .map(|(id, message)| {
+            let chars = offsets.get(id).copied().unwrap_or(0);
+            let byte = source
+                .char_indices()
+                .nth(chars)
+                .map(|(i, _)| i)
+                .unwrap_or(source.len());
+            (byte, message.as_str())
+        })
+        .collect();
+    located.sort_by_key(|(at, _)| *at);
+    located.dedup();
+    located
+        .iter()
+        .map(|(at, message)| issue(source, *at, message))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn format_parse_errors(errors: &ParseErrors, source: &str) -> String {
@@ -1144,81 +1183,6 @@ fn is_literal_tree(e: &IdedExpr) -> bool {
             EntryExpr::StructField(_) => false,
         }),
         _ => false,
-    }
-}
-
-/// The statically known CEL type of an expression, in cel-go's spelling, when it is
-/// obvious without a full type checker (`None` means "dyn" / not known).
-fn static_type(e: &IdedExpr, scope: &[String]) -> Option<String> {
-    let t = |s: &str| Some(s.to_string());
-    match &e.expr {
-        Expr::Literal(l) => match l {
-            LiteralValue::Boolean(_) => t("bool"),
-            LiteralValue::Bytes(_) => t("bytes"),
-            LiteralValue::Double(_) => t("double"),
-            LiteralValue::Int(_) => t("int"),
-            LiteralValue::Null => t("null_type"),
-            LiteralValue::String(_) => t("string"),
-            LiteralValue::UInt(_) => t("uint"),
-        },
-        Expr::List(l) => {
-            let mut elem: Option<String> = None;
-            for x in &l.elements {
-                let xt = static_type(x, scope).unwrap_or_else(|| "dyn".into());
-                elem = match elem {
-                    None => Some(xt),
-                    Some(prev) if prev == xt => Some(prev),
-                    Some(_) => Some("dyn".into()),
-                };
-            }
-            Some(format!("list({})", elem.unwrap_or_else(|| "dyn".into())))
-        }
-        Expr::Map(_) => t("map(dyn, dyn)"),
-        Expr::Select(s) => match (&s.operand.expr, s.field.as_str(), s.test) {
-            (_, _, true) => t("bool"),
-            (Expr::Ident(d), "driver", false)
-                if d == "device" && !scope.iter().any(|v| v == "device") =>
-            {
-                t("string")
-            }
-            _ => None,
-        },
-        Expr::Comprehension(_) => None,
-        Expr::Call(c) => match c.func_name.as_str() {
-            operators::EQUALS
-            | operators::NOT_EQUALS
-            | operators::LESS
-            | operators::LESS_EQUALS
-            | operators::GREATER
-            | operators::GREATER_EQUALS
-            | operators::LOGICAL_AND
-            | operators::LOGICAL_OR
-            | operators::LOGICAL_NOT
-            | operators::IN
-            | operators::NOT_STRICTLY_FALSE => t("bool"),
-            operators::ADD
-            | operators::SUBSTRACT
-            | operators::MULTIPLY
-            | operators::DIVIDE
-            | operators::MODULO => {
-                let a = static_type(c.args.first()?, scope)?;
-                let b = static_type(c.args.get(1)?, scope)?;
-                (a == b).then_some(a)
-            }
-            operators::NEGATE => static_type(c.args.first()?, scope),
-            operators::CONDITIONAL => {
-                let a = static_type(c.args.get(1)?, scope)?;
-                let b = static_type(c.args.get(2)?, scope)?;
-                (a == b).then_some(a)
-            }
-            "size" | "int" => t("int"),
-            "string" => t("string"),
-            "double" => t("double"),
-            "uint" => t("uint"),
-            "bytes" => t("bytes"),
-            _ => None,
-        },
-        _ => None,
     }
 }
 

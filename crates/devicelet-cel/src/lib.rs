@@ -10,7 +10,8 @@
 //! Parsing and evaluation are done by the `cel` crate, in the version `kube-cel` 0.8 is
 //! built against (0.13; kube-cel's API takes a `cel::Context`, so the workspace's cel 0.15
 //! cannot be mixed in). What the crates lack is added here, around them: a static check
-//! that turns undeclared references and unknown fields into compile errors, an AST
+//! that turns undeclared references and unknown fields into compile errors, a type
+//! checker with cel-go's overloads for the DRA environment (`check.rs`), an AST
 //! rewrite that resolves `device.*` lookups lazily (no per-device maps on the common
 //! paths), the "unknown domain is an empty map" rule, `cel.bind`, cel-go's semantics
 //! where the crate differs, a native fast path for the common selector shapes, and the
@@ -42,8 +43,8 @@
 //!   `reverse`, `sort`, `first`, `last`), sets, strings v2 (`charAt`, `format`, `indexOf`,
 //!   `join`, `lastIndexOf`, `lowerAscii`, `quote`, `replace`, `split`, `substring`, `trim`,
 //!   `upperAscii`), ip / cidr, url, named formats, `jsonpatch.escapeKey`.
-//! * cel-go semantics the crate lacks: heterogeneous numeric equality (`1 == 1.0`,
-//!   `1 == 1u`), ordering across numeric types, n-ary `&&`/`||` reporting the first error,
+//! * cel-go semantics the crate lacks: heterogeneous numeric equality at run time
+//!   (`dyn(1) == 1.0`, attribute values; `1 == 1.0` itself is a compile error), ordering across numeric types, n-ary `&&`/`||` reporting the first error,
 //!   `x.?f` on a missing key, field selection on a non-map as an error, double negation.
 //! * Errors in cel-go / Kubernetes wording (see [`CelCompileError`], [`CelEvalError`]).
 //!
@@ -51,8 +52,14 @@
 //! * Two-variable comprehensions (`all(k, v, ...)`, `transformList`, `transformMap`,
 //!   `transformMapEntry`) and `sortBy`: the parser of the `cel` crate has no such macros.
 //! * `type()` and type identifiers (`int`, `string` as values); message construction.
-//! * Full static type checking: only obvious non-bool results are compile errors
-//!   ("must evaluate to bool ..."); other type mismatches are runtime "no such overload".
+//! * Complete static type checking: `check.rs` knows the operators, conversions,
+//!   string, regex, quantity and semver functions, literals (homogeneous aggregates),
+//!   macros and `cel.bind`, and rejects what cel-go rejects there ("found no matching
+//!   overload ...", "expected type ...", "must evaluate to bool ..."; parity with Go is
+//!   checked by `interop/cel/run.sh`). Other library functions and optionals are
+//!   unchecked (typed "unknown", accepted), so a mismatch there is a runtime error.
+//!   Errors cel-go raises while planning the program (constant folding of literal
+//!   conversions, `bool("s")`: "program instantiation failed") are not reproduced.
 //! * Go's cost *estimation* (disabled in the scheduler anyway) and Go's exact cost
 //!   figures; our runtime cost model is documented in `cost.rs` and stops the same hostile
 //!   expressions with the same error text.
@@ -70,6 +77,7 @@
 //! of at most one maximal value copy each.
 
 mod cache;
+mod check;
 mod compile;
 mod cost;
 mod device;

@@ -499,6 +499,26 @@ device.attributes["dra.example.com"]["version"].isGreaterThan(semver("0.0.1"))
     );
     off.list_types = ListTypes::Off;
     v.push(off);
+    // Upstream runs the "iterate over a scalar attribute" cases with list-type attributes
+    // on, where an attribute is `dyn`. With the feature off it is `any`, which cel-go's
+    // checker refuses as a comprehension range (checked against the Go compiler).
+    let mut scalar_ranges = Vec::new();
+    for c in &mut v {
+        if matches!(c.expect, MatchError(m) if m.ends_with("expected iterable type")) {
+            c.list_types = ListTypes::On;
+            scalar_ranges.push(Case {
+                name: c.name,
+                expression: c.expression.clone(),
+                device: TestDevice::new(D),
+                consumable_capacity: c.consumable_capacity,
+                list_types: ListTypes::Off,
+                expect: CompileError(
+                    "expression of type 'any' cannot be range of a comprehension (must be list, map, or dynamic)",
+                ),
+            });
+        }
+    }
+    v.extend(scalar_ranges);
     v
 }
 

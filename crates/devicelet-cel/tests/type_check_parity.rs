@@ -1,0 +1,291 @@
+//! Static type checking: a corpus of selector expressions (hand-written and generated
+//! from typed operands, operators, functions and macros) with devicelet-cel's compile
+//! verdicts.
+//!
+//! Go parity: with `DEVICELET_CEL_PARITY_OUT=<file>` the verdicts are written as JSON and
+//! `interop/cel/run.sh` compares them with Kubernetes' own DRA CEL compiler
+//! (`k8s.io/dynamic-resource-allocation/cel`, cel-go's type checker). Without Go, the
+//! hand-written expectations below (taken from that compiler) are checked here.
+
+use devicelet_cel::{CelOptions, SelectorCompiler};
+
+/// Typed operands the generator combines.
+const OPERANDS: &[&str] = &[
+    "1",
+    "1u",
+    "1.5",
+    "\"s\"",
+    "b\"b\"",
+    "true",
+    "null",
+    "[1]",
+    "[\"a\"]",
+    "{\"k\": 1}",
+    "device.driver",
+    "device.attributes[\"d\"].a",
+    "device.attributes[\"d\"]",
+    "device.capacity[\"d\"].c",
+    "quantity(\"1\")",
+    "semver(\"1.0.0\")",
+    "duration(\"1s\")",
+    "timestamp(\"2020-01-01T00:00:00Z\")",
+    "dyn(1)",
+    "device.allowMultipleAllocations",
+    "size(\"a\")",
+];
+
+const BINARY: &[&str] = &[
+    "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "in", "&&", "||",
+];
+
+/// Shapes with one operand (`A`).
+/// Shapes with one operand (`$A`).
+const UNARY_SHAPES: &[&str] = &[
+    "$A",
+    "!$A",
+    "-$A",
+    "size($A)",
+    "$A.size()",
+    "int($A)",
+    "uint($A)",
+    "double($A)",
+    "string($A)",
+    "bool($A)",
+    "bytes($A)",
+    "dyn($A)",
+    "$A[0]",
+    "$A[\"k\"]",
+    "$A.f",
+    "has($A.f)",
+    "$A.contains(\"x\")",
+    "$A.startsWith(\"x\")",
+    "$A.endsWith(\"x\")",
+    "$A.matches(\"x\")",
+    "$A.lowerAscii() == \"x\"",
+    "$A.all(x, x)",
+    "$A.exists(x, x == 1)",
+    "$A.exists_one(x, true)",
+    "$A.map(x, x) == [1]",
+    "$A.filter(x, true) == []",
+    "$A.isGreaterThan(quantity(\"1\"))",
+    "$A.compareTo(semver(\"1.0.0\")) == 0",
+    "$A.major() == 1",
+    "$A.asInteger() == 1",
+    "$A.isInteger()",
+    "true ? $A : 1",
+    "[$A, 1].size() == 2",
+    "{$A: 1}.size() == 1",
+    "cel.bind(x, $A, x == 1)",
+    "$A == $A",
+    "$A.size() == \"1\"",
+];
+
+/// Selectors as users write them, and known edge cases.
+const HAND_WRITTEN: &[&str] = &[
+    "device.driver == 1",
+    "device.driver == \"gpu.example.com\"",
+    "device.driver == \"a\" && device.attributes[\"gpu.example.com\"].model == \"T4\"",
+    "device.attributes[\"dra.example.com\"].numa == 0",
+    "device.attributes[\"dra.example.com\"].healthy",
+    "device.attributes[\"dra.example.com\"].version.isGreaterThan(semver(\"1.0.0\"))",
+    "device.capacity[\"dra.example.com\"].memory.compareTo(quantity(\"1Gi\")) >= 0",
+    "device.capacity[\"dra.example.com\"].memory.isGreaterThan(quantity(\"1Gi\"))",
+    "device.capacity[\"dra.example.com\"].memory < quantity(\"1Gi\")",
+    "device.capacity[\"dra.example.com\"].memory == quantity(\"1Gi\")",
+    "device.capacity[\"a\"].b.compareTo(semver(\"1.0.0\")) == 0",
+    "has(device.attributes[\"dra.example.com\"].model)",
+    "\"model\" in device.attributes[\"dra.example.com\"]",
+    "device.attributes[\"dra.example.com\"].exists(k, k.startsWith(\"m\"))",
+    "device.attributes.exists(d, d == 1)",
+    "device.attributes.exists(d, d.size())",
+    "device.attributes[\"x\"].all(k, k)",
+    "device.attributes[\"x\"].map(k, k) == [1]",
+    "device.attributes[\"x\"].map(k, k) == [\"a\"]",
+    "device.attributes[1] == 1",
+    "device.attributes[\"a\"].b.c",
+    "device.attributes[\"a\"].?b.hasValue()",
+    "device.attributes[\"a\"].?b.orValue(1) == \"a\"",
+    "cel.bind(dra, device.attributes[\"dra.example.com\"], dra.a && dra.b)",
+    "cel.bind(x, 1, x == \"a\")",
+    "1 == 1.0",
+    "1 < 1.0",
+    "1u <= 2.0",
+    "1 == 1u",
+    "\"a\" == null",
+    "null == null",
+    "[1, \"a\"].size() > 0",
+    "[1, dyn(\"a\")].size() > 0",
+    "{1: \"a\", \"b\": 2}.size() > 0",
+    "1 == 1 && 2 == \"b\" && 3 == \"c\"",
+    "\"a\" + 1 == \"a1\"",
+    "true || 1",
+    "1 ? true : false",
+    "[1].all(x, x)",
+    "[1].exists_one(x, x)",
+    "[1,2].filter(x, x) == [1]",
+    "[1,2].map(x, x * 2) == [\"a\"]",
+    "\"abc\"[0] == \"a\"",
+    "[1][0u] == 1",
+    "\"a\".startsWith(1)",
+    "\"a\".b == 1",
+    "int(duration(\"1s\")) == 1",
+    "timestamp(\"2020-01-01T00:00:00Z\") + duration(\"1s\") == 1",
+    "\"a,b\".split(\",\").size() == 2",
+    "\"a,b\".split(1).size() == 2",
+    "\"abc\".substring(1) == \"bc\"",
+    "\"abc\".charAt(\"x\") == \"a\"",
+    "\"abc\".find(\"b\") == 1",
+    "\"abc\".findAll(\"b\") == [\"b\"]",
+    "semver(\"1.0.0\").major() == \"a\"",
+    "isSemver(\"1.0.0\") == 1",
+    "quantity(\"1\").add(1).isInteger()",
+    "quantity(\"1\").add(\"x\").isInteger()",
+    "quantity(\"1\").sign() == 1.0",
+    "quantity(\"1\").asApproximateFloat() > 0.5",
+    "noSuchVar",
+    "foo(1)",
+    "device.foo",
+    "dyn(true)",
+    "1",
+    "device.attributes[\"a\"].b",
+    "device.attributes[\"a\"]",
+    "device.capacity[\"a\"].b",
+    "[1]",
+    "{\"a\": 1}",
+    "b\"a\"",
+    "1.0",
+    "null",
+    "duration(\"1s\")",
+    "timestamp(\"2020-01-01T00:00:00Z\")",
+    "[].size() == 0",
+    "[] == [1]",
+    "{} == {\"a\": 1}",
+    "device.attributes[\"d\"].a + 1 == 2",
+    "(device.attributes[\"a\"].b + 1) == \"x\"",
+    "device.attributes[\"a\"].b > timestamp(\"2020-01-01T00:00:00Z\")",
+    "device.allowMultipleAllocations == 1",
+    "device.allowMultipleAllocations",
+    "sets.contains([1], [1])",
+    "[1, 2].sum() == 3",
+    "ip(\"1.2.3.4\").family() == 4",
+];
+
+/// The whole corpus, deduplicated, in a stable order.
+fn corpus() -> Vec<String> {
+    let mut out: Vec<String> = HAND_WRITTEN.iter().map(|s| s.to_string()).collect();
+    for a in OPERANDS {
+        for b in OPERANDS {
+            for op in BINARY {
+                out.push(format!("{a} {op} {b}"));
+            }
+        }
+        for shape in UNARY_SHAPES {
+            out.push(shape.replace("$A", a));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|e| seen.insert(e.clone()));
+    out
+}
+
+fn options() -> CelOptions {
+    CelOptions {
+        enable_consumable_capacity: true,
+        enable_list_type_attributes: false,
+        ..CelOptions::default()
+    }
+}
+
+fn verdict(compiler: &SelectorCompiler, expr: &str) -> (bool, String) {
+    match compiler.compile(expr) {
+        Ok(_) => (true, String::new()),
+        Err(e) => (false, e.to_string()),
+    }
+}
+
+#[test]
+fn type_check_corpus_verdicts_are_written_for_go_parity() {
+    let compiler = SelectorCompiler::with_cache_capacity(options(), 1);
+    let cases: Vec<serde_json::Value> = corpus()
+        .iter()
+        .map(|expr| {
+            let (ok, error) = verdict(&compiler, expr);
+            serde_json::json!({ "expr": expr, "ok": ok, "error": error })
+        })
+        .collect();
+    assert!(cases.len() > 2000, "corpus too small: {}", cases.len());
+    if let Ok(path) = std::env::var("DEVICELET_CEL_PARITY_OUT") {
+        let doc = serde_json::json!({
+            "features": { "consumableCapacity": true, "listTypeAttributes": false },
+            "cases": cases,
+        });
+        let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
+        std::fs::write(&path, text).expect("write the parity file");
+    }
+}
+
+/// Verdicts of Kubernetes' DRA CEL compiler (v0.36.2) for a few expressions, so that
+/// the checker is held to them even where Go is not installed.
+#[test]
+fn type_check_matches_go_on_known_cases() {
+    let compiler = SelectorCompiler::new(options());
+    let cases: &[(&str, Option<&str>)] = &[
+        (
+            "device.driver == 1",
+            Some(
+                "compilation failed: ERROR: <input>:1:15: found no matching overload for '_==_' applied to '(string, int)'\n | device.driver == 1\n | ..............^",
+            ),
+        ),
+        (
+            "device.capacity[\"a\"].b < quantity(\"1\")",
+            Some(
+                "compilation failed: ERROR: <input>:1:24: found no matching overload for '_<_' applied to '(kubernetes.Quantity, kubernetes.Quantity)'\n | device.capacity[\"a\"].b < quantity(\"1\")\n | .......................^",
+            ),
+        ),
+        (
+            "\"a\".startsWith(1)",
+            Some(
+                "compilation failed: ERROR: <input>:1:15: found no matching overload for 'startsWith' applied to 'string.(int)'\n | \"a\".startsWith(1)\n | ..............^",
+            ),
+        ),
+        (
+            "true || 1",
+            Some(
+                "compilation failed: ERROR: <input>:1:9: expected type 'bool' but found 'int'\n | true || 1\n | ........^",
+            ),
+        ),
+        (
+            "1 == 1 && 2 == \"b\" && 3 == \"c\"",
+            Some(
+                "compilation failed: ERROR: <input>:1:13: found no matching overload for '_==_' applied to '(int, string)'\n | 1 == 1 && 2 == \"b\" && 3 == \"c\"\n | ............^\nERROR: <input>:1:25: found no matching overload for '_==_' applied to '(int, string)'\n | 1 == 1 && 2 == \"b\" && 3 == \"c\"\n | ........................^",
+            ),
+        ),
+        (
+            "[1, \"a\"].size() > 0",
+            Some(
+                "compilation failed: ERROR: <input>:1:5: expected type 'int' but found 'string'\n | [1, \"a\"].size() > 0\n | ....^",
+            ),
+        ),
+        (
+            "device.attributes[\"a\"]",
+            Some("must evaluate to bool or the unknown type, not map(string, google.protobuf.Any)"),
+        ),
+        (
+            "device.attributes[\"a\"].b.c",
+            Some("must evaluate to bool or the unknown type, not dyn"),
+        ),
+        ("1 < 1.0", None),
+        ("null == quantity(\"1\")", None),
+        ("device.attributes[\"a\"].b == 1", None),
+        ("device.attributes[\"a\"].b", None),
+        ("cel.bind(x, device.attributes[\"a\"], x.b == 1)", None),
+        (
+            "device.attributes[\"a\"].b.isGreaterThan(semver(\"1.0.0\"))",
+            None,
+        ),
+    ];
+    for (expr, want) in cases {
+        let got = compiler.compile(expr).err().map(|e| e.to_string());
+        assert_eq!(got.as_deref(), *want, "{expr}");
+    }
+}
