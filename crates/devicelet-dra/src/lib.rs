@@ -10,6 +10,30 @@
 //!   per driver, persisted in `R/dra_manager_state` (kubelet format) before success is reported.
 //! - [`ClaimSource`] / [`InMemoryClaimSource`]: where claims are read from.
 //! - [`pod`]: claim name resolution and per-container claim/request references.
+//! - [`fake`]: in-process fake driver and object builders for tests and benches.
+//!
+//! Wiring (the daemon owns this; `devicelet-rpc`'s `PluginHandler` is not a dependency here so
+//! that crate may depend on this one):
+//!
+//! ```ignore
+//! struct DraHandler(devicelet_dra::DraPluginRegistry);
+//! impl devicelet_rpc::plugin_watcher::PluginHandler for DraHandler {
+//!     fn validate(&self, n: &str, ep: &Path, v: &[String]) -> Result<(), String> {
+//!         self.0.watcher_validate(n, ep, v)
+//!     }
+//!     fn register(&self, n: String, ep: PathBuf, v: Vec<String>)
+//!         -> BoxFuture<'static, Result<(), String>> { self.0.watcher_register(n, ep, v) }
+//!     fn deregister(&self, n: &str, ep: &Path) { self.0.watcher_deregister(n, ep) }
+//! }
+//! let registry = DraPluginRegistry::new(Arc::new(GrpcDraDialer));
+//! watcher.add_handler("DRAPlugin", Arc::new(DraHandler(registry.clone())));
+//! let claims = ClaimCache::open(root_dir, registry, &ProcBootId::default())?;
+//! // admit/sandbox: claims.prepare_resources(&pod, &source).await?
+//! // container start: claims.container_cdi_devices(&pod, &container)? -> CRI cdiDevices
+//! // pod terminated: claims.unprepare_resources(pod_uid).await (retry until Ok)
+//! // every 60 s: claims.reconcile_orphans(&active_pod_uids).await
+//! // terminal phase only when !claims.pod_might_need_to_unprepare(pod_uid)
+//! ```
 
 pub mod boot;
 pub mod claim_cache;

@@ -754,3 +754,69 @@ fn template_claim_names_follow_the_resourceclaim_controller() {
     );
     assert_ne!(n, template_claim_name("web-0", "gpu", "uid-2"));
 }
+
+#[tokio::test]
+async fn b5_prepare_is_not_reported_when_the_checkpoint_cannot_be_written() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    env.source
+        .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
+    let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
+    // A directory in place of the checkpoint: the atomic rename over it fails.
+    let path = env.dir.path().join("dra_manager_state");
+    std::fs::remove_file(&path).expect("rm");
+    std::fs::create_dir(&path).expect("mkdir");
+    std::fs::write(path.join("keep"), b"x").expect("non-empty dir");
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("not durable");
+    assert!(matches!(err, DraError::CheckpointWrite { .. }), "{err}");
+    // E10: the pod reference could not be made durable, so no driver was called.
+    assert_eq!(env.gpu.count("prepare"), 0);
+}
+
+#[tokio::test]
+async fn b13_container_gets_the_cdi_ids_of_its_requests_only() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    env.source
+        .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
+    let mut pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare");
+    // The fake's device has no request names: it serves every request.
+    let spec = pod.spec.as_mut().expect("spec");
+    let mut other = spec.containers[0].clone();
+    other.name = "other".to_owned();
+    if let Some(claims) = other.resources.as_mut().and_then(|r| r.claims.as_mut()) {
+        claims[0].request = Some("req".to_owned());
+    }
+    let mut none = spec.containers[0].clone();
+    none.resources = None;
+    spec.containers.push(other.clone());
+    assert_eq!(
+        cache.container_cdi_devices(&pod, &other).expect("cdi"),
+        vec![env.gpu.cdi_id("uid-c")]
+    );
+    assert!(
+        cache
+            .container_cdi_devices(&pod, &none)
+            .expect("cdi")
+            .is_empty()
+    );
+    // Exact request match against devices that name their requests.
+    let c = cache.get("ns", "c").expect("cached");
+    let mut named = c.clone();
+    for d in named.drivers.values_mut().flatten() {
+        d.request_names = vec!["gpu".to_owned()];
+    }
+    assert_eq!(named.cdi_ids_for(Some("gpu")).count(), 1);
+    assert_eq!(named.cdi_ids_for(Some("gpu/sub")).count(), 0);
+    assert_eq!(named.cdi_ids_for(None).count(), 1);
+    // Unknown claim in the cache fails container creation.
+    cache.unprepare_resources("pod-a").await.expect("unprepare");
+    assert!(cache.container_cdi_devices(&pod, &other).is_err());
+}
