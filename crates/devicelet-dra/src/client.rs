@@ -99,6 +99,84 @@ pub trait DraPluginClient: Send + Sync + 'static {
     fn is_connected(&self) -> bool;
     /// Closes the connection (deregistration).
     fn close(&self) {}
+    /// Opens `v1alpha1.DRAResourceHealth/NodeWatchResources` on the instance's connection
+    /// (§1.4, §1.10). Each item is the driver's complete device list. Drivers without the
+    /// service answer `Unimplemented`; the default is that answer.
+    fn watch_health(&self) -> BoxFuture<'static, Result<HealthStream, RpcError>> {
+        futures::future::ready(Err(RpcError {
+            code: tonic::Code::Unimplemented,
+            message: "health stream not supported by this client".to_owned(),
+        }))
+        .boxed()
+    }
+}
+
+/// Device health as reported by a driver (`DeviceHealth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthStatus {
+    /// `UNKNOWN` (also any unknown enum value).
+    Unknown,
+    /// `HEALTHY`.
+    Healthy,
+    /// `UNHEALTHY`.
+    Unhealthy,
+}
+
+/// One device's health report, converted (§1.4, B18).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceHealthReport {
+    /// Pool name.
+    pub pool_name: String,
+    /// Device name.
+    pub device_name: String,
+    /// Health.
+    pub health: HealthStatus,
+    /// How long the report stays valid (≤0 from the driver → 30 s).
+    pub timeout: Duration,
+    /// Message, at most 1024 bytes.
+    pub message: String,
+}
+
+/// Stream of complete device lists from one driver instance.
+pub type HealthStream =
+    futures::stream::BoxStream<'static, Result<Vec<DeviceHealthReport>, RpcError>>;
+
+/// Cuts `msg` to the 1024-byte API limit ending in `...`. Upstream (E20) cuts bytes and can
+/// split a UTF-8 sequence; we cut at a character boundary.
+pub fn truncate_health_message(msg: &str) -> String {
+    let max = devicelet_proto::constants::dra::HEALTH_MESSAGE_MAX_LENGTH;
+    if msg.len() <= max {
+        return msg.to_owned();
+    }
+    let mut n = max - 3;
+    while !msg.is_char_boundary(n) {
+        n -= 1;
+    }
+    format!("{}...", &msg[..n])
+}
+
+fn health_from_proto(d: devicelet_proto::dra_health::v1alpha1::DeviceHealth) -> DeviceHealthReport {
+    use devicelet_proto::dra_health::v1alpha1::HealthStatus as Pb;
+    let id = d.device.unwrap_or_default();
+    let health = match Pb::try_from(d.health) {
+        Ok(Pb::Healthy) => HealthStatus::Healthy,
+        Ok(Pb::Unhealthy) => HealthStatus::Unhealthy,
+        _ => HealthStatus::Unknown,
+    };
+    let timeout = u64::try_from(d.health_check_timeout_seconds)
+        .ok()
+        .filter(|s| *s > 0)
+        .map_or(
+            devicelet_proto::constants::dra::DEFAULT_HEALTH_CHECK_TIMEOUT,
+            Duration::from_secs,
+        );
+    DeviceHealthReport {
+        pool_name: id.pool_name,
+        device_name: id.device_name,
+        health,
+        timeout,
+        message: truncate_health_message(&d.message),
+    }
 }
 
 /// Creates the client of a newly registered driver instance. Must not block on the driver
@@ -358,5 +436,31 @@ impl DraPluginClient for GrpcDraClient {
 
     fn is_connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    fn watch_health(&self) -> BoxFuture<'static, Result<HealthStream, RpcError>> {
+        use devicelet_proto::dra_health::v1alpha1::{
+            NodeWatchResourcesRequest, dra_resource_health_client::DraResourceHealthClient,
+        };
+        use futures::StreamExt;
+        let this = self.clone();
+        async move {
+            // Same channel as prepare/unprepare: one connection per instance (§1.9).
+            let mut c = DraResourceHealthClient::new(this.channel.clone());
+            let stream = c
+                .node_watch_resources(NodeWatchResourcesRequest {})
+                .await
+                .map_err(|s| {
+                    this.note(&s);
+                    RpcError::from(s)
+                })?
+                .into_inner();
+            let mapped = stream.map(|item| {
+                item.map(|r| r.devices.into_iter().map(health_from_proto).collect())
+                    .map_err(RpcError::from)
+            });
+            Ok(mapped.boxed())
+        }
+        .boxed()
     }
 }

@@ -47,8 +47,9 @@ pub mod source;
 pub use boot::{BootIdSource, FixedBootId, ProcBootId};
 pub use claim_cache::{CachedClaim, ClaimCache};
 pub use client::{
-    ClaimPrepareResult, ClaimRef, DraPluginClient, DraPluginDialer, DraService, GrpcDraClient,
-    GrpcDraDialer, PrepareResponse, PreparedDevice, UnprepareResponse,
+    ClaimPrepareResult, ClaimRef, DeviceHealthReport, DraPluginClient, DraPluginDialer, DraService,
+    GrpcDraClient, GrpcDraDialer, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,
+    UnprepareResponse,
 };
 pub use error::{DraError, RpcError};
 pub use registry::{DraPluginInstance, DraPluginRegistry, choose_service};

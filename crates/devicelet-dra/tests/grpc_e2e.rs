@@ -352,3 +352,70 @@ async fn s1_12_driver_restart_on_the_same_socket_reconnects() {
     assert_eq!(second.calls().len(), 1);
     assert_eq!(second.calls()[0].0, "unprepare");
 }
+
+struct HealthServer;
+
+#[tonic::async_trait]
+impl devicelet_proto::dra_health::v1alpha1::dra_resource_health_server::DraResourceHealth
+    for HealthServer
+{
+    type NodeWatchResourcesStream = futures::stream::BoxStream<
+        'static,
+        Result<devicelet_proto::dra_health::v1alpha1::NodeWatchResourcesResponse, tonic::Status>,
+    >;
+
+    async fn node_watch_resources(
+        &self,
+        _request: tonic::Request<devicelet_proto::dra_health::v1alpha1::NodeWatchResourcesRequest>,
+    ) -> Result<tonic::Response<Self::NodeWatchResourcesStream>, tonic::Status> {
+        use devicelet_proto::dra_health::v1alpha1 as h;
+        let msg = h::NodeWatchResourcesResponse {
+            devices: vec![h::DeviceHealth {
+                device: Some(h::DeviceIdentifier {
+                    pool_name: "node-1".to_owned(),
+                    device_name: "gpu-0".to_owned(),
+                }),
+                health: h::HealthStatus::Unhealthy as i32,
+                last_updated_time: 0,
+                health_check_timeout_seconds: 0,
+                message: "é".repeat(600),
+            }],
+        };
+        let s = futures::stream::iter(vec![Ok(msg)]);
+        Ok(tonic::Response::new(Box::pin(s)))
+    }
+}
+
+#[tokio::test]
+async fn s1_10_health_stream_on_the_instance_connection() {
+    use futures::StreamExt;
+    let sock_dir = short_tmp();
+    let socket = sock_dir.path().join("h.sock");
+    let listener = bind_unix_listener(&socket).expect("bind");
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(v1::dra_plugin_server::DraPluginServer::new(Recorder::default()))
+            .add_service(
+                devicelet_proto::dra_health::v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                    HealthServer,
+                ),
+            )
+            .serve_with_incoming(shimmed_incoming(listener)),
+    );
+    let registry = DraPluginRegistry::new(Arc::new(GrpcDraDialer));
+    registry
+        .register("gpu.example.com", &socket, &["v1.DRAPlugin".to_owned()])
+        .expect("register");
+    let inst = registry.get("gpu.example.com").expect("get");
+    let mut stream = inst.client.watch_health().await.expect("stream");
+    let devices = stream.next().await.expect("one message").expect("ok");
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0].health, devicelet_dra::HealthStatus::Unhealthy);
+    assert_eq!(devices[0].timeout, Duration::from_secs(30), "0 → default");
+    assert!(devices[0].message.len() <= 1024);
+    assert!(
+        devices[0].message.ends_with("..."),
+        "truncated at a char boundary"
+    );
+    assert!(stream.next().await.is_none(), "EOF");
+}
