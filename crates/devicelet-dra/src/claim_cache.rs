@@ -774,12 +774,6 @@ impl ClaimCache {
         }
     }
 
-    /// `PrepareResources` for a pod object's claims with the pod already known to be valid:
-    /// convenience for re-preparing after a reboot; same as [`ClaimCache::prepare_resources`].
-    pub async fn reprepare_pod(&self, pod: &Pod, source: &dyn ClaimSource) -> Result<(), DraError> {
-        self.prepare_resources(pod, source).await
-    }
-
     /// `UnprepareResources(pod)` (B9–B10): works from the cache alone (the claim and the pod
     /// may be gone from every API). Shared claims just lose the pod reference; claims only this
     /// pod uses get one NodeUnprepareResources per driver (instance chosen now, E8) and are

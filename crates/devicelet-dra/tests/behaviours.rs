@@ -820,3 +820,55 @@ async fn b13_container_gets_the_cdi_ids_of_its_requests_only() {
     cache.unprepare_resources("pod-a").await.expect("unprepare");
     assert!(cache.container_cdi_devices(&pod, &other).is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b16_parallel_prepare_unprepare_of_30_pods_sharing_claims() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    let pods: Vec<String> = (0..30).map(|i| format!("pod-{i}")).collect();
+    let refs: Vec<&str> = pods.iter().map(String::as_str).collect();
+    for k in 0..5 {
+        env.source.insert(allocated_claim(
+            "ns",
+            &format!("c{k}"),
+            &format!("uid-{k}"),
+            &[GPU, NIC],
+            &refs,
+        ));
+    }
+    env.gpu.set_delay(Duration::from_millis(2));
+    let mut tasks = Vec::new();
+    for (i, uid) in pods.iter().enumerate() {
+        let cache = cache.clone();
+        let source = env.source.clone();
+        // Each pod uses two claims, in opposite orders for odd/even pods (lock ordering).
+        let (a, b) = (format!("c{}", i % 5), format!("c{}", (i + 1) % 5));
+        let names = if i % 2 == 0 { [a, b] } else { [b, a] };
+        let pod = pod_with_claims("ns", &format!("p{i}"), uid, &[&names[0], &names[1]]);
+        let uid = uid.clone();
+        tasks.push(tokio::spawn(async move {
+            cache.prepare_resources(&pod, &source).await?;
+            cache.unprepare_resources(&uid).await
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join").expect("prepare+unprepare");
+    }
+    assert!(cache.claims().is_empty());
+    assert!(
+        env.gpu.prepared().is_empty(),
+        "every prepare was matched by an unprepare"
+    );
+    assert!(env.nic.prepared().is_empty());
+    assert_eq!(env.checkpoint().claims.expect("list").len(), 0);
+    // Batches differ in size; per claim, every preparation was undone exactly once.
+    let claims_in = |m: &str| -> usize {
+        env.gpu
+            .calls()
+            .iter()
+            .filter(|c| c.method == m)
+            .map(|c| c.claims.len())
+            .sum()
+    };
+    assert_eq!(claims_in("prepare"), claims_in("unprepare"));
+}
