@@ -442,6 +442,33 @@ impl ClaimCache {
         out
     }
 
+    /// B11 loop: runs [`ClaimCache::reconcile_orphans`] now and then every `period` (the
+    /// kubelet uses 60 s) with the active pod UIDs from `active_pods`, until `shutdown` turns
+    /// true. Spawn it once all pod sources are ready.
+    pub async fn run_orphan_reconciler<F>(
+        self,
+        period: std::time::Duration,
+        active_pods: F,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) where
+        F: Fn() -> HashSet<String> + Send,
+    {
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            self.reconcile_orphans(&active_pods()).await;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// Locks the claims in sorted key order (no deadlock between pods).
     async fn lock_claims(&self, keys: &BTreeSet<String>) -> Vec<OwnedMutexGuard<()>> {
         let mut guards = Vec::with_capacity(keys.len());

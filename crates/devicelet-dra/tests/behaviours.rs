@@ -872,3 +872,37 @@ async fn b16_parallel_prepare_unprepare_of_30_pods_sharing_claims() {
     };
     assert_eq!(claims_in("prepare"), claims_in("unprepare"));
 }
+
+#[tokio::test]
+async fn b11_orphan_reconciler_unprepares_pods_that_left_the_active_list() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    env.source
+        .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
+    let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("prepare");
+    let active = Arc::new(std::sync::Mutex::new(HashSet::from(["pod-a".to_owned()])));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let view = Arc::clone(&active);
+    let task = tokio::spawn(cache.clone().run_orphan_reconciler(
+        Duration::from_millis(20),
+        move || view.lock().expect("lock").clone(),
+        stopped,
+    ));
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(env.gpu.count("unprepare"), 0, "active pods are left alone");
+    active.lock().expect("lock").clear();
+    for _ in 0..100 {
+        if !cache.pod_might_need_to_unprepare("pod-a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!cache.pod_might_need_to_unprepare("pod-a"));
+    assert_eq!(env.gpu.count("unprepare"), 1);
+    stop.send(true).expect("stop");
+    task.await.expect("reconciler stops");
+}
