@@ -225,10 +225,15 @@ impl ControlClient {
         if status.is_success() {
             Ok(bytes)
         } else {
+            // Prefer the `{"error": ...}` message over the raw body.
+            let message = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
             Err(ControlError::Status {
                 path: path.to_owned(),
                 status: status.as_u16(),
-                body: String::from_utf8_lossy(&bytes).into_owned(),
+                body: message,
             })
         }
     }

@@ -1,6 +1,7 @@
 //! `devicelet demo`: a temporary root, `devicelet serve` and the example device plugin as
 //! child processes, the inventory printed, one device flipped unhealthy through the plugin's
-//! health file and the inventory printed again, then a clean stop (SIGTERM to both children,
+//! health file and the inventory printed again, the sample pods of `examples/pods` admitted
+//! (devices, runtime settings, a rejection with its reason), then a clean stop (SIGTERM to both children,
 //! both must exit 0). Child logs go to files in the temporary root.
 
 use std::path::{Path, PathBuf};
@@ -91,12 +92,56 @@ async fn demo(root: &Path) -> anyhow::Result<()> {
         resources_table(&snapshot)
     );
 
+    admit_samples(&control, root).await?;
+
     stop(&mut plugin, "example plugin").await?;
     stop(&mut serve, "devicelet serve").await?;
     if paths.kubelet_socket.exists() || paths.control_socket.exists() {
         bail!("devicelet left its sockets behind after SIGTERM");
     }
     println!("stopped cleanly: plugin and daemon exited 0, sockets removed");
+    Ok(())
+}
+
+/// Admits the sample pods (embedded from `examples/pods`), shows their devices and runtime
+/// settings, and shows a rejection with its reason.
+async fn admit_samples(control: &ControlClient, root: &Path) -> anyhow::Result<()> {
+    const TRAINING: &str = include_str!("../../../examples/pods/gpu-training.yaml");
+    const TOO_MANY: &str = include_str!("../../../examples/pods/too-many-gpus.yaml");
+    let mut pod = crate::commands::admit::parse_pod(TRAINING).context("sample pod gpu-training")?;
+    pod.metadata.uid = Some("demo-training".to_owned());
+    let admitted = control
+        .admit(serde_json::to_vec(&pod)?.into())
+        .await
+        .context("admit sample pod gpu-training")?;
+    println!("$ devicelet admit -f examples/pods/gpu-training.yaml");
+    print!(
+        "{}",
+        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
+    );
+    let options = control
+        .start("demo-training", "trainer")
+        .await
+        .context("start container trainer")?;
+    println!("\n$ devicelet start demo-training trainer -o json");
+    println!("{}", serde_json::to_string_pretty(&options)?);
+
+    let mut greedy =
+        crate::commands::admit::parse_pod(TOO_MANY).context("sample pod too-many-gpus")?;
+    greedy.metadata.uid = Some("demo-greedy".to_owned());
+    println!("\n$ devicelet admit -f examples/pods/too-many-gpus.yaml");
+    match control.admit(serde_json::to_vec(&greedy)?.into()).await {
+        Ok(_) => bail!(
+            "the oversized sample pod was admitted (root {})",
+            root.display()
+        ),
+        Err(err) => println!("rejected: {err}"),
+    }
+    control
+        .remove("demo-training")
+        .await
+        .context("remove sample pod")?;
+    println!("\n$ devicelet remove demo-training\npod demo-training removed\n");
     Ok(())
 }
 
