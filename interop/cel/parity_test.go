@@ -10,6 +10,7 @@ package cel
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -18,9 +19,13 @@ import (
 	"devicelet.invalid/interop/cel/oracle"
 )
 
-type parityFile struct {
+type paritySet struct {
 	Features oracle.Features  `json:"features"`
 	Cases    []oracle.Verdict `json:"cases"`
+}
+
+type parityFile struct {
+	Sets []paritySet `json:"sets"`
 }
 
 var positionRE = regexp.MustCompile(`^(compilation failed: )?ERROR: <input>:\d+:\d+: `)
@@ -51,12 +56,22 @@ func TestParity(t *testing.T) {
 	if err := json.Unmarshal(data, &file); err != nil {
 		t.Fatal(err)
 	}
-	if len(file.Cases) < 100 {
-		t.Fatalf("corpus has only %d expressions", len(file.Cases))
+	if len(file.Sets) == 0 {
+		t.Fatal("no expression sets in the parity file")
+	}
+	for _, set := range file.Sets {
+		name := fmt.Sprintf("consumableCapacity=%v,listTypeAttributes=%v", set.Features.ConsumableCapacity, set.Features.ListTypeAttributes)
+		t.Run(name, func(t *testing.T) { compareSet(t, set) })
+	}
+}
+
+func compareSet(t *testing.T, set paritySet) {
+	if len(set.Cases) < 100 {
+		t.Fatalf("corpus has only %d expressions", len(set.Cases))
 	}
 	var verdictMismatch, kindMismatch, sameText, goPanics int
-	for _, ours := range file.Cases {
-		want := oracle.Compile(ours.Expr, file.Features)
+	for _, ours := range set.Cases {
+		want := oracle.Compile(ours.Expr, set.Features)
 		switch {
 		case want.Panic != "":
 			// cel-go crashes on it; there is no Go verdict to compare with.
@@ -64,7 +79,7 @@ func TestParity(t *testing.T) {
 			t.Logf("cel-go panics on %q: %s", ours.Expr, want.Panic)
 		case want.OK != ours.OK:
 			verdictMismatch++
-			t.Errorf("verdict differs for %q:\n  go:       ok=%v %s\n  devicelet: ok=%v %s", ours.Expr, want.OK, want.Error, ours.OK, ours.Error)
+			t.Errorf("verdict differs for %q:\n  go:        ok=%v %s\n  devicelet: ok=%v %s", ours.Expr, want.OK, want.Error, ours.OK, ours.Error)
 		case !want.OK && errorKind(want.Error) != errorKind(ours.Error):
 			kindMismatch++
 			t.Errorf("error kind differs for %q:\n  go:        %s\n  devicelet: %s", ours.Expr, want.Error, ours.Error)
@@ -73,7 +88,7 @@ func TestParity(t *testing.T) {
 		}
 	}
 	t.Logf("%d expressions: %d verdict mismatches, %d error-kind mismatches, %d identical error texts or both accepted, %d cel-go panics (skipped)",
-		len(file.Cases), verdictMismatch, kindMismatch, sameText, goPanics)
+		len(set.Cases), verdictMismatch, kindMismatch, sameText, goPanics)
 }
 
 func TestErrorKind(t *testing.T) {

@@ -46,6 +46,8 @@ pub(crate) enum Ty {
     Device,
     List(Box<Ty>),
     Map(Box<Ty>, Box<Ty>),
+    /// `optional_type(T)`; only produced where cel-go's typing is odd (`null["k"]`).
+    Optional(Box<Ty>),
 }
 
 impl Ty {
@@ -63,7 +65,7 @@ impl Ty {
     fn has_unknown(&self) -> bool {
         match self {
             Ty::Unknown => true,
-            Ty::List(e) => e.has_unknown(),
+            Ty::List(e) | Ty::Optional(e) => e.has_unknown(),
             Ty::Map(k, v) => k.has_unknown() || v.has_unknown(),
             _ => false,
         }
@@ -78,6 +80,7 @@ impl Ty {
             Ty::Null => "null_type".into(),
             Ty::List(e) => format!("list({})", e.result_name()),
             Ty::Map(k, v) => format!("map({}, {})", k.result_name(), v.result_name()),
+            Ty::Optional(t) => format!("optional_type({})", t.result_name()),
             other => other.to_string(),
         }
     }
@@ -103,6 +106,7 @@ impl fmt::Display for Ty {
             Ty::Device => f.write_str("kubernetes.DRADevice"),
             Ty::List(e) => write!(f, "list({e})"),
             Ty::Map(k, v) => write!(f, "map({k}, {v})"),
+            Ty::Optional(t) => write!(f, "optional_type({t})"),
         }
     }
 }
@@ -174,7 +178,13 @@ fn bind(slot: &mut Option<Ty>, arg: &Ty) -> bool {
         }
         Some(bound) => {
             if assignable(bound, arg) {
-                *slot = Some(join(bound, arg));
+                // cel-go keeps the more general binding: a later `dyn` or `any` argument
+                // replaces a concrete one (`true ? 1 : attr` is `any`, accepted).
+                *slot = Some(match arg {
+                    Ty::Dyn | Ty::Any | Ty::Unknown => arg.clone(),
+                    _ if *bound == Ty::Unknown => Ty::Unknown,
+                    _ => join(bound, arg),
+                });
                 true
             } else {
                 false
@@ -403,7 +413,6 @@ struct Issue {
 
 pub(crate) struct Checker {
     list_type_attributes: bool,
-    consumable_capacity: bool,
     /// Variables in scope (comprehension variables, `cel.bind` names) and their types.
     scope: Vec<(String, Ty)>,
     issues: Vec<Issue>,
@@ -421,14 +430,9 @@ pub(crate) struct Checked {
 }
 
 impl Checker {
-    pub(crate) fn check(
-        expr: &IdedExpr,
-        list_type_attributes: bool,
-        consumable_capacity: bool,
-    ) -> Checked {
+    pub(crate) fn check(expr: &IdedExpr, list_type_attributes: bool) -> Checked {
         let mut checker = Checker {
             list_type_attributes,
-            consumable_capacity,
             scope: Vec::new(),
             issues: Vec::new(),
             in_exempt_call: 0,
@@ -494,7 +498,7 @@ impl Checker {
                             Ty::map(Ty::String, Ty::map(Ty::String, self.attribute_value()))
                         }
                         "capacity" => Ty::map(Ty::String, Ty::map(Ty::String, Ty::Quantity)),
-                        "allowMultipleAllocations" if self.consumable_capacity => Ty::Bool,
+                        "allowMultipleAllocations" => Ty::Bool,
                         _ => Ty::Unknown,
                     },
                     Ty::Map(_, v) => (**v).clone(),
@@ -669,8 +673,13 @@ impl Checker {
         }
         self.in_exempt_call -= usize::from(exempt);
         if name == operators::INDEX && args.first() == Some(&Ty::Null) {
-            // cel-go types an index into null as dyn (and fails at run time).
-            return Ty::Dyn;
+            // cel-go types an index into null as dyn for an int key and, through the
+            // optional-index overloads, as optional_type(dyn) for other keys.
+            return match args.get(1) {
+                Some(Ty::Int) => Ty::Dyn,
+                Some(k) if k.is_dynish() => Ty::Unknown,
+                _ => Ty::Optional(Box::new(Ty::Dyn)),
+            };
         }
         let overloads = if c.target.is_some() {
             member_overloads(name)

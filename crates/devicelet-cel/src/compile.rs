@@ -146,7 +146,6 @@ fn compile_on_big_stack(
     let mut rewriter = Rewriter {
         env,
         source,
-        consumable_capacity,
         scope: Vec::new(),
         domain_bindings: Vec::new(),
         program: Program {
@@ -162,8 +161,11 @@ fn compile_on_big_stack(
             fast: None,
         },
     };
-    let list_type_attributes = env.is_known_function("includes");
-    let checked = Checker::check(&parsed, list_type_attributes, consumable_capacity);
+    let list_type_attributes = env.list_type_attributes;
+    // DRAConsumableCapacity does not change what compiles in the StoredExpressions
+    // environment (`device.allowMultipleAllocations` is always declared).
+    let _ = consumable_capacity;
+    let checked = Checker::check(&parsed, list_type_attributes);
     // Undeclared references and unknown fields (found by the rewriter) take precedence.
     let expr = rewriter.rewrite(parsed)?;
     if !checked.issues.is_empty() {
@@ -603,7 +605,6 @@ enum MapKind {
 struct Rewriter<'a> {
     env: &'a Env,
     source: &'a str,
-    consumable_capacity: bool,
     scope: Vec<String>,
     /// `cel.bind` variables bound to `device.attributes[D]` / `device.capacity[D]`: the
     /// scope index of the variable, and what it stands for.
@@ -840,7 +841,10 @@ impl Rewriter<'_> {
         if self.is_device(&s.operand) {
             let known = match s.field.as_str() {
                 "driver" | "attributes" | "capacity" => true,
-                "allowMultipleAllocations" => self.consumable_capacity,
+                // Declared in the StoredExpressions environment whatever the
+                // DRAConsumableCapacity gate says (the gate only selects the variable's
+                // type for new expressions); Go reads an unset value as false.
+                "allowMultipleAllocations" => true,
                 _ => false,
             };
             if !known {

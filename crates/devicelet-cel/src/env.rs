@@ -146,6 +146,8 @@ const VALUE_CACHE_CAPACITY: usize = 16 * 1024;
 pub(crate) struct Env {
     pub(crate) ctx: Context<'static>,
     known_functions: HashSet<&'static str>,
+    /// DRAListTypeAttributes: attribute values are typed `dyn` instead of `any`.
+    pub(crate) list_type_attributes: bool,
     quantities: RwLock<HashMap<String, Value>>,
     versions: RwLock<HashMap<String, Result<Value, String>>>,
 }
@@ -161,12 +163,14 @@ impl Env {
             .chain(DEVICELET)
             .copied()
             .collect();
-        if enable_list_type_attributes {
-            known_functions.insert("includes");
-        }
+        // StoredExpressions (what the scheduler compiles in) adds every versioned
+        // library whatever its feature gate, so `includes` always exists; only the
+        // attribute type (`any` or `dyn`) depends on DRAListTypeAttributes.
+        known_functions.insert("includes");
         Arc::new(Env {
             ctx,
             known_functions,
+            list_type_attributes: enable_list_type_attributes,
             quantities: RwLock::new(HashMap::new()),
             versions: RwLock::new(HashMap::new()),
         })

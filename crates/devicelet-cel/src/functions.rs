@@ -72,9 +72,10 @@ pub(crate) fn register(ctx: &mut Context<'_>, enable_list_type_attributes: bool)
     ctx.add_function("findAll", regex_find_all);
     ctx.add_function("dyn", |v: Value| -> ResolveResult { Ok(v) });
     ctx.add_function("bool", to_bool);
-    if enable_list_type_attributes {
-        ctx.add_function("includes", includes);
-    }
+    // Declared whatever the feature gate says: the scheduler compiles selectors in the
+    // StoredExpressions environment, which does not honour feature gates.
+    let _ = enable_list_type_attributes;
+    ctx.add_function("includes", includes);
 }
 
 fn first_arg(ftx: &FunctionContext) -> ResolveResult {

@@ -80,6 +80,50 @@ const UNARY_SHAPES: &[&str] = &[
     "$A.size() == \"1\"",
 ];
 
+/// Operands of the two-operand shapes (a subset, to keep the run short).
+const PAIR_OPERANDS: &[&str] = &[
+    "1",
+    "1u",
+    "1.5",
+    "\"s\"",
+    "true",
+    "null",
+    "[1]",
+    "[\"a\"]",
+    "{\"k\": 1}",
+    "device.attributes[\"d\"].a",
+    "device.capacity[\"d\"].c",
+    "semver(\"1.0.0\")",
+    "dyn(1)",
+];
+
+/// Shapes with two operands (`$A`, `$B`).
+const PAIR_SHAPES: &[&str] = &[
+    "$A.contains($B)",
+    "$A.startsWith($B)",
+    "$A.matches($B)",
+    "$A.isGreaterThan($B)",
+    "$A.isLessThan($B)",
+    "$A.compareTo($B) == 0",
+    "$A.add($B) == $A",
+    "$A[$B] == 1",
+    "true ? $A : $B",
+    "[$A, $B].size() == 2",
+    "{$A: $B}.size() == 1",
+    "$A.exists(x, x == $B)",
+    "$A.map(x, $B).size() == 1",
+    "$A.filter(x, $B).size() == 1",
+    "cel.bind(x, $A, x == $B)",
+    "size($A) == $B",
+    "$A.split($B).size() == 1",
+    "$A.charAt($B) == \"a\"",
+    "$A.substring($B) == \"a\"",
+    "$A.replace($B, \"x\") == \"a\"",
+    "$A.find($B) == \"a\"",
+    "$A in $B",
+    "($A == $B) == ($B == $A)",
+];
+
 /// Selectors as users write them, and known edge cases.
 const HAND_WRITTEN: &[&str] = &[
     "device.driver == 1",
@@ -183,6 +227,13 @@ fn corpus() -> Vec<String> {
             out.push(shape.replace("$A", a));
         }
     }
+    for a in PAIR_OPERANDS {
+        for b in PAIR_OPERANDS {
+            for shape in PAIR_SHAPES {
+                out.push(shape.replace("$A", a).replace("$B", b));
+            }
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     out.retain(|e| seen.insert(e.clone()));
     out
@@ -196,29 +247,65 @@ fn options() -> CelOptions {
     }
 }
 
-fn verdict(compiler: &SelectorCompiler, expr: &str) -> (bool, String) {
-    match compiler.compile(expr) {
-        Ok(_) => (true, String::new()),
-        Err(e) => (false, e.to_string()),
+/// The second feature set: list-type attributes on (attribute values are `dyn`, a `dyn`
+/// result is accepted, `includes` exists), consumable capacity off
+/// (`device.allowMultipleAllocations` is undeclared).
+fn list_type_options() -> CelOptions {
+    CelOptions {
+        enable_consumable_capacity: false,
+        enable_list_type_attributes: true,
+        ..CelOptions::default()
     }
+}
+
+/// The smaller corpus of the second feature set.
+fn list_type_corpus() -> Vec<String> {
+    let mut out: Vec<String> = HAND_WRITTEN.iter().map(|s| s.to_string()).collect();
+    for a in OPERANDS {
+        for shape in UNARY_SHAPES {
+            out.push(shape.replace("$A", a));
+        }
+        out.push(format!("{a}.includes(1)"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|e| seen.insert(e.clone()));
+    out
+}
+
+fn verdicts(options: CelOptions, exprs: &[String]) -> Vec<serde_json::Value> {
+    let compiler = SelectorCompiler::with_cache_capacity(options, 1);
+    exprs
+        .iter()
+        .map(|expr| {
+            let (ok, error) = match compiler.compile(expr) {
+                Ok(_) => (true, String::new()),
+                Err(e) => (false, e.to_string()),
+            };
+            serde_json::json!({ "expr": expr, "ok": ok, "error": error })
+        })
+        .collect()
 }
 
 #[test]
 fn type_check_corpus_verdicts_are_written_for_go_parity() {
-    let compiler = SelectorCompiler::with_cache_capacity(options(), 1);
-    let cases: Vec<serde_json::Value> = corpus()
-        .iter()
-        .map(|expr| {
-            let (ok, error) = verdict(&compiler, expr);
-            serde_json::json!({ "expr": expr, "ok": ok, "error": error })
-        })
-        .collect();
-    assert!(cases.len() > 2000, "corpus too small: {}", cases.len());
+    let main = verdicts(options(), &corpus());
+    let list_types = verdicts(list_type_options(), &list_type_corpus());
+    assert!(main.len() > 5000, "corpus too small: {}", main.len());
+    // The checker must reject a good share of the generated expressions, or it checks
+    // nothing (the Go comparison runs only where Go is installed).
+    let rejected = main.iter().filter(|v| v["ok"] == false).count();
+    assert!(rejected * 3 > main.len(), "only {rejected} rejections");
     if let Ok(path) = std::env::var("DEVICELET_CEL_PARITY_OUT") {
-        let doc = serde_json::json!({
-            "features": { "consumableCapacity": true, "listTypeAttributes": false },
-            "cases": cases,
-        });
+        let doc = serde_json::json!({ "sets": [
+            {
+                "features": { "consumableCapacity": true, "listTypeAttributes": false },
+                "cases": main,
+            },
+            {
+                "features": { "consumableCapacity": false, "listTypeAttributes": true },
+                "cases": list_types,
+            },
+        ]});
         let text = serde_json::to_string_pretty(&doc).expect("JSON of plain values");
         std::fs::write(&path, text).expect("write the parity file");
     }
