@@ -959,9 +959,10 @@ impl ClaimCache {
         let mut out = Vec::new();
         for (claim_name, request) in refs {
             let Some(c) = st.entries.get(&key(&namespace, &claim_name)) else {
-                return Err(DraError::ClaimSource(format!(
-                    "internal error: unable to get claim info for ResourceClaim {claim_name} in namespace {namespace}"
-                )));
+                return Err(DraError::NotCached {
+                    namespace: namespace.clone(),
+                    claim: claim_name,
+                });
             };
             for id in c.cdi_ids_for(request.as_deref()) {
                 if seen.insert(id.clone()) {

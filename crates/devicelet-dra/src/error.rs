@@ -182,6 +182,16 @@ pub enum DraError {
         #[source]
         source: std::io::Error,
     },
+    /// A container references a claim that is not in the cache (B13).
+    #[error(
+        "internal error: unable to get claim info for ResourceClaim {claim} in namespace {namespace}"
+    )]
+    NotCached {
+        /// Namespace.
+        namespace: String,
+        /// Claim name.
+        claim: String,
+    },
     /// Claim source (API) errors other than fetch.
     #[error("claim source: {0}")]
     ClaimSource(String),

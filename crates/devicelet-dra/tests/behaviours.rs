@@ -818,7 +818,10 @@ async fn b13_container_gets_the_cdi_ids_of_its_requests_only() {
     assert_eq!(named.cdi_ids_for(None).count(), 1);
     // Unknown claim in the cache fails container creation.
     cache.unprepare_resources("pod-a").await.expect("unprepare");
-    assert!(cache.container_cdi_devices(&pod, &other).is_err());
+    assert!(matches!(
+        cache.container_cdi_devices(&pod, &other),
+        Err(DraError::NotCached { .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
