@@ -47,4 +47,30 @@ fn main() {
             "{label}: new {new_ms:.2} ms, 500 allocate (cold cache) {first:.2} ms, (warm) {second:.2} ms"
         );
     }
+    // Exponential case of spec §4.2: 40 equivalent devices, count 10, then an impossible
+    // request; the default step budget stops it.
+    let devs: Vec<String> = (0..40).map(|i| format!("{{name: d{i}}}")).collect();
+    let text = format!(
+        "nodes: [{{metadata: {{name: n}}}}]\ndeviceClasses:\n- {{metadata: {{name: a}}, spec: {{selectors: [{{cel: {{expression: 'device.driver == \"x\"'}}}}]}}}}\n- {{metadata: {{name: b}}, spec: {{selectors: [{{cel: {{expression: 'device.driver == \"y\"'}}}}]}}}}\nresourceSlices: [{{metadata: {{name: s}}, spec: {{driver: x, nodeName: n, pool: {{name: p, generation: 1, resourceSliceCount: 1}}, devices: [{}]}}}}]\nclaims: [{{metadata: {{name: c}}, spec: {{devices: {{requests: [{{name: many, exactly: {{deviceClassName: a, count: 10}}}}, {{name: none, exactly: {{deviceClassName: b}}}}]}}}}}}]\n",
+        devs.join(", ")
+    );
+    let s = match devicelet_allocator::scenario::parse_scenario(text.as_bytes()) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("probe scenario does not parse: {e}");
+            return;
+        }
+    };
+    let t = Instant::now();
+    let o = devicelet_allocator::scenario::run_scenario(&s);
+    println!(
+        "exponential case: {:?} after {} steps in {:.2} s ({})",
+        o.per_node[0].outcome,
+        o.per_node[0]
+            .stats
+            .map(|s| s.allocate_one_invocations)
+            .unwrap_or(0),
+        t.elapsed().as_secs_f64(),
+        o.per_node[0].error
+    );
 }
