@@ -37,6 +37,9 @@ func errorKind(text string) string {
 	if i := strings.IndexAny(first, "'"); i >= 0 {
 		first = first[:i]
 	}
+	if strings.HasPrefix(first, "program instantiation failed") {
+		return "program instantiation failed"
+	}
 	if strings.HasPrefix(first, "must evaluate to bool") {
 		return "must evaluate to bool"
 	}

@@ -666,6 +666,7 @@ impl Checker {
         if let Some(t) = &c.target {
             args.push(self.expr(t));
         }
+        self.validate_literal_arguments(name, c);
         let exempt = name == "format" && c.target.is_some();
         self.in_exempt_call += usize::from(exempt);
         for a in &c.args {
@@ -713,6 +714,29 @@ impl Checker {
                 );
                 Ty::Unknown
             }
+        }
+    }
+}
+
+impl Checker {
+    /// cel-go's AST validators of the base environment: literal arguments of
+    /// `duration()`, `timestamp()` and `<string>.matches()` must be valid.
+    fn validate_literal_arguments(&mut self, name: &str, c: &kube_cel::cel::common::ast::CallExpr) {
+        let [arg] = c.args.as_slice() else {
+            return;
+        };
+        let Expr::Literal(LiteralValue::String(text)) = &arg.expr else {
+            return;
+        };
+        let text = text.inner();
+        let invalid = match (name, c.target.is_some()) {
+            ("duration", false) => !valid_duration_literal(text),
+            ("timestamp", false) => !valid_timestamp_literal(text),
+            ("matches", true) => regex::Regex::new(text).is_err(),
+            _ => false,
+        };
+        if invalid {
+            self.report(arg.id, format!("invalid {name} argument"));
         }
     }
 }
@@ -772,4 +796,340 @@ pub(crate) fn offsets(parsed_text: &str) -> HashMap<u64, usize> {
         id += 1;
     }
     out
+}
+
+/// Whether `text` is a duration Go's `time.ParseDuration` accepts (cel-go's duration
+/// literal validator): `[-+]?` then `0`, or one or more `<number><unit>` with units
+/// ns, us, µs, μs, ms, s, m, h.
+pub(crate) fn valid_duration_literal(text: &str) -> bool {
+    let s = text.strip_prefix(['-', '+']).unwrap_or(text);
+    if s == "0" {
+        return true;
+    }
+    if s.is_empty() {
+        return false;
+    }
+    let mut rest = s;
+    let mut total_nanos: f64 = 0.0;
+    while !rest.is_empty() {
+        let digits_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let number = &rest[..digits_end];
+        if number.is_empty() || !number.chars().any(|c| c.is_ascii_digit()) {
+            return false;
+        }
+        if number.matches('.').count() > 1 {
+            return false;
+        }
+        rest = &rest[digits_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return false,
+        };
+        rest = &rest[unit_end..];
+        let value: f64 = number.parse().unwrap_or(0.0);
+        total_nanos += value * scale;
+    }
+    // time.Duration is an int64 of nanoseconds.
+    total_nanos <= i64::MAX as f64
+}
+
+/// Whether `text` parses with Go's `time.Parse(time.RFC3339, ...)` within CEL's
+/// timestamp range (years 1 to 9999): cel-go's timestamp literal validator.
+pub(crate) fn valid_timestamp_literal(text: &str) -> bool {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<u32> {
+        let part = text.get(from..from + len)?;
+        if part.bytes().all(|c| c.is_ascii_digit()) {
+            part.parse().ok()
+        } else {
+            None
+        }
+    };
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return false;
+    }
+    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second)) = (
+        num(0, 4),
+        num(5, 2),
+        num(8, 2),
+        num(11, 2),
+        num(14, 2),
+        num(17, 2),
+    ) else {
+        return false;
+    };
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    if year == 0 || day == 0 || day > days_in_month || hour > 23 || minute > 59 || second > 59 {
+        return false;
+    }
+    let mut rest = &text[19..];
+    if let Some(frac) = rest.strip_prefix('.') {
+        let end = frac
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(frac.len());
+        if end == 0 {
+            return false;
+        }
+        rest = &frac[end..];
+    }
+    match rest {
+        "Z" => true,
+        zone if zone.len() == 6 && (zone.starts_with('+') || zone.starts_with('-')) => {
+            let zb = zone.as_bytes();
+            zb[3] == b':'
+                && matches!(num(text.len() - 5, 2), Some(h) if h < 24)
+                && matches!(num(text.len() - 2, 2), Some(m) if m < 60)
+        }
+        _ => false,
+    }
+}
+
+/// A constant the program planner folds.
+#[derive(Debug, Clone)]
+enum Const {
+    Null,
+    Bool,
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    Str(String),
+    Bytes(Vec<u8>),
+    List,
+    Map,
+}
+
+impl Const {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Const::Null => "null_type",
+            Const::Bool => "bool",
+            Const::Int(_) => "int",
+            Const::Uint(_) => "uint",
+            Const::Double(_) => "double",
+            Const::Str(_) => "string",
+            Const::Bytes(_) => "bytes",
+            Const::List => "list",
+            Const::Map => "map",
+        }
+    }
+}
+
+/// The errors cel-go raises while planning a checked expression ("program instantiation
+/// failed: ..."): conversions of constants that fail (`int("x")`, `bool(dyn(1))`),
+/// constant null / list / map index keys, and invalid constant regular expressions.
+/// Planning is depth first and stops at the first error.
+pub(crate) fn planning_error(e: &IdedExpr) -> Option<String> {
+    fold(e).err()
+}
+
+fn conversion_error(kind: &str, to: &str) -> String {
+    format!("type conversion error from '{kind}' to '{to}'")
+}
+
+fn convert(function: &str, v: &Const) -> Result<Option<Const>, String> {
+    let no_overload = || Err(format!("no such overload: {function}({})", v.type_name()));
+    let converted: Result<Const, String> = match (function, v) {
+        ("dyn", _) => Ok(v.clone()),
+        ("int", Const::Int(_)) => Ok(v.clone()),
+        ("int", Const::Uint(u)) => i64::try_from(*u)
+            .map(Const::Int)
+            .map_err(|_| "integer overflow".into()),
+        ("int", Const::Double(d)) => {
+            if d.is_finite() && *d > i64::MIN as f64 && *d < i64::MAX as f64 {
+                Ok(Const::Int(*d as i64))
+            } else {
+                Err("integer overflow".into())
+            }
+        }
+        ("int", Const::Str(s)) => s
+            .parse::<i64>()
+            .map(Const::Int)
+            .map_err(|_| conversion_error("string", "int")),
+        ("uint", Const::Uint(_)) => Ok(v.clone()),
+        ("uint", Const::Int(i)) => u64::try_from(*i)
+            .map(Const::Uint)
+            .map_err(|_| "unsigned integer overflow".into()),
+        ("uint", Const::Double(d)) => {
+            if d.is_finite() && *d >= 0.0 && *d < u64::MAX as f64 {
+                Ok(Const::Uint(*d as u64))
+            } else {
+                Err("unsigned integer overflow".into())
+            }
+        }
+        ("uint", Const::Str(s)) => s
+            .strip_prefix('+')
+            .unwrap_or(s)
+            .parse::<u64>()
+            .ok()
+            .filter(|_| !s.starts_with('+'))
+            .map(Const::Uint)
+            .ok_or_else(|| conversion_error("string", "uint")),
+        ("double", Const::Double(_)) => Ok(v.clone()),
+        ("double", Const::Int(i)) => Ok(Const::Double(*i as f64)),
+        ("double", Const::Uint(u)) => Ok(Const::Double(*u as f64)),
+        ("double", Const::Str(s)) => s
+            .parse::<f64>()
+            .map(Const::Double)
+            .map_err(|_| conversion_error("string", "double")),
+        ("string", Const::Str(_)) => Ok(v.clone()),
+        ("string", Const::Int(i)) => Ok(Const::Str(i.to_string())),
+        ("string", Const::Uint(u)) => Ok(Const::Str(u.to_string())),
+        // Valid, but we do not track the text: stop folding here.
+        ("string", Const::Double(_) | Const::Bool) => return Ok(None),
+        ("string", Const::Bytes(b)) => String::from_utf8(b.clone())
+            .map(Const::Str)
+            .map_err(|_| "invalid UTF-8 in bytes, cannot convert to string".into()),
+        ("bool", Const::Bool) => Ok(Const::Bool),
+        ("bool", Const::Str(s)) => {
+            if matches!(
+                s.as_str(),
+                "1" | "t"
+                    | "T"
+                    | "TRUE"
+                    | "true"
+                    | "True"
+                    | "0"
+                    | "f"
+                    | "F"
+                    | "FALSE"
+                    | "false"
+                    | "False"
+            ) {
+                Ok(Const::Bool)
+            } else {
+                Err(conversion_error("string", "bool"))
+            }
+        }
+        ("bytes", Const::Bytes(_)) => Ok(v.clone()),
+        ("bytes", Const::Str(s)) => Ok(Const::Bytes(s.clone().into_bytes())),
+        _ => no_overload(),
+    };
+    converted.map(Some)
+}
+
+/// Folds `e` like cel-go's planner: `Ok(Some)` for a constant, `Ok(None)` otherwise.
+fn fold(e: &IdedExpr) -> Result<Option<Const>, String> {
+    match &e.expr {
+        Expr::Literal(l) => Ok(Some(match l {
+            LiteralValue::Boolean(_) => Const::Bool,
+            LiteralValue::Bytes(b) => Const::Bytes(b.inner().to_vec()),
+            LiteralValue::Double(d) => Const::Double(*d.inner()),
+            LiteralValue::Int(i) => Const::Int(*i.inner()),
+            LiteralValue::Null => Const::Null,
+            LiteralValue::String(s) => Const::Str(s.inner().to_string()),
+            LiteralValue::UInt(u) => Const::Uint(*u.inner()),
+        })),
+        Expr::List(l) => {
+            let mut constant = l.optional_indices.is_empty();
+            for x in &l.elements {
+                constant &= fold(x)?.is_some();
+            }
+            Ok(constant.then_some(Const::List))
+        }
+        Expr::Map(m) => {
+            let mut constant = true;
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    constant &= !me.optional;
+                    constant &= fold(&me.key)?.is_some();
+                    constant &= fold(&me.value)?.is_some();
+                } else {
+                    constant = false;
+                }
+            }
+            Ok(constant.then_some(Const::Map))
+        }
+        Expr::Select(s) => {
+            fold(&s.operand)?;
+            Ok(None)
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                fold(x)?;
+            }
+            Ok(None)
+        }
+        Expr::Call(c) => {
+            let target = match &c.target {
+                Some(t) => fold(t)?,
+                None => None,
+            };
+            let mut args = Vec::with_capacity(c.args.len());
+            for a in &c.args {
+                args.push(fold(a)?);
+            }
+            let name = c.func_name.as_str();
+            if c.target.is_none()
+                && let [Some(arg)] = args.as_slice()
+                && matches!(
+                    name,
+                    "int" | "uint" | "double" | "string" | "bool" | "bytes" | "dyn"
+                )
+            {
+                return convert(name, arg);
+            }
+            if name == operators::INDEX && c.target.is_none() {
+                let qualifier = match args.get(1) {
+                    Some(Some(Const::Null)) => Some("types.Null"),
+                    Some(Some(Const::List)) => Some("*types.baseList"),
+                    Some(Some(Const::Map)) => Some("*types.baseMap"),
+                    _ => None,
+                };
+                if let Some(q) = qualifier {
+                    return Err(format!("invalid qualifier type: {q}"));
+                }
+            }
+            // Constant patterns are compiled when the program is planned (global
+            // `matches`, and the Kubernetes regex library's `find` / `findAll`).
+            let _ = target;
+            let pattern = match (name, c.target.is_some(), args.as_slice()) {
+                ("matches", false, [_, Some(Const::Str(p))])
+                | ("matches" | "find" | "findAll", true, [Some(Const::Str(p)), ..]) => Some(p),
+                _ => None,
+            };
+            if let Some(p) = pattern
+                && let Err(err) = regex::Regex::new(p)
+            {
+                let detail = err
+                    .to_string()
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+                    .trim()
+                    .to_string();
+                return Err(format!("error parsing regexp: {detail}"));
+            }
+            Ok(None)
+        }
+        Expr::Ident(_) | Expr::Struct(_) | Expr::Unspecified => Ok(None),
+    }
 }

@@ -166,6 +166,7 @@ fn compile_on_big_stack(
     // environment (`device.allowMultipleAllocations` is always declared).
     let _ = consumable_capacity;
     let checked = Checker::check(&parsed, list_type_attributes);
+    let planning_error = crate::check::planning_error(&parsed);
     // Undeclared references and unknown fields (found by the rewriter) take precedence.
     let expr = rewriter.rewrite(parsed)?;
     if !checked.issues.is_empty() {
@@ -184,6 +185,9 @@ fn compile_on_big_stack(
     };
     if !result_ok {
         return Err(CelCompileError::ResultType(checked.ty.result_name()));
+    }
+    if let Some(message) = planning_error {
+        return Err(CelCompileError::ProgramInstantiation(message));
     }
     let mut program = rewriter.program;
     program.depth = ast_depth(&expr);

@@ -16,6 +16,11 @@ pub enum CelCompileError {
     /// class. The text after the prefix is a cel-go style issue list.
     #[error("compilation failed: {0}")]
     Compilation(String),
+    /// cel-go type-checks the expression but fails to plan it: a conversion of a constant
+    /// that cannot succeed (`int("x")`, `bool(dyn(1))`), a constant null / list / map
+    /// index key, an invalid constant regular expression.
+    #[error("program instantiation failed: {0}")]
+    ProgramInstantiation(String),
     /// The expression is statically known not to produce a bool.
     #[error("must evaluate to bool or the unknown type, not {0}")]
     ResultType(String),

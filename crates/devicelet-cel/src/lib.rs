@@ -58,8 +58,10 @@
 //!   overload ...", "expected type ...", "must evaluate to bool ..."; parity with Go is
 //!   checked by `interop/cel/run.sh`). Other library functions and optionals are
 //!   unchecked (typed "unknown", accepted), so a mismatch there is a runtime error.
-//!   Errors cel-go raises while planning the program (constant folding of literal
-//!   conversions, `bool("s")`: "program instantiation failed") are not reproduced.
+//!   cel-go's literal validators (duration, timestamp, `matches` patterns) and the
+//!   errors of its program planner (constant conversions such as `bool("s")`, constant
+//!   null / list / map index keys, invalid constant regexes: "program instantiation
+//!   failed: ...") are reproduced too.
 //! * Go's cost *estimation* (disabled in the scheduler anyway) and Go's exact cost
 //!   figures; our runtime cost model is documented in `cost.rs` and stops the same hostile
 //!   expressions with the same error text.
