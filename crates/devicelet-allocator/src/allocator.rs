@@ -775,9 +775,13 @@ impl<'a> Allocator<'a> {
                 }
             }
         }
-        let binding_last = device_slices
-            .iter()
-            .any(|&si| self.snap.slices[si as usize].has_binding_conditions);
+        // An invalid pool is a placeholder without devices in Go, so binding conditions of its
+        // devices cannot move it to the end: it keeps its (driver, pool) place, which decides
+        // which pool an All-mode request reports first.
+        let binding_last = invalid_reason.is_empty()
+            && device_slices
+                .iter()
+                .any(|&si| self.snap.slices[si as usize].has_binding_conditions);
         Pool {
             driver,
             name,
@@ -1491,34 +1495,30 @@ fn applies(names: &[&str], base: &str, sub: Option<&str>) -> bool {
     }
 }
 
-fn version_core(v: &str) -> &str {
-    v.split_once('+').map(|(a, _)| a).unwrap_or(v)
-}
-
-/// Distinctness of a candidate against one stored value; `None` = types differ (Go accepts).
-fn distinct_from(existing: &AttrValue<'_>, candidate: &AttrValue<'_>) -> Option<bool> {
+/// Whether a candidate value collides with one stored value (Go: `matchesAttribute`).
+///
+/// Versions compare as exact strings, so `1.2.3` and `1.2.3+build.7` are distinct (spec §7
+/// #28). §7 does not list this as an upstream bug, so Fixed semantics compare the same way.
+/// A stored value of another type never collides; a candidate of unknown type (e.g. a list
+/// attribute under incubating) collides with any stored value.
+fn collides(existing: &AttrValue<'_>, candidate: &AttrValue<'_>) -> bool {
     match (existing, candidate) {
-        (AttrValue::Unknown, _) => Some(false),
-        (AttrValue::Str(a), AttrValue::Str(b)) => Some(a != b),
-        (AttrValue::Int(a), AttrValue::Int(b)) => Some(a != b),
-        (AttrValue::Bool(a), AttrValue::Bool(b)) => Some(a != b),
-        (AttrValue::Version(a), AttrValue::Version(b)) => Some(version_core(a) != version_core(b)),
-        _ => None,
+        (_, AttrValue::Unknown) => true,
+        (AttrValue::Str(a), AttrValue::Str(b)) => a == b,
+        (AttrValue::Int(a), AttrValue::Int(b)) => a == b,
+        (AttrValue::Bool(a), AttrValue::Bool(b)) => a == b,
+        (AttrValue::Version(a), AttrValue::Version(b)) => a == b,
+        _ => false,
     }
 }
 
+/// A candidate is distinct when it collides with none of the stored values (an empty set
+/// accepts anything, like Go's loop over an empty map).
 fn all_distinct<'x>(
-    values: impl Iterator<Item = &'x AttrValue<'x>>,
+    mut values: impl Iterator<Item = &'x AttrValue<'x>>,
     candidate: &AttrValue<'_>,
 ) -> bool {
-    for existing in values {
-        match distinct_from(existing, candidate) {
-            Some(true) => {}
-            Some(false) => return false,
-            None => return true,
-        }
-    }
-    true
+    !values.any(|existing| collides(existing, candidate))
 }
 
 impl<'a> Constraint<'a> {
@@ -1552,7 +1552,8 @@ impl<'a> Constraint<'a> {
                     (Some(AttrValue::Str(a)), AttrValue::Str(b)) => a == b,
                     (Some(AttrValue::Int(a)), AttrValue::Int(b)) => a == b,
                     (Some(AttrValue::Bool(a)), AttrValue::Bool(b)) => a == b,
-                    // Versions compare as strings: build metadata counts (spec §7 #28).
+                    // Versions compare as exact strings: build metadata counts (spec §7 #28; not a
+                    // listed bug, so Fixed semantics compare the same way).
                     (Some(AttrValue::Version(a)), AttrValue::Version(b)) => a == b,
                     _ => false,
                 };
