@@ -357,7 +357,7 @@ fn global_overloads(name: &str) -> Option<&'static [Overload]> {
         "duration" => &[(&[DYN], DURATION)],
         "timestamp" => &[(&[DYN], TIMESTAMP)],
         "quantity" => &[(&[STRING], QUANTITY)],
-        "isQuantity" => &[(&[STRING], BOOL)],
+        "isQuantity" | "isURL" | "isIP" | "isCIDR" => &[(&[STRING], BOOL)],
         "semver" => &[(&[STRING], SEMVER), (&[STRING, BOOL], SEMVER)],
         "isSemver" => &[(&[STRING], BOOL), (&[STRING, BOOL], BOOL)],
         _ => return None,
@@ -389,8 +389,27 @@ fn member_overloads(name: &str) -> Option<&'static [Overload]> {
             (&[STRING, STRING], LIST_STRING),
             (&[STRING, STRING, INT], LIST_STRING),
         ],
+        "indexOf" | "lastIndexOf" => &[
+            (&[STRING, STRING], INT),
+            (&[STRING, STRING, INT], INT),
+            (&[P::ListA, P::A], INT),
+        ],
+        "join" => &[(&[LIST_STRING], STRING), (&[LIST_STRING, STRING], STRING)],
+        "reverse" | "distinct" => &[(&[P::ListA], P::ListA)],
+        "format" => &[(&[STRING, P::ListA], STRING)],
+        "includes" => &[(&[DYN, DYN], BOOL)],
+        "getFullYear" | "getMonth" | "getDayOfYear" | "getDayOfMonth" | "getDate"
+        | "getDayOfWeek" => &[(&[TIMESTAMP], INT), (&[TIMESTAMP, STRING], INT)],
+        "getHours" | "getMinutes" | "getSeconds" | "getMilliseconds" => &[
+            (&[TIMESTAMP], INT),
+            (&[TIMESTAMP, STRING], INT),
+            (&[DURATION], INT),
+        ],
         "isInteger" => &[(&[QUANTITY], BOOL)],
-        "asInteger" | "sign" => &[(&[QUANTITY], INT)],
+        "asInteger" => &[(&[QUANTITY], INT)],
+        // Declared in the Kubernetes environment, but with no member overload that
+        // accepts anything (cel-go rejects `quantity("1").sign()` and `dyn(1).sign()`).
+        "sign" => &[],
         "asApproximateFloat" => &[(&[QUANTITY], DOUBLE)],
         "add" | "sub" => &[
             (&[QUANTITY, QUANTITY], QUANTITY),
