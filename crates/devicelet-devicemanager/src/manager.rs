@@ -23,7 +23,7 @@ use crate::inventory::{ResourceDevices, UpdateSummary};
 use crate::plugin::{DevicePluginClient, PluginDialer};
 use crate::pod_devices::{PodDevices, ReusePool};
 use crate::snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
-use crate::types::{Device, DevicePluginOptions, RegisterRequest};
+use crate::types::{Device, DevicePluginOptions, Health, RegisterRequest};
 use crate::validation::{validate_endpoint, validate_resource_name, validate_version};
 
 /// `endpointStopGracePeriod` in `dm/types.go`.
@@ -488,6 +488,30 @@ impl DeviceManager {
             self.inner.notify();
         }
         ResourcesSnapshot { resources }
+    }
+
+    /// Healthy devices of every registered resource, allocated ones included
+    /// (`GetAllocatableDevices`: `allDevices` filtered by `healthyDevices`, for PodResources
+    /// `GetAllocatableResources`). Topology is kept as the plugin sent it, so callers can tell
+    /// a missing `TopologyInfo` from an empty one. A disconnected plugin's devices are all
+    /// unhealthy, so its resource contributes nothing.
+    pub fn allocatable_devices(&self) -> BTreeMap<String, Vec<Device>> {
+        let state = self.inner.lock();
+        state
+            .resources
+            .iter()
+            .filter_map(|(name, entry)| {
+                let healthy: Vec<Device> = entry
+                    .devices
+                    .as_ref()?
+                    .devices()
+                    .iter()
+                    .filter(|d| d.health == Health::Healthy)
+                    .cloned()
+                    .collect();
+                (!healthy.is_empty()).then(|| (name.clone(), healthy))
+            })
+            .collect()
     }
 
     /// The connected client and options of a resource, for `Allocate` and friends. Fails with

@@ -1,6 +1,6 @@
 //! Wiring of the node agent's servers for one root directory (the `devicelet serve` body):
 //! directories, stale-socket cleanup, the Registration server on `kubelet.sock`, the plugin
-//! watcher, and the control API; and a clean stop (streams cancelled, sockets removed).
+//! watcher, the PodResources API on `pod-resources/kubelet.sock`, and the control API; and a clean stop (streams cancelled, sockets removed).
 //!
 //! Start order follows the kubelet (`dm/plugin/v1beta1/server.go` `Start`): clean the
 //! device-plugin directory, then bind `kubelet.sock`; the control socket is bound last so "the
@@ -25,6 +25,7 @@ use crate::control::{self, ControlState};
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;
 use crate::plugin_watcher::{DevicePluginHandler, PluginWatcher};
+use crate::podresources::PodResourcesService;
 use crate::pods::PodAdmitter;
 use crate::registration::RegistrationService;
 use crate::transport;
@@ -44,6 +45,10 @@ pub struct RootPaths {
     pub control_dir: PathBuf,
     /// `R/devicelet/devicelet.sock`.
     pub control_socket: PathBuf,
+    /// `R/pod-resources`.
+    pub pod_resources_dir: PathBuf,
+    /// `R/pod-resources/kubelet.sock`: the PodResources API.
+    pub pod_resources_socket: PathBuf,
 }
 
 impl RootPaths {
@@ -58,6 +63,8 @@ impl RootPaths {
             kubelet_socket: device_plugins.join(constants::deviceplugin::KUBELET_SOCKET_NAME),
             plugins_registry: root.join(constants::pluginregistration::PLUGINS_REGISTRY_DIR_NAME),
             control_socket: control_dir.join("devicelet.sock"),
+            pod_resources_dir: root.join(constants::podresources::POD_RESOURCES_DIR_NAME),
+            pod_resources_socket: constants::pod_resources_socket(&root),
             device_plugins,
             control_dir,
             root,
@@ -97,6 +104,7 @@ impl DaemonConfig {
 pub struct Daemon {
     paths: RootPaths,
     manager: DeviceManager,
+    pods: Arc<PodAdmitter>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<(&'static str, JoinHandle<Result<(), RpcError>>)>,
 }
@@ -212,12 +220,38 @@ impl Daemon {
             ));
         }
 
+        let pods = Arc::new(PodAdmitter::new(manager.clone()));
+
+        // PodResources API (spec §5.1: directory 0750, both API versions on one server).
+        make_dir(&paths.pod_resources_dir, 0o750)?;
+        let listener = transport::bind(&paths.pod_resources_socket)?;
+        let pod_resources = PodResourcesService::new(pods.clone());
+        let mut rx = shutdown_rx.clone();
+        let socket = paths.pod_resources_socket.clone();
+        tasks.push((
+            "pod-resources",
+            tokio::spawn(async move {
+                tonic::transport::Server::builder()
+                    .add_service(pod_resources.v1_server())
+                    .add_service(pod_resources.v1alpha1_server())
+                    .serve_with_incoming_shutdown(transport::incoming(listener), async move {
+                        let _ = rx.changed().await;
+                    })
+                    .await
+                    .map_err(|e| RpcError::Server {
+                        path: socket,
+                        message: e.to_string(),
+                    })
+            }),
+        ));
+        info!(socket = %paths.pod_resources_socket.display(), "PodResources API listening");
+
         // Control API last: when it answers, everything else is ready.
         // A stale control socket (crashed daemon) is replaced; nobody answered on it above.
         let control_listener = transport::bind(&paths.control_socket)?;
         let app = control::router(ControlState {
             devices: manager.clone(),
-            pods: Arc::new(PodAdmitter::new(manager.clone())),
+            pods: pods.clone(),
         });
         let mut rx = shutdown_rx.clone();
         let socket = paths.control_socket.clone();
@@ -237,6 +271,7 @@ impl Daemon {
         Ok(Daemon {
             paths,
             manager,
+            pods,
             shutdown,
             tasks,
         })
@@ -245,6 +280,11 @@ impl Daemon {
     /// The device manager.
     pub fn manager(&self) -> &DeviceManager {
         &self.manager
+    }
+
+    /// The pod admitter behind the control API and the PodResources API.
+    pub fn pods(&self) -> &Arc<PodAdmitter> {
+        &self.pods
     }
 
     /// The daemon's paths.
@@ -293,7 +333,11 @@ impl Daemon {
                 Err(_) => warn!(task = name, "server did not stop within 5s"),
             }
         }
-        for socket in [&self.paths.kubelet_socket, &self.paths.control_socket] {
+        for socket in [
+            &self.paths.kubelet_socket,
+            &self.paths.pod_resources_socket,
+            &self.paths.control_socket,
+        ] {
             match std::fs::remove_file(socket) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -1,6 +1,6 @@
 //! devicelet-rpc: the one place that translates between gRPC (and the HTTP control API) and the
 //! managers: the v1beta1 Registration server on `kubelet.sock`, the tonic device-plugin client,
-//! the plugin watcher on `plugins_registry`, stale-socket cleanup, the control API on
+//! the plugin watcher on `plugins_registry`, stale-socket cleanup, the PodResources API, the control API on
 //! `R/devicelet/devicelet.sock`, and the [`Daemon`] that wires them for one root directory.
 
 pub mod cleanup;
@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod error;
 pub mod plugin_client;
 pub mod plugin_watcher;
+pub mod podresources;
 pub mod pods;
 pub mod registration;
 pub mod transport;
@@ -19,5 +20,6 @@ pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use error::{ControlError, RpcError};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
 pub use plugin_watcher::{DevicePluginHandler, PluginHandler, PluginWatcher};
+pub use podresources::{PodResourcesService, TokenBucket};
 pub use pods::{AdmittedPod, PodAdmitter, PodError, PodList};
 pub use registration::RegistrationService;

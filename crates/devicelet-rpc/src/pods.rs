@@ -76,6 +76,13 @@ pub struct ContainerView {
     /// Device-plugin limits, kept for `start`.
     #[serde(skip)]
     pub limits: BTreeMap<String, u64>,
+    /// Init, sidecar or app: PodResources lists sidecars and app containers only.
+    #[serde(skip, default = "app_container")]
+    pub kind: ContainerKind,
+}
+
+fn app_container() -> ContainerKind {
+    ContainerKind::App
 }
 
 /// DESIGN.md `admit` JSON.
@@ -182,6 +189,7 @@ impl PodAdmitter {
                     devices,
                     claims: Vec::new(),
                     limits: request.limits,
+                    kind: request.kind,
                 }),
                 Err(source) => {
                     // All or nothing: free what earlier containers of this pod got.
@@ -243,6 +251,19 @@ impl PodAdmitter {
         self.manager.remove_pod(uid);
         info!(pod_uid = %uid, "pod removed; devices freed");
         Ok(())
+    }
+
+    /// The admitted pod with this namespace and name.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<AdmittedPod> {
+        self.pods()
+            .values()
+            .find(|p| p.pod.namespace == namespace && p.pod.name == name)
+            .cloned()
+    }
+
+    /// The device manager pods are admitted into.
+    pub fn manager(&self) -> &DeviceManager {
+        &self.manager
     }
 
     /// Admitted pods.

@@ -1,0 +1,391 @@
+//! The PodResources API on `R/pod-resources/kubelet.sock` (spec devicemanager.md §5), following
+//! the kubelet's `pkg/kubelet/apis/podresources` (`server_v1.go`, `server_v1alpha1.go`,
+//! `grpc/ratelimit.go`) and the container manager's device conversion
+//! (`cm/container_manager.go`): monitoring agents learn from it which container holds which
+//! device, and which devices the node can hand out.
+//!
+//! What is filled, as the kubelet does:
+//! - devices: one `ContainerDevices` per (device, NUMA node) with a single device ID and a
+//!   single-node topology; a device without topology gives one entry with `topology` unset
+//!   (spec §2 F1). For allocations the NUMA nodes are those recorded at allocation time.
+//! - `cpu_ids` and `memory` stay empty: no CPU or memory manager is wired into the daemon yet.
+//! - `dynamic_resources` stays empty: the pod admitter does not prepare DRA claims yet.
+//!
+//! All unary calls of both API versions share one token bucket (100 QPS, burst 10); an empty
+//! bucket answers `ResourceExhausted` "rejected by rate limit". Plain errors (a pod not found
+//! by `Get`) are `Unknown`, as a Go handler returning a non-status error gives.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use devicelet_devicemanager::{ContainerKind, Device, ResourceAllocation};
+use devicelet_proto::constants::podresources::{
+    RATE_LIMIT_BURST, RATE_LIMIT_MESSAGE, RATE_LIMIT_QPS,
+};
+use devicelet_proto::podresources::{v1, v1alpha1};
+use tonic::{Request, Response, Status};
+
+use crate::pods::{AdmittedPod, ContainerView, PodAdmitter};
+
+/// A token bucket with the semantics of Go's `rate.Limiter.Allow`: it starts full, refills
+/// continuously at `rate` tokens per second up to `burst`, and each call takes one token.
+#[derive(Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket of `burst` tokens refilled at `qps` per second.
+    pub fn new(qps: u32, burst: u32) -> Self {
+        TokenBucket {
+            rate: f64::from(qps),
+            burst: f64::from(burst),
+            state: Mutex::new(BucketState {
+                tokens: f64::from(burst),
+                last: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes a token if one is there.
+    pub fn allow(&self) -> bool {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let elapsed = now.saturating_duration_since(state.last).as_secs_f64();
+        state.last = now;
+        state.tokens = (state.tokens + elapsed * self.rate).min(self.burst);
+        if state.tokens >= 1.0 {
+            state.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Both PodResources services over the admitted pods and the device manager. Cheap to clone;
+/// clones share the rate limiter.
+#[derive(Debug, Clone)]
+pub struct PodResourcesService {
+    pods: Arc<PodAdmitter>,
+    limiter: Arc<TokenBucket>,
+}
+
+impl PodResourcesService {
+    /// The service with the kubelet's rate limit.
+    pub fn new(pods: Arc<PodAdmitter>) -> Self {
+        Self::with_rate_limit(pods, RATE_LIMIT_QPS, RATE_LIMIT_BURST)
+    }
+
+    /// The service with another rate limit (tests).
+    pub fn with_rate_limit(pods: Arc<PodAdmitter>, qps: u32, burst: u32) -> Self {
+        PodResourcesService {
+            pods,
+            limiter: Arc::new(TokenBucket::new(qps, burst)),
+        }
+    }
+
+    /// The `v1.PodResourcesLister` gRPC service.
+    pub fn v1_server(&self) -> v1::pod_resources_lister_server::PodResourcesListerServer<Self> {
+        v1::pod_resources_lister_server::PodResourcesListerServer::new(self.clone())
+    }
+
+    /// The `v1alpha1.PodResourcesLister` gRPC service.
+    pub fn v1alpha1_server(
+        &self,
+    ) -> v1alpha1::pod_resources_lister_server::PodResourcesListerServer<Self> {
+        v1alpha1::pod_resources_lister_server::PodResourcesListerServer::new(self.clone())
+    }
+
+    fn admit_call(&self) -> Result<(), Status> {
+        if self.limiter.allow() {
+            Ok(())
+        } else {
+            Err(Status::resource_exhausted(RATE_LIMIT_MESSAGE))
+        }
+    }
+
+    /// v1 view of a pod: sidecars (restartable init containers), then app containers; regular
+    /// init containers are left out.
+    fn v1_pod(&self, pod: &AdmittedPod) -> v1::PodResources {
+        let manager = self.pods.manager();
+        let containers = pod
+            .containers
+            .iter()
+            .filter(|c| matches!(c.kind, ContainerKind::Sidecar | ContainerKind::App))
+            .map(|c| v1::ContainerResources {
+                name: c.name.clone(),
+                devices: allocated_devices(&manager.container_allocations(&pod.pod.uid, &c.name)),
+                // Exclusive CPUs and memory blocks come from the CPU and memory managers,
+                // which the daemon does not run yet.
+                cpu_ids: Vec::new(),
+                memory: Vec::new(),
+                // Filled once the admitter prepares DRA claims.
+                dynamic_resources: Vec::new(),
+            })
+            .collect();
+        v1::PodResources {
+            name: pod.pod.name.clone(),
+            namespace: pod.pod.namespace.clone(),
+            containers,
+        }
+    }
+}
+
+fn device_entry(resource: &str, id: &str, node: Option<i64>) -> v1::ContainerDevices {
+    v1::ContainerDevices {
+        resource_name: resource.to_owned(),
+        device_ids: vec![id.to_owned()],
+        topology: node.map(|id| v1::TopologyInfo {
+            nodes: vec![v1::NumaNode { id }],
+        }),
+    }
+}
+
+/// A container's devices from its recorded allocation (`GetDevices`, spec §2 F1): each device
+/// under each NUMA node it was recorded under, `-1` meaning no topology. Devices come in
+/// allocation order, resources in name order.
+fn allocated_devices(
+    allocations: &BTreeMap<String, ResourceAllocation>,
+) -> Vec<v1::ContainerDevices> {
+    let mut out = Vec::new();
+    for (resource, allocation) in allocations {
+        let mut nodes_of: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for (node, ids) in &allocation.devices_per_numa {
+            for id in ids {
+                nodes_of.entry(id.as_str()).or_default().push(*node);
+            }
+        }
+        for id in &allocation.device_ids {
+            // Like the kubelet, only devices present in the per-NUMA record are reported.
+            for node in nodes_of.get(id.as_str()).into_iter().flatten() {
+                out.push(device_entry(resource, id, (*node >= 0).then_some(*node)));
+            }
+        }
+    }
+    out
+}
+
+/// Allocatable devices in the same layout; a device whose plugin sent an empty (not missing)
+/// topology gives no entry, as in the kubelet.
+fn allocatable_devices(devices: &BTreeMap<String, Vec<Device>>) -> Vec<v1::ContainerDevices> {
+    let mut out = Vec::new();
+    for (resource, devices) in devices {
+        for device in devices {
+            match &device.numa_nodes {
+                None => out.push(device_entry(resource, &device.id, None)),
+                Some(nodes) => {
+                    for node in nodes {
+                        out.push(device_entry(resource, &device.id, Some(*node)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_app(container: &&ContainerView) -> bool {
+    container.kind == ContainerKind::App
+}
+
+// Upstream `List` first runs `UpdateAllocatedDevices` (drop allocations of pods no longer
+// active). devicelet frees a pod's devices when the pod is removed, so the only allocations
+// without an admitted pod belong to an admission in progress; collecting them here would
+// free devices under a pod being admitted, so we skip that step.
+
+#[tonic::async_trait]
+impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService {
+    async fn list(
+        &self,
+        _request: Request<v1::ListPodResourcesRequest>,
+    ) -> Result<Response<v1::ListPodResourcesResponse>, Status> {
+        self.admit_call()?;
+        // Every admitted pod is active: devicelet has no terminal pod phase.
+        let pod_resources = self
+            .pods
+            .list()
+            .pods
+            .iter()
+            .map(|p| self.v1_pod(p))
+            .collect();
+        Ok(Response::new(v1::ListPodResourcesResponse {
+            pod_resources,
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _request: Request<v1::AllocatableResourcesRequest>,
+    ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
+        self.admit_call()?;
+        let devices = allocatable_devices(&self.pods.manager().allocatable_devices());
+        Ok(Response::new(v1::AllocatableResourcesResponse {
+            devices,
+            // No CPU or memory manager yet (see the module header).
+            cpu_ids: Vec::new(),
+            memory: Vec::new(),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<v1::GetPodResourcesRequest>,
+    ) -> Result<Response<v1::GetPodResourcesResponse>, Status> {
+        self.admit_call()?;
+        let request = request.into_inner();
+        let pod = self
+            .pods
+            .get(&request.pod_namespace, &request.pod_name)
+            .ok_or_else(|| {
+                Status::unknown(format!(
+                    "pod {} in namespace {} not found",
+                    request.pod_name, request.pod_namespace
+                ))
+            })?;
+        Ok(Response::new(v1::GetPodResourcesResponse {
+            pod_resources: Some(self.v1_pod(&pod)),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesService {
+    async fn list(
+        &self,
+        _request: Request<v1alpha1::ListPodResourcesRequest>,
+    ) -> Result<Response<v1alpha1::ListPodResourcesResponse>, Status> {
+        self.admit_call()?;
+        let manager = self.pods.manager();
+        // v1alpha1 lists app containers only, with the v1 device entries minus topology.
+        let pod_resources = self
+            .pods
+            .list()
+            .pods
+            .iter()
+            .map(|pod| v1alpha1::PodResources {
+                name: pod.pod.name.clone(),
+                namespace: pod.pod.namespace.clone(),
+                containers: pod
+                    .containers
+                    .iter()
+                    .filter(is_app)
+                    .map(|c| v1alpha1::ContainerResources {
+                        name: c.name.clone(),
+                        devices: allocated_devices(
+                            &manager.container_allocations(&pod.pod.uid, &c.name),
+                        )
+                        .into_iter()
+                        .map(|d| v1alpha1::ContainerDevices {
+                            resource_name: d.resource_name,
+                            device_ids: d.device_ids,
+                        })
+                        .collect(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(v1alpha1::ListPodResourcesResponse {
+            pod_resources,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation(ids: &[&str], per_numa: &[(i64, &[&str])]) -> ResourceAllocation {
+        ResourceAllocation {
+            device_ids: ids.iter().map(|s| (*s).to_owned()).collect(),
+            devices_per_numa: per_numa
+                .iter()
+                .map(|(n, ids)| (*n, ids.iter().map(|s| (*s).to_owned()).collect()))
+                .collect(),
+            response: None,
+        }
+    }
+
+    fn flat(devices: &[v1::ContainerDevices]) -> Vec<(String, Vec<String>, Option<Vec<i64>>)> {
+        devices
+            .iter()
+            .map(|d| {
+                (
+                    d.resource_name.clone(),
+                    d.device_ids.clone(),
+                    d.topology
+                        .as_ref()
+                        .map(|t| t.nodes.iter().map(|n| n.id).collect()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn f1_one_entry_per_device_and_numa_node_none_for_no_topology() {
+        let mut allocations = BTreeMap::new();
+        allocations.insert(
+            "r/a".to_owned(),
+            allocation(
+                &["d1", "d0", "d2"],
+                &[(-1, &["d2"]), (0, &["d0", "d1"]), (1, &["d1"])],
+            ),
+        );
+        let got = flat(&allocated_devices(&allocations));
+        let e = |id: &str, t: Option<Vec<i64>>| ("r/a".to_owned(), vec![id.to_owned()], t);
+        assert_eq!(
+            got,
+            vec![
+                e("d1", Some(vec![0])),
+                e("d1", Some(vec![1])),
+                e("d0", Some(vec![0])),
+                e("d2", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn allocatable_leaves_out_devices_with_empty_topology() {
+        let mut devices = BTreeMap::new();
+        devices.insert(
+            "r/a".to_owned(),
+            vec![
+                Device {
+                    numa_nodes: Some(vec![0, 1]),
+                    ..Device::healthy("multi")
+                },
+                Device::healthy("none"),
+                Device {
+                    numa_nodes: Some(Vec::new()),
+                    ..Device::healthy("empty")
+                },
+            ],
+        );
+        let got = flat(&allocatable_devices(&devices));
+        let e = |id: &str, t: Option<Vec<i64>>| ("r/a".to_owned(), vec![id.to_owned()], t);
+        assert_eq!(
+            got,
+            vec![
+                e("multi", Some(vec![0])),
+                e("multi", Some(vec![1])),
+                e("none", None),
+            ]
+        );
+    }
+
+    #[test]
+    fn token_bucket_allows_burst_then_refuses() {
+        let bucket = TokenBucket::new(1, 3);
+        assert!((0..3).all(|_| bucket.allow()));
+        assert!(!bucket.allow());
+    }
+}

@@ -1,0 +1,352 @@
+//! PodResources API over the real `R/pod-resources/kubelet.sock` of a running [`Daemon`]: a
+//! device plugin served over gRPC registers, pods are admitted, and a tonic PodResources client
+//! reads List / GetAllocatableResources / Get / v1alpha1 List (spec devicemanager.md §5).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use devicelet_proto::deviceplugin::v1beta1 as pb;
+use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
+    DevicePlugin, DevicePluginServer,
+};
+use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use devicelet_proto::podresources::{v1, v1alpha1};
+use devicelet_rpc::{Daemon, DaemonConfig, transport};
+use futures::Stream;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::net::UnixListener;
+use tonic::{Code, Request, Response, Status};
+
+const RESOURCE: &str = "example.com/gpu";
+
+struct Plugin;
+
+fn device(id: &str, health: &str, nodes: Option<Vec<i64>>) -> pb::Device {
+    pb::Device {
+        id: id.into(),
+        health: health.into(),
+        topology: nodes.map(|n| pb::TopologyInfo {
+            nodes: n.into_iter().map(|id| pb::NumaNode { id }).collect(),
+        }),
+    }
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for Plugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(pb::DevicePluginOptions::default()))
+    }
+    type ListAndWatchStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
+    async fn list_and_watch(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let devices = vec![
+            device("gpu-0", "Healthy", Some(vec![0])),
+            device("gpu-1", "Healthy", Some(vec![1])),
+            device("gpu-2", "Unhealthy", Some(vec![0])),
+            device("gpu-3", "Healthy", None),
+            device("gpu-4", "Healthy", Some(vec![])),
+        ];
+        let first = futures::stream::iter([Ok(pb::ListAndWatchResponse { devices })]);
+        Ok(Response::new(Box::pin(futures::StreamExt::chain(
+            first,
+            futures::stream::pending(),
+        ))))
+    }
+    async fn get_preferred_allocation(
+        &self,
+        _: Request<pb::PreferredAllocationRequest>,
+    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented(""))
+    }
+    async fn allocate(
+        &self,
+        request: Request<pb::AllocateRequest>,
+    ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|_| pb::ContainerAllocateResponse::default())
+            .collect();
+        Ok(Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
+    }
+    async fn pre_start_container(
+        &self,
+        _: Request<pb::PreStartContainerRequest>,
+    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+        Ok(Response::new(pb::PreStartContainerResponse {}))
+    }
+}
+
+async fn daemon_with_plugin() -> (tempfile::TempDir, Daemon) {
+    let root = tempfile::Builder::new()
+        .prefix("dl-podres-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut config = DaemonConfig::new(root.path());
+    config.plugin_watcher = false;
+    let daemon = Daemon::start(config).await.unwrap();
+    let socket = daemon.paths().device_plugins.join("gpu.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DevicePluginServer::new(Plugin))
+            .serve_with_incoming(transport::incoming(listener)),
+    );
+    let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
+        .await
+        .unwrap();
+    RegistrationClient::new(channel)
+        .register(pb::RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: "gpu.sock".into(),
+            resource_name: RESOURCE.into(),
+            options: None,
+        })
+        .await
+        .unwrap();
+    let mut changes = daemon.manager().subscribe();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&5) {
+            let _ = changes.changed().await;
+        }
+    })
+    .await
+    .expect("plugin devices reached the manager");
+    (root, daemon)
+}
+
+async fn client(daemon: &Daemon) -> tonic::transport::Channel {
+    assert_eq!(
+        daemon.paths().pod_resources_socket,
+        daemon
+            .paths()
+            .root
+            .join("pod-resources")
+            .join("kubelet.sock")
+    );
+    transport::dial(&daemon.paths().pod_resources_socket, Duration::from_secs(5))
+        .await
+        .unwrap()
+}
+
+fn sidecar_pod() -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "team", "uid": "uid-web"},
+        "spec": {
+            "initContainers": [
+                {"name": "setup", "resources": {"limits": {RESOURCE: "1"}}},
+                {"name": "proxy", "restartPolicy": "Always", "resources": {"limits": {RESOURCE: "1"}}}
+            ],
+            "containers": [
+                {"name": "app", "resources": {"limits": {RESOURCE: "1"}}},
+                {"name": "plain"}
+            ]
+        }
+    }))
+    .unwrap()
+}
+
+type Entry = (String, Vec<String>, Option<Vec<i64>>);
+
+fn entries(devices: &[v1::ContainerDevices]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = devices
+        .iter()
+        .map(|d| {
+            (
+                d.resource_name.clone(),
+                d.device_ids.clone(),
+                d.topology
+                    .as_ref()
+                    .map(|t| t.nodes.iter().map(|n| n.id).collect()),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn numa_of(id: &str) -> Option<Vec<i64>> {
+    match id {
+        "gpu-0" => Some(vec![0]),
+        "gpu-1" => Some(vec![1]),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn list_get_and_v1alpha1_report_admitted_devices_per_container() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    let admitted = daemon.pods().admit(&sidecar_pod()).await.unwrap();
+    let devices_of = |name: &str| {
+        admitted
+            .containers
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .devices
+            .get(RESOURCE)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let channel = client(&daemon).await;
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(channel.clone());
+
+    let list = v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pod_resources.len(), 1);
+    let pod = &list.pod_resources[0];
+    assert_eq!((pod.name.as_str(), pod.namespace.as_str()), ("web", "team"));
+    // Regular init container left out; sidecar first, then app containers (with or without devices).
+    let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["proxy", "app", "plain"]);
+    for c in &pod.containers {
+        let want: Vec<Entry> = devices_of(&c.name)
+            .iter()
+            .map(|id| (RESOURCE.to_owned(), vec![id.clone()], numa_of(id)))
+            .collect();
+        let mut want = want;
+        want.sort();
+        assert_eq!(entries(&c.devices), want, "container {}", c.name);
+        assert!(c.cpu_ids.is_empty() && c.memory.is_empty() && c.dynamic_resources.is_empty());
+    }
+    assert_eq!(pod.containers[1].devices.len(), 1, "app holds one device");
+
+    let got = v1_client
+        .get(v1::GetPodResourcesRequest {
+            pod_name: "web".into(),
+            pod_namespace: "team".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod_resources.as_ref(), Some(pod));
+
+    let mut old = v1alpha1::pod_resources_lister_client::PodResourcesListerClient::new(channel);
+    let old = old
+        .list(v1alpha1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let old_pod = &old.pod_resources[0];
+    let old_names: Vec<&str> = old_pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        old_names,
+        ["app", "plain"],
+        "v1alpha1 lists app containers only"
+    );
+    assert_eq!(old_pod.containers[0].devices.len(), 1);
+    assert_eq!(old_pod.containers[0].devices[0].resource_name, RESOURCE);
+    assert_eq!(
+        old_pod.containers[0].devices[0].device_ids,
+        devices_of("app")
+    );
+
+    // Removing the pod removes it from List.
+    daemon.pods().remove("uid-web").unwrap();
+    let list = v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.pod_resources.is_empty());
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn allocatable_resources_are_healthy_devices_including_allocated_ones() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    daemon.pods().admit(&sidecar_pod()).await.unwrap();
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    let alloc = v1_client
+        .get_allocatable_resources(v1::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let e = |id: &str, t: Option<Vec<i64>>| (RESOURCE.to_owned(), vec![id.to_owned()], t);
+    // gpu-2 is unhealthy; gpu-4 has an empty (non-nil) topology and is left out, as upstream.
+    assert_eq!(
+        entries(&alloc.devices),
+        vec![
+            e("gpu-0", Some(vec![0])),
+            e("gpu-1", Some(vec![1])),
+            e("gpu-3", None)
+        ]
+    );
+    assert!(alloc.cpu_ids.is_empty() && alloc.memory.is_empty());
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn get_of_unknown_pod_is_unknown_with_kubelet_message() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    let err = v1_client
+        .get(v1::GetPodResourcesRequest {
+            pod_name: "ghost".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unknown);
+    assert_eq!(err.message(), "pod ghost in namespace default not found");
+    daemon.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn tight_loop_hits_rate_limit_then_recovers() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    let socket = daemon.paths().pod_resources_socket.clone();
+    let channel = client(&daemon).await;
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(channel.clone());
+    let mut old = v1alpha1::pod_resources_lister_client::PodResourcesListerClient::new(channel);
+    let mut exhausted = None;
+    for i in 0..200 {
+        // Both API versions draw from the one bucket.
+        let result = if i % 2 == 0 {
+            v1_client
+                .list(v1::ListPodResourcesRequest {})
+                .await
+                .map(|_| ())
+        } else {
+            old.list(v1alpha1::ListPodResourcesRequest {})
+                .await
+                .map(|_| ())
+        };
+        if let Err(status) = result {
+            exhausted = Some((i, status));
+            break;
+        }
+    }
+    let (calls, status) = exhausted.expect("a tight loop must be rate limited");
+    assert!(calls >= 10, "burst of 10 allowed, refused after {calls}");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "rejected by rate limit");
+    // 100 QPS: a token is back after 10 ms.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .expect("bucket refilled");
+    daemon.shutdown().await.unwrap();
+    assert!(!socket.exists(), "shutdown removes the PodResources socket");
+}
