@@ -125,6 +125,22 @@ fn compile_on_big_stack(
     env: &Env,
     consumable_capacity: bool,
 ) -> Result<Program, CelCompileError> {
+    // The cel 0.13 parser expands `x.existsOne(v, p)` like `exists_one`; cel-go v0.26
+    // has no such macro, so Go reports an undeclared function at the `(`.
+    let at = find_identifier(source, "existsOne");
+    if source[at..].starts_with("existsOne")
+        && source[..at].trim_end().ends_with('.')
+        && source[at + "existsOne".len()..]
+            .trim_start()
+            .starts_with('(')
+    {
+        let open = source[at..].find('(').map_or(at, |i| at + i);
+        return Err(CelCompileError::Compilation(issue(
+            source,
+            open,
+            "undeclared reference to 'existsOne' (in container '')",
+        )));
+    }
     let folded = fold_unary_runs(source);
     let parsed = match Parser::new()
         .enable_optional_syntax(true)
