@@ -318,7 +318,7 @@ async fn tight_loop_hits_rate_limit_then_recovers() {
     let channel = client(&daemon).await;
     let mut v1_client =
         v1::pod_resources_lister_client::PodResourcesListerClient::new(channel.clone());
-    let mut old = v1alpha1::pod_resources_lister_client::PodResourcesListerClient::new(channel);
+    let old = v1alpha1::pod_resources_lister_client::PodResourcesListerClient::new(channel);
     // Waves of concurrent calls, so that a slow (loaded) machine still outruns 100 QPS.
     let mut refused = Vec::new();
     for wave in 0..10 {
