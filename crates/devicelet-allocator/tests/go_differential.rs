@@ -63,3 +63,17 @@ fn cel_type_error_is_a_lazy_compile_error() {
 fn distinct_attribute_versions_compare_as_exact_strings() {
     check("distinct-attribute-version-build-metadata", true);
 }
+
+/// matchAttribute compares versions as exact strings too: `1.2.3+build.7` does not match
+/// `1.2.3`, so the request skips it (spec §7 #28; also under the fixed semantics).
+#[test]
+fn match_attribute_versions_compare_as_exact_strings() {
+    check("match-version-build-metadata", true);
+}
+
+/// distinctAttribute checks a candidate against every stored value: a stored value of another
+/// type (int 5) does not end the comparison early, so a later equal string still collides.
+#[test]
+fn distinct_attribute_checks_all_stored_values_across_types() {
+    check("distinct-mixed-types", true);
+}
