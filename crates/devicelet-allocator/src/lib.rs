@@ -13,7 +13,8 @@ pub mod allocator;
 pub mod explain;
 mod fasthash;
 pub mod nodesel;
-pub mod quantity;
+/// Exact quantities live in their own crate (shared with the CPU manager).
+pub use devicelet_quantity as quantity;
 pub mod scenario;
 pub mod selector;
 pub mod types;

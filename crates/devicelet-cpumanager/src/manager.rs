@@ -93,7 +93,7 @@ impl ReservedCpus {
         {
             let parsed = crate::pod::Quantity::parse(q)
                 .map_err(|e| CpuManagerError::BadReservedList(q.to_string(), e.to_string()))?;
-            millis += parsed.milli_value().max(0);
+            millis += parsed.milli_value_ceil().max(0);
         }
         let count = usize::try_from((millis + 999) / 1000).map_err(|_| {
             CpuManagerError::BadReservedList(format!("{millis}m"), "too large".into())

@@ -1,8 +1,7 @@
 //! From a Kubernetes `Pod` (k8s-openapi) to what the resource managers need: the topology
 //! crate's [`PodSpec`], the pod's QoS class (`pkg/apis/core/v1/helper/qos/qos.go`,
-//! `GetPodQOS` / `ComputePodQOS`) and each container's CPU request, plus a parser for
-//! Kubernetes quantities (`k8s.io/apimachinery/pkg/api/resource`, `ParseQuantity`) exact enough
-//! for `Value()` / `MilliValue()` (both round up, as upstream).
+//! `GetPodQOS` / `ComputePodQOS`) and each container's CPU request. Quantities come from
+//! `devicelet-quantity` (exact; `Value()` / `MilliValue()` round up, as upstream).
 //!
 //! Requests missing from a container but present in its limits are defaulted to the limits, as
 //! the API server does on create, so pods that were never defaulted classify the same way.
@@ -10,28 +9,10 @@
 
 use std::collections::BTreeMap;
 
+pub use devicelet_quantity::{Quantity, QuantityError};
 use devicelet_topology::{ContainerSpec, PodSpec};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use thiserror::Error;
-
-/// A parsed quantity, held exactly in nano units (10^-9).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Quantity {
-    nanos: i128,
-}
-
-/// Quantity or pod conversion errors.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum QuantityError {
-    /// Not a quantity (the apimachinery text).
-    #[error(
-        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}"
-    )]
-    Format(String),
-    /// Too large to represent.
-    #[error("quantity {0:?} is too large")]
-    TooLarge(String),
-}
 
 /// Errors converting a pod.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -58,121 +39,6 @@ pub enum PodConversionError {
         /// Resource name.
         resource: String,
     },
-}
-
-fn div_ceil(a: i128, b: i128) -> i128 {
-    let q = a / b;
-    if a % b != 0 && ((a > 0) == (b > 0)) {
-        q + 1
-    } else {
-        q
-    }
-}
-
-impl Quantity {
-    /// Parses `2`, `500m`, `1.5`, `1Gi`, `1e3`, `100Mi`, `-1`, ...
-    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
-        let bad = || QuantityError::Format(text.to_string());
-        let big = || QuantityError::TooLarge(text.to_string());
-        let s = text.trim();
-        let (neg, s) = match s.as_bytes().first() {
-            Some(b'-') => (true, &s[1..]),
-            Some(b'+') => (false, &s[1..]),
-            _ => (false, s),
-        };
-        let num_len = s
-            .bytes()
-            .take_while(|b| b.is_ascii_digit() || *b == b'.')
-            .count();
-        let (num, suffix) = s.split_at(num_len);
-        if num.is_empty() || num.bytes().filter(|b| *b == b'.').count() > 1 {
-            return Err(bad());
-        }
-        let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(bad());
-        }
-        let (pow10, pow2): (i32, u32) = match suffix {
-            "" => (0, 0),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            "Ki" => (0, 10),
-            "Mi" => (0, 20),
-            "Gi" => (0, 30),
-            "Ti" => (0, 40),
-            "Pi" => (0, 50),
-            "Ei" => (0, 60),
-            other => {
-                let exp = other
-                    .strip_prefix('e')
-                    .or_else(|| other.strip_prefix('E'))
-                    .ok_or_else(bad)?;
-                let digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(bad());
-                }
-                (exp.parse::<i32>().map_err(|_| big())?, 0)
-            }
-        };
-        let mut mantissa: i128 = 0;
-        for b in int_part.bytes().chain(frac_part.bytes()) {
-            mantissa = mantissa
-                .checked_mul(10)
-                .and_then(|m| m.checked_add(i128::from(b - b'0')))
-                .ok_or_else(big)?;
-        }
-        mantissa = mantissa.checked_mul(1i128 << pow2).ok_or_else(big)?;
-        let exp = 9 + pow10 - frac_part.len() as i32;
-        let nanos = if exp >= 0 {
-            if exp > 38 && mantissa != 0 {
-                return Err(big());
-            }
-            if mantissa == 0 {
-                0
-            } else {
-                10i128
-                    .checked_pow(exp as u32)
-                    .and_then(|p| mantissa.checked_mul(p))
-                    .ok_or_else(big)?
-            }
-        } else {
-            match 10i128.checked_pow((-exp) as u32) {
-                Some(p) => div_ceil(mantissa, p),
-                None => i128::from(mantissa != 0),
-            }
-        };
-        Ok(Quantity {
-            nanos: if neg { -nanos } else { nanos },
-        })
-    }
-
-    /// Value in milli-units, rounded up (`MilliValue`).
-    pub fn milli_value(&self) -> i128 {
-        div_ceil(self.nanos, 1_000_000)
-    }
-
-    /// Value in units, rounded up (`Value`).
-    pub fn value(&self) -> i128 {
-        div_ceil(self.nanos, 1_000_000_000)
-    }
-
-    /// Whether the quantity is above zero.
-    pub fn is_positive(&self) -> bool {
-        self.nanos > 0
-    }
-
-    /// Whether this is a whole number of units (`Value()*1000 == MilliValue()`, the kubelet's
-    /// integer-CPU test).
-    pub fn is_integer(&self) -> bool {
-        self.value() * 1000 == self.milli_value()
-    }
 }
 
 /// The pod QoS class.
@@ -283,14 +149,14 @@ fn compute_qos(amounts: &[(Amounts, Amounts)]) -> QosClass {
     let mut guaranteed = true;
     for (req, lim) in amounts {
         for name in SUPPORTED {
-            if let Some(q) = req.get(name).filter(|q| q.is_positive()) {
-                *requests.entry(name).or_default() += q.nanos;
+            if let Some(q) = req.get(name).filter(|q| q.sign() > 0) {
+                *requests.entry(name).or_default() += q.nanos();
             }
         }
         let mut found = 0;
         for name in SUPPORTED {
-            if let Some(q) = lim.get(name).filter(|q| q.is_positive()) {
-                *limits.entry(name).or_default() += q.nanos;
+            if let Some(q) = lim.get(name).filter(|q| q.sign() > 0) {
+                *limits.entry(name).or_default() += q.nanos();
                 found += 1;
             }
         }
@@ -316,9 +182,9 @@ fn to_spec(
     for (k, q) in limits {
         // CPU in millicores, everything else (memory bytes, extended resources) in units.
         let v = if k == "cpu" {
-            q.milli_value()
+            q.milli_value_ceil()
         } else {
-            q.value()
+            q.value_ceil()
         };
         let v = i64::try_from(v).map_err(|_| PodConversionError::OutOfRange {
             container: c.name.clone(),
@@ -354,9 +220,11 @@ pub fn pod_from_k8s(pod: &Pod) -> Result<PodCpuInfo, PodConversionError> {
     {
         let (req, lim) = container_amounts(c)?;
         if let Some(q) = req.get("cpu") {
-            let m = i64::try_from(q.milli_value()).map_err(|_| PodConversionError::OutOfRange {
-                container: c.name.clone(),
-                resource: "cpu".into(),
+            let m = i64::try_from(q.milli_value_ceil()).map_err(|_| {
+                PodConversionError::OutOfRange {
+                    container: c.name.clone(),
+                    resource: "cpu".into(),
+                }
             })?;
             cpu_requests.insert(c.name.clone(), m);
         }
@@ -401,7 +269,7 @@ mod tests {
 
     #[test]
     fn quantities_parse_like_apimachinery() {
-        let m = |s: &str| Quantity::parse(s).map(|q| q.milli_value());
+        let m = |s: &str| Quantity::parse(s).map(|q| q.milli_value_ceil());
         assert_eq!(m("2"), Ok(2000));
         assert_eq!(m("500m"), Ok(500));
         assert_eq!(m("1.5"), Ok(1500));
@@ -409,19 +277,30 @@ mod tests {
         assert_eq!(m("1e3"), Ok(1_000_000));
         assert_eq!(m("2k"), Ok(2_000_000));
         assert_eq!(m("100n"), Ok(1), "MilliValue rounds up");
-        assert_eq!(Quantity::parse("1Gi").map(|q| q.value()), Ok(1_073_741_824));
-        assert_eq!(Quantity::parse("1.5Mi").map(|q| q.value()), Ok(1_572_864));
+        assert_eq!(
+            Quantity::parse("1Gi").map(|q| q.value_ceil()),
+            Ok(1_073_741_824)
+        );
+        assert_eq!(
+            Quantity::parse("1.5Mi").map(|q| q.value_ceil()),
+            Ok(1_572_864)
+        );
         assert!(Quantity::parse("1.5").is_ok_and(|q| !q.is_integer()));
         assert!(Quantity::parse("3000m").is_ok_and(|q| q.is_integer()));
-        for bad in ["", "m", "1.2.3", "1x", "1e", "1Gb", "abc", "1 Gi"] {
+        for bad in ["", "m", "1.2.3", "1x", "1Gb", "abc", "1 Gi"] {
             assert!(
                 matches!(Quantity::parse(bad), Err(QuantityError::Format(_))),
                 "{bad:?}"
             );
         }
+        // "1e" matches apimachinery's quantity pattern; only its suffix is bad (ErrSuffix).
+        assert!(matches!(
+            Quantity::parse("1e"),
+            Err(QuantityError::Suffix(_))
+        ));
         assert!(matches!(
             Quantity::parse("1e40"),
-            Err(QuantityError::TooLarge(_))
+            Err(QuantityError::OutOfRange(_))
         ));
     }
 }

@@ -1,4 +1,5 @@
-//! Exact Kubernetes quantity arithmetic, following
+//! Exact Kubernetes quantity arithmetic, shared by the DRA allocator (capacity, counters) and
+//! the CPU manager (CPU requests), following
 //! `k8s.io/apimachinery/pkg/api/resource/quantity.go` (parsing, `Value()`, `Cmp`, `Add`, `Sub`
 //! and the canonical string form).
 //!
@@ -118,6 +119,26 @@ impl Quantity {
         } else {
             q
         }
+    }
+
+    /// Go's `Quantity.MilliValue()`: the value in milli-units, rounded up (away from zero).
+    pub fn milli_value_ceil(&self) -> i128 {
+        const NANOS_PER_MILLI: i128 = 1_000_000;
+        let q = self.nanos / NANOS_PER_MILLI;
+        let r = self.nanos % NANOS_PER_MILLI;
+        if r > 0 {
+            q + 1
+        } else if r < 0 {
+            q - 1
+        } else {
+            q
+        }
+    }
+
+    /// Whether this is a whole number of units (`Value()*1000 == MilliValue()`, the kubelet's
+    /// integer-CPU test).
+    pub fn is_integer(&self) -> bool {
+        self.nanos % NANO == 0
     }
 
     /// Exact sum; `None` on overflow.
