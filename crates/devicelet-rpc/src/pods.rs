@@ -286,13 +286,56 @@ fn device_limits(container: &Container) -> Result<BTreeMap<String, u64>, PodErro
             continue;
         }
         let text = quantity.0.trim();
-        let count: u64 = text.parse().map_err(|_| {
-            PodError::Invalid(format!(
-                "container {:?}: limit {resource}={text:?} is not a non-negative integer device count",
-                container.name
-            ))
-        })?;
+        // Any Kubernetes quantity that is a whole, non-negative number ("2", "1k", "1e1") is a
+        // device count, as the kubelet's Quantity.Value() reads it; fractions are refused.
+        let count = devicelet_quantity::Quantity::parse(text)
+            .ok()
+            .filter(|q| q.sign() >= 0 && q.is_integer())
+            .and_then(|q| u64::try_from(q.value_ceil()).ok())
+            .ok_or_else(|| {
+                PodError::Invalid(format!(
+                    "container {:?}: limit {resource}={text:?} is not a non-negative integer device count",
+                    container.name
+                ))
+            })?;
         limits.insert(resource.clone(), count);
     }
     Ok(limits)
+}
+
+#[cfg(test)]
+mod device_limit_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+
+    fn container_with_limit(value: &str) -> Container {
+        Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                limits: Some(BTreeMap::from([(
+                    "example.com/gpu".to_string(),
+                    K8sQuantity(value.to_string()),
+                )])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn c1_device_counts_accept_any_whole_quantity_and_refuse_fractions() {
+        for (text, want) in [("2", 2), ("1k", 1000), ("1e1", 10), ("3000m", 3), ("0", 0)] {
+            let limits = device_limits(&container_with_limit(text)).unwrap();
+            assert_eq!(limits.get("example.com/gpu"), Some(&want), "{text}");
+        }
+        for text in ["1.5", "500m", "-1", "abc", ""] {
+            let err = device_limits(&container_with_limit(text)).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("not a non-negative integer device count"),
+                "{text}: {err}"
+            );
+        }
+    }
 }
