@@ -9,6 +9,7 @@ pub mod clock;
 pub mod error;
 pub mod inventory;
 pub mod manager;
+mod metered;
 pub mod plugin;
 pub mod pod_devices;
 pub mod snapshot;
@@ -23,6 +24,7 @@ pub use admission::{
 };
 pub use allocation::{AffinitySplit, AllocationError, DevicePicker, NumaMask, filter_by_affinity};
 pub use clock::{Clock, FakeClock, SystemClock};
+pub use devicelet_metrics::Metrics;
 pub use error::{EndpointError, PluginError, RegistrationError};
 pub use inventory::{ResourceDevices, UpdateSummary};
 pub use manager::{

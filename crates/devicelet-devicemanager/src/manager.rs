@@ -17,9 +17,12 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
 
+use devicelet_metrics::Metrics;
+
 use crate::clock::Clock;
 use crate::error::{EndpointError, PluginError, RegistrationError};
 use crate::inventory::{ResourceDevices, UpdateSummary};
+use crate::metered::MeteredClient;
 use crate::plugin::{DevicePluginClient, PluginDialer};
 use crate::pod_devices::{PodDevices, ReusePool};
 use crate::snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
@@ -158,6 +161,7 @@ pub(crate) struct Inner {
     pub(crate) config: DeviceManagerConfig,
     dialer: Arc<dyn PluginDialer>,
     clock: Arc<dyn Clock>,
+    metrics: Metrics,
     state: Mutex<State>,
     changes: watch::Sender<u64>,
 }
@@ -177,11 +181,22 @@ impl std::fmt::Debug for DeviceManager {
 }
 
 impl DeviceManager {
-    /// Creates a manager that dials plugins with `dialer` and measures time with `clock`.
+    /// Creates a manager that dials plugins with `dialer` and measures time with `clock`; it
+    /// records into a fresh [`Metrics`] registry of its own.
     pub fn new(
         config: DeviceManagerConfig,
         dialer: Arc<dyn PluginDialer>,
         clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::with_metrics(config, dialer, clock, Metrics::new())
+    }
+
+    /// Like [`DeviceManager::new`], recording into the node's `metrics`.
+    pub fn with_metrics(
+        config: DeviceManagerConfig,
+        dialer: Arc<dyn PluginDialer>,
+        clock: Arc<dyn Clock>,
+        metrics: Metrics,
     ) -> Self {
         let (changes, _) = watch::channel(0);
         DeviceManager {
@@ -189,6 +204,7 @@ impl DeviceManager {
                 config,
                 dialer,
                 clock,
+                metrics,
                 state: Mutex::new(State::default()),
                 changes,
             }),
@@ -198,6 +214,11 @@ impl DeviceManager {
     /// The manager's settings.
     pub fn config(&self) -> &DeviceManagerConfig {
         &self.inner.config
+    }
+
+    /// The metrics this manager records into (shared with whoever else holds a clone).
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 
     /// A receiver whose value increases on every inventory change (registration, update,
@@ -213,6 +234,10 @@ impl DeviceManager {
         &self,
         request: &RegisterRequest,
     ) -> Result<EndpointId, RegistrationError> {
+        // Counted for every request, valid or not (`server.go` `Register`).
+        self.inner
+            .metrics
+            .device_plugin_registration(&request.resource_name);
         validate_version(&request.version)?;
         validate_resource_name(&request.resource_name)?;
         validate_endpoint(&request.endpoint)?;
@@ -244,7 +269,7 @@ impl DeviceManager {
         )
         .await
         {
-            Ok(Ok(client)) => client,
+            Ok(Ok(client)) => MeteredClient::wrap(client, resource, &self.inner.metrics),
             Ok(Err(source)) => {
                 return Err(RegistrationError::Dial {
                     path: socket,
@@ -460,6 +485,7 @@ impl DeviceManager {
                 name: name.clone(),
                 capacity,
                 allocatable,
+                allocated: state.allocated.get(name).map_or(0, |ids| ids.len() as u64),
                 inactive: false,
                 devices,
                 endpoint: Some(EndpointView {

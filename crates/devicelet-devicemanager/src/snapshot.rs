@@ -29,6 +29,10 @@ pub struct ResourceView {
     pub capacity: u64,
     /// Number of healthy devices while the plugin is connected; 0 once it disconnected.
     pub allocatable: u64,
+    /// Devices held by admitted containers or reserved by an admission in progress (an extra
+    /// key beyond DESIGN.md's; absent in older answers, hence the default).
+    #[serde(default)]
+    pub allocated: u64,
     /// The plugin stayed away past the grace period: the resource is reported with capacity 0
     /// (the kubelet's "deleted" list, which the node status keeps at 0).
     pub inactive: bool,

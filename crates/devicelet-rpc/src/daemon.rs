@@ -85,6 +85,8 @@ pub struct DaemonConfig {
     pub dial_timeout: Duration,
     /// Run the plugin watcher on `R/plugins_registry`.
     pub plugin_watcher: bool,
+    /// The node's metrics registry every manager records into.
+    pub metrics: devicelet_metrics::Metrics,
 }
 
 impl DaemonConfig {
@@ -96,6 +98,7 @@ impl DaemonConfig {
             options_timeout: DEFAULT_OPTIONS_TIMEOUT,
             dial_timeout: DEFAULT_DIAL_TIMEOUT,
             plugin_watcher: true,
+            metrics: devicelet_metrics::Metrics::new(),
         }
     }
 }
@@ -177,10 +180,11 @@ impl Daemon {
             options_timeout: config.options_timeout,
             allocate_timeout: devicelet_devicemanager::DEFAULT_ALLOCATE_TIMEOUT,
         };
-        let manager = DeviceManager::new(
+        let manager = DeviceManager::with_metrics(
             manager_config,
             Arc::new(TonicPluginDialer::new(config.dial_timeout)),
             clock,
+            config.metrics.clone(),
         );
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -285,6 +289,11 @@ impl Daemon {
     /// The pod admitter behind the control API and the PodResources API.
     pub fn pods(&self) -> &Arc<PodAdmitter> {
         &self.pods
+    }
+
+    /// The node's metrics (`devicelet serve --metrics-address` renders them).
+    pub fn metrics(&self) -> &devicelet_metrics::Metrics {
+        self.manager.metrics()
     }
 
     /// The daemon's paths.

@@ -32,6 +32,22 @@ pub enum RpcError {
         /// The transport error.
         message: String,
     },
+    /// The `--metrics-address` could not be bound.
+    #[error("cannot bind metrics address {address}: {source}")]
+    MetricsBind {
+        /// The address asked for.
+        address: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The metrics HTTP server failed.
+    #[error("metrics server on {address} failed: {message}")]
+    MetricsServe {
+        /// The address served.
+        address: String,
+        /// The server error.
+        message: String,
+    },
     /// The plugin watcher could not watch its directory (e.g. inotify limits).
     #[error("cannot watch {}: {message}", path.display())]
     Watch {

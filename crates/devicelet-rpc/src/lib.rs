@@ -1,13 +1,14 @@
 //! devicelet-rpc: the one place that translates between gRPC (and the HTTP control API) and the
 //! managers: the v1beta1 Registration server on `kubelet.sock`, the tonic device-plugin client,
 //! the plugin watcher on `plugins_registry`, stale-socket cleanup, the PodResources API, the control API on
-//! `R/devicelet/devicelet.sock`, and the [`Daemon`] that wires them for one root directory.
+//! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them for one root directory.
 
 pub mod cleanup;
 pub mod control;
 pub mod convert;
 pub mod daemon;
 pub mod error;
+pub mod metrics;
 pub mod plugin_client;
 pub mod plugin_watcher;
 pub mod podresources;
@@ -17,7 +18,9 @@ pub mod transport;
 
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
+pub use devicelet_metrics::Metrics;
 pub use error::{ControlError, RpcError};
+pub use metrics::{DEFAULT_METRICS_ADDRESS, MetricsServer};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
 pub use plugin_watcher::{DevicePluginHandler, PluginHandler, PluginWatcher};
 pub use podresources::{PodResourcesService, TokenBucket};

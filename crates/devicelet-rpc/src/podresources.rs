@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use devicelet_devicemanager::{ContainerKind, Device, ResourceAllocation};
+use devicelet_metrics::{PodResourcesMethod, PodResourcesVersion};
 use devicelet_proto::constants::podresources::{
     RATE_LIMIT_BURST, RATE_LIMIT_MESSAGE, RATE_LIMIT_QPS,
 };
@@ -112,6 +113,21 @@ impl PodResourcesService {
         } else {
             Err(Status::resource_exhausted(RATE_LIMIT_MESSAGE))
         }
+    }
+
+    /// Counts a call that passed the rate limiter (`kubelet_pod_resources_endpoint_*`; the
+    /// kubelet's limiter is an interceptor, so refused calls are not counted).
+    fn count<T>(
+        &self,
+        version: PodResourcesVersion,
+        method: PodResourcesMethod,
+        result: Result<T, Status>,
+    ) -> Result<T, Status> {
+        self.pods
+            .manager()
+            .metrics()
+            .pod_resources_request(version, method, result.is_err());
+        result
     }
 
     /// v1 view of a pod: sidecars (restartable init containers), then app containers; regular
@@ -210,6 +226,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         _request: Request<v1::ListPodResourcesRequest>,
     ) -> Result<Response<v1::ListPodResourcesResponse>, Status> {
         self.admit_call()?;
+        self.count(PodResourcesVersion::V1, PodResourcesMethod::List, Ok(()))?;
         // Every admitted pod is active: devicelet has no terminal pod phase.
         let pod_resources = self
             .pods
@@ -228,6 +245,11 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         _request: Request<v1::AllocatableResourcesRequest>,
     ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
         self.admit_call()?;
+        self.count(
+            PodResourcesVersion::V1,
+            PodResourcesMethod::GetAllocatableResources,
+            Ok(()),
+        )?;
         let devices = allocatable_devices(&self.pods.manager().allocatable_devices());
         Ok(Response::new(v1::AllocatableResourcesResponse {
             devices,
@@ -243,7 +265,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
     ) -> Result<Response<v1::GetPodResourcesResponse>, Status> {
         self.admit_call()?;
         let request = request.into_inner();
-        let pod = self
+        let found = self
             .pods
             .get(&request.pod_namespace, &request.pod_name)
             .ok_or_else(|| {
@@ -251,7 +273,8 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
                     "pod {} in namespace {} not found",
                     request.pod_name, request.pod_namespace
                 ))
-            })?;
+            });
+        let pod = self.count(PodResourcesVersion::V1, PodResourcesMethod::Get, found)?;
         Ok(Response::new(v1::GetPodResourcesResponse {
             pod_resources: Some(self.v1_pod(&pod)),
         }))
@@ -265,6 +288,11 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
         _request: Request<v1alpha1::ListPodResourcesRequest>,
     ) -> Result<Response<v1alpha1::ListPodResourcesResponse>, Status> {
         self.admit_call()?;
+        self.count(
+            PodResourcesVersion::V1alpha1,
+            PodResourcesMethod::List,
+            Ok(()),
+        )?;
         let manager = self.pods.manager();
         // v1alpha1 lists app containers only, with the v1 device entries minus topology.
         let pod_resources = self

@@ -53,6 +53,26 @@ pub enum PodError {
     },
 }
 
+impl PodError {
+    /// A short CamelCase reason for `devicelet_pod_rejections_total{reason}`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PodError::Invalid(_) => "InvalidPod",
+            PodError::UnknownResource { .. } => "UnknownResource",
+            PodError::Admission { source, .. } => match source {
+                AdmissionError::Allocation(_) => "DeviceAllocationFailed",
+                AdmissionError::Endpoint(_) => "DevicePluginUnavailable",
+                AdmissionError::Preferred { .. }
+                | AdmissionError::Allocate { .. }
+                | AdmissionError::PreStart { .. } => "DevicePluginError",
+                AdmissionError::Stopped => "Stopping",
+            },
+            PodError::NotFound { .. } => "NotFound",
+            PodError::NoSuchContainer { .. } => "NoSuchContainer",
+        }
+    }
+}
+
 /// Identity of an admitted pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
@@ -125,8 +145,27 @@ impl PodAdmitter {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Admits `pod`; an already admitted UID returns its existing allocation.
+    /// Admits `pod`; an already admitted UID returns its existing allocation. Records
+    /// `devicelet_pod_admissions_total` (new admissions only) or
+    /// `devicelet_pod_rejections_total{reason}`.
     pub async fn admit(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
+        let start = std::time::Instant::now();
+        let known = pod
+            .metadata
+            .uid
+            .as_ref()
+            .is_some_and(|uid| self.pods().contains_key(uid));
+        let result = self.admit_pod(pod).await;
+        let metrics = self.manager.metrics();
+        match &result {
+            Ok(_) if !known => metrics.pod_admitted(start.elapsed()),
+            Ok(_) => {}
+            Err(err) => metrics.pod_rejected(err.reason()),
+        }
+        result
+    }
+
+    async fn admit_pod(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
         let _serial = self.admission.lock().await;
         let meta = &pod.metadata;
         let uid = meta

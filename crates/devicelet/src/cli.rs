@@ -74,9 +74,11 @@ pub struct ServeArgs {
     /// behaviour yet (the fields read are listed in the log at startup).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Serve Prometheus metrics (text format) on http://HOST:PORT/metrics.
-    #[arg(long)]
-    pub metrics_address: Option<SocketAddr>,
+    /// Serve Prometheus metrics on http://HOST:PORT/metrics [default: 127.0.0.1:10255, the
+    /// kubelet's read-only port; if that is taken, serving goes on without metrics]. `off`
+    /// disables the endpoint.
+    #[arg(long, value_parser = parse_metrics_address)]
+    pub metrics_address: Option<MetricsAddress>,
     /// How long a disconnected plugin's resource is kept before it becomes inactive
     /// (kubelet: 5m). For tests; accepts e.g. 500ms, 2s, 5m.
     #[arg(long, hide = true, env = "DEVICELET_ENDPOINT_GRACE_PERIOD", value_parser = parse_duration, default_value = "5m")]
@@ -84,6 +86,24 @@ pub struct ServeArgs {
     /// Deadline for GetDevicePluginOptions during Register.
     #[arg(long, hide = true, env = "DEVICELET_PLUGIN_OPTIONS_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     pub plugin_options_timeout: Duration,
+}
+
+/// A `--metrics-address` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsAddress {
+    /// `off`: no metrics endpoint.
+    Off,
+    /// Serve on this address.
+    At(SocketAddr),
+}
+
+fn parse_metrics_address(text: &str) -> Result<MetricsAddress, String> {
+    if text.is_empty() || text == "off" {
+        return Ok(MetricsAddress::Off);
+    }
+    text.parse()
+        .map(MetricsAddress::At)
+        .map_err(|e| format!("{text:?} is not HOST:PORT or `off` ({e})"))
 }
 
 /// `devicelet get ...`.

@@ -261,6 +261,25 @@ async fn serve_metrics_report_capacity_and_allocatable_per_resource() {
         body.contains("devicelet_device_plugin_allocatable{resource_name=\"example.com/gpu\"} 2"),
         "{body}"
     );
+    assert!(
+        body.contains("devicelet_device_plugin_unhealthy{resource_name=\"example.com/gpu\"} 1"),
+        "{body}"
+    );
+    // The kubelet's registration counter, and the plugin calls made while registering.
+    assert!(
+        body.contains(
+            "kubelet_device_plugin_registration_total{resource_name=\"example.com/gpu\"} 1"
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("devicelet_device_plugin_rpc_duration_seconds_count{resource_name=\"example.com/gpu\",method=\"GetDevicePluginOptions\",code=\"OK\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("content-type: text/plain; version=0.0.4"),
+        "{body}"
+    );
     assert_eq!(plugin.terminate().await, 0);
     assert_eq!(serve.terminate().await, 0);
 }

@@ -2,21 +2,20 @@
 //! stops it cleanly (plugin streams cancelled, sockets removed).
 //!
 //! `--config FILE` is read and must be a YAML/JSON mapping (KubeletConfiguration field names);
-//! no field is acted upon yet and the log says so. `--metrics-address` serves capacity and
-//! allocatable gauges per resource in the Prometheus text format.
+//! no field is acted upon yet and the log says so. `--metrics-address` (default
+//! [`DEFAULT_METRICS_ADDRESS`]) serves the node's metrics on `/metrics`
+//! (`devicelet_rpc::metrics`; list in docs/observability.md).
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
-use axum::extract::State;
-use axum::routing::get;
 use devicelet_devicemanager::DeviceManager;
-use devicelet_rpc::{Daemon, DaemonConfig};
+use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-use crate::cli::ServeArgs;
+use crate::cli::{MetricsAddress, ServeArgs};
 
 /// Runs `serve`.
 pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
@@ -32,10 +31,7 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     let mut daemon = Daemon::start(config)
         .await
         .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
-    let metrics = match args.metrics_address {
-        Some(address) => Some(start_metrics(address, daemon.manager().clone()).await?),
-        None => None,
-    };
+    let metrics = start_metrics(args.metrics_address, daemon.manager()).await?;
     info!(root = %root_dir.display(), "devicelet serving");
 
     let failure = tokio::select! {
@@ -73,42 +69,34 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts `/metrics`. An explicit address that cannot be bound is an error; the default
+/// address being taken (another devicelet or a kubelet on this host) only costs the endpoint.
 async fn start_metrics(
-    address: SocketAddr,
-    manager: DeviceManager,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("bind metrics address {address}"))?;
-    let app = axum::Router::new()
-        .route("/metrics", get(render_metrics))
-        .with_state(manager);
-    info!(%address, "metrics listening on /metrics");
-    Ok(tokio::spawn(async move {
-        if let Err(err) = axum::serve(listener, app).await {
+    address: Option<MetricsAddress>,
+    manager: &DeviceManager,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let (address, explicit) = match address {
+        Some(MetricsAddress::Off) => return Ok(None),
+        Some(MetricsAddress::At(address)) => (address, true),
+        None => (
+            DEFAULT_METRICS_ADDRESS
+                .parse::<SocketAddr>()
+                .context("default metrics address")?,
+            false,
+        ),
+    };
+    let server = match MetricsServer::bind(address, manager.clone()).await {
+        Ok(server) => server,
+        Err(err) if !explicit => {
+            warn!(error = %err, "metrics endpoint not started; pass --metrics-address HOST:PORT to choose another");
+            return Ok(None);
+        }
+        Err(err) => return Err(err).context("start metrics endpoint"),
+    };
+    info!(address = %server.local_addr().unwrap_or(address), "metrics listening on /metrics");
+    Ok(Some(tokio::spawn(async move {
+        if let Err(err) = server.serve().await {
             warn!(error = %err, "metrics server failed");
         }
-    }))
-}
-
-async fn render_metrics(State(manager): State<DeviceManager>) -> String {
-    let report = manager.capacity();
-    let mut text = String::new();
-    text.push_str(
-        "# HELP devicelet_device_plugin_capacity Devices advertised per resource (GetCapacity).\n",
-    );
-    text.push_str("# TYPE devicelet_device_plugin_capacity gauge\n");
-    for (name, value) in &report.capacity {
-        text.push_str(&format!(
-            "devicelet_device_plugin_capacity{{resource_name=\"{name}\"}} {value}\n"
-        ));
-    }
-    text.push_str("# HELP devicelet_device_plugin_allocatable Healthy devices per resource while the plugin is connected.\n");
-    text.push_str("# TYPE devicelet_device_plugin_allocatable gauge\n");
-    for (name, value) in &report.allocatable {
-        text.push_str(&format!(
-            "devicelet_device_plugin_allocatable{{resource_name=\"{name}\"}} {value}\n"
-        ));
-    }
-    text
+    })))
 }
