@@ -193,9 +193,7 @@ pub struct Allocator<'a> {
     pub(crate) features: Features,
     pub(crate) semantics: Semantics,
     pub(crate) snap: Arc<ClusterSnapshot<'a>>,
-    allocated_exclusive: FastSet<u32>,
-    allocated_any: FastSet<u32>,
-    committed_capacity: FastMap<u32, BTreeMap<String, i128>>,
+    allocated: Arc<AllocatedIndex>,
     available_counters: Mutex<FastMap<(&'a str, &'a str), Arc<CounterTable<'a>>>>,
     invocations: AtomicU64,
 }
@@ -408,6 +406,11 @@ impl<'a> ClusterSnapshot<'a> {
         }
     }
 
+    /// The interned ID of a device of this snapshot.
+    pub(crate) fn gid(&self, driver: &str, pool: &str, device: &str) -> Option<u32> {
+        self.gids.get(&(driver, pool, device)).copied()
+    }
+
     /// The compiled selector and its per-device outcomes for one expression text.
     pub(crate) fn expr(&self, expression: &str) -> Arc<ExprSlot> {
         if let Some(e) = self
@@ -427,6 +430,83 @@ impl<'a> ClusterSnapshot<'a> {
             return Arc::clone(m.entry(expression.to_string()).or_insert(slot));
         }
         slot
+    }
+}
+
+/// The allocated state of the other claims, with device IDs interned against one
+/// [`ClusterSnapshot`] (devices the snapshot does not know cannot be candidates and are
+/// dropped). Build it once with [`AllocatedIndex::new`] and keep it current with
+/// [`AllocatedIndex::add_result`], so that a new allocator per pod costs O(1) instead of
+/// re-hashing every allocated device ID.
+#[derive(Clone, Debug, Default)]
+pub struct AllocatedIndex {
+    /// Exclusively allocated devices.
+    exclusive: FastSet<u32>,
+    /// Devices with any allocation (exclusive, share or consumed capacity).
+    any: FastSet<u32>,
+    /// Summed consumed capacity of the shares of each device, in nano-units.
+    capacity: FastMap<u32, BTreeMap<String, i128>>,
+}
+
+impl AllocatedIndex {
+    /// Indexes `state` against `snap` (O(allocated devices)).
+    pub fn new(snap: &ClusterSnapshot<'_>, state: &AllocatedState) -> Self {
+        let mut index = AllocatedIndex::default();
+        for id in &state.devices {
+            if let Some(g) = snap.gid(&id.driver, &id.pool, &id.device) {
+                index.exclusive.insert(g);
+                index.any.insert(g);
+            }
+        }
+        for (id, _) in &state.shared_devices {
+            if let Some(g) = snap.gid(&id.driver, &id.pool, &id.device) {
+                index.any.insert(g);
+            }
+        }
+        for (id, caps) in &state.consumed_capacity {
+            if let Some(g) = snap.gid(&id.driver, &id.pool, &id.device) {
+                index.any.insert(g);
+                let m: BTreeMap<String, i128> =
+                    caps.iter().map(|(k, v)| (k.clone(), v.nanos())).collect();
+                index.capacity.insert(g, m);
+            }
+        }
+        index
+    }
+
+    /// Adds one allocation result exactly like [`AllocatedState::add_result`] does.
+    pub fn add_result(
+        &mut self,
+        snap: &ClusterSnapshot<'_>,
+        result: &DeviceRequestAllocationResult,
+        consumable_capacity: bool,
+    ) -> std::result::Result<(), crate::quantity::QuantityError> {
+        if result.admin_access == Some(true) {
+            return Ok(());
+        }
+        let Some(g) = snap.gid(&result.driver, &result.pool, &result.device) else {
+            return Ok(());
+        };
+        match (&result.share_id, consumable_capacity) {
+            (Some(_), true) => {
+                if let Some(cc) = &result.consumed_capacity {
+                    let mut parsed = Vec::with_capacity(cc.len());
+                    for (name, q) in cc {
+                        parsed.push((name, Quantity::parse(&q.0)?.nanos()));
+                    }
+                    let entry = self.capacity.entry(g).or_default();
+                    for (name, v) in parsed {
+                        *entry.entry(name.clone()).or_insert(0) += v;
+                    }
+                }
+                self.any.insert(g);
+            }
+            _ => {
+                self.exclusive.insert(g);
+                self.any.insert(g);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -456,40 +536,23 @@ impl<'a> Allocator<'a> {
         semantics: Semantics,
         allocated: &AllocatedState,
     ) -> Self {
-        let gids = &snap.gids;
-        let lookup = |id: &crate::types::DeviceId| {
-            gids.get(&(id.driver.as_str(), id.pool.as_str(), id.device.as_str()))
-                .copied()
-        };
-        let mut allocated_exclusive = FastSet::default();
-        let mut allocated_any = FastSet::default();
-        let mut committed_capacity = FastMap::default();
-        for id in &allocated.devices {
-            if let Some(g) = lookup(id) {
-                allocated_exclusive.insert(g);
-                allocated_any.insert(g);
-            }
-        }
-        for (id, _) in &allocated.shared_devices {
-            if let Some(g) = lookup(id) {
-                allocated_any.insert(g);
-            }
-        }
-        for (id, caps) in &allocated.consumed_capacity {
-            if let Some(g) = lookup(id) {
-                allocated_any.insert(g);
-                let m: BTreeMap<String, i128> =
-                    caps.iter().map(|(k, v)| (k.clone(), v.nanos())).collect();
-                committed_capacity.insert(g, m);
-            }
-        }
+        let index = Arc::new(AllocatedIndex::new(&snap, allocated));
+        Self::with_index(snap, features, semantics, index)
+    }
+
+    /// Prepares an allocator for one pod over a shared snapshot and an allocated state that the
+    /// caller keeps indexed across pods (O(1); Go's scheduler keeps an incremental tracker too).
+    pub fn with_index(
+        snap: Arc<ClusterSnapshot<'a>>,
+        features: Features,
+        semantics: Semantics,
+        allocated: Arc<AllocatedIndex>,
+    ) -> Self {
         Allocator {
             features,
             semantics,
             snap,
-            allocated_exclusive,
-            allocated_any,
-            committed_capacity,
+            allocated,
             available_counters: Mutex::new(FastMap::default()),
             invocations: AtomicU64::new(0),
         }
@@ -1059,7 +1122,7 @@ impl<'a> Allocator<'a> {
                             if self.features.consumable_capacity {
                                 let empty = BTreeMap::new();
                                 let committed =
-                                    self.committed_capacity.get(&dev.gid).unwrap_or(&empty);
+                                    self.allocated.capacity.get(&dev.gid).unwrap_or(&empty);
                                 match capacity_fits(
                                     committed,
                                     data.capacity_requests.as_deref(),
@@ -1168,11 +1231,11 @@ impl<'a> Allocator<'a> {
     }
 
     pub(crate) fn is_allocated_exclusive(&self, gid: u32) -> bool {
-        self.allocated_exclusive.contains(&gid)
+        self.allocated.exclusive.contains(&gid)
     }
 
     pub(crate) fn committed_capacity(&self, gid: u32) -> Option<&BTreeMap<String, i128>> {
-        self.committed_capacity.get(&gid)
+        self.allocated.capacity.get(&gid)
     }
 
     /// Available counters of a pool, computed once per allocator (Go: `availableCounters`).
@@ -1193,7 +1256,7 @@ impl<'a> Allocator<'a> {
             .collect();
         for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
             for d in &self.snap.slices[si as usize].devices {
-                if !self.allocated_any.contains(&d.gid) {
+                if !self.allocated.any.contains(&d.gid) {
                     continue;
                 }
                 for (set, counters) in &d.consumes {
@@ -1777,7 +1840,7 @@ impl<'r, 'a> Search<'r, 'a> {
     }
 
     fn in_use(&self, gid: u32) -> bool {
-        self.alloc.allocated_exclusive.contains(&gid)
+        self.alloc.allocated.exclusive.contains(&gid)
             || self.allocating.get(&gid).is_some_and(|s| !s.is_empty())
     }
 
@@ -1791,7 +1854,8 @@ impl<'r, 'a> Search<'r, 'a> {
         let empty = BTreeMap::new();
         let committed = self
             .alloc
-            .committed_capacity
+            .allocated
+            .capacity
             .get(&dev.gid)
             .unwrap_or(&empty);
         capacity_fits(
@@ -1974,7 +2038,7 @@ impl<'r, 'a> Search<'r, 'a> {
             return Ok(None);
         }
         let skip_counters = multi
-            && (self.alloc.committed_capacity.contains_key(&dev.gid)
+            && (self.alloc.allocated.capacity.contains_key(&dev.gid)
                 || self.allocating_capacity.contains_key(&dev.gid));
         let mut paid_counters = false;
         if !skip_counters && !dev.consumes.is_empty() {

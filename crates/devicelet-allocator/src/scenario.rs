@@ -13,7 +13,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClai
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::allocator::{Allocator, ClusterSnapshot};
+use crate::allocator::{AllocatedIndex, Allocator, ClusterSnapshot};
 use crate::explain::{Explanation, explain_node};
 use crate::quantity::Quantity;
 use crate::selector::{CelFeatures, SelectorCache};
@@ -648,7 +648,7 @@ pub fn run_scenario_with(
         timing: None,
     };
     let mut explanation = opts.explain.then(Explanation::default);
-    let mut state = match allocated_state(s) {
+    let state = match allocated_state(s) {
         Ok(st) => st,
         Err(e) => {
             for n in &s.nodes {
@@ -693,6 +693,9 @@ pub fn run_scenario_with(
                 &s.resource_slices,
                 Arc::clone(&cache),
             ));
+            // The allocated state is indexed once and kept current with each pod's results,
+            // like the scheduler's incremental tracker.
+            let mut index = Arc::new(AllocatedIndex::new(&snapshot, &state));
             let mut done: HashSet<String> = HashSet::new();
             for pod in &s.pods {
                 let refs: Vec<&ResourceClaim> = pod
@@ -702,8 +705,12 @@ pub fn run_scenario_with(
                     .filter_map(|n| claims.iter().find(|c| &claim_key(c) == n))
                     .collect();
                 let t = Instant::now();
-                let allocator =
-                    Allocator::with_snapshot(Arc::clone(&snapshot), s.features, semantics, &state);
+                let allocator = Allocator::with_index(
+                    Arc::clone(&snapshot),
+                    s.features,
+                    semantics,
+                    Arc::clone(&index),
+                );
                 new_allocator_nanos += elapsed_nanos(t);
                 let mut record = PodOutcome {
                     pod: pod.name.clone(),
@@ -743,6 +750,9 @@ pub fn run_scenario_with(
                         break;
                     }
                 }
+                // The index is shared with the allocator: drop it so the update below does not
+                // copy the index.
+                drop(allocator);
                 if let Some(results) = &record.results {
                     for (claim, result) in refs.iter().zip(results) {
                         done.insert(claim_key(claim));
@@ -752,7 +762,11 @@ pub fn run_scenario_with(
                             .flat_map(|d| d.results.iter().flatten())
                         {
                             // Quantities come from our own canonical output: cannot fail.
-                            let _ = state.add_result(r, s.features.consumable_capacity);
+                            let _ = Arc::make_mut(&mut index).add_result(
+                                &snapshot,
+                                r,
+                                s.features.consumable_capacity,
+                            );
                         }
                     }
                 }

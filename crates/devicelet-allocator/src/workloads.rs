@@ -1,6 +1,6 @@
 //! Generators for the scheduler_perf-shaped allocator workloads of spec
 //! `structured-allocator.md` §4.4-§4.5 (`test/integration/scheduler_perf/dra/*`), reusable by
-//! the criterion benchmark, by tests and by a Go comparison harness (through
+//! the `workloads` benchmark, by tests and by a Go comparison harness (through
 //! [`Workload::to_scenario`], which yields an `AllocationScenario` the Go driver can read).
 //!
 //! Shapes follow `scheduler_perf/dra.go`: one slice per node (name = pool = node name, count 1,
@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceClaim,
+    CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements,
+    Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceClaim,
     DeviceClass, DeviceClassSpec, DeviceConstraint, DeviceCounterConsumption, DeviceRequest,
     DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool,
     ResourceSlice, ResourceSliceSpec,
@@ -22,13 +23,19 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::allocator::{Allocator, ClusterSnapshot};
+use crate::allocator::{AllocatedIndex, Allocator, ClusterSnapshot};
 use crate::scenario::{AllocationScenario, CelSpec, Mode, SemanticsSpec, StateDevice};
 use crate::selector::{CelFeatures, SelectorCache};
 use crate::types::{AllocateOptions, AllocatedState, DeviceId, Features, Semantics};
 
 /// The driver name used by scheduler_perf.
 pub const DRIVER: &str = "test-driver.cdi.k8s.io";
+
+/// A workload's prepared inputs: the shared snapshot and the indexed allocated state.
+pub struct Prepared<'w> {
+    pub snap: Arc<ClusterSnapshot<'w>>,
+    pub index: Arc<AllocatedIndex>,
+}
 
 /// One benchmark workload: the cluster and the claims of one pod.
 #[derive(Clone, Debug)]
@@ -440,6 +447,99 @@ impl Workload {
         }
     }
 
+    /// §4.5.5 consumable capacity (scheduler_perf ConsumableCapacity): `nodes` nodes with 20
+    /// driver devices each (not selected by the class) plus `shareable` network devices
+    /// (allNodes, memory 80Gi, policy default 1Gi, min 1Gi) in slices of at most 128; the pod
+    /// asks for two requests of 40Gi each.
+    pub fn consumable(nodes: usize, shareable: usize) -> Workload {
+        const NET: &str = "network.example.com";
+        let mut w = Workload {
+            name: format!("consumable_{shareable}devices_{nodes}nodes"),
+            features: Features::kubernetes_1_36_defaults(),
+            cel: CelFeatures {
+                enable_consumable_capacity: true,
+                enable_list_type_attributes: false,
+            },
+            nodes: Vec::with_capacity(nodes),
+            classes: vec![class(
+                "network-class",
+                &["device.driver == \"network.example.com\""],
+            )],
+            slices: Vec::new(),
+            allocated: AllocatedState::default(),
+            claims: Vec::new(),
+        };
+        for n in 0..nodes {
+            let name = format!("node-{n}");
+            w.slices
+                .push(node_slice(&name, (0..20).map(perf_device).collect()));
+            w.nodes.push(node(&name));
+        }
+        let nics: Vec<Device> = (0..shareable)
+            .map(|i| {
+                let mut cap = BTreeMap::new();
+                cap.insert(
+                    "memory".to_string(),
+                    DeviceCapacity {
+                        value: q("80Gi"),
+                        request_policy: Some(CapacityRequestPolicy {
+                            default: Some(q("1Gi")),
+                            valid_range: Some(CapacityRequestPolicyRange {
+                                min: q("1Gi"),
+                                ..Default::default()
+                            }),
+                            valid_values: None,
+                        }),
+                    },
+                );
+                Device {
+                    name: format!("nic-{i}"),
+                    allow_multiple_allocations: Some(true),
+                    capacity: Some(cap),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let parts = nics.len().div_ceil(128);
+        for (part, chunk) in nics.chunks(128).enumerate() {
+            w.slices.push(ResourceSlice {
+                metadata: meta(&format!("network-{part}")),
+                spec: ResourceSliceSpec {
+                    driver: NET.into(),
+                    all_nodes: Some(true),
+                    pool: ResourcePool {
+                        name: "network".into(),
+                        generation: 0,
+                        resource_slice_count: parts as i64,
+                    },
+                    devices: Some(chunk.to_vec()),
+                    ..Default::default()
+                },
+            });
+        }
+        let mut c = claim(
+            "claim-0",
+            &[("req-0", "network-class", 1), ("req-1", "network-class", 1)],
+            Vec::new(),
+        );
+        for r in c
+            .spec
+            .devices
+            .iter_mut()
+            .flat_map(|d| d.requests.iter_mut().flatten())
+        {
+            if let Some(e) = r.exactly.as_mut() {
+                let mut req = BTreeMap::new();
+                req.insert("memory".to_string(), q("40Gi"));
+                e.capacity = Some(CapacityRequirements {
+                    requests: Some(req),
+                });
+            }
+        }
+        w.claims.push(c);
+        w
+    }
+
     /// A fresh selector cache for this workload's CEL environment.
     pub fn selector_cache(&self) -> Arc<SelectorCache> {
         Arc::new(SelectorCache::new(self.cel))
@@ -455,14 +555,22 @@ impl Workload {
         ))
     }
 
+    /// The snapshot plus the indexed allocated state, built once per workload (the Go harness
+    /// likewise prepares its lister, slices and state once).
+    pub fn prepare(&self) -> Prepared<'_> {
+        let snap = self.snapshot();
+        let index = Arc::new(AllocatedIndex::new(&snap, &self.allocated));
+        Prepared { snap, index }
+    }
+
     /// One pod's scheduling work: a new allocator (PreFilter) and one allocation call per node
     /// (Filter). Returns the number of nodes that fit.
-    pub fn schedule_pod_all_nodes(&self, snap: &Arc<ClusterSnapshot<'_>>) -> usize {
-        let allocator = Allocator::with_snapshot(
-            Arc::clone(snap),
+    pub fn schedule_pod_all_nodes(&self, prepared: &Prepared<'_>) -> usize {
+        let allocator = Allocator::with_index(
+            Arc::clone(&prepared.snap),
             self.features,
             Semantics::GoCompat,
-            &self.allocated,
+            Arc::clone(&prepared.index),
         );
         let claims: Vec<&ResourceClaim> = self.claims.iter().collect();
         let opts = AllocateOptions::default();
@@ -472,27 +580,32 @@ impl Workload {
             .count()
     }
 
-    /// §4.5.2 fill-up: schedules `pods` single-claim pods one after the other, each on the first
-    /// node (in order) that fits, committing its results to a copy of the allocated state;
-    /// returns how many pods were placed. Nodes found full are not tried again (allocations
-    /// only grow, so they stay full).
-    pub fn fill_up(&self, pods: usize, snap: &Arc<ClusterSnapshot<'_>>) -> usize {
+    /// The claims of the fill-up pods: copies of the workload's claim named `claim-<p>`.
+    pub fn fill_up_claims(&self, pods: usize) -> Vec<ResourceClaim> {
+        (0..pods)
+            .map(|p| {
+                let mut c = self.claims[0].clone();
+                c.metadata.name = Some(format!("claim-{p}"));
+                c
+            })
+            .collect()
+    }
+
+    /// §4.5.2 fill-up: schedules one single-claim pod per claim, one after the other, each on
+    /// the first node (in order) that fits, committing its results to a copy of the allocated
+    /// state; returns how many pods were placed. Nodes found full are not tried again
+    /// (allocations only grow, so they stay full). Same loop as the Go harness's `FillUp`.
+    pub fn fill_up(&self, claims: &[ResourceClaim], prepared: &Prepared<'_>) -> usize {
         let opts = AllocateOptions::default();
-        let mut allocated = self.allocated.clone();
+        let mut index = Arc::clone(&prepared.index);
         let mut placed = 0;
         let mut start_node = 0;
-        let mut claims: Vec<ResourceClaim> = Vec::with_capacity(pods);
-        for p in 0..pods {
-            let mut c = self.claims[0].clone();
-            c.metadata.name = Some(format!("claim-{p}"));
-            claims.push(c);
-        }
-        for c in &claims {
-            let allocator = Allocator::with_snapshot(
-                Arc::clone(snap),
+        for c in claims {
+            let allocator = Allocator::with_index(
+                Arc::clone(&prepared.snap),
                 self.features,
                 Semantics::GoCompat,
-                &allocated,
+                Arc::clone(&index),
             );
             let mut chosen = None;
             let mut ni = start_node;
@@ -504,12 +617,15 @@ impl Workload {
                 ni += 1;
                 start_node = ni;
             }
+            drop(allocator);
             let Some(results) = chosen else { break };
+            // The first commit copies the shared index; later ones update it in place.
+            let index = Arc::make_mut(&mut index);
             for r in results
                 .iter()
                 .flat_map(|r| r.devices.iter().flat_map(|d| d.results.iter().flatten()))
             {
-                let _ = allocated.add_result(r, self.features.consumable_capacity);
+                let _ = index.add_result(&prepared.snap, r, self.features.consumable_capacity);
             }
             placed += 1;
         }

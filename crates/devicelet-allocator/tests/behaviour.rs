@@ -636,3 +636,69 @@ claims:
     // Upstream bug #140436: the share's 2 units stay reserved after its rollback.
     assert_eq!(outcome(&run(body, true)), OutcomeKind::Unschedulable);
 }
+
+/// A claim on class-a whose request carries one extra CEL selector.
+fn claim_with_selector(expr: &str) -> String {
+    format!(
+        "{TWO_DEVICES}claims:\n- metadata: {{name: c, namespace: ns}}\n  spec:\n    devices:\n      requests:\n      - name: r\n        exactly:\n          deviceClassName: class-a\n          selectors: [{{cel: {{expression: '{expr}'}}}}]\n"
+    )
+}
+
+#[test]
+fn bad_input_malformed_cel_is_a_compile_error_for_the_claim() {
+    for expr in ["device.driver ==", "device.attributes[", "1 +* 2", "device.nope"] {
+        let start = Instant::now();
+        let o = run(&claim_with_selector(expr), false);
+        assert!(start.elapsed() < Duration::from_secs(2), "{expr}");
+        assert_eq!(outcome(&o), OutcomeKind::Error, "{expr}");
+        assert_eq!(
+            o.per_node[0].error_class,
+            Some(ErrorClass::CELCompile),
+            "{expr}"
+        );
+        assert!(
+            o.per_node[0]
+                .error
+                .starts_with("claim ns/c: selector #0: CEL compile error:"),
+            "{expr}: {}",
+            o.per_node[0].error
+        );
+    }
+}
+
+#[test]
+fn bad_input_selector_over_the_cost_limit_stops_within_a_second() {
+    // 10^8 iterations of nested all() if unchecked; the CEL cost limit (Kubernetes'
+    // per-evaluation limit) stops it after a bounded amount of work.
+    let ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
+    let mut expr = "a + b + c + d + e + f + g + h > 0".to_string();
+    for v in ["h", "g", "f", "e", "d", "c", "b", "a"] {
+        expr = format!("{ten}.all({v}, {expr})");
+    }
+    let start = Instant::now();
+    let o = run(&claim_with_selector(&expr), false);
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    assert_eq!(outcome(&o), OutcomeKind::Error);
+    let e = &o.per_node[0].error;
+    assert!(
+        e.starts_with("claim ns/c: selector #0: CEL ") && e.contains("cost"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_input_exponential_search_with_default_limits_is_bounded() {
+    // No stepBudget in the scenario: the default budget (DEFAULT_STEP_BUDGET search steps per
+    // allocation call) bounds the C(40, 10) search over equivalent devices.
+    let start = Instant::now();
+    let o = run(&exponential(40, 10, None), false);
+    let elapsed = start.elapsed();
+    assert_eq!(outcome(&o), OutcomeKind::Timeout);
+    assert_eq!(
+        o.per_node[0].stats.unwrap().allocate_one_invocations,
+        devicelet_allocator::DEFAULT_STEP_BUDGET + 1
+    );
+    // Release builds take about a second; leave room for unoptimised test builds.
+    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+}
