@@ -167,7 +167,10 @@ impl GoBench {
         let diffs: Vec<&str> = [
             // Go writes zero-valued node status and claim status; the allocator reads neither.
             ("nodes", nodes(&go) != nodes(&ours)),
-            ("deviceClasses", v(&go.device_classes) != v(&ours.device_classes)),
+            (
+                "deviceClasses",
+                v(&go.device_classes) != v(&ours.device_classes),
+            ),
             (
                 "resourceSlices",
                 v(&go.resource_slices) != v(&ours.resource_slices),
@@ -205,7 +208,10 @@ fn nodes(s: &AllocationScenario) -> Vec<serde_json::Value> {
 }
 
 fn claim_specs(claims: &[ResourceClaim]) -> Vec<(serde_json::Value, serde_json::Value)> {
-    claims.iter().map(|c| (v(&c.metadata), v(&c.spec))).collect()
+    claims
+        .iter()
+        .map(|c| (v(&c.metadata), v(&c.spec)))
+        .collect()
 }
 
 fn v<T: serde::Serialize>(x: &T) -> serde_json::Value {
@@ -240,7 +246,10 @@ fn main() {
             continue;
         }
         let ours = measure_devicelet(&c, budget);
-        let theirs = go.as_ref().map_err(String::clone).and_then(|g| g.measure(&c.name, budget));
+        let theirs = go
+            .as_ref()
+            .map_err(String::clone)
+            .and_then(|g| g.measure(&c.name, budget));
         let (g, r) = match &theirs {
             Ok(g) => (format!("{g:.1}"), format!("{:.1}x", ours / g)),
             Err(_) => ("n/a".into(), "n/a".into()),
@@ -250,5 +259,8 @@ fn main() {
             println!("  Go: {e}");
         }
     }
-    assert!(!mismatched, "devicelet and Go workloads must be the same inputs");
+    assert!(
+        !mismatched,
+        "devicelet and Go workloads must be the same inputs"
+    );
 }

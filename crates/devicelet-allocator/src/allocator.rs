@@ -98,6 +98,10 @@ pub(crate) struct Pool<'a> {
     pub binding_last: bool,
 }
 
+/// Which slices a node sees, per pool (pool rank, slice indices), plus the
+/// PartitionableDevices gate.
+type GatherKey = (bool, Vec<(u32, Vec<u32>)>);
+
 type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 
 /// Key of per-pool counter state: (driver, pool), or ("", pool) under GoCompat.
@@ -114,6 +118,11 @@ pub struct ClusterSnapshot<'a> {
     on_node: FastMap<&'a str, Vec<u32>>,
     shared: Vec<u32>,
     by_pool: FastMap<(&'a str, &'a str), Vec<u32>>,
+    /// Per slice, its pool's rank in (driver, pool name) order.
+    pool_rank: Vec<u32>,
+    /// Gathered pools per set of relevant slices (Go redoes this for every node and pod; the
+    /// result depends only on which slices are relevant, not on the node itself).
+    gathered: Mutex<FastMap<GatherKey, Arc<Vec<Pool<'a>>>>>,
     gids: FastMap<(&'a str, &'a str, &'a str), u32>,
     instances: u32,
     setup_error: Option<AllocError>,
@@ -392,8 +401,21 @@ impl<'a> ClusterSnapshot<'a> {
                 has_binding_conditions: slice_has_binding_conditions,
             });
         }
+        let mut pool_keys: Vec<(&'a str, &'a str)> = by_pool.keys().copied().collect();
+        pool_keys.sort_unstable();
+        let rank: FastMap<(&'a str, &'a str), u32> = pool_keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (*k, i as u32))
+            .collect();
+        let pool_rank = slice_data
+            .iter()
+            .map(|s| rank.get(&(s.driver, s.pool)).copied().unwrap_or(0))
+            .collect();
         ClusterSnapshot {
             classes: class_map,
+            pool_rank,
+            gathered: Mutex::new(FastMap::default()),
             slices: slice_data,
             on_node,
             shared,
@@ -604,11 +626,11 @@ impl<'a> Allocator<'a> {
 
     // ---------------------------------------------------------------- pools (§2.2)
 
-    pub(crate) fn gather_pools(&self, node: &Node) -> Result<Vec<Pool<'a>>> {
+    pub(crate) fn gather_pools(&self, node: &Node) -> Result<Arc<Vec<Pool<'a>>>> {
         let node_name = node.metadata.name.as_deref().unwrap_or("");
         let pd = self.features.partitionable_devices;
-        let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
-        let mut collected: Vec<((&'a str, &'a str), Vec<u32>)> = Vec::new();
+        let mut index: FastMap<u32, usize> = FastMap::default();
+        let mut collected: Vec<(u32, Vec<u32>)> = Vec::new();
         let candidates = self
             .snap
             .on_node
@@ -657,7 +679,7 @@ impl<'a> Allocator<'a> {
             if !relevant {
                 continue;
             }
-            let key = (s.driver, s.pool);
+            let key = self.snap.pool_rank[si as usize];
             // Few pools per node are the norm: scan linearly, index only larger lists.
             let found = if collected.len() <= 8 {
                 collected.iter().position(|(k, _)| *k == key)
@@ -687,9 +709,21 @@ impl<'a> Allocator<'a> {
                 }
             }
         }
-        let mut pools = Vec::with_capacity(collected.len());
-        for ((driver, pool_name), visible) in collected {
+        let key: GatherKey = (pd, collected);
+        if let Some(p) = self
+            .snap
+            .gathered
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return Ok(p);
+        }
+        let mut pools = Vec::with_capacity(key.1.len());
+        for (_, visible) in key.1.iter() {
+            let visible = visible.clone();
             let first = &self.snap.slices[visible[0] as usize];
+            let (driver, pool_name) = (first.driver, first.pool);
             let generation = first.generation;
             let count = first.slice_count;
             let mut extra = Vec::new();
@@ -740,6 +774,10 @@ impl<'a> Allocator<'a> {
         pools.sort_by(|a, b| {
             (a.binding_last, a.driver, a.name).cmp(&(b.binding_last, b.driver, b.name))
         });
+        let pools = Arc::new(pools);
+        if let Ok(mut m) = self.snap.gathered.lock() {
+            m.insert(key, Arc::clone(&pools));
+        }
         Ok(pools)
     }
 

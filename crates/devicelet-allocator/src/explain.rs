@@ -204,7 +204,7 @@ pub fn explain_node(
         }
     };
     ex.pools = pools.len();
-    for p in &pools {
+    for p in pools.iter() {
         if p.incomplete {
             ex.incomplete_pools.push(format!("{}/{}", p.driver, p.name));
         }

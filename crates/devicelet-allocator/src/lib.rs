@@ -20,7 +20,9 @@ pub mod selector;
 pub mod types;
 pub mod workloads;
 
-pub use allocator::{ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClusterSnapshot, Stats};
+pub use allocator::{
+    ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClusterSnapshot, Stats,
+};
 pub use quantity::{Quantity, QuantityError, QuantityFormat};
 pub use selector::{CelFeatures, SelectorCache};
 pub use types::{

@@ -15,10 +15,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, CapacityRequestPolicy, CapacityRequestPolicyRange, CapacityRequirements,
-    Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceClaim,
-    DeviceClass, DeviceClassSpec, DeviceConstraint, DeviceCounterConsumption, DeviceRequest,
-    DeviceSelector, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool,
-    ResourceSlice, ResourceSliceSpec,
+    Counter, CounterSet, Device, DeviceAttribute, DeviceCapacity, DeviceClaim, DeviceClass,
+    DeviceClassSpec, DeviceConstraint, DeviceCounterConsumption, DeviceRequest, DeviceSelector,
+    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -565,7 +565,7 @@ impl Workload {
 
     /// One pod's scheduling work: a new allocator (PreFilter) and one allocation call per node
     /// (Filter). Returns the number of nodes that fit.
-    pub fn schedule_pod_all_nodes(&self, prepared: &Prepared<'_>) -> usize {
+    pub fn schedule_pod_all_nodes<'w>(&'w self, prepared: &Prepared<'w>) -> usize {
         let allocator = Allocator::with_index(
             Arc::clone(&prepared.snap),
             self.features,
@@ -595,7 +595,7 @@ impl Workload {
     /// the first node (in order) that fits, committing its results to a copy of the allocated
     /// state; returns how many pods were placed. Nodes found full are not tried again
     /// (allocations only grow, so they stay full). Same loop as the Go harness's `FillUp`.
-    pub fn fill_up(&self, claims: &[ResourceClaim], prepared: &Prepared<'_>) -> usize {
+    pub fn fill_up<'w>(&'w self, claims: &'w [ResourceClaim], prepared: &Prepared<'w>) -> usize {
         let opts = AllocateOptions::default();
         let mut index = Arc::clone(&prepared.index);
         let mut placed = 0;

