@@ -5,7 +5,10 @@
 //! Routes (versioned under `/v1`, one collection per noun):
 //! - `GET /v1/resources` → [`ResourcesSnapshot`] (DESIGN.md `get resources` JSON)
 //! - `POST /v1/pods` (body: a Pod as JSON) → [`AdmittedPod`] (`admit`), 422 on rejection
-//! - `GET /v1/pods` → [`PodList`] (`get pods`)
+//! - `GET /v1/pods` → [`PodList`] (`get pods`), app containers with `allocatedResourcesStatus`
+//! - `GET /v1/pods/watch?since=REV&timeoutSeconds=N` → [`PodWatch`]: long poll, answers as soon
+//!   as the pod list (devices or health) differs from revision `REV` (at once without `since`),
+//!   or after `N` seconds (default 30) with the unchanged list (`get pods --watch`)
 //! - `DELETE /v1/pods/{uid}` → 204 (`remove`)
 //! - `POST /v1/pods/{uid}/containers/{name}/start` → [`RunContainerOptions`] (`start`)
 //! - `GET /healthz` → `ok`
@@ -16,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
-use axum::extract::{Path as UrlPath, State};
+use std::time::Duration;
+
+use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -27,9 +32,11 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::net::UnixStream;
 
 use crate::error::ControlError;
+use crate::health;
 use crate::pods::{AdmittedPod, PodAdmitter, PodError, PodList};
 
 /// Shared state of the control API handlers.
@@ -47,6 +54,7 @@ pub fn router(state: ControlState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/resources", get(get_resources))
         .route("/v1/pods", post(admit_pod).get(list_pods))
+        .route("/v1/pods/watch", get(watch_pods))
         .route("/v1/pods/{uid}", delete(remove_pod))
         .route(
             "/v1/pods/{uid}/containers/{name}/start",
@@ -68,13 +76,79 @@ async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
         }
     };
     match state.pods.admit(&pod).await {
-        Ok(admitted) => Json(admitted).into_response(),
+        Ok(mut admitted) => {
+            health::annotate(&state.devices, std::slice::from_mut(&mut admitted));
+            Json(admitted).into_response()
+        }
         Err(err) => pod_error(&err),
     }
 }
 
+fn shown_pods(state: &ControlState) -> PodList {
+    let mut list = state.pods.list();
+    health::annotate(&state.devices, &mut list.pods);
+    list
+}
+
 async fn list_pods(State(state): State<ControlState>) -> Json<PodList> {
-    Json(state.pods.list())
+    Json(shown_pods(&state))
+}
+
+/// One answer of `GET /v1/pods/watch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodWatch {
+    /// Opaque revision of `pods`; pass it back as `since`.
+    pub revision: String,
+    /// The pods, as `GET /v1/pods`.
+    #[serde(flatten)]
+    pub list: PodList,
+}
+
+/// `since` and `timeoutSeconds` from the query string (plain tokens, no escaping needed).
+fn watch_query(query: Option<&str>) -> (Option<String>, Option<u64>) {
+    let mut since = None;
+    let mut timeout = None;
+    for pair in query.unwrap_or_default().split('&') {
+        match pair.split_once('=') {
+            Some(("since", value)) => since = Some(value.to_owned()),
+            Some(("timeoutSeconds", value)) => timeout = value.parse().ok(),
+            _ => {}
+        }
+    }
+    (since, timeout)
+}
+
+fn revision(list: &PodList) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(list)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+async fn watch_pods(
+    State(state): State<ControlState>,
+    RawQuery(query): RawQuery,
+) -> Json<PodWatch> {
+    let (since, timeout_seconds) = watch_query(query.as_deref());
+    let timeout = Duration::from_secs(timeout_seconds.unwrap_or(30).min(300));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut changes = state.devices.subscribe();
+    loop {
+        let list = shown_pods(&state);
+        let rev = revision(&list);
+        if since.as_deref() != Some(rev.as_str()) || tokio::time::Instant::now() >= deadline {
+            return Json(PodWatch {
+                revision: rev,
+                list,
+            });
+        }
+        // Inventory changes (health, allocations) wake us at once; the pod map itself changes
+        // without a signal, so look again at least every 250 ms.
+        let wake = (tokio::time::Instant::now() + Duration::from_millis(250)).min(deadline);
+        let _ = tokio::time::timeout_at(wake, changes.changed()).await;
+    }
 }
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
@@ -152,6 +226,20 @@ impl ControlClient {
     /// `GET /v1/pods`.
     pub async fn pods(&self) -> Result<PodList, ControlError> {
         self.get_json("/v1/pods").await
+    }
+
+    /// `GET /v1/pods/watch`: waits up to `timeout` for the pods to differ from `since`.
+    pub async fn watch_pods(
+        &self,
+        since: Option<&str>,
+        timeout: Duration,
+    ) -> Result<PodWatch, ControlError> {
+        let mut path = format!("/v1/pods/watch?timeoutSeconds={}", timeout.as_secs());
+        if let Some(since) = since {
+            path.push_str("&since=");
+            path.push_str(since);
+        }
+        self.get_json(&path).await
     }
 
     /// `DELETE /v1/pods/{uid}`.

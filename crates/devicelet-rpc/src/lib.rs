@@ -8,6 +8,7 @@ pub mod control;
 pub mod convert;
 pub mod daemon;
 pub mod error;
+pub mod health;
 pub mod metrics;
 pub mod plugin_client;
 pub mod plugin_watcher;

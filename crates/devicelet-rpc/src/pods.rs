@@ -93,6 +93,14 @@ pub struct ContainerView {
     pub devices: BTreeMap<String, Vec<String>>,
     /// DRA claims (not handled by this admitter yet; always empty).
     pub claims: Vec<serde_json::Value>,
+    /// KEP-4680 health of the container's devices (app containers; filled from the live
+    /// inventory when pods are shown, see [`crate::health`]).
+    #[serde(
+        default,
+        rename = "allocatedResourcesStatus",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allocated_resources_status: Vec<crate::health::ResourceStatus>,
     /// Device-plugin limits, kept for `start`.
     #[serde(skip)]
     pub limits: BTreeMap<String, u64>,
@@ -227,6 +235,7 @@ impl PodAdmitter {
                     name: request.container,
                     devices,
                     claims: Vec::new(),
+                    allocated_resources_status: Vec::new(),
                     limits: request.limits,
                     kind: request.kind,
                 }),

@@ -37,6 +37,8 @@ pub enum Command {
     Admit(AdmitArgs),
     /// What the runtime must inject when a container of an admitted pod starts.
     Start(StartArgs),
+    /// Live per-resource allocation: capacity, allocatable, allocated, unhealthy.
+    Top(TopArgs),
     /// Forget an admitted pod and free its devices.
     Remove(RemoveArgs),
     /// Run the built-in example device plugin (a separate process registering with R).
@@ -119,8 +121,34 @@ pub struct GetArgs {
 pub enum GetWhat {
     /// Device-plugin resources: capacity, allocatable, inactive and devices.
     Resources(OutputArgs),
-    /// Admitted pods with their containers' devices.
-    Pods(OutputArgs),
+    /// Admitted pods with their containers' devices and the devices' health.
+    Pods(GetPodsArgs),
+}
+
+/// `devicelet get pods`.
+#[derive(Debug, Clone, Args)]
+pub struct GetPodsArgs {
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Keep running: print the pods again whenever their devices or device health change
+    /// (table: a new table; json: one compact object per line; yaml: one document each).
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+}
+
+/// `devicelet top`.
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Print once and exit (scripts, tests).
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh interval, e.g. 500ms, 2s.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub interval: Duration,
 }
 
 /// `devicelet admit`.

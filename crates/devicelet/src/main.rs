@@ -20,6 +20,7 @@ async fn main() -> std::process::ExitCode {
     let default_level = match cli.command {
         Command::Serve(_) | Command::ExamplePlugin(_) => "info",
         Command::Get(_)
+        | Command::Top(_)
         | Command::Admit(_)
         | Command::Start(_)
         | Command::Remove(_)
@@ -37,6 +38,7 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => commands::serve::run(&root_dir, args).await,
         Command::Get(args) => commands::get::run(&root_dir, args).await,
+        Command::Top(args) => commands::top::run(&root_dir, args).await,
         Command::Admit(args) => commands::admit::run(&root_dir, args).await,
         Command::Start(args) => commands::start::run(&root_dir, args).await,
         Command::Remove(args) => commands::remove::run(&root_dir, args).await,

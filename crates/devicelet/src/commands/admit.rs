@@ -85,11 +85,28 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
                     } else {
                         devices
                     },
+                    health_cell(&c.allocated_resources_status),
                 ]
             })
         })
         .collect();
-    output::render_table(&["POD", "UID", "CONTAINER", "DEVICES"], &rows)
+    output::render_table(&["POD", "UID", "CONTAINER", "DEVICES", "HEALTH"], &rows)
+}
+
+/// `Healthy`, `Unhealthy: id,id` naming the unhealthy devices, or `-` without a status
+/// (no devices, or an init container).
+fn health_cell(status: &[devicelet_rpc::health::ResourceStatus]) -> String {
+    let unhealthy: Vec<&str> = status
+        .iter()
+        .flat_map(|s| &s.resources)
+        .filter(|r| r.health != devicelet_devicemanager::HEALTHY)
+        .map(|r| r.resource_id.as_str())
+        .collect();
+    match (status.is_empty(), unhealthy.is_empty()) {
+        (true, _) => "-".to_owned(),
+        (false, true) => "Healthy".to_owned(),
+        (false, false) => format!("Unhealthy: {}", unhealthy.join(",")),
+    }
 }
 
 #[cfg(test)]

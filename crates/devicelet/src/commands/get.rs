@@ -7,7 +7,10 @@ use anyhow::Context;
 use devicelet_devicemanager::ResourcesSnapshot;
 use devicelet_rpc::{ControlClient, RootPaths};
 
-use crate::cli::{GetArgs, GetWhat};
+use std::io::Write;
+use std::time::Duration;
+
+use crate::cli::{GetArgs, GetWhat, OutputFormat};
 use crate::output;
 
 /// Runs `get`.
@@ -18,12 +21,51 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
             let snapshot = client.resources().await.context("get resources")?;
             output::print(out.output, &snapshot, resources_table)
         }
-        GetWhat::Pods(out) => {
+        GetWhat::Pods(args) if args.watch => watch_pods(&client, args.output.output).await,
+        GetWhat::Pods(args) => {
             let pods = client.pods().await.context("get pods")?;
-            output::print(out.output, &pods, |list| {
+            output::print(args.output.output, &pods, |list| {
                 crate::commands::admit::pods_table(&list.pods)
             })
         }
+    }
+}
+
+/// `get pods --watch`: long-polls `GET /v1/pods/watch` and prints each new revision until
+/// interrupted; fails when the daemon goes away.
+async fn watch_pods(client: &ControlClient, format: OutputFormat) -> anyhow::Result<()> {
+    let mut since: Option<String> = None;
+    loop {
+        let answer = client
+            .watch_pods(since.as_deref(), Duration::from_secs(30))
+            .await
+            .context("watch pods")?;
+        if since.as_deref() == Some(answer.revision.as_str()) {
+            continue;
+        }
+        let text = match format {
+            OutputFormat::Json => serde_json::to_string(&answer.list)? + "\n",
+            OutputFormat::Yaml => format!("---\n{}", serde_yaml::to_string(&answer.list)?),
+            OutputFormat::Table => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or_default();
+                format!(
+                    "# {} (unix time {now})\n{}\n",
+                    if since.is_none() {
+                        "pods"
+                    } else {
+                        "pods changed"
+                    },
+                    crate::commands::admit::pods_table(&answer.list.pods)
+                )
+            }
+        };
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+        since = Some(answer.revision);
     }
 }
 

@@ -8,3 +8,4 @@ pub mod get;
 pub mod remove;
 pub mod serve;
 pub mod start;
+pub mod top;

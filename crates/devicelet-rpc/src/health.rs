@@ -1,0 +1,127 @@
+//! Resource health in pod status (KEP-4680, gate `ResourceHealthStatus`, beta and on in 1.36),
+//! following the device manager's `UpdateAllocatedResourcesStatus` (`dm/manager.go`, spec
+//! devicemanager.md §2 E1): every app container that holds devices gets
+//! `allocatedResourcesStatus`, one `{name: <resource>, resources: [{resourceID, health}]}` per
+//! resource. `health` is `Healthy` when the device's current health is exactly `Healthy` and
+//! `Unhealthy` for anything else; a device the plugin no longer reports counts as `Healthy`,
+//! as upstream does. Init containers (including sidecars) are left alone: upstream only looks
+//! at `status.containerStatuses`. Resources are in name order (upstream: map order).
+//!
+//! The status is computed when pods are shown (`GET /v1/pods`, the watch), from the live
+//! inventory, so a health change reaches the next answer without any bookkeeping.
+
+use std::collections::{BTreeMap, HashMap};
+
+use devicelet_devicemanager::{ContainerKind, DeviceManager, HEALTHY, UNHEALTHY};
+use serde::{Deserialize, Serialize};
+
+use crate::pods::AdmittedPod;
+
+/// `core/v1.ResourceStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceStatus {
+    /// The resource name (device plugins) or `claim:<name>` (DRA).
+    pub name: String,
+    /// One entry per device.
+    #[serde(default)]
+    pub resources: Vec<ResourceHealth>,
+}
+
+/// `core/v1.ResourceHealth`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceHealth {
+    /// The device ID.
+    #[serde(rename = "resourceID")]
+    pub resource_id: String,
+    /// `Healthy`, `Unhealthy` (or `Unknown` for DRA).
+    pub health: String,
+}
+
+/// Current health of every device, by resource and device ID.
+fn device_health(manager: &DeviceManager) -> HashMap<String, HashMap<String, String>> {
+    manager
+        .snapshot()
+        .resources
+        .into_iter()
+        .map(|r| {
+            let devices = r.devices.into_iter().map(|d| (d.id, d.health)).collect();
+            (r.name, devices)
+        })
+        .collect()
+}
+
+/// The `allocatedResourcesStatus` of a container holding `devices` (resource → IDs).
+pub fn container_status(
+    devices: &BTreeMap<String, Vec<String>>,
+    health: &HashMap<String, HashMap<String, String>>,
+) -> Vec<ResourceStatus> {
+    devices
+        .iter()
+        .filter(|(_, ids)| !ids.is_empty())
+        .map(|(resource, ids)| ResourceStatus {
+            name: resource.clone(),
+            resources: ids
+                .iter()
+                .map(|id| {
+                    let current = health.get(resource).and_then(|devices| devices.get(id));
+                    let healthy = current.is_none_or(|h| h == HEALTHY);
+                    ResourceHealth {
+                        resource_id: id.clone(),
+                        health: if healthy { HEALTHY } else { UNHEALTHY }.to_owned(),
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Fills `allocatedResourcesStatus` of every app container of `pods` from the live inventory.
+pub fn annotate(manager: &DeviceManager, pods: &mut [AdmittedPod]) {
+    let health = device_health(manager);
+    for pod in pods {
+        for container in &mut pod.containers {
+            container.allocated_resources_status = if container.kind == ContainerKind::App {
+                container_status(&container.devices, &health)
+            } else {
+                Vec::new()
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e1_health_per_device_missing_device_counts_as_healthy() {
+        let devices = BTreeMap::from([
+            (
+                "r/a".to_owned(),
+                vec!["d0".to_owned(), "d1".to_owned(), "gone".to_owned()],
+            ),
+            ("r/b".to_owned(), Vec::new()),
+        ]);
+        let health = HashMap::from([(
+            "r/a".to_owned(),
+            HashMap::from([
+                ("d0".to_owned(), "Healthy".to_owned()),
+                ("d1".to_owned(), "Unhealthy".to_owned()),
+            ]),
+        )]);
+        let status = container_status(&devices, &health);
+        assert_eq!(status.len(), 1, "a resource without devices gets no entry");
+        let got: Vec<(&str, &str)> = status[0]
+            .resources
+            .iter()
+            .map(|r| (r.resource_id.as_str(), r.health.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [("d0", "Healthy"), ("d1", "Unhealthy"), ("gone", "Healthy")]
+        );
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json[0]["name"], "r/a");
+        assert_eq!(json[0]["resources"][1]["resourceID"], "d1");
+    }
+}
