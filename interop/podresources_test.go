@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -185,6 +186,78 @@ spec:
 	slices.Sort(fromOld)
 	if !slices.Equal(fromOld, admittedIDs) {
 		t.Errorf("v1alpha1 List reports devices %v for app, v1 and admit say %v", fromOld, admittedIDs)
+	}
+
+	// List and `devicelet get pods` describe exactly the same pods, containers and devices
+	// (ecosystem.md A10 row 62: agents reclaim devices from List, so it must match the
+	// node's own record). A pod without devices is listed too, with empty containers.
+	noDevices := filepath.Join(shortTempDir(t), "idle.yaml")
+	if err := os.WriteFile(noDevices, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: interop-idle, namespace: other, uid: 0b5e8c9a-1d2f-4e3a-9b7c-5a1e00000002}
+spec:
+  containers:
+  - {name: idle, image: registry.invalid/idle:1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, err := d.run("admit", "-f", noDevices, "-o", "json"); err != nil {
+		t.Fatalf("devicelet admit idle pod: %v\nstderr: %s", err, stderr)
+	}
+	stdout, stderr, err = d.run("get", "pods", "-o", "json")
+	if err != nil {
+		t.Fatalf("devicelet get pods: %v\nstderr: %s", err, stderr)
+	}
+	var shown struct {
+		Pods []admitOutput `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &shown); err != nil {
+		t.Fatalf("decoding get pods output %q: %v", stdout, err)
+	}
+	// pod "ns/name" -> container -> resource -> sorted device IDs
+	type podDevices map[string]map[string]map[string][]string
+	fromCLI := podDevices{}
+	for _, p := range shown.Pods {
+		containers := map[string]map[string][]string{}
+		for _, c := range p.Containers {
+			devices := map[string][]string{}
+			for r, ids := range c.Devices {
+				if len(ids) > 0 {
+					devices[r] = slices.Sorted(slices.Values(ids))
+				}
+			}
+			containers[c.Name] = devices
+		}
+		fromCLI[p.Pod.Namespace+"/"+p.Pod.Name] = containers
+	}
+	all, err := client.List(ctx)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	fromList := podDevices{}
+	for _, pod := range all.GetPodResources() {
+		containers := map[string]map[string][]string{}
+		for _, c := range pod.GetContainers() {
+			devices := map[string][]string{}
+			for _, cd := range c.GetDevices() {
+				for _, id := range cd.GetDeviceIds() {
+					if !slices.Contains(devices[cd.GetResourceName()], id) {
+						devices[cd.GetResourceName()] = append(devices[cd.GetResourceName()], id)
+					}
+				}
+			}
+			for r := range devices {
+				slices.Sort(devices[r])
+			}
+			containers[c.GetName()] = devices
+		}
+		fromList[pod.GetNamespace()+"/"+pod.GetName()] = containers
+	}
+	if len(fromCLI) != 2 {
+		t.Errorf("get pods shows %d pods, want 2: %v", len(fromCLI), fromCLI)
+	}
+	if !reflect.DeepEqual(fromList, fromCLI) {
+		t.Errorf("List and get pods differ:\n List:     %v\n get pods: %v", fromList, fromCLI)
 	}
 
 	// A pod that does not exist: Get fails and names it.
