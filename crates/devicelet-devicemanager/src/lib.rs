@@ -13,6 +13,7 @@ mod metered;
 pub mod plugin;
 pub mod pod_devices;
 pub mod snapshot;
+pub mod topology_view;
 pub mod types;
 pub mod validation;
 
@@ -37,6 +38,7 @@ pub use pod_devices::{
     check_preconditions, merge_responses,
 };
 pub use snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
+pub use topology_view::ResourceTopologyView;
 pub use types::{
     ContainerAllocateResponse, DEVICE_PLUGIN_API_VERSION, Device, DevicePluginOptions, DeviceSpec,
     HEALTHY, Health, Mount, PreferredAllocationRequest, RegisterRequest, UNHEALTHY,

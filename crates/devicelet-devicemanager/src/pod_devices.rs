@@ -24,6 +24,10 @@ pub struct RunContainerOptions {
     pub annotations: BTreeMap<String, String>,
     /// CDI device names, deduplicated.
     pub cdi_devices: Vec<String>,
+    /// The container's CPU set (`cpuset.cpus`) under the static CPU manager policy: its
+    /// exclusive CPUs, else the shared pool. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_cpus: Option<String>,
 }
 
 /// Merges cached `Allocate` answers (spec §2 D2): first value wins for env and annotation

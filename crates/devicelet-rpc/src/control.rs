@@ -172,7 +172,7 @@ fn pod_error(err: &PodError) -> Response {
     let status = match err {
         PodError::NotFound { .. } | PodError::NoSuchContainer { .. } => StatusCode::NOT_FOUND,
         PodError::Invalid(_) => StatusCode::BAD_REQUEST,
-        PodError::UnknownResource { .. } | PodError::Admission { .. } => {
+        PodError::UnknownResource { .. } | PodError::Admission { .. } | PodError::Alignment(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
     };

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::alignment::{Alignment, AlignmentConfig};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
 use crate::error::RpcError;
@@ -87,6 +88,8 @@ pub struct DaemonConfig {
     pub plugin_watcher: bool,
     /// The node's metrics registry every manager records into.
     pub metrics: devicelet_metrics::Metrics,
+    /// Topology Manager and CPU manager settings (`serve --config`).
+    pub alignment: AlignmentConfig,
 }
 
 impl DaemonConfig {
@@ -99,6 +102,7 @@ impl DaemonConfig {
             dial_timeout: DEFAULT_DIAL_TIMEOUT,
             plugin_watcher: true,
             metrics: devicelet_metrics::Metrics::new(),
+            alignment: AlignmentConfig::default(),
         }
     }
 }
@@ -165,6 +169,10 @@ impl Daemon {
             });
         }
 
+        // Resource managers first: a bad configuration or CPU state stops startup, as in the
+        // kubelet, before any socket is bound.
+        let alignment = Arc::new(Alignment::new(&config.alignment, &paths.root)?);
+
         let removed = remove_stale_sockets(&paths.device_plugins)?;
         if !removed.is_empty() {
             info!(
@@ -224,7 +232,7 @@ impl Daemon {
             ));
         }
 
-        let pods = Arc::new(PodAdmitter::new(manager.clone()));
+        let pods = Arc::new(PodAdmitter::with_alignment(manager.clone(), alignment));
 
         // PodResources API (spec §5.1: directory 0750, both API versions on one server).
         make_dir(&paths.pod_resources_dir, 0o750)?;

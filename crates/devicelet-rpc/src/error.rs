@@ -18,6 +18,9 @@ pub enum RpcError {
     /// Binding a Unix socket failed (path too long, not a socket, permissions, ...).
     #[error(transparent)]
     Bind(#[from] devicelet_transport::TransportError),
+    /// The Topology Manager / CPU manager configuration or state is unusable.
+    #[error(transparent)]
+    Alignment(#[from] crate::alignment::AlignmentError),
     /// Another daemon already serves this root directory.
     #[error("another devicelet is already serving {} (control socket answers)", path.display())]
     AlreadyRunning {

@@ -3,6 +3,7 @@
 //! the plugin watcher on `plugins_registry`, stale-socket cleanup, the PodResources API, the control API on
 //! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them for one root directory.
 
+pub mod alignment;
 pub mod cleanup;
 pub mod control;
 pub mod convert;
@@ -17,6 +18,7 @@ pub mod pods;
 pub mod registration;
 pub mod transport;
 
+pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use devicelet_metrics::Metrics;

@@ -8,7 +8,9 @@
 //! - devices: one `ContainerDevices` per (device, NUMA node) with a single device ID and a
 //!   single-node topology; a device without topology gives one entry with `topology` unset
 //!   (spec §2 F1). For allocations the NUMA nodes are those recorded at allocation time.
-//! - `cpu_ids` and `memory` stay empty: no CPU or memory manager is wired into the daemon yet.
+//! - `cpu_ids`: a container's exclusive CPUs, and for `GetAllocatableResources` every CPU but
+//!   the reserved ones, both from the static CPU manager (empty under the none policy).
+//! - `memory` stays empty: no memory manager is wired into the daemon yet.
 //! - `dynamic_resources` stays empty: the pod admitter does not prepare DRA claims yet.
 //!
 //! All unary calls of both API versions share one token bucket (100 QPS, burst 10); an empty
@@ -141,9 +143,8 @@ impl PodResourcesService {
             .map(|c| v1::ContainerResources {
                 name: c.name.clone(),
                 devices: allocated_devices(&manager.container_allocations(&pod.pod.uid, &c.name)),
-                // Exclusive CPUs and memory blocks come from the CPU and memory managers,
-                // which the daemon does not run yet.
-                cpu_ids: Vec::new(),
+                cpu_ids: self.pods.alignment().exclusive_cpus(&pod.pod.uid, &c.name),
+                // Memory blocks come from the memory manager, which the daemon lacks.
                 memory: Vec::new(),
                 // Filled once the admitter prepares DRA claims.
                 dynamic_resources: Vec::new(),
@@ -253,8 +254,8 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         let devices = allocatable_devices(&self.pods.manager().allocatable_devices());
         Ok(Response::new(v1::AllocatableResourcesResponse {
             devices,
-            // No CPU or memory manager yet (see the module header).
-            cpu_ids: Vec::new(),
+            cpu_ids: self.pods.alignment().allocatable_cpus(),
+            // No memory manager yet (see the module header).
             memory: Vec::new(),
         }))
     }

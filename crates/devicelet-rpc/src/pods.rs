@@ -6,7 +6,7 @@
 //! init-container reuse pool holds one pod at a time.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use devicelet_devicemanager::{
     AdmissionError, ContainerKind, ContainerRequest, DeviceManager, RunContainerOptions, validation,
@@ -14,6 +14,8 @@ use devicelet_devicemanager::{
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::{Deserialize, Serialize};
 use tracing::info;
+
+use crate::alignment::{Alignment, AlignmentRejection};
 
 /// Why a pod was not admitted (or a pod operation failed).
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,9 @@ pub enum PodError {
         /// Cause.
         source: AdmissionError,
     },
+    /// The Topology Manager or the CPU manager refused the pod.
+    #[error(transparent)]
+    Alignment(AlignmentRejection),
     /// No pod with this UID is admitted.
     #[error("pod {uid} is not admitted")]
     NotFound {
@@ -67,6 +72,10 @@ impl PodError {
                 | AdmissionError::PreStart { .. } => "DevicePluginError",
                 AdmissionError::Stopped => "Stopping",
             },
+            PodError::Alignment(AlignmentRejection::TopologyAffinity { .. }) => {
+                "TopologyAffinityError"
+            }
+            PodError::Alignment(AlignmentRejection::Cpus { .. }) => "UnexpectedAdmissionError",
             PodError::NotFound { .. } => "NotFound",
             PodError::NoSuchContainer { .. } => "NoSuchContainer",
         }
@@ -101,6 +110,16 @@ pub struct ContainerView {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub allocated_resources_status: Vec<crate::health::ResourceStatus>,
+    /// Exclusive CPUs (static CPU manager policy); absent for the shared pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// NUMA nodes of the merged topology hint; absent without affinity.
+    #[serde(
+        default,
+        rename = "numaAffinity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub numa_affinity: Option<Vec<usize>>,
     /// Device-plugin limits, kept for `start`.
     #[serde(skip)]
     pub limits: BTreeMap<String, u64>,
@@ -133,6 +152,7 @@ pub struct PodList {
 #[derive(Debug)]
 pub struct PodAdmitter {
     manager: DeviceManager,
+    alignment: Arc<Alignment>,
     pods: Mutex<BTreeMap<String, AdmittedPod>>,
     admission: tokio::sync::Mutex<()>,
 }
@@ -140,8 +160,14 @@ pub struct PodAdmitter {
 impl PodAdmitter {
     /// An admitter over `manager`.
     pub fn new(manager: DeviceManager) -> Self {
+        Self::with_alignment(manager, Arc::new(Alignment::disabled()))
+    }
+
+    /// An admitter over `manager` that aligns devices and CPUs with `alignment`.
+    pub fn with_alignment(manager: DeviceManager, alignment: Arc<Alignment>) -> Self {
         PodAdmitter {
             manager,
+            alignment,
             pods: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
         }
@@ -228,27 +254,26 @@ impl PodAdmitter {
             });
         }
 
-        let mut containers = Vec::with_capacity(requests.len());
-        for request in requests {
-            match self.manager.allocate_container(&request).await {
-                Ok(devices) => containers.push(ContainerView {
-                    name: request.container,
-                    devices,
-                    claims: Vec::new(),
-                    allocated_resources_status: Vec::new(),
-                    limits: request.limits,
-                    kind: request.kind,
-                }),
-                Err(source) => {
-                    // All or nothing: free what earlier containers of this pod got.
-                    self.manager.remove_pod(&uid);
-                    return Err(PodError::Admission {
-                        container: request.container,
-                        source,
-                    });
-                }
-            }
-        }
+        let plan: Vec<_> = requests
+            .iter()
+            .map(|r| (r.container.clone(), r.limits.clone(), r.kind))
+            .collect();
+        // Topology Manager + device and CPU allocation; a rejection frees everything.
+        let aligned = self.alignment.admit(&self.manager, pod, requests).await?;
+        let containers: Vec<ContainerView> = plan
+            .into_iter()
+            .zip(aligned)
+            .map(|((name, limits, kind), got)| ContainerView {
+                name,
+                devices: got.devices,
+                claims: Vec::new(),
+                allocated_resources_status: Vec::new(),
+                cpus: got.cpus,
+                numa_affinity: got.numa_affinity,
+                limits,
+                kind,
+            })
+            .collect();
         let admitted = AdmittedPod {
             pod: PodRef {
                 namespace,
@@ -286,7 +311,9 @@ impl PodAdmitter {
                 container: container.to_owned(),
                 source,
             })?;
-        Ok(options.unwrap_or_default())
+        let mut options = options.unwrap_or_default();
+        options.cpuset_cpus = self.alignment.cpuset_for(uid, container);
+        Ok(options)
     }
 
     /// Forgets a pod and frees its devices.
@@ -297,6 +324,7 @@ impl PodAdmitter {
             });
         }
         self.manager.remove_pod(uid);
+        self.alignment.remove_pod(uid);
         info!(pod_uid = %uid, "pod removed; devices freed");
         Ok(())
     }
@@ -312,6 +340,11 @@ impl PodAdmitter {
     /// The device manager pods are admitted into.
     pub fn manager(&self) -> &DeviceManager {
         &self.manager
+    }
+
+    /// NUMA alignment and the CPU manager.
+    pub fn alignment(&self) -> &Alignment {
+        &self.alignment
     }
 
     /// Admitted pods.

@@ -72,8 +72,10 @@ pub struct OutputArgs {
 /// `devicelet serve`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// KubeletConfiguration-style YAML/JSON file. Parsed and checked; no field changes
-    /// behaviour yet (the fields read are listed in the log at startup).
+    /// KubeletConfiguration-style YAML/JSON file: topologyManagerPolicy, topologyManagerScope,
+    /// topologyManagerPolicyOptions, cpuManagerPolicy, cpuManagerPolicyOptions,
+    /// reservedSystemCPUs, kubeReserved/systemReserved cpu, and a `devicelet:` block describing
+    /// the machine (see docs/topology.md). Other fields are ignored.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Serve Prometheus metrics on http://HOST:PORT/metrics [default: 127.0.0.1:10255, the

@@ -86,11 +86,27 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
                         devices
                     },
                     health_cell(&c.allocated_resources_status),
+                    c.numa_affinity.as_ref().map_or_else(
+                        || "-".to_owned(),
+                        |n| n.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+                    ),
+                    c.cpus.clone().unwrap_or_else(|| "-".to_owned()),
                 ]
             })
         })
         .collect();
-    output::render_table(&["POD", "UID", "CONTAINER", "DEVICES", "HEALTH"], &rows)
+    output::render_table(
+        &[
+            "POD",
+            "UID",
+            "CONTAINER",
+            "DEVICES",
+            "HEALTH",
+            "NUMA",
+            "CPUS",
+        ],
+        &rows,
+    )
 }
 
 /// `Healthy`, `Unhealthy: id,id` naming the unhealthy devices, or `-` without a status

@@ -1,17 +1,19 @@
 //! `devicelet serve`: runs the daemon ([`devicelet_rpc::Daemon`]) until SIGTERM/SIGINT, then
 //! stops it cleanly (plugin streams cancelled, sockets removed).
 //!
-//! `--config FILE` is read and must be a YAML/JSON mapping (KubeletConfiguration field names);
-//! no field is acted upon yet and the log says so. `--metrics-address` (default
-//! [`DEFAULT_METRICS_ADDRESS`]) serves the node's metrics on `/metrics`
-//! (`devicelet_rpc::metrics`; list in docs/observability.md).
+//! `--config FILE` is a YAML/JSON KubeletConfiguration (field names as upstream): the Topology
+//! Manager and CPU manager settings are used (docs/topology.md), other fields are ignored and
+//! listed in the log. `--metrics-address` (default [`DEFAULT_METRICS_ADDRESS`]) serves the
+//! node's metrics on `/metrics` (`devicelet_rpc::metrics`; list in docs/observability.md).
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
 use devicelet_devicemanager::DeviceManager;
-use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer};
+use devicelet_rpc::{
+    AlignmentConfig, DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer,
+};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
@@ -19,10 +21,10 @@ use crate::cli::{MetricsAddress, ServeArgs};
 
 /// Runs `serve`.
 pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
-    if let Some(path) = &args.config {
-        check_config(path)?;
-    }
     let mut config = DaemonConfig::new(root_dir);
+    if let Some(path) = &args.config {
+        config.alignment = load_config(path)?;
+    }
     config.endpoint_grace_period = args.endpoint_grace_period;
     config.options_timeout = args.plugin_options_timeout;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
@@ -49,24 +51,26 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     shutdown.context("stop devicelet")
 }
 
-fn check_config(path: &Path) -> anyhow::Result<()> {
+/// Reads `--config`: YAML or JSON with KubeletConfiguration field names.
+pub fn load_config(path: &Path) -> anyhow::Result<AlignmentConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("read config {}", path.display()))?;
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(&text).with_context(|| format!("parse config {}", path.display()))?;
-    let Some(mapping) = value.as_mapping() else {
-        anyhow::bail!(
-            "config {} is not a mapping of KubeletConfiguration fields",
-            path.display()
-        );
-    };
-    let fields: Vec<String> = mapping
-        .keys()
-        .filter_map(|k| k.as_str().map(str::to_owned))
-        .collect();
-    warn!(config = %path.display(), ?fields,
-        "config file read; none of its fields is used yet (topology/CPU manager policies come with admission)");
-    Ok(())
+    let config = parse_config(&text).with_context(|| format!("config {}", path.display()))?;
+    if !config.ignored.is_empty() {
+        let fields: Vec<&String> = config.ignored.keys().collect();
+        warn!(config = %path.display(), ?fields, "config fields devicelet does not use are ignored");
+    }
+    Ok(config)
+}
+
+/// Parses a KubeletConfiguration text; errors name the field (serde_yaml's path).
+pub fn parse_config(text: &str) -> anyhow::Result<AlignmentConfig> {
+    let value: serde_yaml::Value = serde_yaml::from_str(text).context("not valid YAML or JSON")?;
+    if !value.is_mapping() {
+        anyhow::bail!("is not a mapping of KubeletConfiguration fields");
+    }
+    let config: AlignmentConfig = serde_yaml::from_str(text)?;
+    Ok(config)
 }
 
 /// Starts `/metrics`. An explicit address that cannot be bound is an error; the default

@@ -45,6 +45,11 @@ pub async fn run(root_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
                 .map(|(k, v)| vec!["annotation".into(), format!("{k}={v}")]),
         );
         rows.extend(o.cdi_devices.iter().map(|n| vec!["cdi".into(), n.clone()]));
+        rows.extend(
+            o.cpuset_cpus
+                .iter()
+                .map(|c| vec!["cpuset".into(), c.clone()]),
+        );
         output::render_table(&["KIND", "VALUE"], &rows)
     })
 }

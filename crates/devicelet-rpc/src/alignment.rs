@@ -1,0 +1,560 @@
+//! NUMA alignment at admission: the kubelet's Topology Manager admit handler
+//! (`pkg/kubelet/cm/topologymanager/topology_manager.go` `Admit`, `scope_container.go`,
+//! `scope_pod.go`, `scope_none.go`) over devicelet's async device manager, with the device
+//! manager (`cm/devicemanager/topology_hints.go`) and the CPU manager (`cm/cpumanager`, static
+//! policy) as hint providers in the kubelet's registration order
+//! (`cm/container_manager_linux.go`), and the configuration the kubelet reads from
+//! KubeletConfiguration (`topologyManagerPolicy`, `topologyManagerScope`,
+//! `topologyManagerPolicyOptions`, `cpuManagerPolicy`, `cpuManagerPolicyOptions`,
+//! `reservedSystemCPUs`, `kubeReserved`/`systemReserved` cpu).
+//!
+//! Per container (scope `container`) or once per pod (scope `pod`): collect hints, merge them
+//! with the policy, reject with `TopologyAffinityError` when the policy says so, then allocate
+//! devices (`filterByAffinity` with the merged mask) and CPUs (aligned to the same mask) for
+//! each container in order. Unlike the kubelet, a rejection at any step frees everything the
+//! pod got in this admission (upstream leaves earlier containers' allocations to a later GC).
+//!
+//! Devices on NUMA nodes the machine lacks are ignored for alignment as the kubelet does, but
+//! logged by name and named in the rejection, so the cause is visible.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use devicelet_cpumanager::{
+    CpuManager, CpuManagerConfig, CpuManagerError, CpuPolicyName, CpuTopology, PodCpuInfo,
+    ReservedCpus, pod_from_k8s,
+};
+use devicelet_devicemanager::{ContainerDevices, ContainerRequest, DeviceManager};
+use devicelet_topology::{
+    ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, Policy, ProviderHints,
+    ScopeName, TopologyHint, TopologyManager, pod_effective_limits, resource_hints,
+};
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+use crate::pods::PodError;
+
+/// The resource-manager part of a KubeletConfiguration file, plus devicelet's own `devicelet`
+/// block. Other KubeletConfiguration fields are accepted and ignored (listed in `ignored`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlignmentConfig {
+    /// `topologyManagerPolicy`: none (default), best-effort, restricted, single-numa-node.
+    #[serde(default = "none")]
+    pub topology_manager_policy: String,
+    /// `topologyManagerScope`: container (default) or pod.
+    #[serde(default = "container")]
+    pub topology_manager_scope: String,
+    /// `topologyManagerPolicyOptions`: prefer-closest-numa-nodes, max-allowable-numa-nodes.
+    #[serde(default)]
+    pub topology_manager_policy_options: BTreeMap<String, String>,
+    /// `cpuManagerPolicy`: none (default) or static.
+    #[serde(default = "none")]
+    pub cpu_manager_policy: String,
+    /// `cpuManagerPolicyOptions`: full-pcpus-only.
+    #[serde(default)]
+    pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// `reservedSystemCPUs`: CPUs kept for the system (a cpulist such as `0,4`).
+    #[serde(default, rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<String>,
+    /// `kubeReserved` (only `cpu` is read).
+    #[serde(default)]
+    pub kube_reserved: BTreeMap<String, String>,
+    /// `systemReserved` (only `cpu` is read).
+    #[serde(default)]
+    pub system_reserved: BTreeMap<String, String>,
+    /// devicelet's extension: where the machine's NUMA layout comes from.
+    #[serde(default)]
+    pub devicelet: MachineSource,
+    /// Other KubeletConfiguration fields: accepted, not used.
+    #[serde(flatten, skip_serializing)]
+    pub ignored: BTreeMap<String, serde_json::Value>,
+}
+
+fn none() -> String {
+    "none".to_owned()
+}
+
+fn container() -> String {
+    "container".to_owned()
+}
+
+impl Default for AlignmentConfig {
+    fn default() -> Self {
+        AlignmentConfig {
+            topology_manager_policy: none(),
+            topology_manager_scope: container(),
+            topology_manager_policy_options: BTreeMap::new(),
+            cpu_manager_policy: none(),
+            cpu_manager_policy_options: BTreeMap::new(),
+            reserved_system_cpus: None,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            devicelet: MachineSource::default(),
+            ignored: BTreeMap::new(),
+        }
+    }
+}
+
+/// The `devicelet:` block: a described machine (tests, demos) instead of sysfs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MachineSource {
+    /// NUMA nodes, their CPUs and distances (`nodes` + `cpusPerNode`, or `layout`;
+    /// `distances` or `remoteDistance`). Wins over `sysfsRoot`.
+    #[serde(default)]
+    pub machine: Option<MachineConfig>,
+    /// Root of the sysfs tree to read (default `/sys`).
+    #[serde(default)]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+/// Configuration problems, each naming the KubeletConfiguration field at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum AlignmentError {
+    /// A field holds a value the kubelet would refuse.
+    #[error("{field}: {message}")]
+    Field {
+        /// KubeletConfiguration field name.
+        field: &'static str,
+        /// What is wrong (the kubelet's text where it has one).
+        message: String,
+    },
+    /// The machine's NUMA/CPU layout could not be read.
+    #[error("cannot discover the machine's NUMA topology ({source_name}): {message}")]
+    Discovery {
+        /// `devicelet.machine` or the sysfs root.
+        source_name: String,
+        /// The cause.
+        message: String,
+    },
+    /// The CPU manager's state could not be restored or written.
+    #[error("{0}")]
+    CpuState(CpuManagerError),
+}
+
+/// A pod the Topology Manager refused, or whose CPUs could not be allocated.
+#[derive(Debug, thiserror::Error)]
+pub enum AlignmentRejection {
+    /// The merged hint is not admissible under the policy (the kubelet's reason and message).
+    #[error(
+        "TopologyAffinityError: Resources cannot be allocated with Topology locality ({detail})"
+    )]
+    TopologyAffinity {
+        /// Which container (or the pod) and what it asked for.
+        detail: String,
+    },
+    /// The CPU manager failed (`UnexpectedAdmissionError` in the kubelet).
+    #[error(
+        "UnexpectedAdmissionError: container {container:?}: Allocate failed due to {source}, which is unexpected"
+    )]
+    Cpus {
+        /// Container name.
+        container: String,
+        /// Cause.
+        source: CpuManagerError,
+    },
+}
+
+/// What one container got.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlignedContainer {
+    /// Devices per resource.
+    pub devices: ContainerDevices,
+    /// NUMA nodes of the merged hint (`None`: no affinity).
+    pub numa_affinity: Option<Vec<usize>>,
+    /// Exclusive CPUs (static policy, Guaranteed pod, integer CPU request).
+    pub cpus: Option<String>,
+}
+
+/// Topology Manager + CPU manager for one node.
+#[derive(Debug)]
+pub struct Alignment {
+    /// Policy and scope; `None` for the none policy (the kubelet's none scope asks no hints).
+    topology: Option<(Policy, ScopeName)>,
+    machine: NumaMask,
+    cpu: Option<CpuManager>,
+}
+
+fn field(field: &'static str, message: impl ToString) -> AlignmentError {
+    AlignmentError::Field {
+        field,
+        message: message.to_string(),
+    }
+}
+
+impl Alignment {
+    /// No alignment and no CPU manager (both policies none, no machine needed).
+    pub fn disabled() -> Self {
+        Alignment {
+            topology: None,
+            machine: NumaMask::EMPTY,
+            cpu: None,
+        }
+    }
+
+    /// Checks the configuration in the kubelet's order, reads the machine, and starts the CPU
+    /// manager with its state file `<state_dir>/cpu_manager_state`.
+    pub fn new(config: &AlignmentConfig, state_dir: &Path) -> Result<Self, AlignmentError> {
+        let cpu_policy: CpuPolicyName = config
+            .cpu_manager_policy
+            .parse()
+            .map_err(|e| field("cpuManagerPolicy", e))?;
+        let all_none =
+            config.topology_manager_policy == "none" && cpu_policy == CpuPolicyName::None;
+        let (numa, cpus) = match discover(&config.devicelet) {
+            Ok(found) => found,
+            Err(err) if all_none => {
+                warn!(error = %err, "no NUMA topology; running without topology alignment and CPU manager");
+                return Ok(Self::disabled());
+            }
+            Err(err) => return Err(err),
+        };
+        let tm = TopologyManager::new(
+            &numa,
+            &config.topology_manager_policy,
+            &config.topology_manager_scope,
+            &config.topology_manager_policy_options,
+        )
+        .map_err(|e| {
+            use devicelet_topology::ConfigError as C;
+            let name = match e {
+                C::UnknownPolicy(_) => "topologyManagerPolicy",
+                C::UnknownScope(_) => "topologyManagerScope",
+                _ => "topologyManagerPolicyOptions",
+            };
+            field(name, e)
+        })?;
+        let reserved = ReservedCpus::from_kubelet_config(
+            config.reserved_system_cpus.as_deref(),
+            config.kube_reserved.get("cpu").map(String::as_str),
+            config.system_reserved.get("cpu").map(String::as_str),
+        )
+        .map_err(|e| field("reservedSystemCPUs", e))?;
+        let cpu_config = CpuManagerConfig {
+            policy: config.cpu_manager_policy.clone(),
+            reserved,
+            policy_options: config.cpu_manager_policy_options.clone(),
+        };
+        let cpu = CpuManager::new(cpus, &cpu_config, state_dir).map_err(|e| match e {
+            CpuManagerError::UnknownOption(_) | CpuManagerError::BadOptionValue { .. } => {
+                field("cpuManagerPolicyOptions", e)
+            }
+            CpuManagerError::NoReservedCpus
+            | CpuManagerError::ReserveFailed { .. }
+            | CpuManagerError::ReservedNotOnMachine { .. }
+            | CpuManagerError::BadReservedList(..) => field("reservedSystemCPUs", e),
+            other => AlignmentError::CpuState(other),
+        })?;
+        info!(
+            topology_manager_policy = %tm.policy().name(),
+            scope = ?tm.scope(),
+            numa_nodes = numa.node_count(),
+            cpu_manager_policy = cpu_policy.as_str(),
+            reserved = %cpu.reserved_cpus(),
+            "resource managers configured"
+        );
+        Ok(Alignment {
+            topology: tm.scope().map(|scope| (tm.policy().clone(), scope)),
+            machine: numa.default_mask(),
+            cpu: Some(cpu),
+        })
+    }
+
+    /// The CPU manager, when one runs.
+    pub fn cpu_manager(&self) -> Option<&CpuManager> {
+        self.cpu.as_ref()
+    }
+
+    /// Admits a pod's containers (`requests` in admission order: init, then app containers).
+    /// On any rejection, everything this pod holds is freed.
+    pub async fn admit(
+        &self,
+        manager: &DeviceManager,
+        pod: &Pod,
+        requests: Vec<ContainerRequest>,
+    ) -> Result<Vec<AlignedContainer>, PodError> {
+        let info = pod_from_k8s(pod).map_err(|e| PodError::Invalid(e.to_string()))?;
+        let uid = info.spec.uid.clone();
+        if let Some(cpu) = &self.cpu {
+            cpu.register_pod(&info);
+        }
+        let result = self.admit_inner(manager, &info, requests).await;
+        if self.topology.is_some() {
+            let refused = matches!(
+                result,
+                Err(PodError::Alignment(
+                    AlignmentRejection::TopologyAffinity { .. }
+                ))
+            );
+            manager.metrics().topology_admission(refused);
+        }
+        if result.is_err() {
+            manager.remove_pod(&uid);
+            self.remove_pod(&uid);
+        }
+        result
+    }
+
+    async fn admit_inner(
+        &self,
+        manager: &DeviceManager,
+        info: &PodCpuInfo,
+        requests: Vec<ContainerRequest>,
+    ) -> Result<Vec<AlignedContainer>, PodError> {
+        let pod = &info.spec;
+        // Pod scope: one merge for the whole pod, the same hint for every container.
+        let pod_hint = match &self.topology {
+            Some((policy, ScopeName::Pod)) => {
+                let names: Vec<&str> = pod.all_containers().map(|c| c.name.as_str()).collect();
+                let limits: BTreeMap<String, u64> = pod_effective_limits(pod)
+                    .into_iter()
+                    .filter(|(r, _)| requests.iter().any(|q| q.limits.contains_key(r)))
+                    .map(|(r, v)| (r, u64::try_from(v).unwrap_or(0)))
+                    .collect();
+                let mut unknown = Vec::new();
+                let devices =
+                    self.device_hints(manager, &pod.uid, &names, &limits, false, &mut unknown);
+                let cpus = self
+                    .cpu
+                    .as_ref()
+                    .map(|c| c.pod_hints(pod))
+                    .unwrap_or_default();
+                let (hint, admit) = policy.merge(&[devices, cpus]);
+                if !admit {
+                    let asked = self.asked(&limits, info.pod_guaranteed_cpus());
+                    return Err(reject(policy, "the pod", &asked, self.machine, &unknown));
+                }
+                Some(hint)
+            }
+            _ => None,
+        };
+        let empty = ContainerSpec::default();
+        let mut out = Vec::with_capacity(requests.len());
+        for mut request in requests {
+            let spec = pod
+                .all_containers()
+                .find(|c| c.name == request.container)
+                .unwrap_or(&empty);
+            let hint = match (&self.topology, pod_hint) {
+                (_, Some(hint)) => hint,
+                (None, None) => TopologyHint::default(),
+                (Some((policy, _)), None) => {
+                    let mut unknown = Vec::new();
+                    let devices = self.device_hints(
+                        manager,
+                        &pod.uid,
+                        &[request.container.as_str()],
+                        &request.limits,
+                        true,
+                        &mut unknown,
+                    );
+                    let cpus = self
+                        .cpu
+                        .as_ref()
+                        .map(|c| c.container_hints(pod, spec))
+                        .unwrap_or_default();
+                    let (hint, admit) = policy.merge(&[devices, cpus]);
+                    if !admit {
+                        let asked =
+                            self.asked(&request.limits, info.guaranteed_cpus(&request.container));
+                        let what = format!("container {:?}", request.container);
+                        return Err(reject(policy, &what, &asked, self.machine, &unknown));
+                    }
+                    hint
+                }
+            };
+            request.affinity = hint
+                .affinity
+                .map(|m| devicelet_devicemanager::NumaMask(m.bits()));
+            let devices = manager
+                .allocate_container(&request)
+                .await
+                .map_err(|source| PodError::Admission {
+                    container: request.container.clone(),
+                    source,
+                })?;
+            let mut cpus = None;
+            if let Some(cpu) = &self.cpu {
+                let pinned = cpu.policy() == CpuPolicyName::Static
+                    && info.guaranteed_cpus(&request.container) > 0;
+                let allocated = cpu.allocate_container(pod, spec, &hint);
+                if pinned {
+                    manager.metrics().cpu_pinning(allocated.is_err());
+                }
+                allocated.map_err(|source| {
+                    PodError::Alignment(AlignmentRejection::Cpus {
+                        container: request.container.clone(),
+                        source,
+                    })
+                })?;
+                cpus = cpu
+                    .state()
+                    .get(&pod.uid, &request.container)
+                    .map(|set| set.to_string());
+            }
+            out.push(AlignedContainer {
+                devices,
+                numa_affinity: hint.affinity.map(|m| m.nodes().collect()),
+                cpus,
+            });
+        }
+        Ok(out)
+    }
+
+    /// "example.com/gpu=2, exclusive cpus=4" for a rejection message.
+    fn asked(&self, limits: &BTreeMap<String, u64>, cpus: usize) -> String {
+        let mut asked: Vec<String> = limits.iter().map(|(r, n)| format!("{r}={n}")).collect();
+        if cpus > 0
+            && self
+                .cpu
+                .as_ref()
+                .is_some_and(|c| c.policy() == CpuPolicyName::Static)
+        {
+            asked.push(format!("exclusive cpus={cpus}"));
+        }
+        if asked.is_empty() {
+            "no aligned resources".to_owned()
+        } else {
+            asked.join(", ")
+        }
+    }
+
+    /// The device manager's `GetTopologyHints` / `GetPodTopologyHints` (spec §4.7) for the
+    /// device-plugin resources in `limits`.
+    fn device_hints(
+        &self,
+        manager: &DeviceManager,
+        pod_uid: &str,
+        containers: &[&str],
+        limits: &BTreeMap<String, u64>,
+        with_reuse: bool,
+        unknown: &mut Vec<String>,
+    ) -> ProviderHints {
+        let mut hints = ProviderHints::new();
+        for (resource, &request) in limits {
+            let Some(view) = manager.topology_view(pod_uid, containers, resource, with_reuse)
+            else {
+                continue;
+            };
+            let all: Vec<DeviceNuma> = view
+                .devices
+                .into_iter()
+                .map(|(id, nodes)| DeviceNuma::new(id, nodes))
+                .collect();
+            let generated = resource_hints(
+                &all,
+                &refs(&view.free),
+                &refs(&view.reusable),
+                &refs(&view.held),
+                usize::try_from(request).unwrap_or(usize::MAX),
+                self.machine,
+            );
+            for (device, node) in generated.unknown_numa_nodes {
+                warn!(resource = %resource, device = %device, node,
+                    "device reports a NUMA node this machine does not have; ignored for alignment");
+                unknown.push(format!(
+                    "{resource} device {device:?} reports NUMA node {node}, which this machine does not have"
+                ));
+            }
+            hints.insert(resource.clone(), generated.hints);
+        }
+        hints
+    }
+
+    /// Frees a pod's CPUs.
+    pub fn remove_pod(&self, pod_uid: &str) {
+        if let Some(cpu) = &self.cpu
+            && let Err(err) = cpu.remove_pod(pod_uid)
+        {
+            warn!(pod_uid, error = %err, "cannot free the pod's CPUs");
+        }
+    }
+
+    /// `cpusetCpus` for a container start: its exclusive CPUs, else the shared pool; `None`
+    /// without the static policy (the runtime leaves the cpuset alone).
+    pub fn cpuset_for(&self, pod_uid: &str, container: &str) -> Option<String> {
+        let cpu = self.cpu.as_ref()?;
+        (cpu.policy() == CpuPolicyName::Static)
+            .then(|| cpu.cpuset_for(pod_uid, container).to_string())
+    }
+
+    /// Exclusive CPUs of a container (PodResources `cpu_ids`).
+    pub fn exclusive_cpus(&self, pod_uid: &str, container: &str) -> Vec<i64> {
+        self.cpu
+            .as_ref()
+            .and_then(|c| {
+                c.state()
+                    .get(pod_uid, container)
+                    .map(|s| s.iter().map(i64::from).collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// CPUs that can be handed out exclusively (PodResources `GetAllocatableResources`):
+    /// every CPU but the reserved ones under the static policy, none otherwise.
+    pub fn allocatable_cpus(&self) -> Vec<i64> {
+        match &self.cpu {
+            Some(cpu) if cpu.policy() == CpuPolicyName::Static => {
+                let reserved = cpu.reserved_cpus();
+                cpu.topology()
+                    .all_cpus()
+                    .iter()
+                    .filter(|c| !reserved.contains(*c))
+                    .map(i64::from)
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The kubelet's `TopologyAffinityError`, with what was asked and any device on an unknown
+/// NUMA node (devicelet's addition: the kubelet says only the fixed message).
+fn reject(
+    policy: &Policy,
+    what: &str,
+    asked: &str,
+    machine: NumaMask,
+    unknown: &[String],
+) -> PodError {
+    let mut detail = format!(
+        "{what} asks for {asked}; no placement is admissible under the {} policy on NUMA nodes {:?}",
+        policy.name(),
+        machine.nodes().collect::<Vec<_>>(),
+    );
+    for u in unknown {
+        detail.push_str("; ");
+        detail.push_str(u);
+    }
+    PodError::Alignment(AlignmentRejection::TopologyAffinity { detail })
+}
+
+/// Reads the machine: the described one, or sysfs.
+fn discover(source: &MachineSource) -> Result<(NumaTopology, CpuTopology), AlignmentError> {
+    if let Some(machine) = &source.machine {
+        let fail = |message: String| AlignmentError::Discovery {
+            source_name: "devicelet.machine".into(),
+            message,
+        };
+        let numa = machine.to_topology().map_err(|e| fail(e.to_string()))?;
+        let cpus = CpuTopology::from_numa(&numa).map_err(|e| fail(e.to_string()))?;
+        return Ok((numa, cpus));
+    }
+    let root = source
+        .sysfs_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/sys"));
+    let fail = |message: String| AlignmentError::Discovery {
+        source_name: format!("sysfs {}", root.display()),
+        message,
+    };
+    let numa = NumaTopology::from_sysfs(&root).map_err(|e| fail(e.to_string()))?;
+    let cpus = CpuTopology::from_sysfs(&root, &numa).map_err(|e| fail(e.to_string()))?;
+    Ok((numa, cpus))
+}
