@@ -107,6 +107,42 @@ type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 /// Key of per-pool counter state: (driver, pool), or ("", pool) under GoCompat.
 type CounterKey<'a> = (&'a str, &'a str);
 
+/// Counter consumption of the devices being allocated in one pool (one [`CounterKey`]): per
+/// counter (available, used), and how many counters are above their limit, so the check of
+/// all counters of the pool that Go does per candidate is one comparison.
+#[derive(Debug)]
+struct CounterUse<'a> {
+    counters: FastMap<(&'a str, &'a str), (i128, i128)>,
+    over: usize,
+}
+
+impl<'a> CounterUse<'a> {
+    fn new(available: &CounterTable<'a>) -> Self {
+        let mut counters = FastMap::default();
+        for (set, list) in available {
+            for (name, avail) in list {
+                counters.insert((*set, *name), (*avail, 0));
+            }
+        }
+        let over = counters.values().filter(|(a, u)| a < u).count();
+        CounterUse { counters, over }
+    }
+
+    /// Adds `delta` to one counter's use. Counters the pool does not offer are not checked
+    /// (Go ranges over the available ones).
+    fn change(&mut self, set: &'a str, name: &'a str, delta: i128) {
+        if let Some((avail, used)) = self.counters.get_mut(&(set, name)) {
+            let was = *avail < *used;
+            *used += delta;
+            match (was, *avail < *used) {
+                (false, true) => self.over += 1,
+                (true, false) => self.over -= 1,
+                _ => {}
+            }
+        }
+    }
+}
+
 /// The prepared, immutable view of the cluster's classes and slices, shared by the allocators of
 /// many pods (Go rebuilds all of this for every pod and node). It also caches the outcome of
 /// every selector expression on every device it has been evaluated on: a device's attributes
@@ -1816,7 +1852,7 @@ struct Search<'r, 'a> {
     selected: Vec<Vec<usize>>,
     allocating: FastMap<u32, Vec<u32>>,
     allocating_capacity: FastMap<u32, BTreeMap<&'a str, i128>>,
-    consumed_counters: FastMap<CounterKey<'a>, FastMap<(&'a str, &'a str), i128>>,
+    consumed_counters: FastMap<CounterKey<'a>, CounterUse<'a>>,
     results: Vec<Vec<DeviceResult<'a>>>,
     steps: u64,
     budget: u64,
@@ -2242,23 +2278,24 @@ impl<'r, 'a> Search<'r, 'a> {
     /// Go: `checkAvailableCounters`.
     fn reserve_counters(&mut self, cand: Candidate) -> bool {
         let pool = &self.pools[cand.pool as usize];
-        let available = self.alloc.available_counters(pool);
         let key = self.alloc.counter_key(pool);
         let dev = self.device(cand);
-        let consumed = self.consumed_counters.entry(key).or_default();
+        let usage = match self.consumed_counters.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(CounterUse::new(&self.alloc.available_counters(pool)))
+            }
+        };
         for (set, counters) in &dev.consumes {
             for (name, v) in counters {
-                *consumed.entry((set, name)).or_insert(0) += v;
+                usage.change(set, name, *v);
             }
         }
-        for (set, counters) in available.iter() {
-            for (name, avail) in counters {
-                let used = consumed.get(&(*set, *name)).copied().unwrap_or(0);
-                if *avail < used {
-                    self.release_counters(cand);
-                    return false;
-                }
-            }
+        // Go checks every counter of the pool after adding the device's consumption
+        // (`checkAvailableCounters`); `over` counts the counters above their limit.
+        if usage.over > 0 {
+            self.release_counters(cand);
+            return false;
         }
         true
     }
@@ -2267,12 +2304,10 @@ impl<'r, 'a> Search<'r, 'a> {
         let pool = &self.pools[cand.pool as usize];
         let key = self.alloc.counter_key(pool);
         let dev = self.device(cand);
-        if let Some(consumed) = self.consumed_counters.get_mut(&key) {
+        if let Some(usage) = self.consumed_counters.get_mut(&key) {
             for (set, counters) in &dev.consumes {
                 for (name, v) in counters {
-                    if let Some(x) = consumed.get_mut(&(*set, *name)) {
-                        *x -= v;
-                    }
+                    usage.change(set, name, -*v);
                 }
             }
         }

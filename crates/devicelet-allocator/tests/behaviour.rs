@@ -706,6 +706,7 @@ fn bad_input_exponential_search_with_default_limits_is_bounded() {
         o.per_node[0].stats.unwrap().allocate_one_invocations,
         devicelet_allocator::DEFAULT_STEP_BUDGET + 1
     );
-    // Release builds take about a second; leave room for unoptimised test builds.
-    assert!(elapsed < Duration::from_secs(60), "took {elapsed:?}");
+    // The step count above is the bound. Release builds need about a second for it; the time
+    // check is only a hang guard, generous for unoptimised test builds on a loaded machine.
+    assert!(elapsed < Duration::from_secs(300), "took {elapsed:?}");
 }
