@@ -366,3 +366,58 @@ async fn tight_loop_hits_rate_limit_then_recovers() {
     daemon.shutdown().await.unwrap();
     assert!(!socket.exists(), "shutdown removes the PodResources socket");
 }
+
+#[tokio::test]
+async fn cpu_ids_are_exclusive_cpus_and_allocatable_cpus_under_the_static_policy() {
+    let root = tempfile::Builder::new()
+        .prefix("dl-podres-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut config = DaemonConfig::new(root.path());
+    config.plugin_watcher = false;
+    config.alignment.cpu_manager_policy = "static".into();
+    config.alignment.reserved_system_cpus = Some("0".into());
+    config.alignment.devicelet.machine = Some(devicelet_topology::MachineConfig::uniform(2, 4));
+    let daemon = Daemon::start(config).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "g", "namespace": "team", "uid": "uid-g"},
+        "spec": {"containers": [
+            {"name": "pinned", "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}},
+            {"name": "fraction", "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}
+        ]}
+    }))
+    .unwrap();
+    let admitted = daemon.pods().admit(&pod).await.unwrap();
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    let list = v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let containers = &list.pod_resources[0].containers;
+    let pinned = &containers[0].cpu_ids;
+    assert_eq!(pinned.len(), 2);
+    assert!(!pinned.contains(&0), "reserved CPU 0 is never exclusive");
+    let expected: String = pinned
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let reported = admitted.containers[0].cpus.clone().unwrap();
+    assert!(
+        reported == expected || reported == format!("{}-{}", pinned[0], pinned[1]),
+        "{reported} vs {pinned:?}"
+    );
+    // A fractional CPU request shares the pool: no exclusive CPUs.
+    assert!(containers[1].cpu_ids.is_empty());
+    assert!(admitted.containers[1].cpus.is_none());
+    let alloc = v1_client
+        .get_allocatable_resources(v1::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(alloc.cpu_ids, (1..8).collect::<Vec<i64>>());
+    daemon.shutdown().await.unwrap();
+}
