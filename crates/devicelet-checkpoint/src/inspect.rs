@@ -493,6 +493,12 @@ fn describe_change(c: &Change) -> String {
             alloc_resp.len()
         ),
         Change::RemovePod { pod_uid } => format!("remove pod {pod_uid}"),
+        Change::SetPod { pod_uid, record } => format!(
+            "pod {pod_uid} {}/{} ({} containers)",
+            record.namespace,
+            record.name,
+            record.containers.len()
+        ),
         Change::SetRegistered {
             resource,
             device_ids,

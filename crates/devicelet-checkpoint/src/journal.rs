@@ -343,6 +343,7 @@ pub fn change_summary(parsed: &ParsedJournal) -> BTreeMap<&'static str, u64> {
                     let k = match c {
                         Change::AddContainer { .. } => "add_container",
                         Change::RemovePod { .. } => "remove_pod",
+                        Change::SetPod { .. } => "set_pod",
                         Change::SetRegistered { .. } => "set_registered",
                         Change::RemoveRegistered { .. } => "remove_registered",
                     };

@@ -5,6 +5,11 @@
 //! `ContainerAllocateResponse` bytes), plus the registered resources that the checkpoint keeps
 //! (`RegisteredDevices`). Every [`Change`] overwrites or deletes keys, so replaying a journal is
 //! deterministic and a replay of already-applied changes is harmless.
+//!
+//! The kubelet format has no pod names and no containers without devices, so devicelet also keeps
+//! one [`PodRecord`] per admitted pod ([`DeviceState::pod_records`]). Those live only in the
+//! journal (a compaction starts the new journal with a snapshot of them), never in the kubelet
+//! file.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +25,33 @@ pub struct ContainerDevices {
     /// Protobuf bytes of the plugin's `ContainerAllocateResponse`.
     #[serde(with = "serde_base64")]
     pub alloc_resp: Vec<u8>,
+}
+
+/// One container of an admitted pod as devicelet's admitter sees it (not in the kubelet format).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    /// Container name.
+    pub name: String,
+    /// `init`, `sidecar` or `app`.
+    pub kind: String,
+    /// Device-plugin limits (integer counts) per resource, kept for `start`.
+    #[serde(default)]
+    pub limits: BTreeMap<String, u64>,
+    /// Device IDs per resource, in allocation order.
+    #[serde(default)]
+    pub devices: BTreeMap<String, Vec<String>>,
+}
+
+/// An admitted pod: identity and containers in admission order (devicelet's own state).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PodRecord {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Containers in admission order (init containers first).
+    #[serde(default)]
+    pub containers: Vec<ContainerRecord>,
 }
 
 /// One durable change to the allocation state.
@@ -38,6 +70,13 @@ pub enum Change {
         /// `ContainerAllocateResponse` protobuf bytes.
         #[serde(with = "serde_base64")]
         alloc_resp: Vec<u8>,
+    },
+    /// A pod was admitted (devicelet's own record; replaces an earlier one for the same UID).
+    SetPod {
+        /// Pod UID.
+        pod_uid: String,
+        /// The pod.
+        record: PodRecord,
     },
     /// The pod is gone; all its allocations are freed.
     RemovePod {
@@ -80,7 +119,11 @@ impl Change {
                 }
                 Ok(())
             }
-            Change::RemovePod { pod_uid } if pod_uid.is_empty() => empty("RemovePod.pod_uid"),
+            Change::RemovePod { pod_uid } | Change::SetPod { pod_uid, .. }
+                if pod_uid.is_empty() =>
+            {
+                empty("pod_uid")
+            }
             Change::SetRegistered { resource, .. } | Change::RemoveRegistered { resource }
                 if resource.is_empty() =>
             {
@@ -98,6 +141,9 @@ pub struct DeviceState {
     pub pods: BTreeMap<String, BTreeMap<String, BTreeMap<String, ContainerDevices>>>,
     /// Registered resource → device IDs (on restore only the names matter, spec §3.4).
     pub registered: BTreeMap<String, Vec<String>>,
+    /// devicelet's record of each admitted pod (journal only; not in the kubelet file).
+    #[serde(default)]
+    pub pod_records: BTreeMap<String, PodRecord>,
 }
 
 impl DeviceState {
@@ -124,8 +170,12 @@ impl DeviceState {
                         },
                     );
             }
+            Change::SetPod { pod_uid, record } => {
+                self.pod_records.insert(pod_uid.clone(), record.clone());
+            }
             Change::RemovePod { pod_uid } => {
                 self.pods.remove(pod_uid);
+                self.pod_records.remove(pod_uid);
             }
             Change::SetRegistered {
                 resource,
@@ -137,6 +187,29 @@ impl DeviceState {
                 self.registered.remove(resource);
             }
         }
+    }
+
+    /// Applies only the part of `change` that the kubelet file does not hold (pod records). Used
+    /// for journal records already folded into the kubelet file.
+    pub fn apply_records_only(&mut self, change: &Change) {
+        match change {
+            Change::SetPod { .. } => self.apply(change),
+            Change::RemovePod { pod_uid } => {
+                self.pod_records.remove(pod_uid);
+            }
+            _ => {}
+        }
+    }
+
+    /// The pod records as changes (what a new journal starts with after a compaction).
+    pub fn pod_record_changes(&self) -> Vec<Change> {
+        self.pod_records
+            .iter()
+            .map(|(uid, record)| Change::SetPod {
+                pod_uid: uid.clone(),
+                record: record.clone(),
+            })
+            .collect()
     }
 
     /// Number of (pod, container, resource) entries — one checkpoint entry each.

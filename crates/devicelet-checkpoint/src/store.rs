@@ -503,13 +503,26 @@ impl DeviceStore {
                         },
                     ));
                 };
+                // Records already folded into the kubelet file still carry the pod records,
+                // which that file cannot hold.
+                for (_, _, rec) in &parsed.records[..start] {
+                    if let JournalRecord::Batch { commits, .. } = rec {
+                        for change in commits.iter().flatten() {
+                            state.apply_records_only(change);
+                        }
+                    }
+                }
                 let mut replayed = 0u64;
                 for (_, _, rec) in &parsed.records[start..] {
                     if let JournalRecord::Batch { commits, .. } = rec {
+                        let mut devices_changed = false;
                         for change in commits.iter().flatten() {
+                            devices_changed |= !matches!(change, Change::SetPod { .. });
                             state.apply(change);
                         }
-                        replayed += 1;
+                        // A batch of pod records only (the snapshot a compaction starts a new
+                        // journal with) does not make the kubelet file stale.
+                        replayed += u64::from(devices_changed);
                     }
                 }
                 let file = atomic_write::open_append(&paths.journal).map_err(|e| {
@@ -795,7 +808,7 @@ impl Shared {
 
     fn compact_inner(&self) -> Result<bool, StoreError> {
         // Phase 1 (journal locked): snapshot the state and log the intent.
-        let (data, sum, marker_seq, tail_start) = {
+        let (data, pod_records, sum, marker_seq, tail_start) = {
             let mut w = lock(&self.writer);
             if let Some(reason) = &w.poisoned {
                 return Err(StoreError::Poisoned(reason.clone()));
@@ -803,11 +816,10 @@ impl Shared {
             if w.uncompacted_records == 0 {
                 return Ok(false);
             }
-            let data = self
-                .state
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .to_checkpoint();
+            let (data, pod_records) = {
+                let st = self.state.read().unwrap_or_else(|p| p.into_inner());
+                (st.to_checkpoint(), st.pod_record_changes())
+            };
             let sum = device::checksum(&data);
             let marker = JournalRecord::CompactionStarted {
                 seq: w.next_seq,
@@ -830,7 +842,7 @@ impl Shared {
             let marker_seq = w.next_seq;
             w.len += bytes.len() as u64;
             w.next_seq += 1;
-            (data, sum, marker_seq, w.len)
+            (data, pod_records, sum, marker_seq, w.len)
         };
 
         // Phase 2 (no locks): write the kubelet file.
@@ -846,7 +858,22 @@ impl Shared {
             .and_then(|_| (&w.file).take(w.len - tail_start).read_to_end(&mut tail))
             .map_err(|e| StoreError::io(format!("reading {}", self.paths.journal.display()), e))?;
         let tail_records = w.next_seq - marker_seq - 1;
-        let new_writer = create_journal(&self.paths, u64::from(sum), marker_seq + 1, &tail)?;
+        // The new journal starts with the pod records as of the marker (they are not in the
+        // kubelet file), numbered so that the copied tail stays consecutive.
+        let (first_seq, snapshot) = if pod_records.is_empty() {
+            (marker_seq + 1, Vec::new())
+        } else {
+            let record = JournalRecord::Batch {
+                seq: marker_seq,
+                commits: vec![pod_records],
+            };
+            let bytes = encode_record(&record)
+                .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
+            (marker_seq, bytes)
+        };
+        let mut body = snapshot;
+        body.extend_from_slice(&tail);
+        let new_writer = create_journal(&self.paths, u64::from(sum), first_seq, &body)?;
         w.file = new_writer.file;
         w.len = new_writer.len;
         w.uncompacted_records = tail_records;

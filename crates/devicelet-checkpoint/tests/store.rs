@@ -572,3 +572,81 @@ fn stats_report_the_kubelet_file_lag_until_compaction() {
         "a second compaction is a no-op"
     );
 }
+
+fn set_pod(pod: &str, name: &str) -> Change {
+    use devicelet_checkpoint::state::{ContainerRecord, PodRecord};
+    Change::SetPod {
+        pod_uid: pod.into(),
+        record: PodRecord {
+            namespace: "default".into(),
+            name: name.into(),
+            containers: vec![ContainerRecord {
+                name: "c".into(),
+                kind: "app".into(),
+                limits: BTreeMap::from([("example.com/gpu".into(), 1)]),
+                devices: BTreeMap::from([("example.com/gpu".into(), vec!["gpu-0".into()])]),
+            }],
+        },
+    }
+}
+
+#[test]
+fn pod_records_survive_compactions_and_a_crash_between_compaction_steps() {
+    let root = Root::new();
+    let changes = [
+        set_pod("pod-a", "a"),
+        add("pod-a", "c", &["gpu-0"]),
+        set_pod("pod-nodev", "no-devices"),
+        set_pod("pod-gone", "gone"),
+    ];
+    let expected = {
+        let mut s = state_after(&changes);
+        s.apply(&Change::RemovePod {
+            pod_uid: "pod-gone".into(),
+        });
+        s
+    };
+    let journal_before_rotation = {
+        let (store, _) = root.open().expect("open");
+        store.commit(&changes).expect("commit");
+        store.compact().expect("compact");
+        let journal = fs::read(root.paths().journal).expect("journal");
+        store
+            .commit(&[Change::RemovePod {
+                pod_uid: "pod-gone".into(),
+            }])
+            .expect("commit");
+        store.compact().expect("compact twice");
+        journal
+    };
+    let (store, recovered) = root.open().expect("reopen");
+    assert_eq!(recovered.state, expected);
+    assert_eq!(recovered.state.pod_records.len(), 2);
+    assert_eq!(recovered.records_replayed, 0, "a pod-record snapshot is not a change");
+    store.close().expect("close");
+
+    // Crash after the kubelet file was written but before the journal was rotated: the old
+    // journal (with a marker for the file on disk) still yields every pod record.
+    let parsed = journal::parse(&journal_before_rotation).expect("parse");
+    let on_disk = device::decode(&fs::read(root.paths().kubelet_file).expect("read")).expect("ok");
+    let mut crashed = journal_before_rotation.clone();
+    crashed.extend(
+        encode_record(&JournalRecord::Batch {
+            seq: parsed.next_seq(),
+            commits: vec![vec![Change::RemovePod {
+                pod_uid: "pod-gone".into(),
+            }]],
+        })
+        .expect("encode"),
+    );
+    crashed.extend(
+        encode_record(&JournalRecord::CompactionStarted {
+            seq: parsed.next_seq() + 1,
+            kubelet_checksum: u64::from(on_disk.checksum),
+        })
+        .expect("encode"),
+    );
+    fs::write(root.paths().journal, &crashed).expect("write journal");
+    let (_store, recovered) = root.open().expect("recovers");
+    assert_eq!(recovered.state, expected);
+}
