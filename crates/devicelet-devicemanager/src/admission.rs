@@ -102,7 +102,7 @@ impl DeviceManager {
         &self,
         request: &ContainerRequest,
     ) -> Result<ContainerDevices, AdmissionError> {
-        let mut done: Vec<String> = Vec::new();
+        let mut done: Vec<(String, Vec<String>)> = Vec::new();
         let result = self.allocate_resources(request, &mut done).await;
         let mut state = self.inner.lock();
         match result {
@@ -121,14 +121,16 @@ impl DeviceManager {
                 Ok(devices)
             }
             Err(err) => {
-                for resource in &done {
+                for (resource, _) in &done {
                     state.pod_devices.remove_resource(
                         &request.pod_uid,
                         &request.container,
                         resource,
                     );
                 }
-                state.rebuild_allocated();
+                for (resource, ids) in &done {
+                    state.release(&request.pod_uid, resource, ids);
+                }
                 Err(err)
             }
         }
@@ -137,7 +139,7 @@ impl DeviceManager {
     async fn allocate_resources(
         &self,
         request: &ContainerRequest,
-        done: &mut Vec<String>,
+        done: &mut Vec<(String, Vec<String>)>,
     ) -> Result<ContainerDevices, AdmissionError> {
         let mut devices = ContainerDevices::new();
         for (resource, &required) in &request.limits {
@@ -186,7 +188,7 @@ impl DeviceManager {
                     per_numa(entry.and_then(|e| e.devices.as_ref()), &chosen),
                 )
             };
-            done.push(resource.clone());
+            done.push((resource.clone(), chosen.clone()));
             let Some(client) = client else {
                 return Err(EndpointError::Stopped {
                     resource: resource.clone(),
@@ -458,10 +460,7 @@ impl DeviceManager {
     /// Frees a pod's devices (`devicelet remove`); returns whether it held any.
     pub fn remove_pod(&self, pod_uid: &str) -> bool {
         let mut state = self.inner.lock();
-        let removed = state.pod_devices.remove_pod(pod_uid);
-        if removed {
-            state.rebuild_allocated();
-        }
+        let removed = state.forget_pod(pod_uid);
         drop(state);
         if removed {
             self.inner.notify();
@@ -472,11 +471,53 @@ impl DeviceManager {
     /// Keeps only `active` pods (`UpdateAllocatedDevices`, C7); returns the UIDs freed.
     pub fn retain_active_pods(&self, active: &HashSet<String>) -> Vec<String> {
         let mut state = self.inner.lock();
-        let removed = state.pod_devices.retain_active(active);
+        let removed: Vec<String> = state
+            .pod_devices
+            .pod_uids()
+            .filter(|uid| !active.contains(*uid))
+            .map(str::to_owned)
+            .collect();
+        for uid in &removed {
+            state.forget_pod(uid);
+        }
+        drop(state);
         if !removed.is_empty() {
-            state.rebuild_allocated();
+            self.inner.notify();
         }
         removed
+    }
+
+    /// Puts allocations read from a checkpoint back (spec §3.4): no RPC is made, the devices
+    /// count as allocated and the cached responses serve `start`. Unlike the kubelet, an entry
+    /// whose cached response could not be decoded (`response: None`) still holds its devices:
+    /// who owns them is known, only the runtime settings are lost.
+    pub fn restore_allocations<I>(&self, entries: I)
+    where
+        I: IntoIterator<Item = (String, String, String, ResourceAllocation)>,
+    {
+        let mut state = self.inner.lock();
+        for (pod_uid, container, resource, allocation) in entries {
+            state
+                .allocated
+                .entry(resource.clone())
+                .or_default()
+                .extend(allocation.device_ids.iter().cloned());
+            state
+                .pod_devices
+                .insert(&pod_uid, &container, &resource, allocation);
+        }
+        drop(state);
+        self.inner.notify();
+    }
+
+    /// Pod UIDs holding devices.
+    pub fn pods_with_devices(&self) -> Vec<String> {
+        self.inner
+            .lock()
+            .pod_devices
+            .pod_uids()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Devices and cached `Allocate` answers a container holds.

@@ -146,14 +146,44 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// Rebuilds `allocated` from `pod_devices` (upstream does this after a failed RPC).
-    pub(crate) fn rebuild_allocated(&mut self) {
-        self.allocated = self
+    /// Releases devices from `allocated` (reservations or a removed pod's devices), except those
+    /// another container of `pod_uid` still holds (init-container devices reused by later
+    /// containers of the same pod). Costs O(devices released + containers of the pod), not
+    /// O(all pods): a removal must not rebuild the whole map (and must not drop reservations of
+    /// admissions in progress, which a full rebuild would).
+    pub(crate) fn release(&mut self, pod_uid: &str, resource: &str, ids: &[String]) {
+        let held_by_pod: HashSet<&str> = self
             .pod_devices
-            .allocated_devices()
+            .pod(pod_uid)
             .into_iter()
-            .map(|(resource, ids)| (resource, ids.into_iter().collect()))
+            .flat_map(|containers| containers.values())
+            .filter_map(|resources| resources.get(resource))
+            .flat_map(|a| a.device_ids.iter().map(String::as_str))
             .collect();
+        if let Some(set) = self.allocated.get_mut(resource) {
+            for id in ids {
+                if !held_by_pod.contains(id.as_str()) {
+                    set.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Forgets a pod and frees its devices (no other pod holds them); O(the pod's devices).
+    pub(crate) fn forget_pod(&mut self, pod_uid: &str) -> bool {
+        let Some(containers) = self.pod_devices.take_pod(pod_uid) else {
+            return false;
+        };
+        for resources in containers.values() {
+            for (resource, allocation) in resources {
+                if let Some(set) = self.allocated.get_mut(resource) {
+                    for id in &allocation.device_ids {
+                        set.remove(id);
+                    }
+                }
+            }
+        }
+        true
     }
 }
 

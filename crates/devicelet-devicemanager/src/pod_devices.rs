@@ -176,7 +176,15 @@ impl PodDevices {
 
     /// Forgets a pod; returns whether it had an entry.
     pub fn remove_pod(&mut self, pod_uid: &str) -> bool {
-        self.pods.remove(pod_uid).is_some()
+        self.take_pod(pod_uid).is_some()
+    }
+
+    /// Forgets a pod and returns what it held (container → resource → allocation).
+    pub fn take_pod(
+        &mut self,
+        pod_uid: &str,
+    ) -> Option<BTreeMap<String, BTreeMap<String, ResourceAllocation>>> {
+        self.pods.remove(pod_uid)
     }
 
     /// Keeps only `active` pods (`UpdateAllocatedDevices`); returns the UIDs removed.
@@ -191,6 +199,14 @@ impl PodDevices {
             self.pods.remove(uid);
         }
         removed
+    }
+
+    /// Every (container, resource, allocation) of a pod.
+    pub fn pod(
+        &self,
+        pod_uid: &str,
+    ) -> Option<&BTreeMap<String, BTreeMap<String, ResourceAllocation>>> {
+        self.pods.get(pod_uid)
     }
 
     /// `allocatedDevices` rebuilt from the entries (C8): a key for every resource that appears,
