@@ -365,7 +365,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Durable device-allocation store (see the module docs).
 pub struct DeviceStore {
     shared: Arc<Shared>,
-    compactor: Option<JoinHandle<()>>,
+    compactor: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for DeviceStore {
@@ -601,7 +601,13 @@ impl DeviceStore {
             torn_tail,
             open_duration: started.elapsed(),
         };
-        Ok((DeviceStore { shared, compactor }, recovered))
+        Ok((
+            DeviceStore {
+                shared,
+                compactor: Mutex::new(compactor),
+            },
+            recovered,
+        ))
     }
 
     /// Makes `changes` durable (journal fsync'd) and applies them. When it returns `Ok`, the
@@ -678,13 +684,20 @@ impl DeviceStore {
     }
 
     /// Clean shutdown: stops the compactor and compacts, so the kubelet file is current.
-    pub fn close(mut self) -> Result<(), StoreError> {
+    pub fn close(self) -> Result<(), StoreError> {
+        self.shutdown()
+    }
+
+    /// Like [`DeviceStore::close`] for a shared store: stops background compaction and compacts.
+    /// Commits still work afterwards (they are durable in the journal); only [`DeviceStore::compact`]
+    /// folds them into the kubelet file then.
+    pub fn shutdown(&self) -> Result<(), StoreError> {
         self.stop_compactor();
         self.shared.compact().map(|_| ())
     }
 
-    fn stop_compactor(&mut self) {
-        if let Some(handle) = self.compactor.take() {
+    fn stop_compactor(&self) {
+        if let Some(handle) = lock(&self.compactor).take() {
             lock(&self.shared.control).shutdown = true;
             self.shared.control_cv.notify_all();
             if handle.join().is_err() {

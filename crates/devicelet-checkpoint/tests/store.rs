@@ -622,7 +622,10 @@ fn pod_records_survive_compactions_and_a_crash_between_compaction_steps() {
     let (store, recovered) = root.open().expect("reopen");
     assert_eq!(recovered.state, expected);
     assert_eq!(recovered.state.pod_records.len(), 2);
-    assert_eq!(recovered.records_replayed, 0, "a pod-record snapshot is not a change");
+    assert_eq!(
+        recovered.records_replayed, 0,
+        "a pod-record snapshot is not a change"
+    );
     store.close().expect("close");
 
     // Crash after the kubelet file was written but before the journal was rotated: the old

@@ -570,6 +570,28 @@ impl DeviceManager {
             .collect()
     }
 
+    /// Every registered resource with its healthy device IDs, what the kubelet checkpoints as
+    /// `RegisteredDevices` (`healthyDevices`): a resource whose plugin is away (grace period, or
+    /// restored from a checkpoint) is listed with no IDs. Resources that have not sent a first
+    /// snapshot are left out.
+    pub fn registered_resources(&self) -> BTreeMap<String, Vec<String>> {
+        let state = self.inner.lock();
+        state
+            .resources
+            .iter()
+            .filter_map(|(name, entry)| {
+                let devices = entry.devices.as_ref()?;
+                let healthy = devices
+                    .devices()
+                    .iter()
+                    .filter(|d| d.health == Health::Healthy)
+                    .map(|d| d.id.clone())
+                    .collect();
+                Some((name.clone(), healthy))
+            })
+            .collect()
+    }
+
     /// The connected client and options of a resource, for `Allocate` and friends. Fails with
     /// "has been stopped" for a disconnected plugin (spec §2 A4).
     pub fn endpoint_client(

@@ -184,6 +184,7 @@ struct Families {
     admission_duration: Histogram,
     rejections: Family<ReasonLabel, Counter>,
     checkpoint_write: HistogramFamily<CheckpointLabel>,
+    checkpoint_errors: Family<CheckpointLabel, Counter>,
     plugin_rpc: HistogramFamily<PluginRpcLabels>,
     capacity: Family<ResourceLabel, Gauge>,
     allocatable: Family<ResourceLabel, Gauge>,
@@ -242,6 +243,7 @@ impl Metrics {
             admission_duration: fast_buckets(),
             rejections: Family::default(),
             checkpoint_write: Family::new_with_constructor(checkpoint_buckets),
+            checkpoint_errors: Family::default(),
             plugin_rpc: Family::new_with_constructor(fast_buckets),
             capacity: Family::default(),
             allocatable: Family::default(),
@@ -353,6 +355,11 @@ impl Metrics {
             "devicelet_checkpoint_write_duration_seconds",
             "Duration in seconds of one durable checkpoint write (data and directory fsync), by checkpoint file",
             f.checkpoint_write.clone(),
+        );
+        r.register(
+            "devicelet_checkpoint_errors",
+            "Failed reads (corrupt, unknown version) and writes (e.g. a full disk) of a checkpoint; device state that cannot be read refuses admission",
+            f.checkpoint_errors.clone(),
         );
         r.register(
             "devicelet_device_plugin_rpc_duration_seconds",
@@ -562,6 +569,16 @@ impl Metrics {
                 checkpoint: checkpoint.to_owned(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// `devicelet_checkpoint_errors_total{checkpoint}`: a checkpoint could not be read or written.
+    pub fn checkpoint_error(&self, checkpoint: &str) {
+        self.f()
+            .checkpoint_errors
+            .get_or_create(&CheckpointLabel {
+                checkpoint: checkpoint.to_owned(),
+            })
+            .inc();
     }
 
     /// `devicelet_device_plugin_rpc_duration_seconds{resource_name, method, code}`: one call to

@@ -57,6 +57,12 @@ pub fn router(state: ControlState) -> Router {
         .route("/v1/pods/watch", get(watch_pods))
         .route("/v1/pods/{uid}", delete(remove_pod))
         .route(
+            "/v1/state",
+            get(|State(state): State<ControlState>| async move {
+                Json(state.pods.durable().status())
+            }),
+        )
+        .route(
             "/v1/pods/{uid}/containers/{name}/start",
             post(start_container),
         )
@@ -152,7 +158,7 @@ async fn watch_pods(
 }
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
-    match state.pods.remove(&uid) {
+    match state.pods.remove(&uid).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(err) => pod_error(&err),
     }
@@ -175,6 +181,7 @@ fn pod_error(err: &PodError) -> Response {
         PodError::UnknownResource { .. } | PodError::Admission { .. } | PodError::Alignment(_) => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
+        PodError::Durable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error_response(status, &err.to_string())
 }

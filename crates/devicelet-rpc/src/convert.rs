@@ -87,6 +87,48 @@ pub fn allocate_response_from_proto(
     }
 }
 
+/// [`ContainerAllocateResponse`] → `v1beta1.ContainerAllocateResponse` (what the checkpoint
+/// stores as `AllocResp`, protobuf-encoded).
+pub fn allocate_response_to_proto(
+    response: &ContainerAllocateResponse,
+) -> pb::ContainerAllocateResponse {
+    pb::ContainerAllocateResponse {
+        envs: response
+            .envs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        mounts: response
+            .mounts
+            .iter()
+            .map(|m| pb::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.clone(),
+                read_only: m.read_only,
+            })
+            .collect(),
+        devices: response
+            .devices
+            .iter()
+            .map(|d| pb::DeviceSpec {
+                container_path: d.container_path.clone(),
+                host_path: d.host_path.clone(),
+                permissions: d.permissions.clone(),
+            })
+            .collect(),
+        annotations: response
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        cdi_devices: response
+            .cdi_devices
+            .iter()
+            .map(|name| pb::CdiDevice { name: name.clone() })
+            .collect(),
+    }
+}
+
 /// A gRPC status from a plugin → [`PluginError`].
 pub fn plugin_error_from_status(status: tonic::Status) -> PluginError {
     PluginError::Rpc {

@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use crate::alignment::{Alignment, AlignmentConfig};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
+use crate::durable::DurableState;
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;
 use crate::plugin_watcher::{DevicePluginHandler, PluginWatcher};
@@ -194,6 +195,13 @@ impl Daemon {
             clock,
             config.metrics.clone(),
         );
+        // Durable state before any server takes requests (spec §3.4: read the checkpoint in
+        // Start, before the registration server; plugins re-register into restored resources).
+        let (durable, restored) = DurableState::open_and_restore(
+            crate::durable::store_paths(&paths.device_plugins, &paths.control_dir),
+            &manager,
+        );
+        let durable = Arc::new(durable);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
@@ -232,7 +240,21 @@ impl Daemon {
             ));
         }
 
-        let pods = Arc::new(PodAdmitter::with_alignment(manager.clone(), alignment));
+        tasks.push((
+            "registered-resources-sync",
+            tokio::spawn({
+                let durable = durable.clone();
+                let manager = manager.clone();
+                let rx = shutdown_rx.clone();
+                async move {
+                    durable.sync_registered(manager, rx).await;
+                    Ok(())
+                }
+            }),
+        ));
+        let pods = Arc::new(
+            PodAdmitter::with_alignment(manager.clone(), alignment).with_durable(durable, restored),
+        );
 
         // PodResources API (spec §5.1: directory 0750, both API versions on one server).
         make_dir(&paths.pod_resources_dir, 0o750)?;
@@ -361,6 +383,7 @@ impl Daemon {
                 Err(e) => warn!(socket = %socket.display(), error = %e, "cannot remove socket"),
             }
         }
+        self.pods.durable().shutdown();
         info!("devicelet stopped");
         first_error.map_or(Ok(()), Err)
     }

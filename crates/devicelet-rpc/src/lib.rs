@@ -8,6 +8,7 @@ pub mod cleanup;
 pub mod control;
 pub mod convert;
 pub mod daemon;
+pub mod durable;
 pub mod error;
 pub mod health;
 pub mod metrics;

@@ -2,8 +2,10 @@
 //! (Topology Manager → `devicemanager.Allocate` for every init container in order, then every
 //! app container; spec devicemanager.md §2 C1): a Kubernetes Pod (k8s-openapi) in, devices per
 //! container out. Admission is idempotent by pod UID and all-or-nothing: a rejection leaves
-//! no device allocated. Admissions are serialized, as in the kubelet, because the
-//! init-container reuse pool holds one pod at a time.
+//! no device allocated. Device allocation is serialized, as in the kubelet, because the
+//! init-container reuse pool holds one pod at a time; the durable commit that follows runs
+//! outside that lock so concurrent admissions share one fsync ([`crate::durable`]). An
+//! admission or removal is answered only once it is durable.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::alignment::{Alignment, AlignmentRejection};
+use crate::durable::{DurableError, DurableState};
 
 /// Why a pod was not admitted (or a pod operation failed).
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +51,9 @@ pub enum PodError {
         /// Pod UID.
         uid: String,
     },
+    /// The change could not be made durable, or device ownership is unknown; nothing changed.
+    #[error(transparent)]
+    Durable(#[from] DurableError),
     /// The pod has no container of that name.
     #[error("pod {uid} has no container {container:?}")]
     NoSuchContainer {
@@ -76,6 +82,8 @@ impl PodError {
                 "TopologyAffinityError"
             }
             PodError::Alignment(AlignmentRejection::Cpus { .. }) => "UnexpectedAdmissionError",
+            PodError::Durable(DurableError::OwnershipUnknown(_)) => "DeviceOwnershipUnknown",
+            PodError::Durable(DurableError::Write(_)) => "CheckpointWriteFailed",
             PodError::NotFound { .. } => "NotFound",
             PodError::NoSuchContainer { .. } => "NoSuchContainer",
         }
@@ -155,6 +163,7 @@ pub struct PodAdmitter {
     alignment: Arc<Alignment>,
     pods: Mutex<BTreeMap<String, AdmittedPod>>,
     admission: tokio::sync::Mutex<()>,
+    durable: Arc<DurableState>,
 }
 
 impl PodAdmitter {
@@ -170,7 +179,25 @@ impl PodAdmitter {
             alignment,
             pods: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
+            durable: Arc::new(DurableState::disabled()),
         }
+    }
+
+    /// Makes admissions and removals durable in `durable`, starting with the pods restored
+    /// from it.
+    pub fn with_durable(
+        mut self,
+        durable: Arc<DurableState>,
+        restored: BTreeMap<String, AdmittedPod>,
+    ) -> Self {
+        self.durable = durable;
+        self.pods = Mutex::new(restored);
+        self
+    }
+
+    /// The durable state behind this admitter.
+    pub fn durable(&self) -> &Arc<DurableState> {
+        &self.durable
     }
 
     fn pods(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AdmittedPod>> {
@@ -200,7 +227,10 @@ impl PodAdmitter {
     }
 
     async fn admit_pod(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
-        let _serial = self.admission.lock().await;
+        if let Some(reason) = self.durable.ownership_unknown() {
+            return Err(DurableError::OwnershipUnknown(reason.to_owned()).into());
+        }
+        let serial = self.admission.lock().await;
         let meta = &pod.metadata;
         let uid = meta
             .uid
@@ -282,6 +312,15 @@ impl PodAdmitter {
             },
             containers,
         };
+        // Durable before it is answered; the fsync is shared with concurrent admissions, so it
+        // runs after the allocation lock is released.
+        let changes = self.durable.admission_changes(&admitted, &self.manager);
+        drop(serial);
+        if let Err(e) = self.durable.commit(changes).await {
+            self.manager.remove_pod(&uid);
+            self.alignment.remove_pod(&uid);
+            return Err(e.into());
+        }
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
         self.pods().insert(uid, admitted.clone());
         Ok(admitted)
@@ -316,13 +355,20 @@ impl PodAdmitter {
         Ok(options)
     }
 
-    /// Forgets a pod and frees its devices.
-    pub fn remove(&self, uid: &str) -> Result<(), PodError> {
-        if self.pods().remove(uid).is_none() {
+    /// Forgets a pod and frees its devices, once the removal is durable (freeing first could
+    /// let a crash leave two owners of a device in the journal).
+    pub async fn remove(&self, uid: &str) -> Result<(), PodError> {
+        if !self.pods().contains_key(uid) {
             return Err(PodError::NotFound {
                 uid: uid.to_owned(),
             });
         }
+        self.durable
+            .commit(vec![devicelet_checkpoint::state::Change::RemovePod {
+                pod_uid: uid.to_owned(),
+            }])
+            .await?;
+        self.pods().remove(uid);
         self.manager.remove_pod(uid);
         self.alignment.remove_pod(uid);
         info!(pod_uid = %uid, "pod removed; devices freed");

@@ -259,7 +259,7 @@ async fn list_get_and_v1alpha1_report_admitted_devices_per_container() {
     );
 
     // Removing the pod removes it from List.
-    daemon.pods().remove("uid-web").unwrap();
+    daemon.pods().remove("uid-web").await.unwrap();
     let list = v1_client
         .list(v1::ListPodResourcesRequest {})
         .await

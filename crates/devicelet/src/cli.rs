@@ -47,6 +47,8 @@ pub enum Command {
     Demo(DemoArgs),
     /// Offline DRA structured allocation: AllocationScenario in, AllocationOutcome out.
     Allocate(AllocateArgs),
+    /// The durable device state: inspect any checkpoint, import a kubelet's, recover.
+    State(StateArgs),
 }
 
 /// `-o table|json|yaml`.
@@ -233,6 +235,60 @@ pub struct AllocateArgs {
     /// Output selection.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `devicelet state`.
+#[derive(Debug, Clone, Args)]
+pub struct StateArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub what: StateWhat,
+}
+
+/// `devicelet state` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum StateWhat {
+    /// Print and verify a checkpoint (device or DRA or CPU, devicelet's or a kubelet's, or
+    /// devicelet's journal); exits non-zero when it does not verify.
+    Inspect {
+        /// The file (default: R/device-plugins/kubelet_internal_checkpoint).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Output selection.
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Take over a kubelet's kubelet_internal_checkpoint (devicelet must be stopped); the
+    /// current state is kept aside.
+    Import {
+        /// The kubelet's checkpoint file.
+        #[arg(long)]
+        file: PathBuf,
+        /// Output selection.
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Clear a quarantine after a corrupt state (devicelet must be stopped): start from the
+    /// kubelet-format file as it is now, or from nothing. Bad files are kept aside.
+    Recover {
+        /// Where the allocations come from.
+        #[arg(long, value_enum)]
+        from: RecoverFrom,
+        /// Output selection.
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// The running daemon's durable-state status (health, commits, fsyncs, lag).
+    Status(OutputArgs),
+}
+
+/// Source of truth for `state recover`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RecoverFrom {
+    /// R/device-plugins/kubelet_internal_checkpoint (must verify); the journal is kept aside.
+    KubeletFile,
+    /// No allocations; every state file is kept aside.
+    Empty,
 }
 
 /// `devicelet demo`.

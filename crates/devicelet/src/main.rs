@@ -25,7 +25,8 @@ async fn main() -> std::process::ExitCode {
         | Command::Start(_)
         | Command::Remove(_)
         | Command::Demo(_)
-        | Command::Allocate(_) => "warn",
+        | Command::Allocate(_)
+        | Command::State(_) => "warn",
     };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -45,6 +46,7 @@ async fn main() -> std::process::ExitCode {
         Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
         Command::Demo(args) => commands::demo::run(args).await,
         Command::Allocate(args) => commands::allocate::run(args),
+        Command::State(args) => commands::state::run(&root_dir, args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

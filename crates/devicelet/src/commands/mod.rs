@@ -8,4 +8,5 @@ pub mod get;
 pub mod remove;
 pub mod serve;
 pub mod start;
+pub mod state;
 pub mod top;

@@ -27,7 +27,14 @@ use tracing::{info, warn};
 
 use crate::cli::ExamplePluginArgs;
 
-const POLL: Duration = Duration::from_millis(200);
+/// How often the plugin looks for a re-created `kubelet.sock`; tests that restart devicelet
+/// hundreds of times shorten it with `DEVICELET_EXAMPLE_PLUGIN_POLL_MS`.
+fn poll() -> Duration {
+    std::env::var("DEVICELET_EXAMPLE_PLUGIN_POLL_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_millis(200), Duration::from_millis)
+}
 /// How long the first registration keeps retrying while devicelet is not up yet.
 const FIRST_REGISTRATION_PATIENCE: Duration = Duration::from_secs(30);
 
@@ -124,7 +131,7 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
                     info!(file = %health_file.display(), "SIGUSR1: re-reading health file");
                     reread.notify_one();
                 }
-                _ = tokio::time::sleep(POLL) => {
+                _ = tokio::time::sleep(poll()) => {
                     if socket_identity(&paths.kubelet_socket) != Some(kubelet_identity) || !socket.exists() {
                         break false;
                     }
@@ -147,7 +154,7 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
             tokio::select! {
                 _ = terminate.recv() => break Ok(true),
                 _ = interrupt.recv() => break Ok(true),
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(poll()) => {}
             }
         };
         match waited {
@@ -282,7 +289,7 @@ async fn watch_health_file(
             last = Some(text);
         }
         tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::time::sleep(poll()) => {}
             _ = reread.notified() => {}
         }
     }

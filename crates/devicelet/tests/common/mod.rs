@@ -67,6 +67,11 @@ impl Root {
     }
 
     pub fn spawn(&self, name: &str, args: &[&str]) -> Proc {
+        self.spawn_env(name, args, &[])
+    }
+
+    /// Like [`Root::spawn`] with extra environment variables.
+    pub fn spawn_env(&self, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let log = self.path().join(format!("{name}-{}.log", unique()));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(EXE)
@@ -74,6 +79,7 @@ impl Root {
             .arg("--root-dir")
             .arg(self.path())
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

@@ -32,9 +32,25 @@ pub fn device(id: &str, health: &str, numa: Option<i64>) -> pb::Device {
     }
 }
 
+/// What the test plugin answers to `Allocate`.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub enum AllocateMode {
+    /// `Unimplemented` status.
+    #[default]
+    Unimplemented,
+    /// One proper response per container request.
+    Echo,
+    /// An OK answer with fewer container responses than asked (none).
+    Short,
+    /// An OK gRPC answer whose message bytes are not protobuf.
+    Garbage,
+}
+
 #[derive(Clone, Default)]
 pub struct TestPluginConfig {
     pub devices: Vec<pb::Device>,
+    /// `Allocate` behaviour.
+    pub allocate: AllocateMode,
     /// Never answer GetDevicePluginOptions.
     pub hang_options: bool,
     /// Serve pluginregistration.Registration with this info.
@@ -88,9 +104,24 @@ impl DevicePlugin for Service {
 
     async fn allocate(
         &self,
-        _: Request<pb::AllocateRequest>,
+        request: Request<pb::AllocateRequest>,
     ) -> Result<Response<pb::AllocateResponse>, Status> {
-        Err(Status::unimplemented("not in test plugin"))
+        let container_responses = match self.config.allocate {
+            AllocateMode::Unimplemented => return Err(Status::unimplemented("not in test plugin")),
+            AllocateMode::Short | AllocateMode::Garbage => Vec::new(),
+            AllocateMode::Echo => request
+                .into_inner()
+                .container_requests
+                .into_iter()
+                .map(|c| pb::ContainerAllocateResponse {
+                    envs: [("DEVICES".to_owned(), c.devices_ids.join(","))].into(),
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        Ok(Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
     }
 
     async fn pre_start_container(
@@ -146,7 +177,10 @@ impl TestPlugin {
         };
         let mut shutdown = end_rx;
         let mut builder = tonic::transport::Server::builder();
-        let mut router = builder.add_service(DevicePluginServer::new(service.clone()));
+        let mut router = builder.add_service(GarbageAllocate {
+            inner: DevicePluginServer::new(service.clone()),
+            garbage: config.allocate == AllocateMode::Garbage,
+        });
         if config.info.is_some() {
             router = router.add_service(RegistrationServer::new(service));
         }
@@ -196,4 +230,63 @@ pub async fn register(
         })
         .await
         .map(|_| ())
+}
+
+/// Answers `Allocate` with a gRPC message that is not protobuf when `garbage` is set; passes
+/// everything else to the generated server.
+#[derive(Clone)]
+struct GarbageAllocate<S> {
+    inner: S,
+    garbage: bool,
+}
+
+impl<S> tonic::server::NamedService for GarbageAllocate<S> {
+    const NAME: &'static str = "v1beta1.DevicePlugin";
+}
+
+impl<S> tower::Service<http::Request<tonic::body::Body>> for GarbageAllocate<S>
+where
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        if self.garbage && request.uri().path() == "/v1beta1.DevicePlugin/Allocate" {
+            return Box::pin(async {
+                // One length-prefixed gRPC message of bytes that do not parse as protobuf
+                // (field 15, wire type 7 does not exist), then an OK status.
+                let mut frame = vec![0u8, 0, 0, 0, 4];
+                frame.extend_from_slice(&[0x7f, 0xff, 0xff, 0xff]);
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                let frames = futures::stream::iter([
+                    Ok::<_, Status>(http_body::Frame::data(bytes::Bytes::from(frame))),
+                    Ok(http_body::Frame::trailers(trailers)),
+                ]);
+                let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
+                Ok(http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/grpc")
+                    .body(body)
+                    .unwrap())
+            });
+        }
+        Box::pin(self.inner.call(request))
+    }
 }
