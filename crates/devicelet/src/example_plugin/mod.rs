@@ -117,6 +117,12 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
             Err(err) => {
                 let _ = end_tx.send(true);
                 let _ = server.await;
+                // A restarting devicelet removes every socket in the directory, ours too; if
+                // it then could not dial us, serve again on a new socket and register again.
+                if !socket.exists() {
+                    warn!(error = %err, "our socket was removed while registering; restarting the server");
+                    continue;
+                }
                 break Err(err);
             }
         };
@@ -225,7 +231,12 @@ async fn register(
             .await
             {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+                // A connection lost mid-call (devicelet killed while answering) carries the
+                // transport error as its source; devicelet's own refusals have none.
+                Ok(Err(status))
+                    if status.code() == tonic::Code::Unavailable
+                        || std::error::Error::source(&status).is_some() =>
+                {
                     Err((true, format!("devicelet unavailable: {}", status.message())))
                 }
                 Ok(Err(status)) => {
