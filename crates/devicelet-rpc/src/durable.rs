@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,11 +29,6 @@ use tracing::{error, info, warn};
 
 use crate::convert::{allocate_response_from_proto, allocate_response_to_proto};
 use crate::pods::{AdmittedPod, ContainerView, PodRef};
-
-/// Upper bounds (seconds) of the commit-latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 12] = [
-    0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024,
-];
 
 /// Health of the durable state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,16 +66,6 @@ pub struct CheckpointStatus {
     pub restored_pods: usize,
     /// Time to read and replay the state at start (ms).
     pub open_ms: f64,
-    /// Commit latency histogram: cumulative counts per bucket of [`LATENCY_BUCKETS`], then +Inf.
-    pub commit_latency_buckets: Vec<u64>,
-    /// Sum of commit latencies (seconds).
-    pub commit_latency_sum: f64,
-}
-
-#[derive(Default)]
-struct Latency {
-    counts: [u64; LATENCY_BUCKETS.len() + 1],
-    sum: f64,
 }
 
 /// The daemon's durable device state (see the module docs).
@@ -91,7 +75,6 @@ pub struct DurableState {
     errors: AtomicU64,
     restored_pods: usize,
     open_ms: f64,
-    latency: Mutex<Latency>,
     metrics: Option<devicelet_metrics::Metrics>,
 }
 
@@ -131,7 +114,6 @@ impl DurableState {
             errors: AtomicU64::new(0),
             restored_pods: 0,
             open_ms: 0.0,
-            latency: Mutex::default(),
             metrics: None,
         }
     }
@@ -212,14 +194,6 @@ impl DurableState {
         if let Some(m) = &self.metrics {
             m.checkpoint_write(devicelet_checkpoint::device::DEVICE_CHECKPOINT_FILE, took);
         }
-        let secs = took.as_secs_f64();
-        let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
-        let bucket = LATENCY_BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(LATENCY_BUCKETS.len());
-        l.counts[bucket] += 1;
-        l.sum += secs;
     }
 
     /// The current status.
@@ -230,19 +204,6 @@ impl DurableState {
             (None, None) => (CheckpointHealth::Disabled, None),
         };
         let stats = self.store.as_ref().map(|s| s.stats()).unwrap_or_default();
-        let (buckets, sum) = {
-            let l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
-            let mut acc = 0;
-            let cumulative = l
-                .counts
-                .iter()
-                .map(|c| {
-                    acc += c;
-                    acc
-                })
-                .collect();
-            (cumulative, l.sum)
-        };
         CheckpointStatus {
             health,
             detail,
@@ -254,8 +215,6 @@ impl DurableState {
             last_compaction_error: stats.last_compaction_error,
             restored_pods: self.restored_pods,
             open_ms: self.open_ms,
-            commit_latency_buckets: buckets,
-            commit_latency_sum: sum,
         }
     }
 
