@@ -281,6 +281,35 @@ impl DeviceManager {
                     .into());
                 };
                 let reserved = state.allocated.get(resource);
+                let preferred = state
+                    .resources
+                    .get(resource)
+                    .and_then(|e| e.endpoint.options)
+                    .is_some_and(|o| o.get_preferred_allocation_available);
+                // Without a NUMA hint, reusable devices or a plugin preference, the kubelet's
+                // order reduces to "the first free healthy devices in plugin order"; take them
+                // without building the full free list, the affinity split and the preferred
+                // request (each O(all devices of the resource), allocating every ID).
+                if request.affinity.is_none()
+                    && !preferred
+                    && state.reuse.reusable(resource).is_empty()
+                {
+                    let chosen: Vec<String> = set
+                        .devices()
+                        .iter()
+                        .filter(|d| {
+                            d.health == Health::Healthy
+                                && reserved.is_none_or(|r| !r.contains(&d.id))
+                        })
+                        .take(required)
+                        .map(|d| d.id.clone())
+                        .collect();
+                    if chosen.len() == required {
+                        reserve(&mut state, resource, &chosen);
+                        return Ok(Some(Plan::Reserved(chosen)));
+                    }
+                    // Too few: the full path below reports the exact counts.
+                }
                 let free: Vec<_> = set
                     .devices()
                     .iter()
@@ -297,11 +326,6 @@ impl DeviceManager {
                     request.affinity,
                     has_topology(set.devices()),
                 )?;
-                let preferred = state
-                    .resources
-                    .get(resource)
-                    .and_then(|e| e.endpoint.options)
-                    .is_some_and(|o| o.get_preferred_allocation_available);
                 if preferred && picker.preferred_request().is_some() {
                     return Ok(Some(Plan::AskPreferred(picker)));
                 }
