@@ -40,6 +40,12 @@ pub struct ContainerRecord {
     /// Device IDs per resource, in allocation order.
     #[serde(default)]
     pub devices: BTreeMap<String, Vec<String>>,
+    /// Exclusive CPUs as admitted (static CPU manager policy), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// NUMA nodes the container was aligned to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_affinity: Option<Vec<usize>>,
 }
 
 /// An admitted pod: identity and containers in admission order (devicelet's own state).

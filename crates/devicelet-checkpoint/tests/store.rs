@@ -585,6 +585,8 @@ fn set_pod(pod: &str, name: &str) -> Change {
                 kind: "app".into(),
                 limits: BTreeMap::from([("example.com/gpu".into(), 1)]),
                 devices: BTreeMap::from([("example.com/gpu".into(), vec!["gpu-0".into()])]),
+                cpus: Some("2-3".into()),
+                numa_affinity: Some(vec![0]),
             }],
         },
     }
