@@ -1,11 +1,21 @@
 //! Short, fixed-size fuzzing of the scenario reader and runner: arbitrary bytes and mutated
 //! corpus files must give a clear error or an outcome, never a panic or a hang.
+//!
+//! Case counts scale with `DEVICELET_SCENARIO_FUZZ_CASES` (default 128 per property); CI runs a
+//! longer pass (see `.ci/run`), `fuzz/` has the coverage-guided cargo-fuzz targets.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use devicelet_allocator::scenario::{parse_scenario, run_scenario};
 use proptest::prelude::*;
+
+fn cases() -> u32 {
+    std::env::var("DEVICELET_SCENARIO_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
+}
 
 fn corpus_file(name: &str) -> Vec<u8> {
     let p = PathBuf::from(concat!(
@@ -17,7 +27,7 @@ fn corpus_file(name: &str) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(), .. ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
