@@ -6,75 +6,15 @@
 //! Iterations alternate between the two plugins, so each one is a re-registration replacing
 //! the previous endpoint and the inventory stays one resource. Prints median and p95.
 
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
-    DevicePlugin, DevicePluginServer,
-};
 use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use devicelet_rpc::test_utils::StaticDevicePlugin;
 use devicelet_rpc::{ControlClient, Daemon, DaemonConfig, transport};
-use futures::Stream;
-use tokio::net::UnixListener;
-use tonic::{Request, Response, Status};
 
 const RESOURCE: &str = "example.com/bench";
-
-struct BenchPlugin {
-    devices: usize,
-}
-
-#[tonic::async_trait]
-impl DevicePlugin for BenchPlugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
-        Ok(Response::new(pb::DevicePluginOptions::default()))
-    }
-    type ListAndWatchStream =
-        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
-    async fn list_and_watch(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        let devices = (0..self.devices)
-            .map(|i| pb::Device {
-                id: format!("dev-{i}"),
-                health: "Healthy".into(),
-                topology: Some(pb::TopologyInfo {
-                    nodes: vec![pb::NumaNode { id: (i % 2) as i64 }],
-                }),
-            })
-            .collect();
-        let first = futures::stream::iter([Ok(pb::ListAndWatchResponse { devices })]);
-        // Keep the stream open after the first snapshot, like a real plugin.
-        Ok(Response::new(Box::pin(futures::StreamExt::chain(
-            first,
-            futures::stream::pending(),
-        ))))
-    }
-    async fn get_preferred_allocation(
-        &self,
-        _: Request<pb::PreferredAllocationRequest>,
-    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn allocate(
-        &self,
-        _: Request<pb::AllocateRequest>,
-    ) -> Result<Response<pb::AllocateResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn pre_start_container(
-        &self,
-        _: Request<pb::PreStartContainerRequest>,
-    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
-        Ok(Response::new(pb::PreStartContainerResponse {}))
-    }
-}
 
 struct Setup {
     _root: tempfile::TempDir,
@@ -96,12 +36,9 @@ async fn setup() -> Setup {
             .paths()
             .device_plugins
             .join(format!("bench{devices}.sock"));
-        let listener = UnixListener::bind(&socket).expect("bind plugin socket");
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(BenchPlugin { devices }))
-                .serve_with_incoming(transport::incoming(listener)),
-        );
+        StaticDevicePlugin::healthy("dev", devices)
+            .serve(&socket)
+            .expect("serve plugin");
     }
     let control = ControlClient::new(&daemon.paths().control_socket);
     Setup {

@@ -17,6 +17,8 @@ pub mod plugin_watcher;
 pub mod podresources;
 pub mod pods;
 pub mod registration;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod test_utils;
 pub mod transport;
 
 pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};

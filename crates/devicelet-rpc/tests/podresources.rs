@@ -4,89 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
-    DevicePlugin, DevicePluginServer,
-};
 use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use devicelet_proto::podresources::{v1, v1alpha1};
+use devicelet_rpc::test_utils::{StaticDevicePlugin, device};
 use devicelet_rpc::{Daemon, DaemonConfig, transport};
-use futures::Stream;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::net::UnixListener;
-use tonic::{Code, Request, Response, Status};
+use tonic::Code;
 
 const RESOURCE: &str = "example.com/gpu";
-
-struct Plugin;
-
-fn device(id: &str, health: &str, nodes: Option<Vec<i64>>) -> pb::Device {
-    pb::Device {
-        id: id.into(),
-        health: health.into(),
-        topology: nodes.map(|n| pb::TopologyInfo {
-            nodes: n.into_iter().map(|id| pb::NumaNode { id }).collect(),
-        }),
-    }
-}
-
-#[tonic::async_trait]
-impl DevicePlugin for Plugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
-        Ok(Response::new(pb::DevicePluginOptions::default()))
-    }
-    type ListAndWatchStream =
-        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
-    async fn list_and_watch(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        let devices = vec![
-            device("gpu-0", "Healthy", Some(vec![0])),
-            device("gpu-1", "Healthy", Some(vec![1])),
-            device("gpu-2", "Unhealthy", Some(vec![0])),
-            device("gpu-3", "Healthy", None),
-            device("gpu-4", "Healthy", Some(vec![])),
-        ];
-        let first = futures::stream::iter([Ok(pb::ListAndWatchResponse { devices })]);
-        Ok(Response::new(Box::pin(futures::StreamExt::chain(
-            first,
-            futures::stream::pending(),
-        ))))
-    }
-    async fn get_preferred_allocation(
-        &self,
-        _: Request<pb::PreferredAllocationRequest>,
-    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn allocate(
-        &self,
-        request: Request<pb::AllocateRequest>,
-    ) -> Result<Response<pb::AllocateResponse>, Status> {
-        let container_responses = request
-            .into_inner()
-            .container_requests
-            .into_iter()
-            .map(|_| pb::ContainerAllocateResponse::default())
-            .collect();
-        Ok(Response::new(pb::AllocateResponse {
-            container_responses,
-        }))
-    }
-    async fn pre_start_container(
-        &self,
-        _: Request<pb::PreStartContainerRequest>,
-    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
-        Ok(Response::new(pb::PreStartContainerResponse {}))
-    }
-}
 
 async fn daemon_with_plugin() -> (tempfile::TempDir, Daemon) {
     let root = tempfile::Builder::new()
@@ -97,12 +25,15 @@ async fn daemon_with_plugin() -> (tempfile::TempDir, Daemon) {
     config.plugin_watcher = false;
     let daemon = Daemon::start(config).await.unwrap();
     let socket = daemon.paths().device_plugins.join("gpu.sock");
-    let listener = UnixListener::bind(&socket).unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(DevicePluginServer::new(Plugin))
-            .serve_with_incoming(transport::incoming(listener)),
-    );
+    StaticDevicePlugin::new(vec![
+        device("gpu-0", "Healthy", Some(vec![0])),
+        device("gpu-1", "Healthy", Some(vec![1])),
+        device("gpu-2", "Unhealthy", Some(vec![0])),
+        device("gpu-3", "Healthy", None),
+        device("gpu-4", "Healthy", Some(vec![])),
+    ])
+    .serve(&socket)
+    .unwrap();
     let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
         .await
         .unwrap();
