@@ -200,6 +200,14 @@ impl DraPluginRegistry {
             .ok_or_else(|| DraError::NotRegistered(driver.to_owned()))
     }
 
+    /// The instance registered for exactly `(driver, endpoint)`.
+    pub fn instance(&self, driver: &str, endpoint: &Path) -> Option<DraPluginInstance> {
+        self.lock()
+            .iter()
+            .find(|i| i.driver == driver && i.endpoint == endpoint)
+            .cloned()
+    }
+
     /// Whether any instance of `driver` is registered.
     pub fn is_registered(&self, driver: &str) -> bool {
         self.lock().iter().any(|i| i.driver == driver)

@@ -11,6 +11,9 @@
 //!   or after `N` seconds (default 30) with the unchanged list (`get pods --watch`)
 //! - `DELETE /v1/pods/{uid}` → 204 (`remove`)
 //! - `POST /v1/pods/{uid}/containers/{name}/start` → [`RunContainerOptions`] (`start`)
+//! - DRA (when enabled, [`crate::claims`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
+//!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET|DELETE
+//!   /v1/resourceclaims/{namespace}/{name}`
 //! - `GET /healthz` → `ok`
 //!
 //! Errors are JSON `{"error": "..."}` with a fitting status code.
@@ -50,6 +53,7 @@ pub struct ControlState {
 
 /// The control API router.
 pub fn router(state: ControlState) -> Router {
+    let dra = state.pods.dra().map_or_else(Router::new, |d| d.router());
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/resources", get(get_resources))
@@ -66,8 +70,9 @@ pub fn router(state: ControlState) -> Router {
             "/v1/pods/{uid}/containers/{name}/start",
             post(start_container),
         )
-        .fallback(|| async { error_response(StatusCode::NOT_FOUND, "no such route") })
         .with_state(state)
+        .merge(dra)
+        .fallback(|| async { error_response(StatusCode::NOT_FOUND, "no such route") })
 }
 
 async fn get_resources(State(state): State<ControlState>) -> Json<ResourcesSnapshot> {
@@ -158,7 +163,7 @@ async fn watch_pods(
 }
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
-    match state.pods.remove(&uid).await {
+    match state.pods.remove_with_claims(&uid).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(err) => pod_error(&err),
     }
@@ -178,9 +183,10 @@ fn pod_error(err: &PodError) -> Response {
     let status = match err {
         PodError::NotFound { .. } | PodError::NoSuchContainer { .. } => StatusCode::NOT_FOUND,
         PodError::Invalid(_) => StatusCode::BAD_REQUEST,
-        PodError::UnknownResource { .. } | PodError::Admission { .. } | PodError::Alignment(_) => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
+        PodError::UnknownResource { .. }
+        | PodError::Admission { .. }
+        | PodError::Alignment(_)
+        | PodError::Claims(_) => StatusCode::UNPROCESSABLE_ENTITY,
         PodError::Durable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error_response(status, &err.to_string())
@@ -265,6 +271,44 @@ impl ControlClient {
         let path = format!("/v1/pods/{uid}/containers/{container}/start");
         let body = self.request(http::Method::POST, &path, None).await?;
         decode(&path, &body)
+    }
+
+    /// `POST /v1/draobjects`: stores DRA objects (`devicelet apply`); returns `kind/name`s.
+    pub async fn apply(&self, docs: &[serde_json::Value]) -> Result<Vec<String>, ControlError> {
+        let body = serde_json::to_vec(docs).map_err(|source| ControlError::Json {
+            path: "/v1/draobjects".to_owned(),
+            source,
+        })?;
+        let out = self
+            .request(http::Method::POST, "/v1/draobjects", Some(body.into()))
+            .await?;
+        decode("/v1/draobjects", &out)
+    }
+
+    /// `POST /v1/resourceslices/{driver}`: a driver publishes its ResourceSlices.
+    pub async fn publish_slices(
+        &self,
+        driver: &str,
+        slices: &[k8s_openapi::api::resource::v1::ResourceSlice],
+    ) -> Result<(), ControlError> {
+        let path = format!("/v1/resourceslices/{driver}");
+        let body = serde_json::to_vec(slices).map_err(|source| ControlError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        self.request(http::Method::POST, &path, Some(body.into()))
+            .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/resourceclaims/{namespace}/{name}`: what a driver reads before preparing.
+    pub async fn resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<k8s_openapi::api::resource::v1::ResourceClaim, ControlError> {
+        self.get_json(&format!("/v1/resourceclaims/{namespace}/{name}"))
+            .await
     }
 
     /// `GET path`, decoding a JSON body.

@@ -15,12 +15,14 @@ use devicelet_devicemanager::{
     Clock, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
     DeviceManager, DeviceManagerConfig, SystemClock,
 };
+use devicelet_dra::{DraPluginRegistry, GrpcDraDialer, ProcBootId};
 use devicelet_proto::constants;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::alignment::{Alignment, AlignmentConfig};
+use crate::claims::{DraHandler, DraNode, UNPREPARE_RETRY_PERIOD};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
 use crate::durable::DurableState;
@@ -91,6 +93,12 @@ pub struct DaemonConfig {
     pub metrics: devicelet_metrics::Metrics,
     /// Topology Manager and CPU manager settings (`serve --config`).
     pub alignment: AlignmentConfig,
+    /// Node name DRA ResourceSlices are matched against (default: the host name).
+    pub node_name: String,
+    /// File with the boot ID (a changed ID = reboot: DRA claims are prepared again).
+    pub boot_id_file: PathBuf,
+    /// How long published ResourceSlices survive their driver (kubelet: 30 s).
+    pub dra_wipe_delay: Duration,
 }
 
 impl DaemonConfig {
@@ -104,8 +112,20 @@ impl DaemonConfig {
             plugin_watcher: true,
             metrics: devicelet_metrics::Metrics::new(),
             alignment: AlignmentConfig::default(),
+            node_name: host_name(),
+            boot_id_file: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+            dra_wipe_delay: crate::claims::DEFAULT_WIPE_DELAY,
         }
     }
+}
+
+/// The host name (lower case), as the kubelet's default node name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 /// A running daemon. Call [`Daemon::shutdown`] to stop it cleanly.
@@ -227,12 +247,38 @@ impl Daemon {
         ));
         info!(socket = %paths.kubelet_socket.display(), "device plugin registration server listening");
 
+        // DRA: claim cache (restart recovery from R/dra_manager_state), local objects, drivers.
+        make_dir(&paths.root.join("plugins"), 0o750)?;
+        let dra = DraNode::open(
+            &paths.root,
+            &config.node_name,
+            DraPluginRegistry::new(Arc::new(GrpcDraDialer)),
+            &ProcBootId::at(&config.boot_id_file),
+            config.dra_wipe_delay,
+        )
+        .map_err(|e| RpcError::Server {
+            path: paths.root.clone(),
+            message: format!("DRA state: {e}"),
+        })?;
+        let (dra_run, rx) = (Arc::clone(&dra), shutdown_rx.clone());
+        tasks.push((
+            "dra",
+            tokio::spawn(async move {
+                dra_run.run(UNPREPARE_RETRY_PERIOD, rx).await;
+                Ok(())
+            }),
+        ));
+
         if config.plugin_watcher {
             make_dir(&paths.plugins_registry, 0o750)?;
             let mut watcher = PluginWatcher::new(&paths.plugins_registry);
             watcher.add_handler(
                 constants::pluginregistration::DEVICE_PLUGIN,
                 Arc::new(DevicePluginHandler::new(manager.clone())),
+            );
+            watcher.add_handler(
+                constants::pluginregistration::DRA_PLUGIN,
+                Arc::new(DraHandler::new(Arc::clone(&dra))),
             );
             tasks.push((
                 "plugin-watcher",
@@ -253,7 +299,9 @@ impl Daemon {
             }),
         ));
         let pods = Arc::new(
-            PodAdmitter::with_alignment(manager.clone(), alignment).with_durable(durable, restored),
+            PodAdmitter::with_alignment(manager.clone(), alignment)
+                .with_durable(durable, restored)
+                .with_dra(dra),
         );
 
         // PodResources API (spec §5.1: directory 0750, both API versions on one server).

@@ -4,6 +4,7 @@
 //! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them for one root directory.
 
 pub mod alignment;
+pub mod claims;
 pub mod cleanup;
 pub mod control;
 pub mod convert;
@@ -22,6 +23,7 @@ pub mod test_utils;
 pub mod transport;
 
 pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
+pub use claims::{DraHandler, DraNode, DraNodeError};
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use devicelet_metrics::Metrics;

@@ -11,7 +11,9 @@
 //! - `cpu_ids`: a container's exclusive CPUs, and for `GetAllocatableResources` every CPU but
 //!   the reserved ones, both from the static CPU manager (empty under the none policy).
 //! - `memory` stays empty: no memory manager is wired into the daemon yet.
-//! - `dynamic_resources` stays empty: the pod admitter does not prepare DRA claims yet.
+//! - `dynamic_resources`: the prepared devices of the container's claims, one `DynamicResource`
+//!   per claim. Unlike the kubelet (E24, a CDI slice shared across one driver's devices) each
+//!   `ClaimResource` lists only its own device's CDI IDs.
 //!
 //! All unary calls of both API versions share one token bucket (100 QPS, burst 10); an empty
 //! bucket answers `ResourceExhausted` "rejected by rate limit". Plain errors (a pod not found
@@ -21,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use crate::claims::DraNode;
 use devicelet_devicemanager::{ContainerKind, Device, ResourceAllocation};
 use devicelet_metrics::{PodResourcesMethod, PodResourcesVersion};
 use devicelet_proto::constants::podresources::{
@@ -146,8 +149,11 @@ impl PodResourcesService {
                 cpu_ids: self.pods.alignment().exclusive_cpus(&pod.pod.uid, &c.name),
                 // Memory blocks come from the memory manager, which the daemon lacks.
                 memory: Vec::new(),
-                // Filled once the admitter prepares DRA claims.
-                dynamic_resources: Vec::new(),
+                dynamic_resources: self
+                    .pods
+                    .dra()
+                    .map(|dra| dynamic_resources(dra, &pod.pod.uid, &c.name))
+                    .unwrap_or_default(),
             })
             .collect();
         v1::PodResources {
@@ -156,6 +162,36 @@ impl PodResourcesService {
             containers,
         }
     }
+}
+
+/// The container's claims as `DynamicResource`s, in first-use order.
+fn dynamic_resources(dra: &DraNode, uid: &str, container: &str) -> Vec<v1::DynamicResource> {
+    let mut out: Vec<v1::DynamicResource> = Vec::new();
+    for d in dra.container_claims(uid, container) {
+        let resource = v1::ClaimResource {
+            cdi_devices: d
+                .cdi_devices
+                .iter()
+                .map(|name| v1::CdiDevice { name: name.clone() })
+                .collect(),
+            driver_name: d.driver,
+            pool_name: d.pool,
+            device_name: d.device,
+            share_id: d.share_id,
+        };
+        match out
+            .iter_mut()
+            .find(|r| r.claim_name == d.claim && r.claim_namespace == d.namespace)
+        {
+            Some(r) => r.claim_resources.push(resource),
+            None => out.push(v1::DynamicResource {
+                claim_name: d.claim,
+                claim_namespace: d.namespace,
+                claim_resources: vec![resource],
+            }),
+        }
+    }
+    out
 }
 
 fn device_entry(resource: &str, id: &str, node: Option<i64>) -> v1::ContainerDevices {

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::alignment::{Alignment, AlignmentRejection};
+use crate::claims::DraNode;
 use crate::durable::{DurableError, DurableState};
 
 /// Why a pod was not admitted (or a pod operation failed).
@@ -45,6 +46,9 @@ pub enum PodError {
     /// The Topology Manager or the CPU manager refused the pod.
     #[error(transparent)]
     Alignment(AlignmentRejection),
+    /// A DRA claim of the pod could not be allocated, reserved or prepared.
+    #[error("claims: {0}")]
+    Claims(#[from] crate::claims::DraNodeError),
     /// No pod with this UID is admitted.
     #[error("pod {uid} is not admitted")]
     NotFound {
@@ -84,6 +88,8 @@ impl PodError {
             PodError::Alignment(AlignmentRejection::Cpus { .. }) => "UnexpectedAdmissionError",
             PodError::Durable(DurableError::OwnershipUnknown(_)) => "DeviceOwnershipUnknown",
             PodError::Durable(DurableError::Write(_)) => "CheckpointWriteFailed",
+            PodError::Claims(crate::claims::DraNodeError::Allocation(_)) => "ClaimAllocationFailed",
+            PodError::Claims(_) => "ClaimPreparationFailed",
             PodError::NotFound { .. } => "NotFound",
             PodError::NoSuchContainer { .. } => "NoSuchContainer",
         }
@@ -108,7 +114,7 @@ pub struct ContainerView {
     pub name: String,
     /// Device IDs per resource.
     pub devices: BTreeMap<String, Vec<String>>,
-    /// DRA claims (not handled by this admitter yet; always empty).
+    /// DRA claims: one [`crate::claims::ClaimDeviceView`] per prepared device.
     pub claims: Vec<serde_json::Value>,
     /// KEP-4680 health of the container's devices (app containers; filled from the live
     /// inventory when pods are shown, see [`crate::health`]).
@@ -164,6 +170,7 @@ pub struct PodAdmitter {
     pods: Mutex<BTreeMap<String, AdmittedPod>>,
     admission: tokio::sync::Mutex<()>,
     durable: Arc<DurableState>,
+    dra: Option<Arc<DraNode>>,
 }
 
 impl PodAdmitter {
@@ -180,6 +187,7 @@ impl PodAdmitter {
             pods: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
             durable: Arc::new(DurableState::disabled()),
+            dra: None,
         }
     }
 
@@ -198,6 +206,17 @@ impl PodAdmitter {
     /// The durable state behind this admitter.
     pub fn durable(&self) -> &Arc<DurableState> {
         &self.durable
+    }
+
+    /// Also admits pods' DRA claims through `dra`.
+    pub fn with_dra(mut self, dra: Arc<DraNode>) -> Self {
+        self.dra = Some(dra);
+        self
+    }
+
+    /// The DRA side, if enabled.
+    pub fn dra(&self) -> Option<&Arc<DraNode>> {
+        self.dra.as_ref()
     }
 
     fn pods(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AdmittedPod>> {
@@ -237,8 +256,14 @@ impl PodAdmitter {
             .clone()
             .filter(|u| !u.is_empty())
             .ok_or_else(|| PodError::Invalid("metadata.uid is missing".into()))?;
-        if let Some(existing) = self.pods().get(&uid) {
-            return Ok(existing.clone());
+        let existing = self.pods().get(&uid).cloned();
+        if let Some(existing) = existing {
+            // Re-admission (e.g. sandbox re-created after a reboot): claims not prepared on
+            // this boot are prepared again; prepared ones cost no driver call.
+            if let Some(dra) = &self.dra {
+                dra.admit(pod).await?;
+            }
+            return Ok(existing);
         }
         let name = meta
             .name
@@ -290,7 +315,7 @@ impl PodAdmitter {
             .collect();
         // Topology Manager + device and CPU allocation; a rejection frees everything.
         let aligned = self.alignment.admit(&self.manager, pod, requests).await?;
-        let containers: Vec<ContainerView> = plan
+        let mut containers: Vec<ContainerView> = plan
             .into_iter()
             .zip(aligned)
             .map(|((name, limits, kind), got)| ContainerView {
@@ -304,6 +329,17 @@ impl PodAdmitter {
                 kind,
             })
             .collect();
+        if let Some(dra) = &self.dra {
+            if let Err(err) = dra.admit(pod).await {
+                // All or nothing: free the devices and CPUs the pod just got.
+                self.manager.remove_pod(&uid);
+                self.alignment.remove_pod(&uid);
+                return Err(err.into());
+            }
+            for c in &mut containers {
+                c.claims = claim_values(dra, &uid, &c.name);
+            }
+        }
         let admitted = AdmittedPod {
             pod: PodRef {
                 namespace,
@@ -328,30 +364,45 @@ impl PodAdmitter {
 
     /// Runtime settings for a container start (PreStartContainer first when asked for).
     pub async fn start(&self, uid: &str, container: &str) -> Result<RunContainerOptions, PodError> {
+        let dra_known = self.dra.as_ref().is_some_and(|d| d.has_pod(uid));
         let limits = {
             let pods = self.pods();
-            let pod = pods.get(uid).ok_or_else(|| PodError::NotFound {
-                uid: uid.to_owned(),
-            })?;
-            pod.containers
-                .iter()
-                .find(|c| c.name == container)
-                .map(|c| c.limits.clone())
-                .ok_or_else(|| PodError::NoSuchContainer {
-                    uid: uid.to_owned(),
-                    container: container.to_owned(),
-                })?
+            match pods.get(uid) {
+                Some(pod) => pod
+                    .containers
+                    .iter()
+                    .find(|c| c.name == container)
+                    .map(|c| c.limits.clone())
+                    .ok_or_else(|| PodError::NoSuchContainer {
+                        uid: uid.to_owned(),
+                        container: container.to_owned(),
+                    })?,
+                // Restarted daemon: the claims are durable even where devices are not.
+                None if dra_known => BTreeMap::new(),
+                None => {
+                    return Err(PodError::NotFound {
+                        uid: uid.to_owned(),
+                    });
+                }
+            }
         };
-        let options = self
+        let mut options = self
             .manager
             .run_container_options(uid, container, &limits)
             .await
             .map_err(|source| PodError::Admission {
                 container: container.to_owned(),
                 source,
-            })?;
-        let mut options = options.unwrap_or_default();
+            })?
+            .unwrap_or_default();
         options.cpuset_cpus = self.alignment.cpuset_for(uid, container);
+        if let Some(dra) = &self.dra {
+            for id in dra.container_cdi_devices(uid, container)? {
+                if !options.cdi_devices.contains(&id) {
+                    options.cdi_devices.push(id);
+                }
+            }
+        }
         Ok(options)
     }
 
@@ -375,6 +426,22 @@ impl PodAdmitter {
         Ok(())
     }
 
+    /// [`PodAdmitter::remove`], then the pod's DRA claims are unprepared and released. A
+    /// driver that does not answer leaves the claims pending: the error says so and devicelet
+    /// retries in the background until the driver unprepares them.
+    pub async fn remove_with_claims(&self, uid: &str) -> Result<(), PodError> {
+        let devices = self.remove(uid).await;
+        let Some(dra) = self.dra.as_ref().filter(|d| d.has_pod(uid)) else {
+            return devices;
+        };
+        dra.remove(uid).await?;
+        match devices {
+            // Known to the DRA side only (removed earlier while its driver was away).
+            Ok(()) | Err(PodError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The admitted pod with this namespace and name.
     pub fn get(&self, namespace: &str, name: &str) -> Option<AdmittedPod> {
         self.pods()
@@ -395,10 +462,24 @@ impl PodAdmitter {
 
     /// Admitted pods.
     pub fn list(&self) -> PodList {
-        PodList {
-            pods: self.pods().values().cloned().collect(),
+        let mut pods: Vec<AdmittedPod> = self.pods().values().cloned().collect();
+        if let Some(dra) = &self.dra {
+            // Claims carry live device health.
+            for pod in &mut pods {
+                for c in &mut pod.containers {
+                    c.claims = claim_values(dra, &pod.pod.uid, &c.name);
+                }
+            }
         }
+        PodList { pods }
     }
+}
+
+fn claim_values(dra: &DraNode, uid: &str, container: &str) -> Vec<serde_json::Value> {
+    dra.container_claims(uid, container)
+        .into_iter()
+        .filter_map(|v| serde_json::to_value(v).ok())
+        .collect()
 }
 
 /// Extended-resource limits of a container as integer device counts (the kubelet reads

@@ -43,6 +43,10 @@ pub enum Command {
     Remove(RemoveArgs),
     /// Run the built-in example device plugin (a separate process registering with R).
     ExamplePlugin(ExamplePluginArgs),
+    /// Store DRA objects (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate).
+    Apply(ApplyArgs),
+    /// Run the built-in example DRA driver (a separate process registering through plugins_registry).
+    ExampleDriver(ExampleDriverArgs),
     /// Temporary root + daemon + example plugin: show the inventory, flip a device, stop.
     Demo(DemoArgs),
     /// Offline DRA structured allocation: AllocationScenario in, AllocationOutcome out.
@@ -89,6 +93,20 @@ pub struct ServeArgs {
     /// (kubelet: 5m). For tests; accepts e.g. 500ms, 2s, 5m.
     #[arg(long, hide = true, env = "DEVICELET_ENDPOINT_GRACE_PERIOD", value_parser = parse_duration, default_value = "5m")]
     pub endpoint_grace_period: Duration,
+    /// Node name DRA ResourceSlices are matched against (default: the host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// File holding the boot ID (a changed ID means a reboot: DRA claims are prepared again).
+    #[arg(
+        long,
+        hide = true,
+        env = "DEVICELET_BOOT_ID_FILE",
+        default_value = "/proc/sys/kernel/random/boot_id"
+    )]
+    pub boot_id_file: PathBuf,
+    /// How long a driver's published ResourceSlices survive after it unregistered (kubelet: 30s).
+    #[arg(long, hide = true, env = "DEVICELET_DRA_WIPE_DELAY", value_parser = parse_duration, default_value = "30s")]
+    pub dra_wipe_delay: Duration,
     /// Deadline for GetDevicePluginOptions during Register.
     #[arg(long, hide = true, env = "DEVICELET_PLUGIN_OPTIONS_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     pub plugin_options_timeout: Duration,
@@ -127,6 +145,8 @@ pub enum GetWhat {
     Resources(OutputArgs),
     /// Admitted pods with their containers' devices and the devices' health.
     Pods(GetPodsArgs),
+    /// DRA: registered drivers, published slices, cached claims, pending unprepares.
+    Dra(OutputArgs),
 }
 
 /// `devicelet get pods`.
@@ -212,6 +232,31 @@ pub struct ExamplePluginArgs {
     /// Resource name to put in RegisterRequest (defaults to --resource); for testing rejections.
     #[arg(long, hide = true)]
     pub register_resource: Option<String>,
+}
+
+/// `devicelet apply`.
+#[derive(Debug, Clone, Args)]
+pub struct ApplyArgs {
+    /// `resource.k8s.io/v1` YAML or JSON, several documents separated by `---`; `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+}
+
+/// `devicelet example-driver`.
+#[derive(Debug, Clone, Args)]
+pub struct ExampleDriverArgs {
+    /// DRA driver name (also the CDI vendor).
+    #[arg(long, default_value = "gpu.example.com")]
+    pub name: String,
+    /// Number of devices (`gpu-0` …).
+    #[arg(long, default_value_t = 4)]
+    pub devices: usize,
+    /// Where CDI spec files are written (default R/cdi; a container runtime reads /var/run/cdi).
+    #[arg(long)]
+    pub cdi_dir: Option<PathBuf>,
+    /// Delay every NodePrepareResources (tests of a driver restart mid-prepare).
+    #[arg(long, hide = true, value_parser = parse_duration, default_value = "0s")]
+    pub prepare_delay: Duration,
 }
 
 /// `devicelet allocate`.

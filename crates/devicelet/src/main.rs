@@ -5,6 +5,7 @@
 mod cli;
 mod commands;
 mod demo;
+mod example_driver;
 mod example_plugin;
 mod output;
 
@@ -18,13 +19,14 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Long-running commands log at info by default; CLI queries stay quiet.
     let default_level = match cli.command {
-        Command::Serve(_) | Command::ExamplePlugin(_) => "info",
+        Command::Serve(_) | Command::ExamplePlugin(_) | Command::ExampleDriver(_) => "info",
         Command::Get(_)
         | Command::Top(_)
         | Command::Admit(_)
         | Command::Start(_)
         | Command::Remove(_)
         | Command::Demo(_)
+        | Command::Apply(_)
         | Command::Allocate(_)
         | Command::State(_) => "warn",
     };
@@ -44,6 +46,8 @@ async fn main() -> std::process::ExitCode {
         Command::Start(args) => commands::start::run(&root_dir, args).await,
         Command::Remove(args) => commands::remove::run(&root_dir, args).await,
         Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
+        Command::Apply(args) => commands::apply::run(&root_dir, args).await,
+        Command::ExampleDriver(args) => example_driver::run(&root_dir, args).await,
         Command::Demo(args) => commands::demo::run(args).await,
         Command::Allocate(args) => commands::allocate::run(args),
         Command::State(args) => commands::state::run(&root_dir, args).await,

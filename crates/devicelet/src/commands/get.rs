@@ -28,6 +28,39 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
                 crate::commands::admit::pods_table(&list.pods)
             })
         }
+        GetWhat::Dra(out) => {
+            let dra: devicelet_rpc::claims::DraSnapshot =
+                client.get_json("/v1/dra").await.context("get dra")?;
+            output::print(out.output, &dra, |d| {
+                let mut rows: Vec<Vec<String>> = d
+                    .drivers
+                    .iter()
+                    .map(|i| {
+                        vec![
+                            "driver".into(),
+                            i.driver.clone(),
+                            format!("{} {}", i.service, i.endpoint.display()),
+                        ]
+                    })
+                    .collect();
+                rows.extend(d.published_slices.iter().map(|(driver, n)| {
+                    vec!["slices".into(), driver.clone(), format!("{n} published")]
+                }));
+                rows.extend(d.cached_claims.iter().map(|(claim, pods)| {
+                    vec![
+                        "claim".into(),
+                        claim.clone(),
+                        format!("pods {}", pods.join(",")),
+                    ]
+                }));
+                rows.extend(
+                    d.pending_unprepare
+                        .iter()
+                        .map(|uid| vec!["pending".into(), uid.clone(), "unprepare retried".into()]),
+                );
+                output::render_table(&["KIND", "NAME", "DETAIL"], &rows)
+            })
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod admit;
 pub mod allocate;
+pub mod apply;
 pub mod demo;
 pub mod example_plugin;
 pub mod get;

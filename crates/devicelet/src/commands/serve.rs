@@ -27,6 +27,11 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     }
     config.endpoint_grace_period = args.endpoint_grace_period;
     config.options_timeout = args.plugin_options_timeout;
+    if let Some(node) = args.node_name {
+        config.node_name = node;
+    }
+    config.boot_id_file = args.boot_id_file;
+    config.dra_wipe_delay = args.dra_wipe_delay;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 

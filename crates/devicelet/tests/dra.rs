@@ -1,0 +1,525 @@
+//! DRA on the node, end to end with real processes: `devicelet serve`, the example DRA driver
+//! (`devicelet example-driver`, registering through `R/plugins_registry`, writing CDI files)
+//! and the CLI (`apply`, `admit`, `start`, `remove`, `get`). Spec dra-kubelet.md §2, §6 and
+//! ecosystem.md A7/A8; names follow the behaviour they cover.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+#[path = "../src/example_driver/cdi.rs"]
+#[allow(dead_code)]
+mod cdi;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Proc, Root, WAIT, cli};
+use serde_json::Value;
+
+const DRIVER: &str = "gpu.example.com";
+
+const OBJECTS: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "gpu.example.com"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: too-many, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly: {deviceClassName: gpu, allocationMode: ExactCount, count: 5}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu}
+"#;
+
+struct Node {
+    root: Root,
+    serve: Option<Proc>,
+    driver: Option<Proc>,
+    boot_id: PathBuf,
+}
+
+impl Node {
+    async fn start(driver_args: &[&str]) -> Node {
+        let root = Root::new();
+        let boot_id = root.path().join("boot_id");
+        std::fs::write(&boot_id, "boot-1\n").unwrap();
+        let mut node = Node {
+            root,
+            serve: None,
+            driver: None,
+            boot_id,
+        };
+        node.start_serve().await;
+        node.start_driver(driver_args).await;
+        let file = node.root.path().join("objects.yaml");
+        std::fs::write(&file, OBJECTS).unwrap();
+        node.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+        node
+    }
+
+    async fn start_serve(&mut self) {
+        let boot = self.boot_id.to_str().unwrap().to_owned();
+        self.serve = Some(
+            self.root
+                .serve(&["--boot-id-file", &boot, "--node-name", "node-1"])
+                .await,
+        );
+    }
+
+    async fn start_driver(&mut self, extra: &[&str]) {
+        let cdi = self.cdi_dir();
+        let mut args = vec![
+            "example-driver",
+            "--name",
+            DRIVER,
+            "--devices",
+            "4",
+            "--cdi-dir",
+            cdi.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        self.driver = Some(self.root.spawn("driver", &args));
+        self.wait_dra("driver registered and slice published", |d| {
+            d["drivers"].as_array().is_some_and(|a| !a.is_empty())
+                && d["publishedSlices"][DRIVER] == 1
+        })
+        .await;
+    }
+
+    fn cdi_dir(&self) -> PathBuf {
+        self.root.path().join("cdi")
+    }
+
+    fn cdi_files(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.cdi_dir())
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    async fn run(&self, args: &[&str]) -> (i32, String, String) {
+        cli(self.root.path(), args).await
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(args).await;
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    }
+
+    async fn dra(&self) -> Value {
+        self.root.control().get_json("/v1/dra").await.unwrap()
+    }
+
+    async fn objects(&self) -> Value {
+        self.root
+            .control()
+            .get_json("/v1/draobjects")
+            .await
+            .unwrap()
+    }
+
+    async fn wait_dra(&self, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Ok(v) = self.root.control().get_json::<Value>("/v1/dra").await
+                && ready(&v)
+            {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:?}\nserve:\n{}\ndriver:\n{}",
+                self.root.control().get_json::<Value>("/v1/dra").await,
+                self.serve.as_ref().map(Proc::log).unwrap_or_default(),
+                self.driver.as_ref().map(Proc::log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Writes a pod manifest and admits it; returns (exit code, stdout JSON or stderr).
+    async fn admit(&self, uid: &str, claims: &[(&str, &str, bool)]) -> (i32, String) {
+        let pod = pod(uid, claims);
+        let file = self.root.path().join(format!("{uid}.json"));
+        std::fs::write(&file, pod.to_string()).unwrap();
+        let (code, out, err) = self
+            .run(&["admit", "-f", file.to_str().unwrap(), "-o", "json"])
+            .await;
+        (code, if code == 0 { out } else { err })
+    }
+
+    fn driver_log_count(&self, needle: &str) -> usize {
+        self.driver
+            .as_ref()
+            .map(|d| d.log().matches(needle).count())
+            .unwrap_or_default()
+    }
+}
+
+/// A pod whose container `ctr` uses every pod claim; `(pod claim, claim or template, template?)`.
+fn pod(uid: &str, claims: &[(&str, &str, bool)]) -> Value {
+    let entries: Vec<Value> = claims
+        .iter()
+        .map(|(n, c, template)| {
+            if *template {
+                serde_json::json!({"name": n, "resourceClaimTemplateName": c})
+            } else {
+                serde_json::json!({"name": n, "resourceClaimName": c})
+            }
+        })
+        .collect();
+    let refs: Vec<Value> = claims
+        .iter()
+        .map(|(n, _, _)| serde_json::json!({"name": n}))
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("pod-{uid}"), "namespace": "default", "uid": uid},
+        "spec": {"resourceClaims": entries,
+                 "containers": [{"name": "ctr", "resources": {"claims": refs}}]}
+    })
+}
+
+fn cdi_of(admitted: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(admitted).unwrap();
+    v["containers"][0]["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["cdiDevices"].as_array().unwrap().clone())
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn start_cdi(node: &Node, uid: &str) -> Vec<String> {
+    let out = node.ok(&["start", uid, "ctr", "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["cdiDevices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn claim_status(objects: &Value, key: &str) -> Value {
+    objects["resourceClaims"][key]["status"].clone()
+}
+
+fn validate_file(path: &Path) {
+    let spec: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(
+        cdi::validate(&spec),
+        Vec::<String>::new(),
+        "{}",
+        path.display()
+    );
+}
+
+#[tokio::test]
+async fn dra_local_flow_named_and_template_claims_cdi_files_valid() {
+    let node = Node::start(&[]).await;
+    let (code, out) = node
+        .admit("pod-a", &[("s", "shared", false), ("own", "one-gpu", true)])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let claims = v["containers"][0]["claims"].as_array().unwrap();
+    assert_eq!(claims.len(), 2, "{out}");
+    for c in claims {
+        assert_eq!(c["driver"], DRIVER);
+        assert_eq!(c["namespace"], "default");
+        assert!(c["device"].as_str().unwrap().starts_with("gpu-"));
+    }
+    assert_ne!(
+        claims[0]["device"], claims[1]["device"],
+        "two claims, two devices"
+    );
+    let cdi_ids = cdi_of(&out);
+    assert_eq!(cdi_ids.len(), 2);
+    // Real CDI 1.0 files, valid against the schema, one per claim.
+    let files = node.cdi_files();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        validate_file(f);
+    }
+    let mut started = start_cdi(&node, "pod-a").await;
+    started.sort();
+    let mut want = cdi_ids.clone();
+    want.sort();
+    assert_eq!(started, want);
+
+    // Allocation and reservation are visible in the stored claim.
+    let objects = node.objects().await;
+    let st = claim_status(&objects, "default/shared");
+    assert_eq!(st["reservedFor"][0]["uid"], "pod-a");
+    assert!(st["allocation"]["devices"]["results"][0]["device"].is_string());
+
+    node.ok(&["remove", "pod-a"]).await;
+    assert!(
+        node.cdi_files().is_empty(),
+        "unprepare removes the CDI files"
+    );
+    let objects = node.objects().await;
+    assert!(
+        claim_status(&objects, "default/shared")["allocation"].is_null(),
+        "released: {objects}"
+    );
+    let template_claims = objects["resourceClaims"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with("default/pod-pod-a-own-"))
+        .count();
+    assert_eq!(
+        template_claims, 0,
+        "the template claim is deleted with its pod"
+    );
+}
+
+#[tokio::test]
+async fn dra_allocation_failure_explains_and_leaves_nothing_allocated() {
+    let node = Node::start(&[]).await;
+    let (code, err) = node
+        .admit("pod-x", &[("a", "shared", false), ("b", "too-many", false)])
+        .await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cannot allocate ResourceClaims default/shared, default/too-many")
+            && err.contains("node node-1"),
+        "{err}"
+    );
+    let objects = node.objects().await;
+    assert!(
+        claim_status(&objects, "default/shared").is_null()
+            || claim_status(&objects, "default/shared")["allocation"].is_null()
+    );
+    assert!(node.cdi_files().is_empty());
+    assert_eq!(node.driver_log_count("claim prepared"), 0);
+}
+
+#[tokio::test]
+async fn a7_49_pod_force_deleted_while_its_claim_is_gone_unprepares_from_cache() {
+    let node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-f", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(node.cdi_files().len(), 1);
+    node.root
+        .control()
+        .request(
+            http::Method::DELETE,
+            "/v1/resourceclaims/default/shared",
+            None,
+        )
+        .await
+        .unwrap();
+    node.ok(&["remove", "pod-f"]).await;
+    assert!(
+        node.cdi_files().is_empty(),
+        "unprepared from cached information"
+    );
+    let dra = node.dra().await;
+    assert!(dra["cachedClaims"].as_object().unwrap().is_empty(), "{dra}");
+}
+
+#[tokio::test]
+async fn b6_two_pods_share_a_claim_one_removed_keeps_it_prepared() {
+    let node = Node::start(&[]).await;
+    let (code, a) = node.admit("pod-1", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{a}");
+    let (code, b) = node.admit("pod-2", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{b}");
+    assert_eq!(cdi_of(&a), cdi_of(&b), "one claim, one device");
+    assert_eq!(node.driver_log_count("claim prepared"), 1, "prepared once");
+    node.ok(&["remove", "pod-1"]).await;
+    assert_eq!(node.cdi_files().len(), 1, "still used by pod-2");
+    assert_eq!(node.driver_log_count("claim unprepared"), 0);
+    assert_eq!(start_cdi(&node, "pod-2").await, cdi_of(&b));
+    let objects = node.objects().await;
+    let st = claim_status(&objects, "default/shared");
+    assert_eq!(st["reservedFor"].as_array().unwrap().len(), 1);
+    assert!(st["allocation"].is_object());
+    node.ok(&["remove", "pod-2"]).await;
+    assert!(node.cdi_files().is_empty());
+    assert_eq!(node.driver_log_count("claim unprepared"), 1);
+}
+
+#[tokio::test]
+async fn e4_same_claim_twice_in_one_pod_is_prepared_once() {
+    let node = Node::start(&[]).await;
+    let (code, out) = node
+        .admit(
+            "pod-d",
+            &[("one", "shared", false), ("two", "shared", false)],
+        )
+        .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(node.driver_log_count("claim prepared"), 1);
+    let ids = start_cdi(&node, "pod-d").await;
+    assert_eq!(ids.len(), 1, "de-duplicated: {ids:?}");
+    node.ok(&["remove", "pod-d"]).await;
+    assert!(node.cdi_files().is_empty());
+}
+
+#[tokio::test]
+async fn devicelet_restart_between_prepare_and_start_keeps_claims_prepared() {
+    let mut node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-r", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.serve.take().unwrap().terminate().await;
+    node.start_serve().await;
+    // The driver re-registers through the watcher and republishes its slice (A8 row 54).
+    node.wait_dra("driver re-registered", |d| {
+        d["drivers"].as_array().is_some_and(|a| !a.is_empty()) && d["publishedSlices"][DRIVER] == 1
+    })
+    .await;
+    assert_eq!(start_cdi(&node, "pod-r").await, cdi_of(&out));
+    // Re-admission after the restart needs no driver call: same boot, already prepared.
+    let (code, again) = node.admit("pod-r", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(cdi_of(&again), cdi_of(&out));
+    assert_eq!(node.driver_log_count("claim prepared"), 1);
+    node.ok(&["remove", "pod-r"]).await;
+    assert!(node.cdi_files().is_empty());
+}
+
+#[tokio::test]
+async fn a7_53_reboot_boot_id_changes_claims_are_prepared_again() {
+    let mut node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-b", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.serve.take().unwrap().terminate().await;
+    // Reboot: tmpfs CDI directory wiped, new boot ID.
+    for f in node.cdi_files() {
+        std::fs::remove_file(f).unwrap();
+    }
+    std::fs::write(&node.boot_id, "boot-2\n").unwrap();
+    node.start_serve().await;
+    node.wait_dra("driver re-registered", |d| {
+        d["drivers"].as_array().is_some_and(|a| !a.is_empty())
+    })
+    .await;
+    let (code, again) = node.admit("pod-b", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(node.driver_log_count("claim prepared"), 2, "prepared again");
+    assert_eq!(node.cdi_files().len(), 1, "CDI spec re-created");
+    validate_file(&node.cdi_files()[0]);
+}
+
+#[tokio::test]
+async fn driver_restart_mid_prepare_fails_the_admission_then_succeeds() {
+    let mut node = Node::start(&["--prepare-delay", "3s"]).await;
+    let file = node.root.path().join("pod-m.json");
+    std::fs::write(&file, pod("pod-m", &[("s", "shared", false)]).to_string()).unwrap();
+    let root = node.root.path().to_path_buf();
+    let admit = tokio::spawn(async move {
+        cli(
+            &root,
+            &["admit", "-f", file.to_str().unwrap(), "-o", "json"],
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    node.driver.take().unwrap().kill().await;
+    let (code, _, err) = admit.await.unwrap();
+    assert_eq!(
+        code, 1,
+        "prepare cannot succeed when the driver dies: {err}"
+    );
+    // Nothing stays reserved for the pod once the (restarted) driver unprepared.
+    node.start_driver(&[]).await;
+    node.wait_dra("failed admission cleaned up", |d| {
+        d["pendingUnprepare"].as_array().is_some_and(Vec::is_empty)
+            && d["cachedClaims"].as_object().is_some_and(|c| c.is_empty())
+    })
+    .await;
+    let (code, out) = node.admit("pod-m", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(node.cdi_files().len(), 1);
+}
+
+#[tokio::test]
+async fn b12_driver_gone_at_unprepare_is_retried_until_it_returns() {
+    let mut node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-g", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.driver.take().unwrap().terminate().await;
+    node.wait_dra("driver deregistered", |d| {
+        d["drivers"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    let (code, _, err) = node.run(&["remove", "pod-g"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("not registered"), "{err}");
+    let dra = node.dra().await;
+    assert_eq!(dra["pendingUnprepare"][0], "pod-g", "{dra}");
+    // Not released while unprepare is pending (B19): still reserved, file still there.
+    let objects = node.objects().await;
+    assert_eq!(
+        claim_status(&objects, "default/shared")["reservedFor"][0]["uid"],
+        "pod-g"
+    );
+    assert_eq!(node.cdi_files().len(), 1);
+    node.start_driver(&[]).await;
+    node.wait_dra("pending unprepare done", |d| {
+        d["pendingUnprepare"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    assert!(node.cdi_files().is_empty());
+    let objects = node.objects().await;
+    assert!(claim_status(&objects, "default/shared")["allocation"].is_null());
+}
+
+#[tokio::test]
+async fn b17_health_stream_shows_in_get_pods() {
+    let node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-h", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let device = v["containers"][0]["claims"][0]["device"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let health_file = node.root.path().join("plugins").join(DRIVER).join("health");
+    std::fs::write(&health_file, format!("{device} Unhealthy overheated\n")).unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pods = node.root.control().pods().await.unwrap();
+        let c = &pods.pods[0].containers[0].claims[0];
+        if c["health"] == "Unhealthy" {
+            assert_eq!(c["healthMessage"], "overheated");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "health not reflected: {c}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
