@@ -56,6 +56,7 @@ func call(t *testing.T, c *http.Client, method, path string, body any) (int, []b
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, []byte(err.Error())
@@ -197,6 +198,10 @@ spec:
 		return true, &c, nil
 	})
 	drv := &driver{}
+	// A DaemonSet would mount this hostPath with DirectoryOrCreate.
+	if err := os.MkdirAll(filepath.Join(root, "plugins", driverName), 0o750); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	helper, err := kubeletplugin.Start(ctx, drv,
