@@ -39,7 +39,8 @@ use devicelet_allocator::{
 };
 use devicelet_checkpoint::atomic_write::write_file_atomic;
 use devicelet_dra::pod::{
-    POD_CLAIM_NAME_ANNOTATION, container_claim_requests, pod_claim_names, template_claim_name,
+    POD_CLAIM_NAME_ANNOTATION, container_claim_requests, pod_claim_names, resolve_pod_claim,
+    template_claim_name,
 };
 use devicelet_dra::{
     BootIdSource, ClaimCache, ClaimSource, ClaimSourceError, DeviceHealthReport, DraError,
@@ -57,6 +58,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::health::{ResourceHealth, ResourceStatus};
 use crate::plugin_watcher::PluginHandler;
 
 /// File of the local DRA objects, in `R/devicelet`.
@@ -894,6 +896,67 @@ impl DraNode {
                     });
                 }
             }
+        }
+        out
+    }
+
+    /// The container's `allocatedResourcesStatus` entries for its claims (B17,
+    /// `manager.go` `UpdateAllocatedResourcesStatus`): one `claim:<pod claim>` entry (with
+    /// `/<request>` when the container names a request) per reference; resourceID = the
+    /// device's first CDI ID, else `<driver>/<pool>/<device>`; duplicates by resourceID dropped;
+    /// request matching by base request; entries without devices left out.
+    pub fn claim_resource_status(&self, uid: &str, container: &str) -> Vec<ResourceStatus> {
+        let Some(pod) = self.pod(uid) else {
+            return Vec::new();
+        };
+        let Some(c) = find_container(&pod, container) else {
+            return Vec::new();
+        };
+        let namespace = ns_of(&pod.metadata);
+        let mut out = Vec::new();
+        for r in c.resources.iter().flat_map(|r| r.claims.iter().flatten()) {
+            let Ok(Some(resolved)) = resolve_pod_claim(&pod, &r.name) else {
+                continue;
+            };
+            let Some(cached) = self.cache.get(&namespace, &resolved.claim_name) else {
+                continue;
+            };
+            let request = r.request.as_deref().filter(|s| !s.is_empty());
+            let mut resources: Vec<ResourceHealth> = Vec::new();
+            for (driver, devices) in &cached.drivers {
+                for d in devices {
+                    let serves = request.is_none_or(|req| {
+                        let base = req.split('/').next().unwrap_or(req);
+                        d.request_names.is_empty()
+                            || d.request_names
+                                .iter()
+                                .any(|n| n.split('/').next() == Some(base))
+                    });
+                    if !serves {
+                        continue;
+                    }
+                    let id =
+                        d.cdi_device_ids.first().cloned().unwrap_or_else(|| {
+                            format!("{driver}/{}/{}", d.pool_name, d.device_name)
+                        });
+                    if resources.iter().any(|x| x.resource_id == id) {
+                        continue;
+                    }
+                    let (health, _) = self.health.get(driver, &d.pool_name, &d.device_name);
+                    resources.push(ResourceHealth {
+                        resource_id: id,
+                        health: health_str(health).to_owned(),
+                    });
+                }
+            }
+            if resources.is_empty() {
+                continue;
+            }
+            let name = match request {
+                Some(req) => format!("claim:{}/{req}", r.name),
+                None => format!("claim:{}", r.name),
+            };
+            out.push(ResourceStatus { name, resources });
         }
         out
     }

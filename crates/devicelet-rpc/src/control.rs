@@ -89,6 +89,9 @@ async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
     match state.pods.admit(&pod).await {
         Ok(mut admitted) => {
             health::annotate(&state.devices, std::slice::from_mut(&mut admitted));
+            state
+                .pods
+                .annotate_claim_health(std::slice::from_mut(&mut admitted));
             Json(admitted).into_response()
         }
         Err(err) => pod_error(&err),
@@ -98,6 +101,7 @@ async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
 fn shown_pods(state: &ControlState) -> PodList {
     let mut list = state.pods.list();
     health::annotate(&state.devices, &mut list.pods);
+    state.pods.annotate_claim_health(&mut list.pods);
     list
 }
 

@@ -442,6 +442,22 @@ impl PodAdmitter {
         }
     }
 
+    /// Appends the DRA part of `allocatedResourcesStatus` (B17: `claim:<pod claim>[/<request>]`
+    /// entries) to the app containers of `pods`.
+    pub fn annotate_claim_health(&self, pods: &mut [AdmittedPod]) {
+        let Some(dra) = &self.dra else { return };
+        for pod in pods {
+            for c in pod
+                .containers
+                .iter_mut()
+                .filter(|c| c.kind == ContainerKind::App)
+            {
+                c.allocated_resources_status
+                    .extend(dra.claim_resource_status(&pod.pod.uid, &c.name));
+            }
+        }
+    }
+
     /// The admitted pod with this namespace and name.
     pub fn get(&self, namespace: &str, name: &str) -> Option<AdmittedPod> {
         self.pods()

@@ -1,7 +1,8 @@
 //! `devicelet demo`: a temporary root, `devicelet serve` and the example device plugin as
 //! child processes, the inventory printed, one device flipped unhealthy through the plugin's
 //! health file and the inventory printed again, the sample pods of `examples/pods` admitted
-//! (devices, runtime settings, a rejection with its reason), then a clean stop (SIGTERM to both children,
+//! (devices, runtime settings, a rejection with its reason), the example DRA driver with the
+//! objects and pod of `examples/dra` (claims allocated, prepared into CDI specs, released), then a clean stop (SIGTERM to both children,
 //! both must exit 0). Child logs go to files in the temporary root.
 
 use std::path::{Path, PathBuf};
@@ -93,7 +94,9 @@ async fn demo(root: &Path) -> anyhow::Result<()> {
     );
 
     admit_samples(&control, root).await?;
+    let mut driver = dra_demo(&exe, &control, root).await?;
 
+    stop(&mut driver, "example DRA driver").await?;
     stop(&mut plugin, "example plugin").await?;
     stop(&mut serve, "devicelet serve").await?;
     if paths.kubelet_socket.exists() || paths.control_socket.exists() {
@@ -143,6 +146,87 @@ async fn admit_samples(control: &ControlClient, root: &Path) -> anyhow::Result<(
         .context("remove sample pod")?;
     println!("\n$ devicelet remove demo-training\npod demo-training removed\n");
     Ok(())
+}
+
+/// DRA: the example driver registers through `R/plugins_registry` and publishes its slice; the
+/// objects of `examples/dra` are applied; the sample pod's claims (one named, one from a
+/// template) are allocated, prepared (real CDI spec files) and shown, then released.
+async fn dra_demo(exe: &Path, control: &ControlClient, root: &Path) -> anyhow::Result<Child> {
+    const OBJECTS: &str = include_str!("../../../examples/dra/gpu-class.yaml");
+    const POD: &str = include_str!("../../../examples/dra/pod.yaml");
+    let args = [
+        "example-driver",
+        "--name",
+        "gpu.example.com",
+        "--devices",
+        "4",
+    ];
+    let driver = spawn(exe, root, "driver.log", &args)?;
+    println!(
+        "$ devicelet {}   (running, pid {})",
+        args.join(" "),
+        pid(&driver)?
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let dra: devicelet_rpc::claims::DraSnapshot = control.get_json("/v1/dra").await?;
+        if dra.published_slices.get("gpu.example.com") == Some(&1) {
+            println!(
+                "registered: {} ({}), ResourceSlice published",
+                dra.drivers.first().map_or("", |d| d.driver.as_str()),
+                dra.drivers.first().map_or("", |d| d.service.as_str())
+            );
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            show_log(root, "driver.log");
+            bail!("the example DRA driver did not register within {WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let docs = crate::commands::apply::parse_documents(OBJECTS)?;
+    println!("\n$ devicelet apply -f examples/dra/gpu-class.yaml");
+    for name in control.apply(&docs).await.context("apply examples/dra")? {
+        println!("{name} stored");
+    }
+    let pod = crate::commands::admit::parse_pod(POD).context("sample pod examples/dra/pod.yaml")?;
+    let admitted = control
+        .admit(serde_json::to_vec(&pod)?.into())
+        .await
+        .context("admit examples/dra/pod.yaml")?;
+    println!("\n$ devicelet admit -f examples/dra/pod.yaml");
+    print!(
+        "{}",
+        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
+    );
+    let uid = admitted.pod.uid.clone();
+    let options = control
+        .start(&uid, "app")
+        .await
+        .context("start container app")?;
+    println!("\n$ devicelet start {uid} app   (cdiDevices)");
+    for name in &options.cdi_devices {
+        println!("  {name}");
+    }
+    let cdi_dir = root.join("cdi");
+    let files = std::fs::read_dir(&cdi_dir)
+        .with_context(|| format!("read {}", cdi_dir.display()))?
+        .count();
+    println!("CDI spec files in {}: {files}", cdi_dir.display());
+    if options.cdi_devices.len() != 2 || files != 2 {
+        bail!(
+            "expected two prepared claims with CDI devices (root {})",
+            root.display()
+        );
+    }
+    control
+        .remove(&uid)
+        .await
+        .context("remove the DRA sample pod")?;
+    println!(
+        "\n$ devicelet remove {uid}\npod {uid} removed; claims unprepared (CDI files removed)\n"
+    );
+    Ok(driver)
 }
 
 fn spawn(exe: &Path, root: &Path, log: &str, args: &[&str]) -> anyhow::Result<Child> {

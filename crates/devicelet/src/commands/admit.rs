@@ -74,6 +74,7 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
                     .devices
                     .iter()
                     .map(|(resource, ids)| format!("{resource}={}", ids.join(",")))
+                    .chain(c.claims.iter().map(claim_cell))
                     .collect::<Vec<_>>()
                     .join(" ");
                 vec![
@@ -106,6 +107,23 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
             "CPUS",
         ],
         &rows,
+    )
+}
+
+/// A DRA claim device: `claim:<claim>=<driver>/<pool>/<device>` (health appended unless
+/// Healthy).
+fn claim_cell(claim: &serde_json::Value) -> String {
+    let field = |k: &str| claim.get(k).and_then(|v| v.as_str()).unwrap_or_default();
+    let health = match field("health") {
+        "Healthy" => String::new(),
+        other => format!("({other})"),
+    };
+    format!(
+        "claim:{}={}/{}/{}{health}",
+        field("claim"),
+        field("driver"),
+        field("pool"),
+        field("device")
     )
 }
 
