@@ -257,11 +257,14 @@ impl PodAdmitter {
             .filter(|u| !u.is_empty())
             .ok_or_else(|| PodError::Invalid("metadata.uid is missing".into()))?;
         let existing = self.pods().get(&uid).cloned();
-        if let Some(existing) = existing {
+        if let Some(mut existing) = existing {
             // Re-admission (e.g. sandbox re-created after a reboot): claims not prepared on
             // this boot are prepared again; prepared ones cost no driver call.
             if let Some(dra) = &self.dra {
                 dra.admit(pod).await?;
+                for c in &mut existing.containers {
+                    c.claims = claim_values(dra, &uid, &c.name);
+                }
             }
             return Ok(existing);
         }
