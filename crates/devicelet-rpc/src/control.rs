@@ -10,6 +10,8 @@
 //!   as the pod list (devices or health) differs from revision `REV` (at once without `since`),
 //!   or after `N` seconds (default 30) with the unchanged list (`get pods --watch`)
 //! - `DELETE /v1/pods/{uid}` → 204 (`remove`)
+//! - `POST /v1/pods/sync` (body: [`ActivePods`]) → [`PodSync`] (`sync-pods`): every admitted
+//!   pod not listed is removed (the kubelet's `UpdateAllocatedDevices`)
 //! - `POST /v1/pods/{uid}/containers/{name}/start` → [`RunContainerOptions`] (`start`)
 //! - DRA (when enabled, [`crate::claims`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
 //!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET|DELETE
@@ -40,7 +42,7 @@ use tokio::net::UnixStream;
 
 use crate::error::ControlError;
 use crate::health;
-use crate::pods::{AdmittedPod, PodAdmitter, PodError, PodList};
+use crate::pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 
 /// Shared state of the control API handlers.
 #[derive(Debug, Clone)]
@@ -59,6 +61,7 @@ pub fn router(state: ControlState) -> Router {
         .route("/v1/resources", get(get_resources))
         .route("/v1/pods", post(admit_pod).get(list_pods))
         .route("/v1/pods/watch", get(watch_pods))
+        .route("/v1/pods/sync", post(sync_pods))
         .route("/v1/pods/{uid}", delete(remove_pod))
         .route(
             "/v1/state",
@@ -173,6 +176,23 @@ async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<Str
     }
 }
 
+async fn sync_pods(State(state): State<ControlState>, body: Bytes) -> Response {
+    let active: ActivePods = match serde_json::from_slice(&body) {
+        Ok(active) => active,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &format!("body is not {{\"activePods\": [UID, ...]}}: {e}"),
+            );
+        }
+    };
+    let active = active.active_pods.into_iter().collect();
+    match state.pods.retain_active(&active).await {
+        Ok(sync) => Json(sync).into_response(),
+        Err(err) => pod_error(&err),
+    }
+}
+
 async fn start_container(
     State(state): State<ControlState>,
     UrlPath((uid, name)): UrlPath<(String, String)>,
@@ -264,6 +284,22 @@ impl ControlClient {
         self.request(http::Method::DELETE, &format!("/v1/pods/{uid}"), None)
             .await?;
         Ok(())
+    }
+
+    /// `POST /v1/pods/sync`: removes every admitted pod not in `active`.
+    pub async fn sync_pods(&self, active: &[String]) -> Result<PodSync, ControlError> {
+        let path = "/v1/pods/sync";
+        let body = serde_json::to_vec(&ActivePods {
+            active_pods: active.to_vec(),
+        })
+        .map_err(|source| ControlError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+        let out = self
+            .request(http::Method::POST, path, Some(body.into()))
+            .await?;
+        decode(path, &out)
     }
 
     /// `POST /v1/pods/{uid}/containers/{name}/start`.

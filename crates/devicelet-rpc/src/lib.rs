@@ -32,5 +32,5 @@ pub use metrics::{DEFAULT_METRICS_ADDRESS, MetricsServer};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
 pub use plugin_watcher::{DevicePluginHandler, PluginHandler, PluginWatcher};
 pub use podresources::{PodResourcesService, TokenBucket};
-pub use pods::{AdmittedPod, PodAdmitter, PodError, PodList};
+pub use pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 pub use registration::RegistrationService;

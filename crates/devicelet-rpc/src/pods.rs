@@ -162,6 +162,27 @@ pub struct PodList {
     pub pods: Vec<AdmittedPod>,
 }
 
+/// What [`PodAdmitter::retain_active`] did (`devicelet sync-pods` JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSync {
+    /// Admitted pods that were not active: removed, their devices and CPUs freed.
+    pub removed: Vec<String>,
+    /// How many admitted pods are active and kept.
+    pub kept: usize,
+    /// Removed pods whose claims a driver has not unprepared yet (retried in the background).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_unprepare: Vec<String>,
+}
+
+/// Body of `POST /v1/pods/sync`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActivePods {
+    /// UIDs of every pod still active on the node.
+    pub active_pods: Vec<String>,
+}
+
 /// Admits pods into a [`DeviceManager`] and remembers them.
 #[derive(Debug)]
 pub struct PodAdmitter {
@@ -427,6 +448,57 @@ impl PodAdmitter {
         self.alignment.remove_pod(uid);
         info!(pod_uid = %uid, "pod removed; devices freed");
         Ok(())
+    }
+
+    /// The set of pods still active on the node is known (the kubelet's
+    /// `UpdateAllocatedDevices`, spec §2.C C7, and restart recovery, §3.4): every admitted pod
+    /// not in `active` is removed as by [`PodAdmitter::remove_with_claims`]. The removals are
+    /// made durable in one commit before any device is freed. Admissions wait meanwhile, so a
+    /// pod being admitted is never mistaken for a gone one (the kubelet's
+    /// `TestDevicesToAllocateConflictWithUpdateAllocatedDevices` race).
+    pub async fn retain_active(
+        &self,
+        active: &std::collections::HashSet<String>,
+    ) -> Result<PodSync, PodError> {
+        let serial = self.admission.lock().await;
+        let (gone, kept): (Vec<String>, Vec<String>) = self
+            .pods()
+            .keys()
+            .cloned()
+            .partition(|uid| !active.contains(uid));
+        if !gone.is_empty() {
+            self.durable
+                .commit(
+                    gone.iter()
+                        .map(|uid| devicelet_checkpoint::state::Change::RemovePod {
+                            pod_uid: uid.clone(),
+                        })
+                        .collect(),
+                )
+                .await?;
+        }
+        for uid in &gone {
+            self.pods().remove(uid);
+            self.manager.remove_pod(uid);
+            self.alignment.remove_pod(uid);
+            info!(pod_uid = %uid, "pod no longer active; devices freed");
+        }
+        drop(serial);
+        let mut pending_unprepare = Vec::new();
+        if let Some(dra) = &self.dra {
+            for uid in gone.iter().filter(|uid| dra.has_pod(uid)) {
+                // A driver that does not answer leaves the pod pending; the DRA node retries.
+                if let Err(e) = dra.remove(uid).await {
+                    tracing::warn!(pod_uid = %uid, error = %e, "unprepare of a gone pod failed; will retry");
+                    pending_unprepare.push(uid.clone());
+                }
+            }
+        }
+        Ok(PodSync {
+            removed: gone,
+            kept: kept.len(),
+            pending_unprepare,
+        })
     }
 
     /// [`PodAdmitter::remove`], then the pod's DRA claims are unprepared and released. A

@@ -41,6 +41,9 @@ pub enum Command {
     Top(TopArgs),
     /// Forget an admitted pod and free its devices.
     Remove(RemoveArgs),
+    /// Tell devicelet which pods are still active: every other admitted pod is removed and its
+    /// devices freed (the kubelet's UpdateAllocatedDevices; run it after a restart).
+    SyncPods(SyncPodsArgs),
     /// Run the built-in example device plugin (a separate process registering with R).
     ExamplePlugin(ExamplePluginArgs),
     /// Store DRA objects (DeviceClass, ResourceSlice, ResourceClaim, ResourceClaimTemplate).
@@ -203,6 +206,24 @@ pub struct StartArgs {
 pub struct RemoveArgs {
     /// Pod UID.
     pub pod_uid: String,
+}
+
+/// `devicelet sync-pods`.
+#[derive(Debug, Clone, Args)]
+pub struct SyncPodsArgs {
+    /// UIDs of the pods still active on the node.
+    #[arg(value_name = "POD_UID", required_unless_present_any = ["file", "none"])]
+    pub active: Vec<String>,
+    /// Read active pod UIDs from a file (one per line, `#` comments; `-` reads stdin).
+    #[arg(short = 'f', long = "filename")]
+    pub file: Option<std::path::PathBuf>,
+    /// No pod is active: remove every admitted pod (asked for explicitly so that an empty
+    /// list never frees everything by accident).
+    #[arg(long, conflicts_with_all = ["active", "file"])]
+    pub none: bool,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `devicelet example-plugin`.

@@ -142,3 +142,101 @@ async fn bad_manifests_are_rejected_with_the_cause() {
     root.wait_counts(GPU, 2, 2).await;
     assert_eq!(plugin.terminate().await, 0);
 }
+
+fn one_gpu_pod(root: &Root, uid: &str, gpus: u32) -> String {
+    write(
+        root,
+        &format!("{uid}.yaml"),
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {uid}, uid: {uid}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{example.com/gpu: \"{gpus}\"}}}}\n"
+        ),
+    )
+}
+
+async fn admitted_uids(root: &Root) -> Vec<String> {
+    let (code, pods, stderr) = cli(root.path(), &["get", "pods", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let pods: serde_json::Value = serde_json::from_str(&pods).unwrap();
+    let mut uids: Vec<String> = pods["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pod"]["uid"].as_str().unwrap().to_owned())
+        .collect();
+    uids.sort();
+    uids
+}
+
+/// C7 (`UpdateAllocatedDevices`) and §3.4 ("pods that are gone are freed once the set of active
+/// pods is known"): `sync-pods` removes every admitted pod that is not active, durably, also
+/// after a crash; an empty active set is refused unless asked for with `--none`.
+#[tokio::test]
+async fn c7_sync_pods_frees_pods_no_longer_active_also_after_a_crash() {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "4"]);
+    root.wait_counts(GPU, 4, 4).await;
+    for uid in ["uid-a", "uid-b", "uid-c"] {
+        let (code, _, stderr) =
+            cli(root.path(), &["admit", "-f", &one_gpu_pod(&root, uid, 1)]).await;
+        assert_eq!(code, 0, "{stderr}");
+    }
+
+    // No UID at all is a usage error and changes nothing.
+    let (code, _, stderr) = cli(root.path(), &["sync-pods"]).await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--none") || stderr.contains("required"),
+        "{stderr}"
+    );
+    assert_eq!(admitted_uids(&root).await, ["uid-a", "uid-b", "uid-c"]);
+
+    let (code, out, stderr) = cli(
+        root.path(),
+        &["sync-pods", "uid-a", "uid-c", "uid-unknown", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let sync: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(sync["removed"], serde_json::json!(["uid-b"]));
+    assert_eq!(sync["kept"], 2);
+    assert_eq!(admitted_uids(&root).await, ["uid-a", "uid-c"]);
+    // uid-b's device is free again: a 2-device pod fits in what is left.
+    let (code, _, stderr) = cli(
+        root.path(),
+        &["admit", "-f", &one_gpu_pod(&root, "uid-d", 2)],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+
+    // Crash; uid-c and uid-d went away while devicelet was down.
+    serve.kill().await;
+    let serve = root.serve(&[]).await;
+    assert_eq!(admitted_uids(&root).await, ["uid-a", "uid-c", "uid-d"]);
+    let active = write(&root, "active.txt", "# from the runtime\nuid-a\n");
+    let (code, out, stderr) = cli(root.path(), &["sync-pods", "-f", &active, "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let sync: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(sync["removed"], serde_json::json!(["uid-c", "uid-d"]));
+    assert_eq!(sync["kept"], 1);
+
+    // The removal is durable: after another crash only uid-a is there.
+    serve.kill().await;
+    let serve = root.serve(&[]).await;
+    assert_eq!(admitted_uids(&root).await, ["uid-a"]);
+    root.wait_counts(GPU, 4, 4).await;
+    let (code, _, stderr) = cli(
+        root.path(),
+        &["admit", "-f", &one_gpu_pod(&root, "uid-e", 3)],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, out, stderr) = cli(root.path(), &["sync-pods", "--none", "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let sync: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(sync["removed"], serde_json::json!(["uid-a", "uid-e"]));
+    assert!(admitted_uids(&root).await.is_empty());
+    assert_eq!(serve.terminate().await, 0);
+    plugin.kill().await;
+}

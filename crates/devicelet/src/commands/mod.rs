@@ -10,4 +10,5 @@ pub mod remove;
 pub mod serve;
 pub mod start;
 pub mod state;
+pub mod sync_pods;
 pub mod top;
