@@ -29,19 +29,20 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use devicelet_checkpoint::atomic_write::{sync_dir, write_file_atomic};
 use devicelet_checkpoint::dra::{self as ckpt, ClaimInfoState, DraDevice, DriverState};
 use devicelet_checkpoint::store::utc_timestamp;
+use devicelet_metrics::Metrics;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use tokio::sync::OwnedMutexGuard;
 use tracing::{info, warn};
 
 use crate::boot::BootIdSource;
-use crate::client::{ClaimRef, PreparedDevice};
+use crate::client::{ClaimRef, PreparedDevice, grpc_code_name};
 use crate::error::DraError;
 use crate::pod::{container_claim_requests, pod_claim_names};
 use crate::registry::{DraPluginInstance, DraPluginRegistry};
@@ -191,6 +192,8 @@ struct Shared {
     claim_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Serialises snapshot+write so an older snapshot never overwrites a newer one.
     write_lock: Mutex<()>,
+    /// The node's metrics (B15); set once by whoever wires the node.
+    metrics: OnceLock<Metrics>,
 }
 
 impl std::fmt::Debug for ClaimCache {
@@ -321,6 +324,7 @@ impl ClaimCache {
                 }),
                 claim_locks: Mutex::default(),
                 write_lock: Mutex::default(),
+                metrics: OnceLock::new(),
             }),
         })
     }
@@ -338,6 +342,47 @@ impl ClaimCache {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io_err("removing", &marker)(e)),
+        }
+    }
+
+    /// Records the DRA metrics (B15) into `metrics` from now on: `dra_operations_duration_seconds`
+    /// per prepare/unprepare call, `dra_grpc_operations_duration_seconds` per driver RPC and
+    /// `dra_resource_claims_in_use` (published at once, so restored claims count). Only the
+    /// first call has an effect.
+    pub fn set_metrics(&self, metrics: Metrics) {
+        if self.shared.metrics.set(metrics).is_ok() {
+            self.publish_in_use();
+        }
+    }
+
+    fn publish_in_use(&self) {
+        let Some(m) = self.shared.metrics.get() else {
+            return;
+        };
+        let counts = self.claims_in_use();
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let total = counts.get("<any>").copied().unwrap_or_default();
+        m.set_dra_claims_in_use(
+            as_i64(total),
+            counts
+                .iter()
+                .filter(|(d, _)| d.as_str() != "<any>")
+                .map(|(d, n)| (d.as_str(), as_i64(*n))),
+        );
+    }
+
+    /// `dra_operations_duration_seconds{operation_name, is_error}` plus the in-use gauge.
+    fn record_operation(&self, operation: &str, failed: bool, took: Duration) {
+        if let Some(m) = self.shared.metrics.get() {
+            m.dra_operation(operation, failed, took);
+        }
+        self.publish_in_use();
+    }
+
+    /// `dra_grpc_operations_duration_seconds{driver_name, method_name, grpc_status_code}`.
+    fn record_rpc(&self, driver: &str, method: &str, code: tonic::Code, took: Duration) {
+        if let Some(m) = self.shared.metrics.get() {
+            m.dra_grpc_operation(driver, method, grpc_code_name(code), took);
         }
     }
 
@@ -642,6 +687,17 @@ impl ClaimCache {
         pod: &Pod,
         source: &dyn ClaimSource,
     ) -> Result<(), DraError> {
+        let start = Instant::now();
+        let result = self.prepare_resources_inner(pod, source).await;
+        self.record_operation("PrepareResources", result.is_err(), start.elapsed());
+        result
+    }
+
+    async fn prepare_resources_inner(
+        &self,
+        pod: &Pod,
+        source: &dyn ClaimSource,
+    ) -> Result<(), DraError> {
         self.check_quarantine()?;
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
         let validated = self.validate_pod(pod, source).await?;
@@ -716,10 +772,18 @@ impl ClaimCache {
         let calls = batches
             .into_iter()
             .map(|(driver, (inst, claims))| async move {
+                let start = Instant::now();
                 let result = inst
                     .client
                     .node_prepare_resources(claims.clone(), inst.call_timeout)
                     .await;
+                let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
+                self.record_rpc(
+                    &driver,
+                    inst.service.prepare_method(),
+                    code,
+                    start.elapsed(),
+                );
                 (driver, claims, result)
             });
         let answers = futures::future::join_all(calls).await;
@@ -808,6 +872,13 @@ impl ClaimCache {
     /// [`ClaimCache::pod_might_need_to_unprepare`] stays true and a retry (or
     /// [`ClaimCache::reconcile_orphans`]) finishes the job.
     pub async fn unprepare_resources(&self, pod_uid: &str) -> Result<(), DraError> {
+        let start = Instant::now();
+        let result = self.unprepare_resources_inner(pod_uid).await;
+        self.record_operation("UnprepareResources", result.is_err(), start.elapsed());
+        result
+    }
+
+    async fn unprepare_resources_inner(&self, pod_uid: &str) -> Result<(), DraError> {
         self.check_quarantine()?;
         // Upstream bug E2: only claims that list this pod are considered.
         let keys: BTreeSet<String> = {
@@ -874,14 +945,24 @@ impl ClaimCache {
         let calls = batches.into_iter().map(|(driver, claims)| async move {
             let result = match self.shared.registry.get(&driver) {
                 Err(e) => Err(e),
-                Ok(inst) => inst
-                    .client
-                    .node_unprepare_resources(claims.clone(), inst.call_timeout)
-                    .await
-                    .map_err(|source| DraError::Rpc {
+                Ok(inst) => {
+                    let start = Instant::now();
+                    let result = inst
+                        .client
+                        .node_unprepare_resources(claims.clone(), inst.call_timeout)
+                        .await;
+                    let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
+                    self.record_rpc(
+                        &driver,
+                        inst.service.unprepare_method(),
+                        code,
+                        start.elapsed(),
+                    );
+                    result.map_err(|source| DraError::Rpc {
                         method: UNPREPARE,
                         source,
-                    }),
+                    })
+                }
             };
             (driver, claims, result)
         });

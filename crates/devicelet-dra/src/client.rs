@@ -39,6 +39,52 @@ impl DraService {
             DraService::V1Beta1 => devicelet_proto::constants::dra::V1BETA1_DRA_PLUGIN_SERVICE,
         }
     }
+
+    /// Full gRPC path of `NodePrepareResources` (the `method_name` label of
+    /// `dra_grpc_operations_duration_seconds`, B15).
+    pub fn prepare_method(self) -> &'static str {
+        match self {
+            DraService::V1 => "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+            DraService::V1Beta1 => {
+                "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources"
+            }
+        }
+    }
+
+    /// Full gRPC path of `NodeUnprepareResources`.
+    pub fn unprepare_method(self) -> &'static str {
+        match self {
+            DraService::V1 => "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources",
+            DraService::V1Beta1 => {
+                "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources"
+            }
+        }
+    }
+}
+
+/// grpc-go's name of a status code (`codes.Code.String()`: `OK`, `DeadlineExceeded`, ...), the
+/// `grpc_status_code` label the kubelet's interceptor records (B15).
+pub fn grpc_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code as C;
+    match code {
+        C::Ok => "OK",
+        C::Cancelled => "Canceled",
+        C::Unknown => "Unknown",
+        C::InvalidArgument => "InvalidArgument",
+        C::DeadlineExceeded => "DeadlineExceeded",
+        C::NotFound => "NotFound",
+        C::AlreadyExists => "AlreadyExists",
+        C::PermissionDenied => "PermissionDenied",
+        C::ResourceExhausted => "ResourceExhausted",
+        C::FailedPrecondition => "FailedPrecondition",
+        C::Aborted => "Aborted",
+        C::OutOfRange => "OutOfRange",
+        C::Unimplemented => "Unimplemented",
+        C::Internal => "Internal",
+        C::Unavailable => "Unavailable",
+        C::DataLoss => "DataLoss",
+        C::Unauthenticated => "Unauthenticated",
+    }
 }
 
 /// One claim as sent to a driver (`Claim{namespace, uid, name}`).

@@ -49,7 +49,7 @@ pub use claim_cache::{CachedClaim, ClaimCache};
 pub use client::{
     ClaimPrepareResult, ClaimRef, DeviceHealthReport, DraPluginClient, DraPluginDialer, DraService,
     GrpcDraClient, GrpcDraDialer, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,
-    UnprepareResponse,
+    UnprepareResponse, grpc_code_name,
 };
 pub use error::{DraError, RpcError};
 pub use registry::{DraPluginInstance, DraPluginRegistry, choose_service};

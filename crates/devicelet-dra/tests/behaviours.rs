@@ -909,3 +909,158 @@ async fn b11_orphan_reconciler_unprepares_pods_that_left_the_active_list() {
     stop.send(true).expect("stop");
     task.await.expect("reconciler stops");
 }
+
+/// Value of one sample line (`name{labels}` exactly as rendered) in the text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn b15_metrics_operations_rpcs_with_grpc_code_and_claims_in_use_per_driver() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    let metrics = devicelet_metrics::Metrics::new();
+    cache.set_metrics(metrics.clone());
+    env.source
+        .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-a"]));
+    env.source.insert(allocated_claim(
+        "ns",
+        "c2",
+        "uid-c2",
+        &[GPU, NIC],
+        &["pod-a"],
+    ));
+    let pod = pod_with_claims("ns", "a", "pod-a", &["c1", "c2"]);
+    env.nic.set_mode(FakeMode::Unavailable);
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("nic away");
+    let rpc = |driver: &str, method: &str, code: &str| {
+        format!(
+            "dra_grpc_operations_duration_seconds_count{{driver_name=\"{driver}\",method_name=\"/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/{method}\",grpc_status_code=\"{code}\"}}"
+        )
+    };
+    let op = |name: &str, err: bool| {
+        format!(
+            "dra_operations_duration_seconds_count{{operation_name=\"{name}\",is_error=\"{err}\"}}"
+        )
+    };
+    let in_use = |driver: &str| format!("dra_resource_claims_in_use{{driver_name=\"{driver}\"}}");
+    let text = metrics.encode();
+    assert_eq!(
+        sample(&text, &op("PrepareResources", true)),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, &rpc(GPU, "NodePrepareResources", "OK")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, &rpc(NIC, "NodePrepareResources", "Unavailable")),
+        Some(1.0),
+        "grpc-go code name: {text}"
+    );
+    // c1 (GPU only) was fully prepared by the failed call; c2 was not.
+    assert_eq!(sample(&text, &in_use("<any>")), Some(1.0), "{text}");
+    assert_eq!(sample(&text, &in_use(GPU)), Some(1.0));
+    assert_eq!(sample(&text, &in_use(NIC)), None);
+
+    env.nic.set_mode(FakeMode::Ok);
+    cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect("retry");
+    let text = metrics.encode();
+    assert_eq!(sample(&text, &op("PrepareResources", false)), Some(1.0));
+    // A claim of two drivers counts once for `<any>` and once per driver.
+    assert_eq!(sample(&text, &in_use("<any>")), Some(2.0), "{text}");
+    assert_eq!(sample(&text, &in_use(GPU)), Some(2.0));
+    assert_eq!(sample(&text, &in_use(NIC)), Some(1.0));
+
+    cache.unprepare_resources("pod-a").await.expect("unprepare");
+    let text = metrics.encode();
+    assert_eq!(sample(&text, &op("UnprepareResources", false)), Some(1.0));
+    assert_eq!(
+        sample(&text, &rpc(GPU, "NodeUnprepareResources", "OK")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, &rpc(NIC, "NodeUnprepareResources", "OK")),
+        Some(1.0)
+    );
+    assert_eq!(sample(&text, &in_use("<any>")), Some(0.0), "{text}");
+    assert_eq!(sample(&text, &in_use(GPU)), None);
+}
+
+#[tokio::test]
+async fn b15_claims_restored_on_the_same_boot_count_as_in_use_when_metrics_attach() {
+    let env = Env::new();
+    {
+        let cache = env.open("boot-1");
+        env.source
+            .insert(allocated_claim("ns", "c", "uid-c", &[GPU], &["pod-a"]));
+        let pod = pod_with_claims("ns", "a", "pod-a", &["c"]);
+        cache
+            .prepare_resources(&pod, &env.source)
+            .await
+            .expect("prepare");
+    }
+    let cache = env.open("boot-1");
+    let metrics = devicelet_metrics::Metrics::new();
+    cache.set_metrics(metrics.clone());
+    let text = metrics.encode();
+    assert_eq!(
+        sample(&text, "dra_resource_claims_in_use{driver_name=\"<any>\"}"),
+        Some(1.0),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a7_52_two_drivers_one_fails_the_other_prepared_then_pod_unprepare_frees_both() {
+    // B7: the kubelet leaves what the good driver prepared in place (pod referenced, claim
+    // not prepared) and relies on the pod's termination to unprepare it; k/k PR #137945
+    // proposed rolling it back. DraNode::admit does that rollback by calling
+    // unprepare_resources at once; here the cache-level part of it.
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    env.source
+        .insert(allocated_claim("ns", "g", "uid-g", &[GPU], &["pod-a"]));
+    env.source
+        .insert(allocated_claim("ns", "n", "uid-n", &[NIC], &["pod-a"]));
+    let pod = pod_with_claims("ns", "a", "pod-a", &["g", "n"]);
+    env.nic
+        .set_mode(FakeMode::ClaimError("NIC firmware busy".to_owned()));
+    let err = cache
+        .prepare_resources(&pod, &env.source)
+        .await
+        .expect_err("nic fails");
+    assert_eq!(
+        err.to_string(),
+        "NodePrepareResources failed for ResourceClaim n: NIC firmware busy"
+    );
+    // The GPU claim was prepared by its driver and is recorded with its device; the NIC claim
+    // has no devices; the pod references both (durably).
+    assert_eq!(env.gpu.prepared(), vec!["uid-g".to_owned()]);
+    let g = cache.get("ns", "g").expect("g cached");
+    assert!(g.prepared);
+    assert_eq!(g.drivers[GPU].len(), 1);
+    let n = cache.get("ns", "n").expect("n cached");
+    assert!(!n.prepared && n.drivers[NIC].is_empty());
+    assert_eq!(env.checkpoint_pods("g"), vec!["pod-a"]);
+    assert_eq!(env.checkpoint_pods("n"), vec!["pod-a"]);
+    assert!(cache.pod_might_need_to_unprepare("pod-a"));
+
+    // Unprepare of the pod reaches both drivers (the NIC one must accept a claim it never
+    // prepared) and leaves nothing stranded.
+    env.nic.set_mode(FakeMode::Ok);
+    cache.unprepare_resources("pod-a").await.expect("unprepare");
+    assert!(env.gpu.prepared().is_empty(), "GPU device freed");
+    assert_eq!(env.nic.count("unprepare"), 1);
+    assert!(cache.claims().is_empty());
+    assert!(!cache.pod_might_need_to_unprepare("pod-a"));
+}

@@ -260,6 +260,7 @@ impl Daemon {
             path: paths.root.clone(),
             message: format!("DRA state: {e}"),
         })?;
+        dra.cache().set_metrics(config.metrics.clone());
         let (dra_run, rx) = (Arc::clone(&dra), shutdown_rx.clone());
         tasks.push((
             "dra",

@@ -60,10 +60,16 @@ struct Node {
     serve: Option<Proc>,
     driver: Option<Proc>,
     boot_id: PathBuf,
+    serve_extra: Vec<String>,
 }
 
 impl Node {
     async fn start(driver_args: &[&str]) -> Node {
+        Node::start_with(&[], driver_args).await
+    }
+
+    /// Like [`Node::start`] with extra `serve` flags (kept for restarts).
+    async fn start_with(serve_args: &[&str], driver_args: &[&str]) -> Node {
         let root = Root::new();
         let boot_id = root.path().join("boot_id");
         std::fs::write(&boot_id, "boot-1\n").unwrap();
@@ -72,6 +78,7 @@ impl Node {
             serve: None,
             driver: None,
             boot_id,
+            serve_extra: serve_args.iter().map(|s| (*s).to_owned()).collect(),
         };
         node.start_serve().await;
         node.start_driver(driver_args).await;
@@ -83,11 +90,9 @@ impl Node {
 
     async fn start_serve(&mut self) {
         let boot = self.boot_id.to_str().unwrap().to_owned();
-        self.serve = Some(
-            self.root
-                .serve(&["--boot-id-file", &boot, "--node-name", "node-1"])
-                .await,
-        );
+        let mut args = vec!["--boot-id-file", &boot, "--node-name", "node-1"];
+        args.extend(self.serve_extra.iter().map(String::as_str));
+        self.serve = Some(self.root.serve(&args).await);
     }
 
     async fn start_driver(&mut self, extra: &[&str]) {
@@ -531,4 +536,132 @@ async fn b17_health_stream_shows_in_get_pods() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A free local TCP address for `--metrics-address`.
+fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+async fn scrape(address: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    body
+}
+
+/// The value of the sample line `series` (name plus labels exactly as rendered).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn b15_dra_metrics_recorded_by_prepare_unprepare_and_driver_rpcs() {
+    let address = free_address();
+    let node = Node::start_with(&["--metrics-address", &address], &[]).await;
+    // Before any pod: the `<any>` series exists with 0 (always emitted, B15).
+    let text = scrape(&address).await;
+    assert_eq!(
+        sample(&text, "dra_resource_claims_in_use{driver_name=\"<any>\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    let (code, out) = node
+        .admit("pod-m", &[("s", "shared", false), ("own", "one-gpu", true)])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let prepare_ok = "dra_operations_duration_seconds_count{operation_name=\"PrepareResources\",is_error=\"false\"}";
+    let unprepare_ok = "dra_operations_duration_seconds_count{operation_name=\"UnprepareResources\",is_error=\"false\"}";
+    let rpc = |method: &str| {
+        format!(
+            "dra_grpc_operations_duration_seconds_count{{driver_name=\"{DRIVER}\",method_name=\"/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/{method}\",grpc_status_code=\"OK\"}}"
+        )
+    };
+    let text = scrape(&address).await;
+    assert_eq!(sample(&text, prepare_ok), Some(1.0), "{text}");
+    // Two claims of one driver: one batched NodePrepareResources.
+    assert_eq!(
+        sample(&text, &rpc("NodePrepareResources")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "dra_resource_claims_in_use{driver_name=\"<any>\"}"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            &format!("dra_resource_claims_in_use{{driver_name=\"{DRIVER}\"}}")
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    // The kubelet's buckets: 0.1 s … 40 s.
+    assert!(
+        text.contains("dra_operations_duration_seconds_bucket{le=\"0.1\",operation_name=\"PrepareResources\",is_error=\"false\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE dra_grpc_operations_duration_seconds histogram"),
+        "{text}"
+    );
+
+    node.ok(&["remove", "pod-m"]).await;
+    let text = scrape(&address).await;
+    assert_eq!(sample(&text, unprepare_ok), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, &rpc("NodeUnprepareResources")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "dra_resource_claims_in_use{driver_name=\"<any>\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&format!(
+            "dra_resource_claims_in_use{{driver_name=\"{DRIVER}\"}}"
+        )),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn b15_failed_unprepare_is_counted_as_an_error() {
+    let address = free_address();
+    let mut node = Node::start_with(&["--metrics-address", &address], &[]).await;
+    let (code, out) = node.admit("pod-e", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.driver.take().unwrap().terminate().await;
+    node.wait_dra("driver deregistered", |d| {
+        d["drivers"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    let (code, _, _) = node.run(&["remove", "pod-e"]).await;
+    assert_eq!(code, 1);
+    let text = scrape(&address).await;
+    let failed = "dra_operations_duration_seconds_count{operation_name=\"UnprepareResources\",is_error=\"true\"}";
+    assert!(sample(&text, failed).is_some_and(|n| n >= 1.0), "{text}");
+    // The prepared mark is cleared (durably) before the driver is asked, so a claim being
+    // torn down no longer counts as in use even while the unprepare is pending.
+    assert_eq!(
+        sample(&text, "dra_resource_claims_in_use{driver_name=\"<any>\"}"),
+        Some(0.0),
+        "{text}"
+    );
 }
