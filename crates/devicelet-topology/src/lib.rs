@@ -29,7 +29,8 @@ pub use device::{
 pub use error::{AdmissionError, ConfigError, DiscoveryError, TopologyError};
 pub use hint::{HintFamily, ProviderHints, ResourceHints, TopologyHint};
 pub use manager::{
-    ContainerSpec, HintProvider, PodSpec, ProviderError, TopologyManager, pod_effective_limits,
+    ContainerSpec, HintMerger, HintProvider, PodAdmission, PodSpec, ProviderError, TopologyManager,
+    pod_effective_limits,
 };
 pub use mask::{MAX_NUMA_NODES, NumaMask};
 pub use merge::{TieBreak, merge_providers, merge_single_numa_node};

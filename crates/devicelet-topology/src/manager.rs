@@ -201,28 +201,51 @@ impl TopologyManager {
             .remove(&(pod_uid.to_string(), container.to_string()));
     }
 
+    /// `accumulateProvidersHints` (container scope): every provider's answer for `container`,
+    /// in registration order.
+    pub fn accumulate_container_hints(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Vec<ProviderHints> {
+        self.providers
+            .iter()
+            .map(|p| p.get_topology_hints(pod, container))
+            .collect()
+    }
+
+    /// `accumulateProvidersHints` (pod scope): every provider's answer for the whole pod, in
+    /// registration order.
+    pub fn accumulate_pod_hints(&self, pod: &PodSpec) -> Vec<ProviderHints> {
+        self.providers
+            .iter()
+            .map(|p| p.get_pod_topology_hints(pod))
+            .collect()
+    }
+
     /// Merge without side effects (what `calculateAffinity` returns).
     pub fn calculate_container_affinity(
         &self,
         pod: &PodSpec,
         container: &ContainerSpec,
     ) -> (TopologyHint, bool) {
-        let hints: Vec<ProviderHints> = self
-            .providers
-            .iter()
-            .map(|p| p.get_topology_hints(pod, container))
-            .collect();
-        self.policy.merge(&hints)
+        self.policy
+            .merge(&self.accumulate_container_hints(pod, container))
     }
 
     /// Pod-scope merge without side effects.
     pub fn calculate_pod_affinity(&self, pod: &PodSpec) -> (TopologyHint, bool) {
-        let hints: Vec<ProviderHints> = self
-            .providers
-            .iter()
-            .map(|p| p.get_pod_topology_hints(pod))
-            .collect();
-        self.policy.merge(&hints)
+        self.policy.merge(&self.accumulate_pod_hints(pod))
+    }
+
+    /// Starts admitting a pod under this manager's policy and scope (see [`PodAdmission`]);
+    /// `pod_hints` is asked only in the pod scope. For callers whose providers are not
+    /// registered here, e.g. devicelet's daemon, whose device allocation is async.
+    pub fn begin_admission(
+        &self,
+        pod_hints: impl FnOnce() -> Vec<ProviderHints>,
+    ) -> Result<PodAdmission<'_>, AdmissionError> {
+        PodAdmission::begin(&self.policy, self.scope, pod_hints)
     }
 
     fn allocate(
@@ -241,37 +264,87 @@ impl TopologyManager {
     /// `Admit`. Allocations made for earlier containers are not rolled back on a later
     /// rejection (as in the kubelet; the device manager's GC frees them).
     pub fn admit(&mut self, pod: &PodSpec) -> Result<(), AdmissionError> {
-        match self.scope {
-            None => {
-                for c in pod.all_containers() {
-                    self.allocate(pod, c, &TopologyHint::default())?;
-                }
-                Ok(())
+        // Borrow the policy field alone, so the affinity store stays writable below.
+        let admission =
+            PodAdmission::begin(&self.policy, self.scope, || self.accumulate_pod_hints(pod))?;
+        for c in pod.all_containers() {
+            let hint = admission.container_hint(|| self.accumulate_container_hints(pod, c))?;
+            if admission.stores_affinity() {
+                self.affinity
+                    .insert((pod.uid.clone(), c.name.clone()), hint);
             }
-            Some(ScopeName::Container) => {
-                for c in pod.all_containers() {
-                    let (hint, admit) = self.calculate_container_affinity(pod, c);
-                    if !admit {
-                        return Err(AdmissionError::TopologyAffinity);
-                    }
-                    self.affinity
-                        .insert((pod.uid.clone(), c.name.clone()), hint);
-                    self.allocate(pod, c, &hint)?;
-                }
-                Ok(())
-            }
-            Some(ScopeName::Pod) => {
-                let (hint, admit) = self.calculate_pod_affinity(pod);
-                if !admit {
-                    return Err(AdmissionError::TopologyAffinity);
-                }
-                for c in pod.all_containers() {
-                    self.affinity
-                        .insert((pod.uid.clone(), c.name.clone()), hint);
-                    self.allocate(pod, c, &hint)?;
-                }
-                Ok(())
-            }
+            self.allocate(pod, c, &hint)?;
         }
+        Ok(())
+    }
+}
+
+/// A policy's `Merge`, as the scopes call it. [`Policy`] is the real one; tests substitute a
+/// recording merger to see exactly what a scope hands to its policy.
+pub trait HintMerger {
+    /// The merged hint and whether the pod may be admitted.
+    fn merge(&self, providers: &[ProviderHints]) -> (TopologyHint, bool);
+}
+
+impl HintMerger for Policy {
+    fn merge(&self, providers: &[ProviderHints]) -> (TopologyHint, bool) {
+        Policy::merge(self, providers)
+    }
+}
+
+/// One pod's admission under a scope (`scope_none.go`, `scope_container.go`, `scope_pod.go`):
+/// when hints are asked for, when the policy merges them, and which hint each container's
+/// allocation follows. [`TopologyManager::admit`] and devicelet's daemon both run through it;
+/// the caller allocates between [`PodAdmission::container_hint`] calls, so in the container
+/// scope each container's hints see what the containers before it took.
+#[derive(Debug)]
+pub enum PodAdmission<'a, M: HintMerger + ?Sized = Policy> {
+    /// The none policy: no hints are asked for and every container gets `{nil, false}`.
+    Unaligned,
+    /// Container scope: each container's hints are merged on their own.
+    PerContainer(&'a M),
+    /// Pod scope: the pod's hints were merged once; every container gets this hint.
+    PerPod(TopologyHint),
+}
+
+impl<'a, M: HintMerger + ?Sized> PodAdmission<'a, M> {
+    /// Starts a pod's admission. `scope` is `None` for the none policy. In the pod scope,
+    /// `pod_hints` (every provider's pod answer, in registration order) is merged here and a
+    /// refusal is [`AdmissionError::TopologyAffinity`]; other scopes never call it.
+    pub fn begin(
+        merger: &'a M,
+        scope: Option<ScopeName>,
+        pod_hints: impl FnOnce() -> Vec<ProviderHints>,
+    ) -> Result<Self, AdmissionError> {
+        match scope {
+            None => Ok(PodAdmission::Unaligned),
+            Some(ScopeName::Container) => Ok(PodAdmission::PerContainer(merger)),
+            Some(ScopeName::Pod) => match merger.merge(&pod_hints()) {
+                (hint, true) => Ok(PodAdmission::PerPod(hint)),
+                (_, false) => Err(AdmissionError::TopologyAffinity),
+            },
+        }
+    }
+
+    /// The hint the next container's allocation must follow. Only the container scope calls
+    /// `container_hints` (every provider's answer for this container) and merges it; a
+    /// refusal is [`AdmissionError::TopologyAffinity`].
+    pub fn container_hint(
+        &self,
+        container_hints: impl FnOnce() -> Vec<ProviderHints>,
+    ) -> Result<TopologyHint, AdmissionError> {
+        match self {
+            PodAdmission::Unaligned => Ok(TopologyHint::default()),
+            PodAdmission::PerPod(hint) => Ok(*hint),
+            PodAdmission::PerContainer(merger) => match merger.merge(&container_hints()) {
+                (hint, true) => Ok(hint),
+                (_, false) => Err(AdmissionError::TopologyAffinity),
+            },
+        }
+    }
+
+    /// Whether `GetAffinity` remembers the containers' hints (not under the none policy).
+    pub fn stores_affinity(&self) -> bool {
+        !matches!(self, PodAdmission::Unaligned)
     }
 }

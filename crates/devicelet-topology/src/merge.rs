@@ -716,3 +716,46 @@ fn best_subset(
     search.visit(0, NumaMask::EMPTY, within);
     search.best.map(|(_, m)| m)
 }
+
+/// Which of two hints [`compare`] keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// The best hint so far stays.
+    Current,
+    /// The new candidate replaces it.
+    Candidate,
+}
+
+/// The kubelet's `HintMerger.compare` as this merge ranks hints: would the kubelet, holding
+/// `current` (`None` before the first candidate) and looking at the merged `candidate`, keep
+/// it or switch? `best_non_preferred` is `BestNonPreferredAffinityCount`. Answered with the
+/// same ranking key the merge searches by, so tests of this function test the merge's order.
+pub fn compare(
+    current: Option<TopologyHint>,
+    candidate: TopologyHint,
+    best_non_preferred: usize,
+    tie: TieBreak<'_>,
+) -> Pick {
+    let candidate_mask = candidate.affinity.unwrap_or_default();
+    // An empty intersection never wins.
+    if candidate_mask.is_empty() {
+        return Pick::Current;
+    }
+    let Some(current) = current else {
+        return Pick::Candidate;
+    };
+    let rank = |h: TopologyHint| {
+        key(
+            h.affinity.unwrap_or_default(),
+            h.preferred,
+            best_non_preferred,
+            &tie,
+        )
+    };
+    // Ties keep the current hint, as the kubelet does.
+    if rank(candidate) < rank(current) {
+        Pick::Candidate
+    } else {
+        Pick::Current
+    }
+}

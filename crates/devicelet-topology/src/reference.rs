@@ -78,7 +78,8 @@ fn pick(tie: &TieBreak<'_>, current: NumaMask, candidate: NumaMask) -> NumaMask 
     }
 }
 
-fn compare(
+/// `HintMerger.compare` branch by branch: the hint the kubelet keeps.
+pub fn compare(
     tie: &TieBreak<'_>,
     best_np: usize,
     current: Option<TopologyHint>,

@@ -3,7 +3,9 @@
 //! `mergeTestCasesClosestNUMA`, single-numa-node `mergeTestCases`) and `TestMaxOfMinAffinityCounts`.
 //! Every case runs through the fast merge, the policy object and the literal reference.
 
-use devicelet_topology::merge::{HintList, TieBreak, max_of_min_affinity_counts};
+use devicelet_topology::merge::{
+    HintList, Pick, TieBreak, compare, filter_single_numa, max_of_min_affinity_counts,
+};
 use devicelet_topology::reference;
 use devicelet_topology::{
     NumaMask, Policy, PolicyName, PolicyOptions, ProviderHints, ResourceHints, TopologyHint,
@@ -655,4 +657,400 @@ fn policy_options_and_names_parse_like_the_kubelet() {
         Ok(PolicyName::BestEffort)
     );
     assert_eq!("pod".parse::<ScopeName>(), Ok(ScopeName::Pod));
+}
+
+/// One `TestCompareHintsNarrowest` row: B, current (None = no hint yet), candidate, and
+/// whether the candidate replaces the current hint.
+type CompareRow = (
+    &'static str,
+    usize,
+    Option<TopologyHint>,
+    TopologyHint,
+    Pick,
+);
+
+fn empty(preferred: bool) -> TopologyHint {
+    TopologyHint::new(NumaMask::EMPTY, preferred)
+}
+
+/// `TestCompareHintsNarrowest` (`tm/policy_test.go`): every branch of `HintMerger.compare`
+/// under Narrowest. Upstream passes B = -1 where it plays no part; 0 here (B is unsigned and
+/// only read when both hints are non-preferred).
+fn compare_hints_narrowest_rows() -> Vec<CompareRow> {
+    use Pick::{Candidate, Current};
+    let (t, f) = (true, false);
+    vec![
+        (
+            "candidate.NUMANodeAffinity.Count() == 0 (1)",
+            0,
+            None,
+            empty(f),
+            Current,
+        ),
+        (
+            "candidate.NUMANodeAffinity.Count() == 0 (2)",
+            0,
+            Some(empty(t)),
+            empty(f),
+            Current,
+        ),
+        ("current == nil (1)", 0, None, h(&[0], t), Candidate),
+        ("current == nil (2)", 0, None, h(&[0], f), Candidate),
+        (
+            "!current.Preferred && candidate.Preferred",
+            0,
+            Some(h(&[0], f)),
+            h(&[0], t),
+            Candidate,
+        ),
+        (
+            "current.Preferred && !candidate.Preferred",
+            0,
+            Some(h(&[0], t)),
+            h(&[0], f),
+            Current,
+        ),
+        (
+            "current.Preferred && candidate.Preferred (1)",
+            0,
+            Some(h(&[0], t)),
+            h(&[0], t),
+            Current,
+        ),
+        (
+            "current.Preferred && candidate.Preferred (2)",
+            0,
+            Some(h(&[0, 1], t)),
+            h(&[0], t),
+            Candidate,
+        ),
+        (
+            "current.Preferred && candidate.Preferred (3)",
+            0,
+            Some(h(&[0], t)),
+            h(&[0, 1], t),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (1.1)",
+            1,
+            Some(h(&[0, 1], f)),
+            h(&[0, 1], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (1.2)",
+            1,
+            Some(h(&[1, 2], f)),
+            h(&[0, 1], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (1.3)",
+            1,
+            Some(h(&[0, 1], f)),
+            h(&[1, 2], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (2.1)",
+            2,
+            Some(h(&[0, 1], f)),
+            h(&[0], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (2.2)",
+            2,
+            Some(h(&[0, 1], f)),
+            h(&[0, 1], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (2.3)",
+            2,
+            Some(h(&[1, 2], f)),
+            h(&[0, 1], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (2.4)",
+            2,
+            Some(h(&[0, 1], f)),
+            h(&[1, 2], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3a)",
+            2,
+            Some(h(&[0], f)),
+            h(&[0, 1, 2], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3b)",
+            2,
+            Some(h(&[0], f)),
+            h(&[0, 1], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3ca.1)",
+            3,
+            Some(h(&[0], f)),
+            h(&[0, 1], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3ca.2)",
+            3,
+            Some(h(&[0], f)),
+            h(&[1, 2], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3ca.3)",
+            4,
+            Some(h(&[0, 1], f)),
+            h(&[1, 2, 3], f),
+            Candidate,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3cb)",
+            4,
+            Some(h(&[1, 2, 3], f)),
+            h(&[0, 1], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3cc.1)",
+            4,
+            Some(h(&[0, 1, 2], f)),
+            h(&[0, 1, 2], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3cc.2)",
+            4,
+            Some(h(&[0, 1, 2], f)),
+            h(&[1, 2, 3], f),
+            Current,
+        ),
+        (
+            "!current.Preferred && !candidate.Preferred (3cc.3)",
+            4,
+            Some(h(&[1, 2, 3], f)),
+            h(&[0, 1, 2], f),
+            Candidate,
+        ),
+    ]
+}
+
+/// Branches upstream's table leaves out (c = count of current, d = of the candidate).
+fn compare_hints_extra_rows() -> Vec<CompareRow> {
+    use Pick::{Candidate, Current};
+    let f = false;
+    vec![
+        (
+            "devicelet: c > B, d < B: narrower candidate wins",
+            1,
+            Some(h(&[0, 1], f)),
+            h(&[2], f),
+            Candidate,
+        ),
+        (
+            "devicelet: c > B, d > c: current stays",
+            1,
+            Some(h(&[0, 1], f)),
+            h(&[0, 1, 2], f),
+            Current,
+        ),
+        (
+            "devicelet: c > B, d == B: candidate wins",
+            2,
+            Some(h(&[0, 1, 2], f)),
+            h(&[2, 3], f),
+            Candidate,
+        ),
+        (
+            "devicelet: c == B, d > B: current stays",
+            2,
+            Some(h(&[2, 3], f)),
+            h(&[0, 1, 2], f),
+            Current,
+        ),
+        (
+            "devicelet: c < B, d > B, candidate lower bits: current stays",
+            3,
+            Some(h(&[3], f)),
+            h(&[0, 1, 2, 3], f),
+            Current,
+        ),
+        (
+            "devicelet: c < B, d < c: current stays",
+            4,
+            Some(h(&[1, 2], f)),
+            h(&[0], f),
+            Current,
+        ),
+        (
+            "devicelet: preferred beats a narrower non-preferred",
+            1,
+            Some(h(&[0], f)),
+            h(&[0, 1, 2], true),
+            Candidate,
+        ),
+    ]
+}
+
+fn check_compare_rows(rows: Vec<CompareRow>, distances: Option<&[Vec<u32>]>) {
+    for (name, b, current, candidate, expected) in rows {
+        let tie = match distances {
+            Some(d) => TieBreak::Closest(d),
+            None => TieBreak::Narrowest,
+        };
+        assert_eq!(
+            compare(current, candidate, b, tie),
+            expected,
+            "fast merge order: {name}"
+        );
+        let kept = reference::compare(&tie, b, current, candidate);
+        let wanted = match expected {
+            Pick::Current => current,
+            Pick::Candidate => Some(candidate),
+        };
+        assert_eq!(kept, wanted, "literal kubelet compare: {name}");
+    }
+}
+
+#[test]
+fn compare_hints_narrowest() {
+    let rows = compare_hints_narrowest_rows();
+    assert_eq!(rows.len(), 25, "upstream TestCompareHintsNarrowest rows");
+    check_compare_rows(rows, None);
+    check_compare_rows(compare_hints_extra_rows(), None);
+}
+
+/// `TestClosest` (`tm/numa_info_test.go`): `NUMAInfo.Closest(candidate, current)`, checked as
+/// two preferred hints of equal standing so only the mask comparison decides.
+#[test]
+fn closest() {
+    let flat3 = vec![vec![10u32; 3]; 3];
+    let flat4 = vec![vec![10u32; 4]; 4];
+    let paired = vec![
+        vec![10, 11, 12, 12],
+        vec![11, 10, 12, 12],
+        vec![12, 12, 10, 11],
+        vec![12, 12, 11, 10],
+    ];
+    type ClosestRow<'a> = (
+        &'static str,
+        &'static [usize],
+        &'static [usize],
+        &'a [Vec<u32>],
+        Pick,
+    );
+    let rows: Vec<ClosestRow<'_>> = vec![
+        (
+            "current and candidate length is not the same, current narrower",
+            &[0],
+            &[0, 2],
+            &[],
+            Pick::Current,
+        ),
+        (
+            "current and candidate length is the same, distance is the same, current more lower bits set",
+            &[0, 1],
+            &[0, 2],
+            &flat3,
+            Pick::Current,
+        ),
+        (
+            "current and candidate length is the same, distance is the same, candidate more lower bits set",
+            &[0, 3],
+            &[0, 2],
+            &flat4,
+            Pick::Candidate,
+        ),
+        (
+            "current and candidate length is the same, candidate average distance is smaller",
+            &[0, 3],
+            &[0, 1],
+            &paired,
+            Pick::Candidate,
+        ),
+        (
+            "current and candidate length is the same, current average distance is smaller",
+            &[2, 3],
+            &[0, 3],
+            &paired,
+            Pick::Current,
+        ),
+    ];
+    assert_eq!(rows.len(), 5);
+    for (name, current, candidate, d, expected) in rows {
+        check_compare_rows(
+            vec![(
+                name,
+                0,
+                Some(h(current, true)),
+                h(candidate, true),
+                expected,
+            )],
+            Some(d),
+        );
+    }
+}
+
+/// `TestPolicySingleNumaNodeFilterHints` (`tm/policy_single_numa_node_test.go`): only
+/// preferred hints that are nil or one node survive; a list may end up empty.
+#[test]
+fn policy_single_numa_node_filter_hints() {
+    let (t, f) = (true, false);
+    type FilterRow = (&'static str, Vec<Vec<TopologyHint>>, Vec<Vec<TopologyHint>>);
+    let rows: Vec<FilterRow> = vec![
+        ("filter empty resources", vec![], vec![]),
+        (
+            "filter hints with nil socket mask 1/2",
+            vec![vec![nil(f)], vec![nil(t)]],
+            vec![vec![], vec![nil(t)]],
+        ),
+        (
+            "filter hints with nil socket mask 2/2",
+            vec![vec![h(&[0], t), nil(f)], vec![h(&[1], t), nil(t)]],
+            vec![vec![h(&[0], t)], vec![h(&[1], t), nil(t)]],
+        ),
+        (
+            "filter hints with empty resource socket mask",
+            vec![vec![h(&[1], t), h(&[0], t), nil(f)], vec![]],
+            vec![vec![h(&[1], t), h(&[0], t)], vec![]],
+        ),
+        (
+            "filter hints with wide sockemask",
+            vec![
+                vec![
+                    h(&[0], t),
+                    h(&[1], t),
+                    h(&[1, 2], f),
+                    h(&[0, 1, 2], f),
+                    nil(f),
+                ],
+                vec![h(&[1, 2], f), h(&[0, 1, 2], f), h(&[0, 2], f), h(&[3], f)],
+                vec![h(&[1, 2], f), h(&[0, 1, 2], f), h(&[0, 2], f)],
+            ],
+            vec![vec![h(&[0], t), h(&[1], t)], vec![], vec![]],
+        ),
+    ];
+    assert_eq!(rows.len(), 5);
+    for (name, input, expected) in rows {
+        let lists: Vec<HintList<'static>> = input.into_iter().map(HintList::Explicit).collect();
+        let got: Vec<Vec<TopologyHint>> = filter_single_numa(lists)
+            .into_iter()
+            .map(|l| match l {
+                HintList::Explicit(h) => h,
+                HintList::Family(_) => panic!("{name}: explicit lists stay explicit"),
+            })
+            .collect();
+        assert_eq!(got, expected, "{name}");
+    }
 }
