@@ -460,3 +460,225 @@ async fn device_on_a_numa_node_the_machine_lacks_is_named_in_the_rejection() {
     );
     assert_eq!(plugin.terminate().await, 0);
 }
+
+/// A config file for a described machine (`devicelet.machine` as a flow mapping).
+fn config_for(root: &Root, name: &str, fields: &str, machine: &str) -> String {
+    let text = format!("{fields}\ndevicelet:\n  machine: {machine}\n");
+    let path = root.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+/// 4 nodes where 0-2 and 1-3 are close and every other pair is far, so the closest pair for
+/// node 0 is not the narrowest-integer pair {0,1}.
+const FOUR_NODES_PAIRED: &str = "{nodes: 4, cpusPerNode: 2, distances: [[10, 30, 12, 30], [30, 10, 30, 12], [12, 30, 10, 30], [30, 12, 30, 10]]}";
+
+/// NUMA node of example-plugin device `gpu-<i>` with `devices` spread over `numa` nodes.
+fn node_in(id: &str, devices: usize, numa: usize) -> usize {
+    let i: usize = id.rsplit('-').next().unwrap().parse().unwrap();
+    i * numa / devices
+}
+
+fn nodes_in(ids: &[String], devices: usize, numa: usize) -> Vec<usize> {
+    let mut n: Vec<usize> = ids.iter().map(|i| node_in(i, devices, numa)).collect();
+    n.sort_unstable();
+    n.dedup();
+    n
+}
+
+#[tokio::test]
+async fn prefer_closest_numa_nodes_picks_the_closest_pair_on_a_4_node_machine() {
+    // 16 devices, 4 per node: 5 devices need two nodes. Narrowest takes {0,1} (the smaller
+    // integer); with prefer-closest-numa-nodes the distances make {0,2} the better pair.
+    for (options, pair) in [
+        ("", [0, 1]),
+        (
+            "topologyManagerPolicyOptions: {prefer-closest-numa-nodes: \"true\"}",
+            [0, 2],
+        ),
+    ] {
+        for policy in ["best-effort", "restricted"] {
+            let root = Root::new();
+            let cfg = config_for(
+                &root,
+                "c.yaml",
+                &format!("topologyManagerPolicy: {policy}\n{options}"),
+                FOUR_NODES_PAIRED,
+            );
+            let _serve = root.serve(&["--config", &cfg]).await;
+            let plugin =
+                root.example_plugin(&["--resource", GPU, "--devices", "16", "--numa-nodes", "4"]);
+            root.wait_counts(GPU, 16, 16).await;
+            let a = admit(&root, "a", "uid-a", &[("c", 5, None)]).await.unwrap();
+            let what = format!("{policy} {options:?}: {a}");
+            // A pair is as narrow as 5 devices allow, so it is preferred and restricted admits.
+            assert_eq!(
+                a["containers"][0]["numaAffinity"],
+                serde_json::json!(pair),
+                "{what}"
+            );
+            assert_eq!(nodes_in(&devices(&a, 0), 16, 4), pair, "{what}");
+            assert_eq!(plugin.terminate().await, 0);
+        }
+    }
+}
+
+#[tokio::test]
+async fn max_allowable_numa_nodes_admits_machines_beyond_8_nodes() {
+    let root = Root::new();
+    let twelve = "{nodes: 12, cpusPerNode: 1}";
+    // Without the option the kubelet's limit of 8 nodes stops startup.
+    let cfg = config_for(
+        &root,
+        "default.yaml",
+        "topologyManagerPolicy: restricted",
+        twelve,
+    );
+    let (code, log) = root
+        .spawn("serve", &["serve", "--config", &cfg])
+        .wait_exit()
+        .await;
+    assert_ne!(code, 0);
+    assert!(
+        log.contains("unsupported on machines with more than 8 NUMA Nodes"),
+        "{log}"
+    );
+    // A limit below the machine's size is named too.
+    let cfg = config_for(
+        &root,
+        "ten.yaml",
+        "topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"10\"}",
+        twelve,
+    );
+    let (code, log) = root
+        .spawn("serve", &["serve", "--config", &cfg])
+        .wait_exit()
+        .await;
+    assert_ne!(code, 0);
+    assert!(
+        log.contains("unsupported on machines with more than 10 NUMA Nodes"),
+        "{log}"
+    );
+
+    // Raised to 16: the 12-node machine runs and admissions are aligned on it.
+    let cfg = config_for(
+        &root,
+        "sixteen.yaml",
+        "topologyManagerPolicy: restricted\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"16\"}",
+        twelve,
+    );
+    let _serve = root.serve(&["--config", &cfg]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "24", "--numa-nodes", "12"]);
+    root.wait_counts(GPU, 24, 24).await;
+    // 2 devices per node: 3 need a pair, the narrowest one first.
+    let a = admit(&root, "a", "uid-a", &[("c", 3, None)]).await.unwrap();
+    assert_eq!(
+        a["containers"][0]["numaAffinity"],
+        serde_json::json!([0, 1]),
+        "{a}"
+    );
+    assert_eq!(nodes_in(&devices(&a, 0), 24, 12), [0, 1]);
+    // Nodes 0 and 1 have one device left between them: 2 devices go to node 2 alone.
+    let b = admit(&root, "b", "uid-b", &[("c", 2, None)]).await.unwrap();
+    assert_eq!(
+        b["containers"][0]["numaAffinity"],
+        serde_json::json!([2]),
+        "{b}"
+    );
+    assert_eq!(plugin.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn max_allowable_numa_nodes_on_a_4_node_machine_changes_nothing() {
+    // The option only raises the limit; on a small machine admission is as without it.
+    let root = Root::new();
+    let cfg = config_for(
+        &root,
+        "c.yaml",
+        "topologyManagerPolicy: single-numa-node\ntopologyManagerPolicyOptions: {max-allowable-numa-nodes: \"64\"}",
+        FOUR_NODES_PAIRED,
+    );
+    let _serve = root.serve(&["--config", &cfg]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "16", "--numa-nodes", "4"]);
+    root.wait_counts(GPU, 16, 16).await;
+    for (uid, want) in [("uid-a", 0), ("uid-b", 1), ("uid-c", 2), ("uid-d", 3)] {
+        let got = admit(&root, uid, uid, &[("c", 3, None)]).await.unwrap();
+        assert_eq!(nodes_in(&devices(&got, 0), 16, 4), [want], "{got}");
+    }
+    // One free device per node: 2 fit no single node.
+    let err = admit(&root, "e", "uid-e", &[("c", 2, None)])
+        .await
+        .unwrap_err();
+    assert!(err.contains("TopologyAffinityError"), "{err}");
+    assert_eq!(plugin.terminate().await, 0);
+}
+
+/// Ecosystem A6 row 41: pods admitted at the same time must each see what the others took.
+/// 10 pods of 2 devices hit a 4-node machine with 4 devices per node at once under
+/// single-numa-node: exactly 8 fit, each on one node, no device twice; the 2 others are
+/// refused with TopologyAffinityError and leave nothing behind.
+#[tokio::test]
+async fn burst_of_concurrent_admissions_keeps_single_numa_alignment() {
+    let root = Root::new();
+    let cfg = config_for(
+        &root,
+        "c.yaml",
+        "topologyManagerPolicy: single-numa-node\ntopologyManagerScope: pod",
+        FOUR_NODES_PAIRED,
+    );
+    let _serve = root.serve(&["--config", &cfg]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "16", "--numa-nodes", "4"]);
+    root.wait_counts(GPU, 16, 16).await;
+
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let uid = format!("uid-{i}");
+        let path = root.path().join(format!("{uid}.yaml"));
+        std::fs::write(&path, pod_yaml(&format!("p{i}"), &uid, &[("c", 2, None)])).unwrap();
+        let dir = root.path().to_path_buf();
+        burst.spawn(async move {
+            let file = path.display().to_string();
+            (uid, cli(&dir, &["admit", "-f", &file, "-o", "json"]).await)
+        });
+    }
+    let mut taken: Vec<String> = Vec::new();
+    let mut admitted = 0;
+    let mut refused = 0;
+    while let Some(joined) = burst.join_next().await {
+        let (uid, (code, stdout, stderr)) = joined.unwrap();
+        if code == 0 {
+            let pod: Value = serde_json::from_str(&stdout).unwrap();
+            let ids = devices(&pod, 0);
+            assert_eq!(ids.len(), 2, "{uid}: {pod}");
+            let on = nodes_in(&ids, 16, 4);
+            assert_eq!(on.len(), 1, "{uid} spans NUMA nodes: {pod}");
+            assert_eq!(
+                pod["containers"][0]["numaAffinity"],
+                serde_json::json!(on),
+                "{uid}"
+            );
+            taken.extend(ids);
+            admitted += 1;
+        } else {
+            assert!(stderr.contains("TopologyAffinityError"), "{uid}: {stderr}");
+            refused += 1;
+        }
+    }
+    assert_eq!((admitted, refused), (8, 2));
+    let mut unique = taken.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        taken.len(),
+        "a device was given twice: {taken:?}"
+    );
+    assert_eq!(unique.len(), 16);
+    assert_eq!(pods_count(&root).await, 8);
+    // Every device is held, so the refused pods left nothing allocated and nothing is free.
+    let err = admit(&root, "late", "uid-late", &[("c", 1, None)])
+        .await
+        .unwrap_err();
+    assert!(err.contains("TopologyAffinityError"), "{err}");
+    assert_eq!(plugin.terminate().await, 0);
+}
