@@ -665,3 +665,126 @@ async fn b15_failed_unprepare_is_counted_as_an_error() {
         "{text}"
     );
 }
+
+/// `(claim namespace, claim name, driver, pool, device, CDI names)` of one `ClaimResource`.
+type ClaimRow = (String, String, String, String, String, Vec<String>);
+
+fn dynamic_rows(
+    container: &devicelet_proto::podresources::v1::ContainerResources,
+) -> Vec<ClaimRow> {
+    let mut rows: Vec<ClaimRow> = container
+        .dynamic_resources
+        .iter()
+        .flat_map(|d| {
+            d.claim_resources.iter().map(|r| {
+                (
+                    d.claim_namespace.clone(),
+                    d.claim_name.clone(),
+                    r.driver_name.clone(),
+                    r.pool_name.clone(),
+                    r.device_name.clone(),
+                    r.cdi_devices.iter().map(|c| c.name.clone()).collect(),
+                )
+            })
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test]
+async fn b14_pod_resources_list_and_get_report_prepared_claims_as_dynamic_resources() {
+    use devicelet_proto::podresources::v1;
+    use v1::pod_resources_lister_client::PodResourcesListerClient;
+
+    let node = Node::start(&[]).await;
+    let (code, out) = node
+        .admit("pod-p", &[("s", "shared", false), ("own", "one-gpu", true)])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    // What admit reported is what PodResources must report.
+    let admitted: Value = serde_json::from_str(&out).unwrap();
+    let mut want: Vec<ClaimRow> = admitted["containers"][0]["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["namespace"].as_str().unwrap().to_owned(),
+                c["claim"].as_str().unwrap().to_owned(),
+                c["driver"].as_str().unwrap().to_owned(),
+                c["pool"].as_str().unwrap().to_owned(),
+                c["device"].as_str().unwrap().to_owned(),
+                c["cdiDevices"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_owned())
+                    .collect(),
+            )
+        })
+        .collect();
+    want.sort();
+    assert_eq!(want.len(), 2, "{out}");
+    assert!(want.iter().any(|r| r.1 == "shared"));
+    assert!(
+        want.iter().any(|r| r.1.starts_with("pod-pod-p-own-")),
+        "template claim: {want:?}"
+    );
+    for r in &want {
+        assert_eq!(r.0, "default");
+        assert_eq!(r.2, DRIVER);
+        assert!(!r.3.is_empty(), "pool = the driver's pool (host name)");
+        assert_eq!(r.5.len(), 1);
+        assert!(r.5[0].starts_with("gpu.example.com/device="), "{r:?}");
+    }
+
+    let channel = devicelet_rpc::transport::dial(
+        &node.root.paths.pod_resources_socket,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let mut client = PodResourcesListerClient::new(channel);
+    let list = client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let pod = list
+        .pod_resources
+        .iter()
+        .find(|p| p.name == "pod-pod-p" && p.namespace == "default")
+        .unwrap_or_else(|| panic!("pod missing from List: {list:?}"));
+    assert_eq!(pod.containers.len(), 1);
+    assert_eq!(pod.containers[0].name, "ctr");
+    assert!(
+        pod.containers[0].devices.is_empty(),
+        "no device-plugin devices"
+    );
+    assert_eq!(dynamic_rows(&pod.containers[0]), want);
+
+    let got = client
+        .get(v1::GetPodResourcesRequest {
+            pod_name: "pod-pod-p".to_owned(),
+            pod_namespace: "default".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .pod_resources
+        .unwrap();
+    assert_eq!(dynamic_rows(&got.containers[0]), want);
+
+    // Removed: unprepared and gone from List.
+    node.ok(&["remove", "pod-p"]).await;
+    let list = client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        !list.pod_resources.iter().any(|p| p.name == "pod-pod-p"),
+        "{list:?}"
+    );
+}
