@@ -7,11 +7,15 @@
 //! and alerts written for a kubelet work unchanged. Help texts carry the `[ALPHA]` prefix the
 //! kubelet's component-base adds. devicelet's own metrics are prefixed `devicelet_`.
 //!
-//! The output is OpenMetrics text (prometheus-client). Like client_golang when a scraper asks
-//! for OpenMetrics, every counter sample ends in `_total`: the kubelet's
-//! `kubelet_pod_resources_endpoint_requests_list` therefore appears as
-//! `kubelet_pod_resources_endpoint_requests_list_total`, exactly what a kubelet serves to the
-//! same scraper.
+//! prometheus-client renders OpenMetrics, where every counter sample ends in `_total` (as
+//! client_golang's OpenMetrics output does). [`Metrics::encode`] turns that into the Prometheus
+//! text format 0.0.4 the kubelet serves by default, with every kubelet metric under its exact
+//! kubelet name and type: counters the kubelet names without `_total`
+//! (`kubelet_pod_resources_endpoint_requests_list`,
+//! `kubelet_container_aligned_compute_resources_count`, ... see [`KUBELET_BARE_COUNTERS`]) keep
+//! their bare name there. Those names (and `kubelet_topology_manager_admission_duration_ms`)
+//! fail promtool's lint exactly as the kubelet's own do; upstream exempts them in
+//! `component-base/metrics/testutil/promlint.go`. devicelet's own metrics are lint-clean.
 //!
 //! There is no global registry: a [`Metrics`] is created by whoever wires the node (the daemon)
 //! and handed to each manager; clones share every series. Recording is lock-free per series
@@ -34,6 +38,19 @@ pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The `Content-Type` of [`Metrics::encode_openmetrics`]'s output.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Counters the kubelet names without `_total` (`pkg/kubelet/metrics/metrics.go`): in the text
+/// format their samples carry exactly this name, not `<name>_total`.
+pub const KUBELET_BARE_COUNTERS: [&str; 8] = [
+    "kubelet_pod_resources_endpoint_requests_list",
+    "kubelet_pod_resources_endpoint_requests_get_allocatable",
+    "kubelet_pod_resources_endpoint_requests_get",
+    "kubelet_pod_resources_endpoint_errors_list",
+    "kubelet_pod_resources_endpoint_errors_get_allocatable",
+    "kubelet_pod_resources_endpoint_errors_get",
+    "kubelet_container_aligned_compute_resources_count",
+    "kubelet_container_aligned_compute_resources_failure_count",
+];
 
 /// client_golang's `DefBuckets`, used by the kubelet's device-plugin allocation histogram.
 pub const DEF_BUCKETS: [f64; 11] = [
@@ -61,6 +78,12 @@ fn fast_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
 }
 
+/// `ExponentialBuckets(.05, 2, 15)`: `kubelet_topology_manager_admission_duration_ms`
+/// (0.05 ms … 819.2 ms).
+fn topology_admission_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.05, 2.0, 15))
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// `{resource_name}`.
@@ -73,6 +96,47 @@ struct ResourceLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ApiVersionLabel {
     server_api_version: String,
+}
+
+/// `{boundary, scope}` of `kubelet_container_aligned_compute_resources_*count` (the kubelet's
+/// text output sorts label names, so `boundary` comes first).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlignLabels {
+    boundary: String,
+    scope: String,
+}
+
+/// `scope` label of the aligned-compute-resources counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignScope {
+    /// Topology Manager scope `container`, or the CPU manager (always per container).
+    Container,
+    /// Topology Manager scope `pod`.
+    Pod,
+}
+
+/// `boundary` label of the aligned-compute-resources counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignBoundary {
+    /// Topology Manager `single-numa-node`.
+    NumaNode,
+    /// CPU manager `full-pcpus-only`.
+    PhysicalCpu,
+}
+
+fn align_labels(scope: AlignScope, boundary: AlignBoundary) -> AlignLabels {
+    AlignLabels {
+        boundary: match boundary {
+            AlignBoundary::NumaNode => "numa_node",
+            AlignBoundary::PhysicalCpu => "physical_cpu",
+        }
+        .to_owned(),
+        scope: match scope {
+            AlignScope::Container => "container",
+            AlignScope::Pod => "pod",
+        }
+        .to_owned(),
+    }
 }
 
 /// `{operation_name, is_error}` of `dra_operations_duration_seconds`.
@@ -173,6 +237,9 @@ struct Families {
     // kubelet: Topology and CPU managers
     tm_admission_requests: Counter,
     tm_admission_errors: Counter,
+    tm_admission_duration: Histogram,
+    aligned: Family<AlignLabels, Counter>,
+    aligned_failures: Family<AlignLabels, Counter>,
     cpu_pinning_requests: Counter,
     cpu_pinning_errors: Counter,
     // kubelet: DRA
@@ -234,6 +301,9 @@ impl Metrics {
             pr_errors_get: Family::default(),
             tm_admission_requests: Counter::default(),
             tm_admission_errors: Counter::default(),
+            tm_admission_duration: topology_admission_buckets(),
+            aligned: Family::default(),
+            aligned_failures: Family::default(),
             cpu_pinning_requests: Counter::default(),
             cpu_pinning_errors: Counter::default(),
             dra_operations: Family::new_with_constructor(dra_buckets),
@@ -311,6 +381,28 @@ impl Metrics {
             alpha("The number of admission request failures where resources could not be aligned"),
             f.tm_admission_errors.clone(),
         );
+        r.register(
+            "kubelet_topology_manager_admission_duration_ms",
+            alpha("Duration in milliseconds to serve a pod admission request"),
+            f.tm_admission_duration.clone(),
+        );
+        r.register(
+            "kubelet_container_aligned_compute_resources_count",
+            alpha("Cumulative number of aligned compute resources allocated to containers by alignment type"),
+            f.aligned.clone(),
+        );
+        r.register(
+            "kubelet_container_aligned_compute_resources_failure_count",
+            alpha("Cumulative number of failures to allocate aligned compute resources to containers by alignment type"),
+            f.aligned_failures.clone(),
+        );
+        // The kubelet's topology manager (always created) makes these four series exist at
+        // zero from the start (`topology_manager.go` initializeMetrics).
+        for scope in [AlignScope::Container, AlignScope::Pod] {
+            let labels = align_labels(scope, AlignBoundary::NumaNode);
+            drop(f.aligned.get_or_create(&labels));
+            drop(f.aligned_failures.get_or_create(&labels));
+        }
         r.register(
             "kubelet_cpu_manager_pinning_requests",
             alpha("The number of cpu core allocations which required pinning"),
@@ -466,16 +558,36 @@ impl Metrics {
 
     // ---- kubelet: Topology and CPU managers ------------------------------------------------
 
-    /// One Topology Manager admission (only for pods whose resources have to be aligned).
-    /// The kubelet's `kubelet_topology_manager_admission_duration_ms` is not exported: its
-    /// name fails `promtool check metrics` (abbreviated unit); admission time is in
-    /// `devicelet_pod_admission_duration_seconds`.
-    pub fn topology_admission(&self, failed: bool) {
+    /// One Topology Manager admission, as the kubelet's `Admit` counts it (every pod, any
+    /// policy): `kubelet_topology_manager_admission_requests_total`, `..._errors_total` when
+    /// it was refused or an allocation failed, and `kubelet_topology_manager_admission_duration_ms`.
+    /// Upstream observes whole milliseconds (`Duration.Milliseconds()`); we keep the fraction,
+    /// since devicelet's admissions are mostly well under 1 ms.
+    pub fn topology_admission(&self, failed: bool, took: Duration) {
         let f = self.f();
         f.tm_admission_requests.inc();
         if failed {
             f.tm_admission_errors.inc();
         }
+        f.tm_admission_duration.observe(took.as_secs_f64() * 1000.0);
+    }
+
+    /// `kubelet_container_aligned_compute_resources_count{boundary, scope}` (or
+    /// `..._failure_count` when `failed`): an allocation whose alignment is guaranteed
+    /// (`single-numa-node`: NUMA; `full-pcpus-only`: physical CPUs) succeeded or failed.
+    pub fn aligned_compute_resources(
+        &self,
+        scope: AlignScope,
+        boundary: AlignBoundary,
+        failed: bool,
+    ) {
+        let f = self.f();
+        let family = if failed {
+            &f.aligned_failures
+        } else {
+            &f.aligned
+        };
+        family.get_or_create(&align_labels(scope, boundary)).inc();
     }
 
     /// One CPU manager allocation that required pinning.
@@ -616,7 +728,8 @@ impl Metrics {
 
 /// Rewrites prometheus-client's OpenMetrics text into the Prometheus text format 0.0.4: drops
 /// `# EOF` and `# UNIT`, and gives counter families their sample name (`x_total`) on the
-/// `# HELP`/`# TYPE` lines, since the 0.0.4 parser ties samples to families by exact name.
+/// `# HELP`/`# TYPE` lines, since the 0.0.4 parser ties samples to families by exact name;
+/// the kubelet's [`KUBELET_BARE_COUNTERS`] instead lose `_total` on their samples.
 fn openmetrics_to_text(openmetrics: &str) -> String {
     let mut out = String::with_capacity(openmetrics.len());
     let mut family: Vec<&str> = Vec::new();
@@ -638,6 +751,28 @@ fn flush_family(out: &mut String, lines: &[&str]) {
     let counter = lines
         .iter()
         .any(|l| l.starts_with("# TYPE ") && l.ends_with(" counter"));
+    let bare = counter
+        .then(|| {
+            lines.iter().find_map(|l| {
+                let name = l.strip_prefix("# TYPE ")?.strip_suffix(" counter")?;
+                KUBELET_BARE_COUNTERS.contains(&name).then_some(name)
+            })
+        })
+        .flatten();
+    if let Some(name) = bare {
+        let sample = format!("{name}_total");
+        for line in lines {
+            match line.strip_prefix(sample.as_str()) {
+                Some(rest) if rest.starts_with(['{', ' ']) => {
+                    out.push_str(name);
+                    out.push_str(rest);
+                }
+                _ => out.push_str(line),
+            }
+            out.push('\n');
+        }
+        return;
+    }
     for line in lines {
         let header = ["# HELP ", "# TYPE "]
             .into_iter()
@@ -746,21 +881,18 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(
-            get("kubelet_pod_resources_endpoint_requests_list_total", v1),
+            get("kubelet_pod_resources_endpoint_requests_list", v1),
             Some(1.0)
         );
         assert_eq!(
-            get("kubelet_pod_resources_endpoint_requests_get_total", v1),
+            get("kubelet_pod_resources_endpoint_requests_get", v1),
             Some(1.0)
         );
         assert_eq!(
-            get("kubelet_pod_resources_endpoint_errors_get_total", v1),
+            get("kubelet_pod_resources_endpoint_errors_get", v1),
             Some(1.0)
         );
-        assert_eq!(
-            get("kubelet_pod_resources_endpoint_errors_list_total", v1),
-            None
-        );
+        assert_eq!(get("kubelet_pod_resources_endpoint_errors_list", v1), None);
     }
 
     #[test]
@@ -866,7 +998,7 @@ mod tests {
         m.pod_rejected("UnexpectedAdmissionError");
         m.checkpoint_write("kubelet_internal_checkpoint", Duration::from_millis(4));
         m.device_plugin_rpc("r/a", "Allocate", "OK", Duration::from_micros(300));
-        m.topology_admission(true);
+        m.topology_admission(true, Duration::from_micros(300));
         m.cpu_pinning(false);
         let text = m.encode();
         assert_eq!(
@@ -906,5 +1038,153 @@ mod tests {
             line_value(&text, "kubelet_cpu_manager_pinning_requests_total"),
             Some(1.0)
         );
+    }
+
+    /// Every kubelet metric comes out of [`Metrics::encode`] under its exact kubelet name and
+    /// type (`pkg/kubelet/metrics/metrics.go`, `pkg/kubelet/cm/dra/metrics`).
+    #[test]
+    fn kubelet_metrics_have_the_kubelet_names_and_types() {
+        let m = Metrics::new();
+        m.device_plugin_registration("r/a");
+        m.device_plugin_allocation("r/a", Duration::from_millis(3));
+        for method in [
+            PodResourcesMethod::List,
+            PodResourcesMethod::GetAllocatableResources,
+            PodResourcesMethod::Get,
+        ] {
+            m.pod_resources_request(PodResourcesVersion::V1, method, true);
+        }
+        m.topology_admission(true, Duration::from_micros(1500));
+        m.aligned_compute_resources(AlignScope::Container, AlignBoundary::NumaNode, false);
+        m.aligned_compute_resources(AlignScope::Pod, AlignBoundary::NumaNode, true);
+        m.cpu_pinning(true);
+        m.dra_operation("PrepareResources", false, Duration::from_millis(200));
+        m.dra_grpc_operation("d", "/m", "OK", Duration::from_millis(1));
+        m.set_dra_claims_in_use(0, []);
+        let text = m.encode();
+        let kubelet = [
+            ("kubelet_device_plugin_registration_total", "counter"),
+            ("kubelet_device_plugin_alloc_duration_seconds", "histogram"),
+            ("kubelet_pod_resources_endpoint_requests_total", "counter"),
+            ("kubelet_pod_resources_endpoint_requests_list", "counter"),
+            (
+                "kubelet_pod_resources_endpoint_requests_get_allocatable",
+                "counter",
+            ),
+            ("kubelet_pod_resources_endpoint_requests_get", "counter"),
+            ("kubelet_pod_resources_endpoint_errors_list", "counter"),
+            (
+                "kubelet_pod_resources_endpoint_errors_get_allocatable",
+                "counter",
+            ),
+            ("kubelet_pod_resources_endpoint_errors_get", "counter"),
+            (
+                "kubelet_topology_manager_admission_requests_total",
+                "counter",
+            ),
+            ("kubelet_topology_manager_admission_errors_total", "counter"),
+            (
+                "kubelet_topology_manager_admission_duration_ms",
+                "histogram",
+            ),
+            (
+                "kubelet_container_aligned_compute_resources_count",
+                "counter",
+            ),
+            (
+                "kubelet_container_aligned_compute_resources_failure_count",
+                "counter",
+            ),
+            ("kubelet_cpu_manager_pinning_requests_total", "counter"),
+            ("kubelet_cpu_manager_pinning_errors_total", "counter"),
+            ("dra_operations_duration_seconds", "histogram"),
+            ("dra_grpc_operations_duration_seconds", "histogram"),
+            ("dra_resource_claims_in_use", "gauge"),
+        ];
+        for (name, kind) in kubelet {
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name} {kind}\n{text}"
+            );
+            assert!(text.contains(&format!("# HELP {name} [ALPHA] ")), "{name}");
+            let sample = match kind {
+                "histogram" => format!("{name}_count"),
+                _ => name.to_owned(),
+            };
+            assert!(
+                text.lines().any(|l| l
+                    .strip_prefix(sample.as_str())
+                    .is_some_and(|r| r.starts_with(['{', ' ']))),
+                "no sample of {name}\n{text}"
+            );
+        }
+        // No other family: only these kubelet names and devicelet's own.
+        for family in text.lines().filter_map(|l| l.strip_prefix("# TYPE ")) {
+            let name = family.split(' ').next().unwrap_or_default();
+            assert!(
+                name.starts_with("devicelet_") || kubelet.iter().any(|(n, _)| *n == name),
+                "unexpected family {family}"
+            );
+        }
+        for name in KUBELET_BARE_COUNTERS {
+            assert!(!text.contains(&format!("{name}_total")), "{name}_total");
+        }
+        let v1 = "{server_api_version=\"v1\"}";
+        for name in KUBELET_BARE_COUNTERS.iter().take(6) {
+            assert_eq!(
+                line_value(&text, &format!("{name}{v1}")),
+                Some(1.0),
+                "{name}"
+            );
+        }
+        let aligned = "kubelet_container_aligned_compute_resources";
+        for (series, want) in [
+            ("_count{boundary=\"numa_node\",scope=\"container\"}", 1.0),
+            ("_count{boundary=\"numa_node\",scope=\"pod\"}", 0.0),
+            (
+                "_failure_count{boundary=\"numa_node\",scope=\"container\"}",
+                0.0,
+            ),
+            ("_failure_count{boundary=\"numa_node\",scope=\"pod\"}", 1.0),
+        ] {
+            assert_eq!(
+                line_value(&text, &format!("{aligned}{series}")),
+                Some(want),
+                "{series}\n{text}"
+            );
+        }
+        // Milliseconds, ExponentialBuckets(.05, 2, 15): 1.5 ms lands in le=1.6.
+        let duration = "kubelet_topology_manager_admission_duration_ms_bucket";
+        assert_eq!(
+            line_value(&text, &format!("{duration}{{le=\"0.8\"}}")),
+            Some(0.0)
+        );
+        assert_eq!(
+            line_value(&text, &format!("{duration}{{le=\"1.6\"}}")),
+            Some(1.0)
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with(duration)).count(), 16);
+        // OpenMetrics keeps `_total` on every counter sample, as client_golang does there.
+        let open = m.encode_openmetrics();
+        assert!(
+            open.contains(&format!(
+                "kubelet_pod_resources_endpoint_requests_list_total{v1} 1"
+            )),
+            "{open}"
+        );
+    }
+
+    #[test]
+    fn topology_series_exist_at_zero_before_any_admission() {
+        let text = Metrics::new().encode();
+        for series in [
+            "kubelet_topology_manager_admission_requests_total",
+            "kubelet_topology_manager_admission_errors_total",
+            "kubelet_topology_manager_admission_duration_ms_count",
+            "kubelet_container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"container\"}",
+            "kubelet_container_aligned_compute_resources_failure_count{boundary=\"numa_node\",scope=\"pod\"}",
+        ] {
+            assert_eq!(line_value(&text, series), Some(0.0), "{series}\n{text}");
+        }
     }
 }

@@ -280,16 +280,13 @@ impl Alignment {
         if let Some(cpu) = &self.cpu {
             cpu.register_pod(&info);
         }
+        let start = std::time::Instant::now();
         let result = self.admit_inner(manager, &info, requests).await;
-        if self.topology.is_some() {
-            let refused = matches!(
-                result,
-                Err(PodError::Alignment(
-                    AlignmentRejection::TopologyAffinity { .. }
-                ))
-            );
-            manager.metrics().topology_admission(refused);
-        }
+        // The kubelet's Topology Manager `Admit` counts every pod, whatever the policy, and any
+        // failure of the scope (refusal or allocation error) as an error.
+        manager
+            .metrics()
+            .topology_admission(result.is_err(), start.elapsed());
         if result.is_err() {
             manager.remove_pod(&uid);
             self.remove_pod(&uid);
@@ -324,6 +321,7 @@ impl Alignment {
                 let (hint, admit) = policy.merge(&[devices, cpus]);
                 if !admit {
                     let asked = self.asked(&limits, info.pod_guaranteed_cpus());
+                    self.count_aligned(manager, ScopeName::Pod, true);
                     return Err(reject(policy, "the pod", &asked, self.machine, &unknown));
                 }
                 Some(hint)
@@ -360,6 +358,7 @@ impl Alignment {
                         let asked =
                             self.asked(&request.limits, info.guaranteed_cpus(&request.container));
                         let what = format!("container {:?}", request.container);
+                        self.count_aligned(manager, ScopeName::Container, true);
                         return Err(reject(policy, &what, &asked, self.machine, &unknown));
                     }
                     hint
@@ -399,8 +398,30 @@ impl Alignment {
                 numa_affinity: hint.affinity.map(|m| m.nodes().collect()),
                 cpus,
             });
+            self.count_aligned(manager, ScopeName::Container, false);
         }
+        self.count_aligned(manager, ScopeName::Pod, false);
         Ok(out)
+    }
+
+    /// `kubelet_container_aligned_compute_resources_{count,failure_count}{boundary="numa_node"}`
+    /// for the configured scope: only `single-numa-node` guarantees alignment (the kubelet's
+    /// `IsAlignmentGuaranteed`); pod scope counts once per pod, container scope per container.
+    fn count_aligned(&self, manager: &DeviceManager, scope: ScopeName, failed: bool) {
+        use devicelet_metrics::{AlignBoundary, AlignScope};
+        let Some((policy, configured)) = &self.topology else {
+            return;
+        };
+        if *configured != scope || policy.name() != devicelet_topology::PolicyName::SingleNumaNode {
+            return;
+        }
+        let scope = match scope {
+            ScopeName::Container => AlignScope::Container,
+            ScopeName::Pod => AlignScope::Pod,
+        };
+        manager
+            .metrics()
+            .aligned_compute_resources(scope, AlignBoundary::NumaNode, failed);
     }
 
     /// "example.com/gpu=2, exclusive cpus=4" for a rejection message.

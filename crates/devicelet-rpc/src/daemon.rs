@@ -307,7 +307,7 @@ impl Daemon {
 
         // PodResources API (spec §5.1: directory 0750, both API versions on one server).
         make_dir(&paths.pod_resources_dir, 0o750)?;
-        let listener = transport::bind(&paths.pod_resources_socket)?;
+        let listener = transport::bind_atomic(&paths.pod_resources_socket)?;
         let pod_resources = PodResourcesService::new(pods.clone());
         let mut rx = shutdown_rx.clone();
         let socket = paths.pod_resources_socket.clone();

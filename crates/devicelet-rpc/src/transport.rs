@@ -25,6 +25,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, TransportError> {
     devicelet_transport::bind_unix_listener(path)
 }
 
+/// Binds a Unix listener that appears at `path` atomically (temporary name, then rename), as
+/// the kubelet creates `pod-resources/kubelet.sock` (spec devicemanager.md §5.1).
+pub fn bind_atomic(path: &Path) -> Result<UnixListener, TransportError> {
+    devicelet_transport::bind_unix_listener_atomic(path)
+}
+
 /// Dials a Unix-socket gRPC server with `:authority` = `localhost`.
 pub async fn dial(path: &Path, connect_timeout: Duration) -> Result<Channel, TransportError> {
     devicelet_transport::dial_unix(path, connect_timeout).await

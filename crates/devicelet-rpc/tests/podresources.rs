@@ -352,3 +352,81 @@ async fn cpu_ids_are_exclusive_cpus_and_allocatable_cpus_under_the_static_policy
     assert_eq!(alloc.cpu_ids, (1..8).collect::<Vec<i64>>());
     daemon.shutdown().await.unwrap();
 }
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The daemon's scrape names the PodResources and Topology Manager series exactly as the
+/// kubelet does (no `_total` on the per-method counters), and admission through a
+/// single-numa-node, pod-scope Topology Manager records the aligned/failure counts.
+#[tokio::test]
+async fn kubelet_metric_names_from_podresources_and_topology_admission() {
+    let root = tempfile::Builder::new()
+        .prefix("dl-podres-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut config = DaemonConfig::new(root.path());
+    config.plugin_watcher = false;
+    config.alignment.topology_manager_policy = "single-numa-node".into();
+    config.alignment.topology_manager_scope = "pod".into();
+    config.alignment.cpu_manager_policy = "static".into();
+    config.alignment.reserved_system_cpus = Some("0".into());
+    config.alignment.devicelet.machine = Some(devicelet_topology::MachineConfig::uniform(2, 2));
+    let daemon = Daemon::start(config).await.unwrap();
+    let pod = |name: &str, cpus: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}")},
+            "spec": {"containers": [
+                {"name": "c", "resources": {"limits": {"cpu": cpus, "memory": "1Gi"}}}
+            ]}
+        }))
+        .unwrap()
+    };
+    daemon.pods().admit(&pod("fits", "1")).await.unwrap();
+    // 3 exclusive CPUs span both 2-CPU nodes: single-numa-node refuses.
+    let err = daemon.pods().admit(&pod("spans", "3")).await.unwrap_err();
+    assert_eq!(err.reason(), "TopologyAffinityError", "{err}");
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap();
+    let text = daemon.metrics().encode();
+    let v1 = "{server_api_version=\"v1\"}";
+    for (series, want) in [
+        (format!("kubelet_pod_resources_endpoint_requests_list{v1}"), 1.0),
+        (format!("kubelet_pod_resources_endpoint_requests_total{v1}"), 1.0),
+        ("kubelet_topology_manager_admission_requests_total".into(), 2.0),
+        ("kubelet_topology_manager_admission_errors_total".into(), 1.0),
+        ("kubelet_topology_manager_admission_duration_ms_count".into(), 2.0),
+        (
+            "kubelet_container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"pod\"}"
+                .into(),
+            1.0,
+        ),
+        (
+            "kubelet_container_aligned_compute_resources_failure_count{boundary=\"numa_node\",scope=\"pod\"}"
+                .into(),
+            1.0,
+        ),
+        (
+            "kubelet_container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"container\"}"
+                .into(),
+            0.0,
+        ),
+        ("kubelet_cpu_manager_pinning_requests_total".into(), 1.0),
+        (
+            "devicelet_pod_rejections_total{reason=\"TopologyAffinityError\"}".into(),
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(&text, &series), Some(want), "{series}\n{text}");
+    }
+    assert!(text.contains("# TYPE kubelet_pod_resources_endpoint_requests_list counter\n"));
+    assert!(!text.contains("kubelet_pod_resources_endpoint_requests_list_total"));
+    daemon.shutdown().await.unwrap();
+}

@@ -37,6 +37,13 @@ pub enum TransportError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot move socket {from:?} into place at {to:?}: {source}")]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot connect to Unix socket {path:?}: {source}")]
     Connect {
         path: PathBuf,

@@ -50,4 +50,4 @@ pub mod unix;
 pub use deadline::{call_with_deadline, request_with_deadline};
 pub use error::{MAX_SOCKET_PATH_LEN, TransportError};
 pub use shim::{AuthorityShim, InboundRewriter, ShimError};
-pub use unix::{bind_unix_listener, dial_unix, shimmed_incoming};
+pub use unix::{bind_unix_listener, bind_unix_listener_atomic, dial_unix, shimmed_incoming};

@@ -37,6 +37,53 @@ fn check_path_len(path: &Path) -> Result<(), TransportError> {
 /// if missing, removes a stale socket left by an earlier run, and refuses to remove anything that
 /// is not a socket.
 pub fn bind_unix_listener(path: &Path) -> Result<UnixListener, TransportError> {
+    if prepare_socket_path(path)? {
+        std::fs::remove_file(path).map_err(|source| TransportError::RemoveStale {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    UnixListener::bind(path).map_err(|source| TransportError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Like [`bind_unix_listener`], but the socket appears at `path` atomically, as the kubelet's
+/// `CreateListener` (`cri-client/pkg/util/util_unix.go`) does for `pod-resources/kubelet.sock`:
+/// bound under a temporary name in the same directory, then renamed over `path`. A client
+/// never finds the path missing (a stale socket is replaced by the rename, not unlinked first)
+/// nor a socket nobody listens on yet.
+pub fn bind_unix_listener_atomic(path: &Path) -> Result<UnixListener, TransportError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    prepare_socket_path(path)?;
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_file_name(format!(".{}-{n}.tmp", std::process::id()));
+    if check_path_len(&tmp).is_err() {
+        // No room for a temporary name within sun_path: bind in place instead.
+        return bind_unix_listener(path);
+    }
+    // A leftover of an earlier process with the same PID; ours are renamed away at once.
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(|source| TransportError::Bind {
+        path: tmp.clone(),
+        source,
+    })?;
+    if let Err(source) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(TransportError::Rename {
+            from: tmp,
+            to: path.to_path_buf(),
+            source,
+        });
+    }
+    Ok(listener)
+}
+
+/// Checks the length, creates the parent directory, and refuses a non-socket at `path`;
+/// `true` when a (stale) socket is there.
+fn prepare_socket_path(path: &Path) -> Result<bool, TransportError> {
     check_path_len(path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| TransportError::CreateDir {
@@ -45,29 +92,16 @@ pub fn bind_unix_listener(path: &Path) -> Result<UnixListener, TransportError> {
         })?;
     }
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            std::fs::remove_file(path).map_err(|source| TransportError::RemoveStale {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        }
-        Ok(_) => {
-            return Err(TransportError::NotASocket {
-                path: path.to_path_buf(),
-            });
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(source) => {
-            return Err(TransportError::Stat {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
+        Ok(meta) if meta.file_type().is_socket() => Ok(true),
+        Ok(_) => Err(TransportError::NotASocket {
+            path: path.to_path_buf(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(TransportError::Stat {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
-    UnixListener::bind(path).map_err(|source| TransportError::Bind {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// Pause after a failed `accept()` before the next one.

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use devicelet_transport::{
-    MAX_SOCKET_PATH_LEN, TransportError, bind_unix_listener, call_with_deadline, dial_unix,
-    request_with_deadline,
+    MAX_SOCKET_PATH_LEN, TransportError, bind_unix_listener, bind_unix_listener_atomic,
+    call_with_deadline, dial_unix, request_with_deadline,
 };
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -226,6 +226,38 @@ async fn a3_bind_removes_a_stale_socket_and_creates_the_parent_dir() {
     let (client, accepted) = tokio::join!(tokio::net::UnixStream::connect(&path), second.accept());
     client.unwrap();
     accepted.unwrap();
+}
+
+/// Spec devicemanager.md §5.1: the PodResources socket is bound under a temporary name and
+/// renamed into place; a stale socket is replaced, nothing temporary is left behind.
+#[tokio::test]
+async fn atomic_bind_renames_into_place_over_a_stale_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod-resources").join("kubelet.sock");
+    drop(bind_unix_listener_atomic(&path).unwrap());
+    let stale = std::fs::metadata(&path).unwrap();
+    let live = bind_unix_listener_atomic(&path).unwrap();
+    let now = std::fs::metadata(&path).unwrap();
+    assert!(now.file_type().is_socket());
+    // A new inode: the rename replaced the stale socket.
+    assert_ne!(
+        std::os::unix::fs::MetadataExt::ino(&stale),
+        std::os::unix::fs::MetadataExt::ino(&now)
+    );
+    let (client, accepted) = tokio::join!(tokio::net::UnixStream::connect(&path), live.accept());
+    client.unwrap();
+    accepted.unwrap();
+    let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("kubelet.sock")]);
+
+    let file = dir.path().join("file.sock");
+    std::fs::write(&file, b"important").unwrap();
+    let err = bind_unix_listener_atomic(&file).unwrap_err();
+    assert!(matches!(err, TransportError::NotASocket { .. }), "{err:?}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"important");
 }
 
 #[tokio::test]
