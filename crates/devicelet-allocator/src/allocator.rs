@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
@@ -24,7 +24,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
-use crate::fasthash::{FastMap, FastSet};
+use crate::fasthash::FastMap;
 use crate::nodesel::NodeMatchSpec;
 use crate::quantity::{Quantity, QuantityFormat};
 use crate::selector::{SelectorCache, evaluate};
@@ -55,6 +55,9 @@ pub(crate) struct DeviceData<'a> {
     pub instance: u32,
     pub node: NodeMatchSpec,
     pub consumes: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    /// `consumes` flattened with interned counter IDs: (ID under Fixed semantics, ID under
+    /// GoCompat semantics, amount). See [`CounterIds`].
+    pub counter_ids: Vec<(u32, u32, i128)>,
     pub capacity: Vec<(&'a str, CapacityData)>,
     pub allow_multi: bool,
     pub has_binding_conditions: bool,
@@ -73,6 +76,8 @@ pub(crate) struct SliceData<'a> {
     pub node: NodeMatchSpec,
     pub per_device: Option<bool>,
     pub shared_counters: Vec<(&'a str, Vec<(&'a str, i128)>)>,
+    /// Interned IDs of `shared_counters`, same shape: (Fixed ID, GoCompat ID).
+    pub shared_counter_ids: Vec<Vec<(u32, u32)>>,
     pub has_shared_counters: bool,
     pub devices: Vec<DeviceData<'a>>,
     /// First device name that occurs twice in this slice.
@@ -86,6 +91,9 @@ pub(crate) struct SliceData<'a> {
 pub(crate) struct Pool<'a> {
     pub driver: &'a str,
     pub name: &'a str,
+    /// Interned counter-state keys: (driver, pool) and pool name alone (GoCompat, bug #23).
+    pub key_fixed: u32,
+    pub key_compat: u32,
     pub incomplete: bool,
     pub invalid: bool,
     pub invalid_reason: String,
@@ -98,40 +106,90 @@ pub(crate) struct Pool<'a> {
     pub binding_last: bool,
 }
 
-/// Which slices a node sees, per pool (pool rank, slice indices), plus the
-/// PartitionableDevices gate.
-type GatherKey = (bool, Vec<(u32, Vec<u32>)>);
+/// The relevant slices of a node whose relevance depends on the node (see
+/// `Allocator::gather_pools`), plus the PartitionableDevices gate.
+type GatherKey = (bool, Vec<u32>);
 
 type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 
-/// Key of per-pool counter state: (driver, pool), or ("", pool) under GoCompat.
-type CounterKey<'a> = (&'a str, &'a str);
+/// Available counters of one pool (Go: `availableCounters`), by name (for `explain`) and
+/// flattened in the same order with interned IDs (for the search).
+#[derive(Debug)]
+pub(crate) struct AvailableCounters<'a> {
+    pub table: CounterTable<'a>,
+    /// (Fixed ID, GoCompat ID, available) per counter, in `table` order.
+    ids: Vec<(u32, u32, i128)>,
+}
 
-/// Counter consumption of the devices being allocated in one pool (one [`CounterKey`]): per
+/// Interned counter names. A counter is (driver, pool, set, counter) under Fixed semantics and
+/// (pool, set, counter) under GoCompat (Go keys counter state by pool name only, bug #23), so an
+/// ID comparison is exactly the by-name lookup Go does in the pool's counter table.
+#[derive(Default)]
+struct CounterIds<'a> {
+    fixed: FastMap<(&'a str, &'a str, &'a str, &'a str), u32>,
+    compat: FastMap<(&'a str, &'a str, &'a str), u32>,
+}
+
+impl<'a> CounterIds<'a> {
+    fn get(&mut self, driver: &'a str, pool: &'a str, set: &'a str, name: &'a str) -> (u32, u32) {
+        let next = self.fixed.len() as u32;
+        let f = *self.fixed.entry((driver, pool, set, name)).or_insert(next);
+        let next = self.compat.len() as u32;
+        let c = *self.compat.entry((pool, set, name)).or_insert(next);
+        (f, c)
+    }
+}
+
+/// Counter consumption of the devices being allocated in one pool (one counter key): per
 /// counter (available, used), and how many counters are above their limit, so the check of
 /// all counters of the pool that Go does per candidate is one comparison.
 #[derive(Debug)]
-struct CounterUse<'a> {
-    counters: FastMap<(&'a str, &'a str), (i128, i128)>,
+struct CounterUse {
+    /// Counter IDs (Fixed or GoCompat, per the allocator's semantics), in table order.
+    ids: Vec<u32>,
+    /// (available, used), parallel to `ids`.
+    values: Vec<(i128, i128)>,
+    /// ID -> position, only for pools with many counters (small pools are scanned).
+    index: FastMap<u32, u32>,
     over: usize,
 }
 
-impl<'a> CounterUse<'a> {
-    fn new(available: &CounterTable<'a>) -> Self {
-        let mut counters = FastMap::default();
-        for (set, list) in available {
-            for (name, avail) in list {
-                counters.insert((*set, *name), (*avail, 0));
+/// Pools with more counters than this get a hash index; fewer are scanned (faster).
+const COUNTER_SCAN_LIMIT: usize = 16;
+
+impl CounterUse {
+    fn new(available: &AvailableCounters<'_>, compat: bool) -> Self {
+        let mut ids = Vec::with_capacity(available.ids.len());
+        let mut values = Vec::with_capacity(available.ids.len());
+        for &(f, c, avail) in &available.ids {
+            ids.push(if compat { c } else { f });
+            values.push((avail, 0));
+        }
+        let mut index = FastMap::default();
+        if ids.len() > COUNTER_SCAN_LIMIT {
+            // Counter names are unique in a valid pool; keep the first like a by-name lookup.
+            for (i, id) in ids.iter().enumerate() {
+                index.entry(*id).or_insert(i as u32);
             }
         }
-        let over = counters.values().filter(|(a, u)| a < u).count();
-        CounterUse { counters, over }
+        let over = values.iter().filter(|(a, u)| a < u).count();
+        CounterUse {
+            ids,
+            values,
+            index,
+            over,
+        }
     }
 
     /// Adds `delta` to one counter's use. Counters the pool does not offer are not checked
     /// (Go ranges over the available ones).
-    fn change(&mut self, set: &'a str, name: &'a str, delta: i128) {
-        if let Some((avail, used)) = self.counters.get_mut(&(set, name)) {
+    fn change(&mut self, id: u32, delta: i128) {
+        let pos = if self.index.is_empty() {
+            self.ids.iter().position(|&x| x == id)
+        } else {
+            self.index.get(&id).map(|&p| p as usize)
+        };
+        if let Some((avail, used)) = pos.and_then(|p| self.values.get_mut(p)) {
             let was = *avail < *used;
             *used += delta;
             match (was, *avail < *used) {
@@ -152,13 +210,23 @@ pub struct ClusterSnapshot<'a> {
     pub(crate) classes: FastMap<&'a str, &'a DeviceClass>,
     pub(crate) slices: Vec<SliceData<'a>>,
     on_node: FastMap<&'a str, Vec<u32>>,
-    shared: Vec<u32>,
     by_pool: FastMap<(&'a str, &'a str), Vec<u32>>,
     /// Per slice, its pool's rank in (driver, pool name) order.
     pool_rank: Vec<u32>,
+    /// Per slice, the rank of its pool name alone (GoCompat counter key, bug #23).
+    pool_name_rank: Vec<u32>,
     /// Gathered pools per set of relevant slices (Go redoes this for every node and pod; the
     /// result depends only on which slices are relevant, not on the node itself).
     gathered: Mutex<FastMap<GatherKey, Arc<Vec<Pool<'a>>>>>,
+    /// The same, lock-free, for the common views "one node-dependent relevant slice" (per
+    /// slice) and "none", per PartitionableDevices gate (`[off, on]`).
+    gathered_single: Vec<[OnceLock<Arc<Vec<Pool<'a>>>>; 2]>,
+    gathered_static: [OnceLock<Arc<Vec<Pool<'a>>>>; 2],
+    /// Per gate, the shared slices relevant on every node (counter slices, `allNodes`), and
+    /// those whose relevance depends on the node (node selector, per-device selection), both
+    /// in input order. Other shared slices are relevant on no node.
+    shared_static: [Vec<u32>; 2],
+    shared_dynamic: [Vec<u32>; 2],
     gids: FastMap<(&'a str, &'a str, &'a str), u32>,
     instances: u32,
     setup_error: Option<AllocError>,
@@ -239,8 +307,24 @@ pub struct Allocator<'a> {
     pub(crate) semantics: Semantics,
     pub(crate) snap: Arc<ClusterSnapshot<'a>>,
     allocated: Arc<AllocatedIndex>,
-    available_counters: Mutex<FastMap<(&'a str, &'a str), Arc<CounterTable<'a>>>>,
+    available_counters: Mutex<FastMap<u32, Arc<AvailableCounters<'a>>>>,
+    /// Request setup (§2.3) of the claims of the first call, reused by later calls with the
+    /// same claims when it cannot depend on the node (no All-mode request reached).
+    setup_cache: OnceLock<SetupCache<'a>>,
     invocations: AtomicU64,
+}
+
+/// A node-independent request setup: the claims it was made for (by address: they are
+/// borrowed for the allocator's lifetime, so equal addresses are the same unchanged objects)
+/// and its outcome, error included (setup errors are returned before any search step).
+struct SetupCache<'a> {
+    claims: Vec<usize>,
+    outcome: Result<Arc<Setup<'a>>>,
+}
+
+/// The per-call request setup: one entry per claim.
+pub(crate) struct Setup<'a> {
+    pub claims: Vec<ClaimRequests<'a>>,
 }
 
 impl std::fmt::Debug for Allocator<'_> {
@@ -296,23 +380,31 @@ impl<'a> ClusterSnapshot<'a> {
         let mut shared = Vec::new();
         let mut by_pool: FastMap<(&'a str, &'a str), Vec<u32>> = FastMap::default();
         let mut instance = 0u32;
+        let mut counter_ids = CounterIds::default();
         for (si, slice) in slices.iter().enumerate() {
             let spec = &slice.spec;
             let name = slice.metadata.name.as_deref().unwrap_or("");
+            let (driver, pool) = (spec.driver.as_str(), spec.pool.name.as_str());
             let mut shared_counters = Vec::new();
+            let mut shared_counter_ids = Vec::new();
             for set in spec.shared_counters.iter().flatten() {
                 let mut counters = Vec::new();
+                let mut ids = Vec::new();
                 for (cname, c) in &set.counters {
                     match parse_q(&c.value.0, || {
                         format!("slice {name}: counter set {} counter {cname}", set.name)
                     }) {
-                        Ok(q) => counters.push((cname.as_str(), q.nanos())),
+                        Ok(q) => {
+                            counters.push((cname.as_str(), q.nanos()));
+                            ids.push(counter_ids.get(driver, pool, &set.name, cname));
+                        }
                         Err(e) => {
                             setup_error.get_or_insert(e);
                         }
                     }
                 }
                 shared_counters.push((set.name.as_str(), counters));
+                shared_counter_ids.push(ids);
             }
             let has_shared_counters = spec.shared_counters.as_ref().is_some_and(|s| !s.is_empty());
             let mut devices = Vec::new();
@@ -325,13 +417,18 @@ impl<'a> ClusterSnapshot<'a> {
                 let next = gids.len() as u32;
                 let gid = *gids.entry(key).or_insert(next);
                 let mut consumes = Vec::new();
+                let mut consumed_ids = Vec::new();
                 for cc in dev.consumes_counters.iter().flatten() {
                     let mut counters = Vec::new();
                     for (cname, c) in &cc.counters {
                         match parse_q(&c.value.0, || {
                             format!("slice {name}: device {}: counter {cname}", dev.name)
                         }) {
-                            Ok(q) => counters.push((cname.as_str(), q.nanos())),
+                            Ok(q) => {
+                                let (f, c) = counter_ids.get(driver, pool, &cc.counter_set, cname);
+                                consumed_ids.push((f, c, q.nanos()));
+                                counters.push((cname.as_str(), q.nanos()));
+                            }
                             Err(e) => {
                                 setup_error.get_or_insert(e);
                             }
@@ -391,6 +488,7 @@ impl<'a> ClusterSnapshot<'a> {
                         dev.node_selector.as_ref(),
                     ),
                     consumes,
+                    counter_ids: consumed_ids,
                     capacity,
                     allow_multi: dev.allow_multiple_allocations == Some(true),
                     has_binding_conditions: dev
@@ -431,6 +529,7 @@ impl<'a> ClusterSnapshot<'a> {
                 ),
                 per_device: spec.per_device_node_selection,
                 shared_counters,
+                shared_counter_ids,
                 has_shared_counters,
                 devices,
                 duplicate_device,
@@ -448,13 +547,43 @@ impl<'a> ClusterSnapshot<'a> {
             .iter()
             .map(|s| rank.get(&(s.driver, s.pool)).copied().unwrap_or(0))
             .collect();
+        let mut pool_names: Vec<&'a str> = pool_keys.iter().map(|(_, p)| *p).collect();
+        pool_names.sort_unstable();
+        pool_names.dedup();
+        let pool_name_rank = slice_data
+            .iter()
+            .map(|s| pool_names.binary_search(&s.pool).unwrap_or(0) as u32)
+            .collect();
+        let gathered_single = slice_data
+            .iter()
+            .map(|_| [OnceLock::new(), OnceLock::new()])
+            .collect();
+        let mut shared_static: [Vec<u32>; 2] = Default::default();
+        let mut shared_dynamic: [Vec<u32>; 2] = Default::default();
+        for pd in [false, true] {
+            for &si in &shared {
+                let s: &SliceData<'_> = &slice_data[si as usize];
+                if !pd && (s.per_device.is_some() || s.has_shared_counters) {
+                    continue;
+                }
+                if s.has_shared_counters || matches!(s.node, NodeMatchSpec::All) {
+                    shared_static[usize::from(pd)].push(si);
+                } else if s.node.is_set() || s.per_device == Some(true) {
+                    shared_dynamic[usize::from(pd)].push(si);
+                }
+            }
+        }
         ClusterSnapshot {
             classes: class_map,
             pool_rank,
+            pool_name_rank,
             gathered: Mutex::new(FastMap::default()),
+            gathered_single,
+            gathered_static: [OnceLock::new(), OnceLock::new()],
+            shared_static,
+            shared_dynamic,
             slices: slice_data,
             on_node,
-            shared,
             by_pool,
             gids,
             instances: instance,
@@ -499,11 +628,35 @@ impl<'a> ClusterSnapshot<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct AllocatedIndex {
     /// Exclusively allocated devices.
-    exclusive: FastSet<u32>,
+    exclusive: GidSet,
     /// Devices with any allocation (exclusive, share or consumed capacity).
-    any: FastSet<u32>,
+    any: GidSet,
     /// Summed consumed capacity of the shares of each device, in nano-units.
     capacity: FastMap<u32, BTreeMap<String, i128>>,
+}
+
+/// A set of interned device IDs as a bitset (IDs are dense; the in-use test runs for every
+/// candidate device).
+#[derive(Clone, Debug, Default)]
+struct GidSet {
+    words: Vec<u64>,
+}
+
+impl GidSet {
+    fn insert(&mut self, gid: u32) {
+        let w = (gid / 64) as usize;
+        if w >= self.words.len() {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << (gid % 64);
+    }
+
+    #[inline]
+    fn contains(&self, gid: u32) -> bool {
+        self.words
+            .get((gid / 64) as usize)
+            .is_some_and(|w| w & (1 << (gid % 64)) != 0)
+    }
 }
 
 impl AllocatedIndex {
@@ -612,6 +765,7 @@ impl<'a> Allocator<'a> {
             snap,
             allocated,
             available_counters: Mutex::new(FastMap::default()),
+            setup_cache: OnceLock::new(),
             invocations: AtomicU64::new(0),
         }
     }
@@ -639,8 +793,8 @@ impl<'a> Allocator<'a> {
             return Err(e.clone());
         }
         let pools = self.gather_pools(node)?;
-        let requests = self.setup(node, claims, &pools)?;
-        let mut search = Search::new(self, node, &pools, claims, &requests, options);
+        let setup = self.setup_cached(node, claims, &pools)?;
+        let mut search = Search::new(self, node, &pools, claims, &setup.claims, options);
         let start = Location::default();
         let outcome = search.allocate_one(0, 0, 0, 0, false, start);
         self.invocations.fetch_add(search.steps, Ordering::Relaxed);
@@ -665,87 +819,56 @@ impl<'a> Allocator<'a> {
     pub(crate) fn gather_pools(&self, node: &Node) -> Result<Arc<Vec<Pool<'a>>>> {
         let node_name = node.metadata.name.as_deref().unwrap_or("");
         let pd = self.features.partitionable_devices;
-        let mut index: FastMap<u32, usize> = FastMap::default();
-        let mut collected: Vec<(u32, Vec<u32>)> = Vec::new();
-        let candidates = self
+        let pdi = usize::from(pd);
+        let on_node = self
             .snap
             .on_node
             .get(node_name)
-            .into_iter()
-            .flatten()
-            .chain(self.snap.shared.iter());
-        for &si in candidates {
-            let s = &self.snap.slices[si as usize];
-            if !pd && (s.per_device.is_some() || s.has_shared_counters) {
-                continue;
-            }
-            let relevant = if s.has_shared_counters {
-                true
-            } else if s.node.is_set() {
-                s.node.matches(node).map_err(|e| {
-                    AllocError::new(
-                        ErrorClass::NodeSelectorParse,
-                        format!(
-                            "gather pool information: failed to perform node selection for slice {}: failed to parse node selector {e}",
-                            s.name
-                        ),
-                    )
-                })?
-            } else if s.per_device == Some(true) {
-                let mut any = false;
-                for d in &s.devices {
-                    let m = d.node.matches(node).map_err(|e| {
-                        AllocError::new(
-                            ErrorClass::NodeSelectorParse,
-                            format!(
-                                "gather pool information: failed to perform node selection for device {} in slice {}: failed to parse node selector {e}",
-                                d.raw.name, s.name
-                            ),
-                        )
-                    })?;
-                    if m {
-                        any = true;
-                        break;
-                    }
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        // Only the relevance of node-local slices and of shared slices with a node selector or
+        // per-device selection depends on the node; the other shared slices are relevant on
+        // every node or on none (`ClusterSnapshot::shared_static`). These are evaluated in Go's
+        // candidate order, so the first node-selector parse error is Go's.
+        let mut first: Option<u32> = None;
+        let mut more: Vec<u32> = Vec::new();
+        let mut local = 0;
+        for (i, &si) in on_node
+            .iter()
+            .chain(self.snap.shared_dynamic[pdi].iter())
+            .enumerate()
+        {
+            if self.slice_relevant(si, node, pd)? {
+                if first.is_none() {
+                    first = Some(si);
+                } else {
+                    more.push(si);
                 }
-                any
-            } else {
-                false
-            };
-            if !relevant {
-                continue;
-            }
-            let key = self.snap.pool_rank[si as usize];
-            // Few pools per node are the norm: scan linearly, index only larger lists.
-            let found = if collected.len() <= 8 {
-                collected.iter().position(|(k, _)| *k == key)
-            } else {
-                if index.is_empty() {
-                    index.extend(collected.iter().enumerate().map(|(i, (k, _))| (*k, i)));
-                }
-                index.get(&key).copied()
-            };
-            match found.as_ref() {
-                None => {
-                    if !index.is_empty() {
-                        index.insert(key, collected.len());
-                    }
-                    collected.push((key, vec![si]));
-                }
-                Some(&pi) => {
-                    let list = &mut collected[pi].1;
-                    let current = self.snap.slices[list[0] as usize].generation;
-                    if s.generation < current {
-                        continue;
-                    }
-                    if s.generation > current {
-                        list.clear();
-                    }
-                    list.push(si);
+                if i < on_node.len() {
+                    local += 1;
                 }
             }
         }
-        let key: GatherKey = (pd, collected);
+        // The result depends only on the relevant slices; the static ones are fixed per gate,
+        // so the node-dependent ones are the cache key.
+        let Some(first) = first else {
+            let cell = &self.snap.gathered_static[pdi];
+            if let Some(p) = cell.get() {
+                return Ok(Arc::clone(p));
+            }
+            let pools = self.build_gathered(&[], 0);
+            return Ok(Arc::clone(cell.get_or_init(|| pools)));
+        };
+        if more.is_empty() {
+            let cell = &self.snap.gathered_single[first as usize][pdi];
+            if let Some(p) = cell.get() {
+                return Ok(Arc::clone(p));
+            }
+            let pools = self.build_gathered(&[first], local);
+            return Ok(Arc::clone(cell.get_or_init(|| pools)));
+        }
+        more.insert(0, first);
+        let key: GatherKey = (pd, more);
         if let Some(p) = self
             .snap
             .gathered
@@ -755,8 +878,99 @@ impl<'a> Allocator<'a> {
         {
             return Ok(p);
         }
-        let mut pools = Vec::with_capacity(key.1.len());
-        for (_, visible) in key.1.iter() {
+        let pools = self.build_gathered(&key.1, local);
+        if let Ok(mut m) = self.snap.gathered.lock() {
+            m.insert(key, Arc::clone(&pools));
+        }
+        Ok(pools)
+    }
+
+    /// Whether slice `si` is relevant for `node` (`pools_incubating.go:63-101`).
+    fn slice_relevant(&self, si: u32, node: &Node, pd: bool) -> Result<bool> {
+        let s = &self.snap.slices[si as usize];
+        if !pd && (s.per_device.is_some() || s.has_shared_counters) {
+            return Ok(false);
+        }
+        if s.has_shared_counters {
+            return Ok(true);
+        }
+        if s.node.is_set() {
+            return s.node.matches(node).map_err(|e| {
+                AllocError::new(
+                    ErrorClass::NodeSelectorParse,
+                    format!(
+                        "gather pool information: failed to perform node selection for slice {}: failed to parse node selector {e}",
+                        s.name
+                    ),
+                )
+            });
+        }
+        if s.per_device == Some(true) {
+            for d in &s.devices {
+                let m = d.node.matches(node).map_err(|e| {
+                    AllocError::new(
+                        ErrorClass::NodeSelectorParse,
+                        format!(
+                            "gather pool information: failed to perform node selection for device {} in slice {}: failed to parse node selector {e}",
+                            d.raw.name, s.name
+                        ),
+                    )
+                })?;
+                if m {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// Builds the pools of one node view (§2.2) from its node-dependent relevant slices
+    /// (`dynamic`, in candidate order, the first `local` of them node-local) and the static
+    /// relevant shared slices.
+    fn build_gathered(&self, dynamic: &[u32], local: usize) -> Arc<Vec<Pool<'a>>> {
+        let pd = self.features.partitionable_devices;
+        let (on_node, dyn_shared) = dynamic.split_at(local.min(dynamic.len()));
+        // Candidate order: node-local slices, then shared slices in input order (both lists of
+        // shared slices are ascending subsequences of `shared`).
+        let stat = &self.snap.shared_static[usize::from(pd)];
+        let mut relevant = Vec::with_capacity(dynamic.len() + stat.len());
+        relevant.extend_from_slice(on_node);
+        let (mut a, mut b) = (0, 0);
+        while a < stat.len() || b < dyn_shared.len() {
+            if b >= dyn_shared.len() || (a < stat.len() && stat[a] < dyn_shared[b]) {
+                relevant.push(stat[a]);
+                a += 1;
+            } else {
+                relevant.push(dyn_shared[b]);
+                b += 1;
+            }
+        }
+        // Per pool, the slices of the highest generation seen, in candidate order (`addSlice`).
+        let mut index: FastMap<u32, usize> = FastMap::default();
+        let mut collected: Vec<(u32, Vec<u32>)> = Vec::new();
+        for si in relevant {
+            let key = self.snap.pool_rank[si as usize];
+            let generation = self.snap.slices[si as usize].generation;
+            match index.get(&key) {
+                None => {
+                    index.insert(key, collected.len());
+                    collected.push((key, vec![si]));
+                }
+                Some(&pi) => {
+                    let list = &mut collected[pi].1;
+                    let current = self.snap.slices[list[0] as usize].generation;
+                    if generation < current {
+                        continue;
+                    }
+                    if generation > current {
+                        list.clear();
+                    }
+                    list.push(si);
+                }
+            }
+        }
+        let mut pools = Vec::with_capacity(collected.len());
+        for (_, visible) in &collected {
             let visible = visible.clone();
             let first = &self.snap.slices[visible[0] as usize];
             let (driver, pool_name) = (first.driver, first.pool);
@@ -786,6 +1000,8 @@ impl<'a> Allocator<'a> {
                     pools.push(Pool {
                         driver,
                         name: pool_name,
+                        key_fixed: self.snap.pool_rank[visible[0] as usize],
+                        key_compat: self.snap.pool_name_rank[visible[0] as usize],
                         incomplete: true,
                         invalid: false,
                         invalid_reason: String::new(),
@@ -810,11 +1026,7 @@ impl<'a> Allocator<'a> {
         pools.sort_by(|a, b| {
             (a.binding_last, a.driver, a.name).cmp(&(b.binding_last, b.driver, b.name))
         });
-        let pools = Arc::new(pools);
-        if let Ok(mut m) = self.snap.gathered.lock() {
-            m.insert(key, Arc::clone(&pools));
-        }
-        Ok(pools)
+        Arc::new(pools)
     }
 
     fn build_pool(
@@ -825,6 +1037,7 @@ impl<'a> Allocator<'a> {
         extra: Vec<u32>,
     ) -> Pool<'a> {
         let pd = self.features.partitionable_devices;
+        let first = visible[0];
         visible.sort_by(|&a, &b| {
             self.snap.slices[a as usize]
                 .name
@@ -922,6 +1135,8 @@ impl<'a> Allocator<'a> {
         Pool {
             driver,
             name,
+            key_fixed: self.snap.pool_rank[first as usize],
+            key_compat: self.snap.pool_name_rank[first as usize],
             incomplete: false,
             invalid: !invalid_reason.is_empty(),
             invalid_reason,
@@ -934,14 +1149,54 @@ impl<'a> Allocator<'a> {
 
     // ---------------------------------------------------------------- setup (§2.3)
 
+    /// The request setup for `claims` on `node`, from the cache when the claims are those of
+    /// the cached setup (the outcome, error included, is then the same on every node).
+    fn setup_cached(
+        &self,
+        node: &Node,
+        claims: &[&'a ResourceClaim],
+        pools: &[Pool<'a>],
+    ) -> Result<Arc<Setup<'a>>> {
+        let same_claims = |cached: &[usize]| {
+            cached.len() == claims.len()
+                && cached
+                    .iter()
+                    .zip(claims)
+                    .all(|(&a, c)| a == std::ptr::from_ref::<ResourceClaim>(c) as usize)
+        };
+        if let Some(c) = self.setup_cache.get()
+            && same_claims(&c.claims)
+        {
+            return c.outcome.clone();
+        }
+        let mut node_dependent = false;
+        let outcome = self
+            .setup(node, claims, pools, &mut node_dependent)
+            .map(Arc::new);
+        if !node_dependent && self.setup_cache.get().is_none() {
+            let _ = self.setup_cache.set(SetupCache {
+                claims: claims
+                    .iter()
+                    .map(|c| std::ptr::from_ref::<ResourceClaim>(c) as usize)
+                    .collect(),
+                outcome: outcome.clone(),
+            });
+        }
+        outcome
+    }
+
+    /// Go's per-claim, per-request setup. `node_dependent` is set once an All-mode request is
+    /// reached: from there on the outcome depends on the node's pools.
     fn setup(
         &self,
         node: &Node,
         claims: &[&'a ResourceClaim],
         pools: &[Pool<'a>],
-    ) -> Result<Vec<ClaimRequests<'a>>> {
+        node_dependent: &mut bool,
+    ) -> Result<Setup<'a>> {
         let f = self.features;
         let mut out = Vec::with_capacity(claims.len());
+        let mut cons_start = 0;
         for (ci, claim) in claims.iter().enumerate() {
             let cref = claim_ref(claim);
             let devices = claim.spec.devices.as_ref();
@@ -1001,7 +1256,14 @@ impl<'a> Allocator<'a> {
                             tolerations: sub.tolerations.as_deref(),
                             capacity: sub.capacity.as_ref().and_then(|c| c.requests.as_ref()),
                         };
-                        let d = self.validate_request(node, &cref, ci, ri, si, acc, pools)?;
+                        let d = self.validate_request(
+                            node,
+                            &cref,
+                            (ci, ri, si),
+                            acc,
+                            pools,
+                            node_dependent,
+                        )?;
                         min = min.min(d.num_devices);
                         datas.push(d);
                     }
@@ -1019,7 +1281,14 @@ impl<'a> Allocator<'a> {
                         tolerations: exact.tolerations.as_deref(),
                         capacity: exact.capacity.as_ref().and_then(|c| c.requests.as_ref()),
                     };
-                    let d = self.validate_request(node, &cref, ci, ri, 0, acc, pools)?;
+                    let d = self.validate_request(
+                        node,
+                        &cref,
+                        (ci, ri, 0),
+                        acc,
+                        pools,
+                        node_dependent,
+                    )?;
                     min_devices = min_devices.saturating_add(d.num_devices);
                     slots.push(RequestSlot::Plain(d));
                 } else {
@@ -1048,7 +1317,8 @@ impl<'a> Allocator<'a> {
                 .iter()
                 .enumerate()
             {
-                let names: Vec<&'a str> = c.requests.iter().flatten().map(String::as_str).collect();
+                let names: Arc<[&'a str]> =
+                    c.requests.iter().flatten().map(String::as_str).collect();
                 if let Some(m) = &c.match_attribute {
                     constraints.push(Constraint::Match {
                         names,
@@ -1072,21 +1342,26 @@ impl<'a> Allocator<'a> {
                     ));
                 }
             }
-            out.push(ClaimRequests { slots, constraints });
+            let cons = (cons_start, cons_start + constraints.len());
+            cons_start = cons.1;
+            out.push(ClaimRequests {
+                cref,
+                slots,
+                constraints,
+                cons,
+            });
         }
-        Ok(out)
+        Ok(Setup { claims: out })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn validate_request(
         &self,
         node: &Node,
         cref: &str,
-        ci: usize,
-        ri: usize,
-        si: usize,
+        (ci, ri, si): (usize, usize, usize),
         acc: RequestAccess<'a>,
         pools: &[Pool<'a>],
+        node_dependent: &mut bool,
     ) -> Result<RequestData<'a>> {
         for (i, sel) in acc.selectors.iter().enumerate() {
             if sel.cel.is_none() {
@@ -1168,6 +1443,7 @@ impl<'a> Allocator<'a> {
         match acc.mode {
             "ExactCount" => data.num_devices = acc.count,
             "All" => {
+                *node_dependent = true;
                 data.all_mode = true;
                 for (pi, pool) in pools.iter().enumerate() {
                     if pool.incomplete {
@@ -1305,7 +1581,7 @@ impl<'a> Allocator<'a> {
     }
 
     pub(crate) fn is_allocated_exclusive(&self, gid: u32) -> bool {
-        self.allocated.exclusive.contains(&gid)
+        self.allocated.exclusive.contains(gid)
     }
 
     pub(crate) fn committed_capacity(&self, gid: u32) -> Option<&BTreeMap<String, i128>> {
@@ -1313,7 +1589,7 @@ impl<'a> Allocator<'a> {
     }
 
     /// Available counters of a pool, computed once per allocator (Go: `availableCounters`).
-    pub(crate) fn available_counters(&self, pool: &Pool<'a>) -> Arc<CounterTable<'a>> {
+    pub(crate) fn available_counters(&self, pool: &Pool<'a>) -> Arc<AvailableCounters<'a>> {
         let key = self.counter_key(pool);
         if let Some(t) = self
             .available_counters
@@ -1330,7 +1606,7 @@ impl<'a> Allocator<'a> {
             .collect();
         for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
             for d in &self.snap.slices[si as usize].devices {
-                if !self.allocated.any.contains(&d.gid) {
+                if !self.allocated.any.contains(d.gid) {
                     continue;
                 }
                 for (set, counters) in &d.consumes {
@@ -1345,19 +1621,28 @@ impl<'a> Allocator<'a> {
                 }
             }
         }
-        let t = Arc::new(table);
+        let ids = pool
+            .counter_sets
+            .iter()
+            .flat_map(|&(si, k)| {
+                self.snap.slices[si as usize].shared_counter_ids[k as usize].iter()
+            })
+            .zip(table.iter().flat_map(|(_, c)| c.iter()))
+            .map(|(&(f, c), &(_, avail))| (f, c, avail))
+            .collect();
+        let t = Arc::new(AvailableCounters { table, ids });
         if let Ok(mut m) = self.available_counters.lock() {
-            m.entry(key).or_insert_with(|| Arc::clone(&t));
+            return Arc::clone(m.entry(key).or_insert(t));
         }
         t
     }
 
     /// Upstream bug (#140434): Go keys counter state by pool name only, so two drivers with
     /// the same pool name share counters. We key by (driver, pool) unless GoCompat is selected.
-    pub(crate) fn counter_key(&self, pool: &Pool<'a>) -> (&'a str, &'a str) {
+    fn counter_key(&self, pool: &Pool<'a>) -> u32 {
         match self.semantics {
-            Semantics::GoCompat => ("", pool.name),
-            Semantics::Fixed => (pool.driver, pool.name),
+            Semantics::GoCompat => pool.key_compat,
+            Semantics::Fixed => pool.key_fixed,
         }
     }
 }
@@ -1549,8 +1834,12 @@ impl<'a> RequestSlot<'a> {
 }
 
 pub(crate) struct ClaimRequests<'a> {
+    /// The claim as Go prints it (klog.KObj).
+    pub cref: String,
     pub slots: Vec<RequestSlot<'a>>,
     pub constraints: Vec<Constraint<'a>>,
+    /// This claim's range in the search's flat list of constraint states.
+    pub cons: (usize, usize),
 }
 
 // -------------------------------------------------------------------- constraints (§2.7)
@@ -1599,13 +1888,13 @@ pub(crate) fn lookup_attribute<'a>(
 
 pub(crate) enum Constraint<'a> {
     Match {
-        names: Vec<&'a str>,
+        names: Arc<[&'a str]>,
         attr: &'a str,
         first: Option<AttrValue<'a>>,
         count: usize,
     },
     Distinct {
-        names: Vec<&'a str>,
+        names: Arc<[&'a str]>,
         attr: &'a str,
         /// GoCompat: values keyed by base request name (upstream bug #140438).
         by_request: Vec<(String, AttrValue<'a>)>,
@@ -1846,14 +2135,21 @@ struct Search<'r, 'a> {
     node: &'r Node,
     pools: &'r [Pool<'a>],
     claims: &'r [&'a ResourceClaim],
-    claim_refs: Vec<String>,
     requests: &'r [ClaimRequests<'a>],
-    constraints: Vec<Vec<Constraint<'a>>>,
-    selected: Vec<Vec<usize>>,
-    allocating: FastMap<u32, Vec<u32>>,
+    /// Constraint states of all claims, claim `c` at `requests[c].cons`.
+    constraints: Vec<Constraint<'a>>,
+    /// (claim, request, subrequest) chosen for requests with subrequests, in success order.
+    selected: Vec<(usize, usize, usize)>,
+    /// Exclusive allocations of this attempt as (device, claim) pairs (Go: `allocating`). At
+    /// most 32 per claim, so a scan beats hashing.
+    allocating: Vec<(u32, u32)>,
     allocating_capacity: FastMap<u32, BTreeMap<&'a str, i128>>,
-    consumed_counters: FastMap<CounterKey<'a>, CounterUse<'a>>,
-    results: Vec<Vec<DeviceResult<'a>>>,
+    consumed_counters: FastMap<u32, CounterUse>,
+    /// Results of all claims in allocation order (the search finishes a claim before the next
+    /// one and backtracks in reverse, so each claim's results are contiguous).
+    results: Vec<DeviceResult<'a>>,
+    /// Where the current claim's results start in `results`.
+    claim_base: usize,
     steps: u64,
     budget: u64,
     deadline: Option<Instant>,
@@ -1870,24 +2166,20 @@ impl<'r, 'a> Search<'r, 'a> {
     ) -> Self {
         let constraints = requests
             .iter()
-            .map(|c| {
-                c.constraints
-                    .iter()
-                    .map(|k| match k {
-                        Constraint::Match { names, attr, .. } => Constraint::Match {
-                            names: names.clone(),
-                            attr,
-                            first: None,
-                            count: 0,
-                        },
-                        Constraint::Distinct { names, attr, .. } => Constraint::Distinct {
-                            names: names.clone(),
-                            attr,
-                            by_request: Vec::new(),
-                            stack: Vec::new(),
-                        },
-                    })
-                    .collect()
+            .flat_map(|c| c.constraints.iter())
+            .map(|k| match k {
+                Constraint::Match { names, attr, .. } => Constraint::Match {
+                    names: Arc::clone(names),
+                    attr,
+                    first: None,
+                    count: 0,
+                },
+                Constraint::Distinct { names, attr, .. } => Constraint::Distinct {
+                    names: Arc::clone(names),
+                    attr,
+                    by_request: Vec::new(),
+                    stack: Vec::new(),
+                },
             })
             .collect();
         Search {
@@ -1895,14 +2187,14 @@ impl<'r, 'a> Search<'r, 'a> {
             node,
             pools,
             claims,
-            claim_refs: claims.iter().map(|c| claim_ref(c)).collect(),
             requests,
             constraints,
-            selected: requests.iter().map(|c| vec![0; c.slots.len()]).collect(),
-            allocating: FastMap::default(),
+            selected: Vec::new(),
+            allocating: Vec::new(),
             allocating_capacity: FastMap::default(),
             consumed_counters: FastMap::default(),
-            results: claims.iter().map(|_| Vec::new()).collect(),
+            results: Vec::new(),
+            claim_base: 0,
             steps: 0,
             budget: options.step_budget,
             deadline: options.deadline,
@@ -1913,18 +2205,27 @@ impl<'r, 'a> Search<'r, 'a> {
         &self.alloc.snap.slices[c.slice as usize].devices[c.device as usize]
     }
 
+    #[inline]
     fn in_use(&self, gid: u32) -> bool {
-        self.alloc.allocated.exclusive.contains(&gid)
-            || self.allocating.get(&gid).is_some_and(|s| !s.is_empty())
+        self.alloc.allocated.exclusive.contains(gid)
+            || self.allocating.iter().any(|&(g, _)| g == gid)
     }
 
+    #[inline]
     fn allocating_for_claim(&self, gid: u32, claim: usize) -> bool {
         self.allocating
-            .get(&gid)
-            .is_some_and(|s| s.contains(&(claim as u32)))
+            .iter()
+            .any(|&(g, c)| g == gid && c as usize == claim)
     }
 
     fn capacity_ok(&self, req: &RequestData<'a>, dev: &DeviceData<'a>) -> Result<bool, ()> {
+        if dev.capacity.is_empty() {
+            // What `capacity_fits` answers without any capacity to compare.
+            return match req.capacity_requests.as_deref() {
+                Some(r) if !r.is_empty() => Err(()),
+                _ => Ok(true),
+            };
+        }
         let empty = BTreeMap::new();
         let committed = self
             .alloc
@@ -1974,7 +2275,10 @@ impl<'r, 'a> Search<'r, 'a> {
         }
         let claim_reqs = &self.requests[c];
         if r >= claim_reqs.slots.len() {
-            return match self.allocate_one(c + 1, 0, 0, 0, false, Location::default()) {
+            let base = std::mem::replace(&mut self.claim_base, self.results.len());
+            let next = self.allocate_one(c + 1, 0, 0, 0, false, Location::default());
+            self.claim_base = base;
+            return match next {
                 Err(Stop::MaxSize) => Ok(false),
                 other => other,
             };
@@ -1987,7 +2291,7 @@ impl<'r, 'a> Search<'r, 'a> {
                     Err(Stop::MaxSize) => continue,
                     Err(e) => return Err(e),
                     Ok(true) => {
-                        self.selected[c][r] = si;
+                        self.selected.push((c, r, si));
                         return Ok(true);
                     }
                     Ok(false) => all_exceeded = false,
@@ -2008,7 +2312,7 @@ impl<'r, 'a> Search<'r, 'a> {
         if k >= req.num_devices {
             return self.allocate_one(c, r + 1, 0, 0, false, Location::default());
         }
-        let after = self.results[c].len() as i64 + req.num_devices - k;
+        let after = (self.results.len() - self.claim_base) as i64 + req.num_devices - k;
         if after > ALLOCATION_RESULTS_MAX_SIZE {
             return Err(Stop::MaxSize);
         }
@@ -2050,7 +2354,7 @@ impl<'r, 'a> Search<'r, 'a> {
                         }
                         if !self.alloc.is_selectable(
                             self.node,
-                            &self.claim_refs[c],
+                            &self.requests[c].cref,
                             req,
                             sl,
                             dev,
@@ -2132,15 +2436,15 @@ impl<'r, 'a> Search<'r, 'a> {
         }
         let driver = self.alloc.snap.slices[cand.slice as usize].driver;
         let semantics = self.alloc.semantics;
-        let n = self.constraints[c].len();
-        for i in 0..n {
-            if !self.constraints[c][i].add(semantics, base, sub, dev.raw, driver) {
+        let (cons_start, cons_end) = self.requests[c].cons;
+        for i in cons_start..cons_end {
+            if !self.constraints[i].add(semantics, base, sub, dev.raw, driver) {
                 if must {
                     return Err(Stop::Fatal(AllocError::new(
                         ErrorClass::ConstraintMust,
                         format!(
                             "claim {}, request {}: cannot add device {}/{}/{} because a claim constraint would not be satisfied",
-                            self.claim_refs[c],
+                            self.requests[c].cref,
                             req.name,
                             driver,
                             self.alloc.snap.slices[cand.slice as usize].pool,
@@ -2148,8 +2452,8 @@ impl<'r, 'a> Search<'r, 'a> {
                         ),
                     )));
                 }
-                for e in 0..i {
-                    self.constraints[c][e].remove(semantics, base, sub);
+                for e in cons_start..i {
+                    self.constraints[e].remove(semantics, base, sub);
                 }
                 // Upstream bug (#140436): counters leak here in Go; we release them.
                 if paid_counters && !compat {
@@ -2158,9 +2462,9 @@ impl<'r, 'a> Search<'r, 'a> {
                 return Ok(None);
             }
         }
-        let entry = self.allocating.entry(dev.gid).or_default();
+        // Go also creates an empty entry for shared devices; only non-empty ones matter.
         if !multi {
-            entry.push(c as u32);
+            self.allocating.push((dev.gid, c as u32));
         }
         let mut consumed = None;
         let mut share_id = None;
@@ -2169,14 +2473,10 @@ impl<'r, 'a> Search<'r, 'a> {
             if self.capacity_ok(req, dev) != Ok(true) {
                 // Go rejects here without undoing the steps above (only reachable in All mode).
                 if !compat {
-                    for e in 0..n {
-                        self.constraints[c][e].remove(semantics, base, sub);
+                    for e in cons_start..cons_end {
+                        self.constraints[e].remove(semantics, base, sub);
                     }
-                    if let Some(s) = self.allocating.get_mut(&dev.gid)
-                        && let Some(pos) = s.iter().rposition(|&x| x == c as u32)
-                    {
-                        s.remove(pos);
-                    }
+                    self.unallocate(dev.gid, c);
                     if paid_counters {
                         self.release_counters(cand);
                     }
@@ -2202,12 +2502,12 @@ impl<'r, 'a> Search<'r, 'a> {
                 consumed = Some(amounts);
             }
         }
-        let results_len = self.results[c].len();
+        let results_len = self.results.len();
         let consumed_map = consumed
             .as_ref()
             .filter(|a| !a.is_empty())
             .map(|a| a.iter().map(|(n, q)| (*n, *q)).collect::<BTreeMap<_, _>>());
-        self.results[c].push(DeviceResult {
+        self.results.push(DeviceResult {
             req: req.name,
             parent: req.parent,
             claim: c,
@@ -2235,14 +2535,11 @@ impl<'r, 'a> Search<'r, 'a> {
     fn rollback(&mut self, undo: Undo<'a>) {
         let compat = self.alloc.semantics == Semantics::GoCompat;
         let semantics = self.alloc.semantics;
-        for con in self.constraints[undo.claim].iter_mut() {
+        let (cons_start, cons_end) = self.requests[undo.claim].cons;
+        for con in &mut self.constraints[cons_start..cons_end] {
             con.remove(semantics, undo.base, undo.sub);
         }
-        if let Some(s) = self.allocating.get_mut(&undo.gid)
-            && let Some(pos) = s.iter().rposition(|&x| x == undo.claim as u32)
-        {
-            s.remove(pos);
-        }
+        self.unallocate(undo.gid, undo.claim);
         if undo.multi {
             match &undo.consumed {
                 Some(amounts) if !amounts.is_empty() => {
@@ -2272,24 +2569,32 @@ impl<'r, 'a> Search<'r, 'a> {
         } else if self.alloc.features.partitionable_devices && undo.paid_counters {
             self.release_counters(undo.cand);
         }
-        self.results[undo.claim].truncate(undo.results_len);
+        self.results.truncate(undo.results_len);
+    }
+
+    /// Removes the latest exclusive allocation of `gid` for `claim`, if any.
+    fn unallocate(&mut self, gid: u32, claim: usize) {
+        if let Some(pos) = self
+            .allocating
+            .iter()
+            .rposition(|&(g, c)| g == gid && c as usize == claim)
+        {
+            self.allocating.remove(pos);
+        }
     }
 
     /// Go: `checkAvailableCounters`.
     fn reserve_counters(&mut self, cand: Candidate) -> bool {
         let pool = &self.pools[cand.pool as usize];
         let key = self.alloc.counter_key(pool);
+        let compat = self.alloc.semantics == Semantics::GoCompat;
         let dev = self.device(cand);
-        let usage = match self.consumed_counters.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(CounterUse::new(&self.alloc.available_counters(pool)))
-            }
-        };
-        for (set, counters) in &dev.consumes {
-            for (name, v) in counters {
-                usage.change(set, name, *v);
-            }
+        let usage = self
+            .consumed_counters
+            .entry(key)
+            .or_insert_with(|| CounterUse::new(&self.alloc.available_counters(pool), compat));
+        for &(fixed, go, v) in &dev.counter_ids {
+            usage.change(if compat { go } else { fixed }, v);
         }
         // Go checks every counter of the pool after adding the device's consumption
         // (`checkAvailableCounters`); `over` counts the counters above their limit.
@@ -2303,12 +2608,11 @@ impl<'r, 'a> Search<'r, 'a> {
     fn release_counters(&mut self, cand: Candidate) {
         let pool = &self.pools[cand.pool as usize];
         let key = self.alloc.counter_key(pool);
+        let compat = self.alloc.semantics == Semantics::GoCompat;
         let dev = self.device(cand);
         if let Some(usage) = self.consumed_counters.get_mut(&key) {
-            for (set, counters) in &dev.consumes {
-                for (name, v) in counters {
-                    usage.change(set, name, -*v);
-                }
+            for &(fixed, go, v) in &dev.counter_ids {
+                usage.change(if compat { go } else { fixed }, -v);
             }
         }
     }
@@ -2320,8 +2624,9 @@ impl<'r, 'a> Search<'r, 'a> {
         let node_name = self.node.metadata.name.as_deref().unwrap_or("");
         let mut out = Vec::with_capacity(self.claims.len());
         for (ci, claim) in self.claims.iter().enumerate() {
-            let mut results = Vec::with_capacity(self.results[ci].len());
-            for r in &self.results[ci] {
+            let mine = self.claim_results(ci);
+            let mut results = Vec::with_capacity(mine.len());
+            for r in mine {
                 let dev = self.device(r.cand);
                 let slice = &self.alloc.snap.slices[r.cand.slice as usize];
                 let req = self.requests[ci].slots[r.request].get(r.sub);
@@ -2353,7 +2658,6 @@ impl<'r, 'a> Search<'r, 'a> {
                         None
                     },
                 });
-                let _ = r.claim;
             }
             let config = self.build_config(ci, claim);
             let node_selector = self.node_selector(ci, node_name).map_err(|e| {
@@ -2377,8 +2681,20 @@ impl<'r, 'a> Search<'r, 'a> {
         Ok(out)
     }
 
+    /// The results of claim `ci` (contiguous, see `results`).
+    fn claim_results(&self, ci: usize) -> &[DeviceResult<'a>] {
+        let start = self.results.partition_point(|r| r.claim < ci);
+        let end = self.results.partition_point(|r| r.claim <= ci);
+        &self.results[start..end]
+    }
+
     fn selected_data(&self, ci: usize, ri: usize) -> Option<&RequestData<'a>> {
-        self.requests[ci].slots[ri].get(self.selected[ci][ri])
+        let sub = self
+            .selected
+            .iter()
+            .find(|&&(c, r, _)| c == ci && r == ri)
+            .map_or(0, |&(_, _, s)| s);
+        self.requests[ci].slots[ri].get(sub)
     }
 
     fn build_config(
@@ -2462,7 +2778,7 @@ impl<'r, 'a> Search<'r, 'a> {
     fn node_selector(&self, ci: usize, node_name: &str) -> Result<Option<NodeSelector>, String> {
         let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
         let mut exprs: Vec<NodeSelectorRequirement> = Vec::new();
-        for r in &self.results[ci] {
+        for r in self.claim_results(ci) {
             let dev = self.device(r.cand);
             let slice = &self.alloc.snap.slices[r.cand.slice as usize];
             let (name, sel) = if slice.per_device == Some(true) {

@@ -339,7 +339,7 @@ pub fn explain_node(
                             }
                             if let Some(avail) = &avail
                                 && !dev.consumes.is_empty()
-                                && !counters_fit(avail, dev)
+                                && !counters_fit(&avail.table, dev)
                             {
                                 r.insufficient_counters += 1;
                                 continue;

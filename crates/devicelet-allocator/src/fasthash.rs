@@ -2,7 +2,7 @@
 //! integers and short names that come from the cluster, never from an untrusted network peer
 //! in a position to choose collisions against a running process). Same idea as rustc's FxHash.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Multiply-rotate hasher over machine words.
@@ -60,5 +60,3 @@ impl Hasher for FxHasher {
 
 /// A `HashMap` with [`FxHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
-/// A `HashSet` with [`FxHasher`].
-pub type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
