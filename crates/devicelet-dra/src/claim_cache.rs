@@ -414,7 +414,8 @@ impl ClaimCache {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_quarantine(&self) -> Result<(), DraError> {
+    /// `Err(DraError::StateUnknown)` while quarantined (every prepare/unprepare fails so).
+    pub fn check_quarantine(&self) -> Result<(), DraError> {
         match &self.state().quarantine {
             None => Ok(()),
             Some(detail) => Err(DraError::StateUnknown {

@@ -155,7 +155,7 @@ pub enum DraError {
     /// The checkpoint was unreadable; it has been moved aside and claim state is unknown
     /// until an operator recovers.
     #[error(
-        "DRA claim state is unknown: {detail}; drain the node, check the file, then run `devicelet dra recover` (removes {marker})"
+        "DRA claim state is unknown: {detail}; drain the node, check the file, stop devicelet, then run `devicelet state recover --dra-only` (removes {marker})"
     )]
     StateUnknown {
         /// What happened.

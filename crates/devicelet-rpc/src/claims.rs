@@ -63,6 +63,9 @@ use crate::plugin_watcher::PluginHandler;
 
 /// File of the local DRA objects, in `R/devicelet`.
 pub const OBJECTS_FILE: &str = "dra_objects.json";
+/// Quarantine marker of the local DRA objects (in `R/devicelet`): present while the objects
+/// file could not be read, until `devicelet state recover`.
+pub const OBJECTS_QUARANTINE_FILE: &str = "dra_objects.quarantine";
 /// How long a driver's published slices survive after its last instance went away (§1.11).
 pub const DEFAULT_WIPE_DELAY: Duration = Duration::from_secs(30);
 /// Pause between health streams of one instance (§1.10).
@@ -93,6 +96,17 @@ pub enum DraNodeError {
         /// Cause.
         reason: String,
     },
+    /// The local DRA objects could not be read at start: DRA is fail-closed (nothing is
+    /// allocated, reserved, prepared or released) until the operator recovers.
+    #[error(
+        "DRA objects state unknown: {detail}; DRA operations are refused until `devicelet state recover` (stop devicelet, drain the node's DRA pods, then recover; marker {marker})"
+    )]
+    StateUnknown {
+        /// What happened to the file.
+        detail: String,
+        /// The quarantine marker.
+        marker: PathBuf,
+    },
 }
 
 // ------------------------------------------------------------------------------- store
@@ -117,6 +131,44 @@ fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// Moves `path` aside to `<path>.corrupt-<UTC>[.n]`, never replacing an existing file.
+fn move_aside(path: &Path) -> Result<PathBuf, DraNodeError> {
+    let base = format!(
+        "{}.corrupt-{}",
+        path.display(),
+        devicelet_checkpoint::store::utc_timestamp(std::time::SystemTime::now())
+    );
+    let mut candidate = PathBuf::from(&base);
+    let mut n = 1;
+    while std::fs::symlink_metadata(&candidate).is_ok() {
+        candidate = PathBuf::from(format!("{base}.{n}"));
+        n += 1;
+    }
+    std::fs::rename(path, &candidate).map_err(store_err(path))?;
+    if let Some(dir) = path.parent() {
+        devicelet_checkpoint::atomic_write::sync_dir(dir).map_err(store_err(dir))?;
+    }
+    Ok(candidate)
+}
+
+/// `devicelet state recover` for DRA (devicelet stopped): clears the claim cache quarantine
+/// (`R/devicelet/dra_manager_state.quarantine`, after a corrupt `R/dra_manager_state`) and the
+/// objects quarantine (after a corrupt `R/devicelet/dra_objects.json`). Returns the markers
+/// removed. Drain the node's DRA pods first: claims recorded only in the lost state are not
+/// unprepared, and claims the cache still holds for pods no longer known are unprepared by the
+/// next start.
+pub fn recover_dra(root: &Path) -> Result<Vec<PathBuf>, DraNodeError> {
+    let dir = root.join(devicelet_dra::claim_cache::DEVICELET_DIR);
+    let mut cleared = Vec::new();
+    if ClaimCache::recover(root)? {
+        cleared.push(dir.join(devicelet_dra::claim_cache::QUARANTINE_FILE));
+    }
+    if LocalStore::recover(&dir)? {
+        cleared.push(dir.join(OBJECTS_QUARANTINE_FILE));
+    }
+    Ok(cleared)
+}
+
 fn ns_of(meta: &ObjectMeta) -> String {
     meta.namespace
         .clone()
@@ -129,29 +181,101 @@ fn ns_of(meta: &ObjectMeta) -> String {
 pub struct LocalStore {
     path: PathBuf,
     objects: Mutex<Objects>,
+    marker: PathBuf,
+    /// Set when the file could not be read: the store is empty and refuses writes.
+    quarantine: Option<String>,
+}
+
+fn store_err(path: &Path) -> impl Fn(std::io::Error) -> DraNodeError + '_ {
+    move |e| DraNodeError::Store {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
 }
 
 impl LocalStore {
-    /// Loads `path` (missing = empty).
+    /// Loads `path` (missing = empty). A file that cannot be parsed does not stop the daemon:
+    /// it is moved aside to `<path>.corrupt-<UTC>` (never overwritten), a quarantine marker
+    /// [`OBJECTS_QUARANTINE_FILE`] is written next to it, and the store opens empty and
+    /// quarantined (fail-closed for DRA only; see docs/dra.md). A marker left by an earlier
+    /// start keeps it quarantined until [`LocalStore::recover`].
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, DraNodeError> {
         let path = path.into();
-        let objects = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| DraNodeError::Store {
-                path: path.clone(),
-                reason: format!("cannot be read back: {e}"),
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Objects::default(),
-            Err(e) => {
-                return Err(DraNodeError::Store {
-                    path,
-                    reason: e.to_string(),
-                });
+        let marker = path.with_file_name(OBJECTS_QUARANTINE_FILE);
+        let quarantined = |detail: String| LocalStore {
+            path: path.clone(),
+            objects: Mutex::default(),
+            marker: marker.clone(),
+            quarantine: Some(detail),
+        };
+        match std::fs::read(&marker) {
+            Ok(detail) => {
+                let detail = String::from_utf8_lossy(&detail).trim().to_owned();
+                warn!(marker = %marker.display(), %detail, "DRA objects quarantined; DRA operations refused until `devicelet state recover`");
+                return Ok(quarantined(detail));
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(store_err(&marker)(e)),
+        }
+        let objects = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(o) => o,
+                Err(e) => {
+                    let aside = move_aside(&path)?;
+                    let detail = format!(
+                        "{} could not be read ({e}); kept as {}",
+                        path.display(),
+                        aside.display()
+                    );
+                    write_file_atomic(&marker, format!("{detail}\n").as_bytes()).map_err(|e| {
+                        DraNodeError::Store {
+                            path: marker.clone(),
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    tracing::error!(%detail, "DRA objects quarantined; DRA operations refused until `devicelet state recover`");
+                    return Ok(quarantined(detail));
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Objects::default(),
+            Err(e) => return Err(store_err(&path)(e)),
         };
         Ok(LocalStore {
             path,
             objects: Mutex::new(objects),
+            marker,
+            quarantine: None,
         })
+    }
+
+    /// Why the store is quarantined, if it is.
+    pub fn quarantine(&self) -> Option<&str> {
+        self.quarantine.as_deref()
+    }
+
+    fn check_quarantine(&self) -> Result<(), DraNodeError> {
+        match &self.quarantine {
+            None => Ok(()),
+            Some(detail) => Err(DraNodeError::StateUnknown {
+                detail: detail.clone(),
+                marker: self.marker.clone(),
+            }),
+        }
+    }
+
+    /// Operator recovery (devicelet stopped): removes the quarantine marker in the devicelet
+    /// directory `dir` (`R/devicelet`); the next start opens an empty store (the bad file
+    /// stays aside). Returns whether there was a marker.
+    pub fn recover(dir: &Path) -> Result<bool, DraNodeError> {
+        let marker = dir.join(OBJECTS_QUARANTINE_FILE);
+        match std::fs::remove_file(&marker) {
+            Ok(()) => {
+                devicelet_checkpoint::atomic_write::sync_dir(dir).map_err(store_err(dir))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(store_err(&marker)(e)),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Objects> {
@@ -163,8 +287,9 @@ impl LocalStore {
         self.lock().clone()
     }
 
-    /// Changes the objects and writes them durably before returning.
+    /// Changes the objects and writes them durably before returning. Refused while quarantined.
     pub fn update<T>(&self, f: impl FnOnce(&mut Objects) -> T) -> Result<T, DraNodeError> {
+        self.check_quarantine()?;
         let mut objects = self.lock();
         let out = f(&mut objects);
         let bytes = serde_json::to_vec(&*objects).map_err(|e| DraNodeError::Store {
@@ -332,6 +457,9 @@ pub struct DraSnapshot {
     pub cached_claims: BTreeMap<String, Vec<String>>,
     /// Pods whose claims still wait for a driver to unprepare them.
     pub pending_unprepare: Vec<String>,
+    /// Why DRA is fail-closed (corrupt claim checkpoint or objects file), if it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantine: Vec<String>,
 }
 
 /// One registered driver instance.
@@ -389,7 +517,10 @@ impl DraNode {
     ) -> Result<Arc<Self>, DraNodeError> {
         let store = LocalStore::open(root.join("devicelet").join(OBJECTS_FILE))?;
         let cache = ClaimCache::open(root, registry.clone(), boot)?;
-        let pending: BTreeSet<String> = {
+        let pending: BTreeSet<String> = if store.quarantine().is_some() {
+            // Which pods are gone is unknown: nothing is unprepared until recovery.
+            BTreeSet::new()
+        } else {
             // Pods removed while a driver was away are still referenced by the cache but no
             // longer admitted; they are retried like any other pending unprepare.
             let pods = store.lock();
@@ -584,8 +715,12 @@ impl DraNode {
         all
     }
 
-    /// Whether `uid` is an admitted pod with claims (or one still being unprepared).
+    /// Whether `uid` is an admitted pod with claims (or one still being unprepared). With the
+    /// objects quarantined, the claim cache tells (so its removal is refused, not skipped).
     pub fn has_pod(&self, uid: &str) -> bool {
+        if self.store.quarantine().is_some() {
+            return self.cache.claims().iter().any(|c| c.pod_uids.contains(uid));
+        }
         self.store.lock().pods.contains_key(uid)
     }
 
@@ -602,6 +737,10 @@ impl DraNode {
         if !has_claims {
             return Ok(None);
         }
+        // Fail-closed before anything is allocated or reserved (a prepare refused afterwards
+        // would leave a reservation that cannot be undone until recovery).
+        self.store.check_quarantine()?;
+        self.cache.check_quarantine()?;
         let _serial = self.admission.lock().await;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let resolved = self.allocate_and_reserve(pod)?;
@@ -967,6 +1106,8 @@ impl DraNode {
     /// the pod stays pending and is retried in the background; nothing is released before the
     /// driver unprepared (B19).
     pub async fn remove(&self, uid: &str) -> Result<(), DraNodeError> {
+        // Fail-closed: not pending either (nothing to retry until recovery).
+        self.store.check_quarantine()?;
         let _serial = self.admission.lock().await;
         match self.release_pod_locked(uid).await {
             Ok(()) => {
@@ -1021,6 +1162,9 @@ impl DraNode {
 
     /// Retries pending unprepares once; returns how many are still pending.
     pub async fn retry_pending(&self) -> usize {
+        if self.store.quarantine().is_some() || self.cache.quarantined() {
+            return lock(&self.pending).len();
+        }
         let pending: Vec<String> = lock(&self.pending).iter().cloned().collect();
         for uid in pending {
             let _serial = self.admission.lock().await;
@@ -1076,7 +1220,23 @@ impl DraNode {
                 .map(|c| (key(&c.namespace, &c.name), c.pod_uids.into_iter().collect()))
                 .collect(),
             pending_unprepare: self.pending_unprepare(),
+            quarantine: self.quarantine(),
         }
+    }
+
+    /// Why DRA is fail-closed, if it is: the claim cache's and the objects' quarantine.
+    pub fn quarantine(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.cache.quarantined() {
+            out.push(format!(
+                "{}: claim checkpoint unreadable; prepare/unprepare refused",
+                devicelet_dra::claim_cache::QUARANTINE_FILE
+            ));
+        }
+        if let Some(detail) = self.store.quarantine() {
+            out.push(detail.to_owned());
+        }
+        out
     }
 
     fn start_health(&self, driver: &str, endpoint: &Path) {

@@ -335,11 +335,16 @@ pub enum StateWhat {
         output: OutputArgs,
     },
     /// Clear a quarantine after a corrupt state (devicelet must be stopped): start from the
-    /// kubelet-format file as it is now, or from nothing. Bad files are kept aside.
+    /// kubelet-format file as it is now, or from nothing. Bad files are kept aside. The DRA
+    /// quarantines (corrupt R/dra_manager_state or R/devicelet/dra_objects.json) are cleared
+    /// too; `--dra-only` clears just those and leaves the device state alone.
     Recover {
         /// Where the allocations come from.
-        #[arg(long, value_enum)]
-        from: RecoverFrom,
+        #[arg(long, value_enum, required_unless_present = "dra_only")]
+        from: Option<RecoverFrom>,
+        /// Only clear the DRA quarantines (drain the node's DRA pods first).
+        #[arg(long, conflicts_with = "from")]
+        dra_only: bool,
         /// Output selection.
         #[command(flatten)]
         output: OutputArgs,

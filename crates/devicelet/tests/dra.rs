@@ -788,3 +788,170 @@ async fn b14_pod_resources_list_and_get_report_prepared_claims_as_dynamic_resour
         "{list:?}"
     );
 }
+
+fn devicelet_dir(node: &Node) -> PathBuf {
+    node.root.path().join("devicelet")
+}
+
+fn files_starting_with(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn corrupt_dra_objects_file_daemon_starts_dra_fail_closed_until_state_recover() {
+    let mut node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-q", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.serve.take().unwrap().terminate().await;
+    let objects = devicelet_dir(&node).join("dra_objects.json");
+    std::fs::write(&objects, b"{\"deviceClasses\": {trunc").unwrap();
+
+    // The daemon starts (device plugins, PodResources, control API are unaffected) ...
+    node.start_serve().await;
+    let dra = node
+        .wait_dra("driver re-registered", |d| {
+            d["drivers"].as_array().is_some_and(|a| !a.is_empty())
+        })
+        .await;
+    let quarantine = dra["quarantine"].as_array().unwrap();
+    assert_eq!(quarantine.len(), 1, "{dra}");
+    assert!(
+        quarantine[0]
+            .as_str()
+            .unwrap()
+            .contains("could not be read"),
+        "{dra}"
+    );
+    // ... the bad file is kept aside, with a marker ...
+    assert_eq!(
+        files_starting_with(&devicelet_dir(&node), "dra_objects.json.corrupt-").len(),
+        1
+    );
+    assert!(devicelet_dir(&node).join("dra_objects.quarantine").exists());
+    // ... and DRA is fail-closed: no admission with claims, no release, no background
+    // unprepare of the pod the claim cache still holds.
+    let (code, err) = node.admit("pod-new", &[("s", "shared", false)]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("DRA objects state unknown"), "{err}");
+    let (code, _, err) = node.run(&["remove", "pod-q"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("DRA objects state unknown"), "{err}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(node.cdi_files().len(), 1, "pod-q's claim stays prepared");
+    assert_eq!(node.driver_log_count("claim unprepared"), 0);
+    // A pod without claims is admitted as usual.
+    let plain = node.root.path().join("plain.json");
+    std::fs::write(
+        &plain,
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "plain", "namespace": "default", "uid": "pod-plain"},
+            "spec": {"containers": [{"name": "c"}]}})
+        .to_string(),
+    )
+    .unwrap();
+    node.ok(&["admit", "-f", plain.to_str().unwrap()]).await;
+
+    // A restart keeps the quarantine (the marker), and recovery needs devicelet stopped.
+    let (code, _, err) = node.run(&["state", "recover", "--dra-only"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("stop it first"), "{err}");
+    node.serve.take().unwrap().terminate().await;
+    let out = node
+        .ok(&["state", "recover", "--dra-only", "-o", "json"])
+        .await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let cleared = v["dra_cleared_quarantine"].as_array().unwrap();
+    assert_eq!(cleared.len(), 1, "{out}");
+    assert!(
+        cleared[0]
+            .as_str()
+            .unwrap()
+            .ends_with("dra_objects.quarantine"),
+        "{out}"
+    );
+    assert!(v.get("moved").is_none(), "device state untouched: {out}");
+
+    // After recovery the store starts empty; the claim the cache still holds for the pod
+    // nobody knows any more is unprepared in the background.
+    node.start_serve().await;
+    node.wait_dra("leftover claim unprepared", |d| {
+        d["quarantine"].is_null()
+            && d["cachedClaims"].as_object().is_some_and(|c| c.is_empty())
+            && d["pendingUnprepare"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    assert!(node.cdi_files().is_empty());
+    let file = node.root.path().join("objects.yaml");
+    node.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let (code, out) = node.admit("pod-new", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+}
+
+#[tokio::test]
+async fn corrupt_dra_manager_state_quarantines_claims_state_recover_clears_it() {
+    let mut node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-c", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    node.serve.take().unwrap().terminate().await;
+    let checkpoint = node.root.path().join("dra_manager_state");
+    let mut bytes = std::fs::read(&checkpoint).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x01; // a checksum digit
+    std::fs::write(&checkpoint, bytes).unwrap();
+
+    node.start_serve().await;
+    let dra = node
+        .wait_dra("driver re-registered", |d| {
+            d["drivers"].as_array().is_some_and(|a| !a.is_empty())
+        })
+        .await;
+    assert!(
+        dra["quarantine"][0]
+            .as_str()
+            .unwrap()
+            .contains("dra_manager_state.quarantine"),
+        "{dra}"
+    );
+    assert_eq!(
+        files_starting_with(node.root.path(), "dra_manager_state.corrupt-").len(),
+        1
+    );
+    // Refused before anything is allocated or reserved for the pod.
+    let (code, err) = node.admit("pod-d", &[("own", "one-gpu", true)]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("state"), "{err}");
+    let objects = node.objects().await;
+    assert!(
+        !objects["resourceClaims"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.contains("pod-pod-d")),
+        "{objects}"
+    );
+
+    node.serve.take().unwrap().terminate().await;
+    let out = node.ok(&["state", "recover", "--dra-only"]).await;
+    assert!(out.contains("DRA quarantine cleared"), "{out}");
+    assert!(out.contains("dra_manager_state.quarantine"), "{out}");
+    node.start_serve().await;
+    node.wait_dra("driver re-registered, no quarantine", |d| {
+        d["drivers"].as_array().is_some_and(|a| !a.is_empty()) && d["quarantine"].is_null()
+    })
+    .await;
+    // The cache starts empty: re-admitting the pod prepares its claim again (the driver is
+    // idempotent), and removal unprepares it.
+    let (code, again) = node.admit("pod-c", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(node.driver_log_count("claim prepared"), 2);
+    node.ok(&["remove", "pod-c"]).await;
+    assert!(node.cdi_files().is_empty());
+}

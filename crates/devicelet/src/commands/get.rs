@@ -58,6 +58,13 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
                         .iter()
                         .map(|uid| vec!["pending".into(), uid.clone(), "unprepare retried".into()]),
                 );
+                rows.extend(d.quarantine.iter().map(|why| {
+                    vec![
+                        "quarantine".into(),
+                        "DRA fail-closed".into(),
+                        format!("{why}; `devicelet state recover --dra-only` when stopped"),
+                    ]
+                }));
                 output::render_table(&["KIND", "NAME", "DETAIL"], &rows)
             })
         }

@@ -29,16 +29,27 @@ pub async fn run(root_dir: &Path, args: StateArgs) -> anyhow::Result<()> {
         StateWhat::Import { file, output } => {
             refuse_if_running(&paths).await?;
             let report = import(&store, &file)?;
-            print_recover(output.output, &report)
+            print_recover(output.output, Some(&report), &[])
         }
-        StateWhat::Recover { from, output } => {
+        StateWhat::Recover {
+            from,
+            dra_only,
+            output,
+        } => {
             refuse_if_running(&paths).await?;
-            let action = match from {
-                RecoverFrom::KubeletFile => RecoverAction::ImportKubeletFile,
-                RecoverFrom::Empty => RecoverAction::StartEmpty,
+            let report = match from.filter(|_| !dra_only) {
+                None => None,
+                Some(from) => {
+                    let action = match from {
+                        RecoverFrom::KubeletFile => RecoverAction::ImportKubeletFile,
+                        RecoverFrom::Empty => RecoverAction::StartEmpty,
+                    };
+                    Some(recover(&store, action).context("recover the device state")?)
+                }
             };
-            let report = recover(&store, action).context("recover the device state")?;
-            print_recover(output.output, &report)
+            let dra = devicelet_rpc::claims::recover_dra(&paths.root)
+                .context("clear the DRA quarantine")?;
+            print_recover(output.output, report.as_ref(), &dra)
         }
         StateWhat::Status(output) => {
             let client = ControlClient::new(paths.control_socket);
@@ -138,17 +149,39 @@ fn import(store: &StorePaths, file: &Path) -> anyhow::Result<RecoverReport> {
     Ok(report)
 }
 
-fn print_recover(format: OutputFormat, report: &RecoverReport) -> anyhow::Result<()> {
-    output::print(format, report, |r| {
+/// What `state recover` / `state import` did: the device state (absent with `--dra-only`)
+/// and the DRA quarantine markers removed.
+#[derive(serde::Serialize)]
+struct RecoverOutput<'a> {
+    #[serde(flatten)]
+    device: Option<&'a RecoverReport>,
+    dra_cleared_quarantine: &'a [PathBuf],
+}
+
+fn print_recover(
+    format: OutputFormat,
+    report: Option<&RecoverReport>,
+    dra: &[PathBuf],
+) -> anyhow::Result<()> {
+    let out = RecoverOutput {
+        device: report,
+        dra_cleared_quarantine: dra,
+    };
+    output::print(format, &out, |o| {
         let mut text = String::new();
-        for (from, to) in &r.moved {
-            text.push_str(&format!("kept {} as {}\n", from.display(), to.display()));
+        if let Some(r) = o.device {
+            for (from, to) in &r.moved {
+                text.push_str(&format!("kept {} as {}\n", from.display(), to.display()));
+            }
+            if let Some(n) = r.imported_entries {
+                text.push_str(&format!("imported {n} allocation entries\n"));
+            }
+            if r.cleared_quarantine {
+                text.push_str("quarantine cleared\n");
+            }
         }
-        if let Some(n) = r.imported_entries {
-            text.push_str(&format!("imported {n} allocation entries\n"));
-        }
-        if r.cleared_quarantine {
-            text.push_str("quarantine cleared\n");
+        for marker in o.dra_cleared_quarantine {
+            text.push_str(&format!("DRA quarantine cleared ({})\n", marker.display()));
         }
         text.push_str("the next `devicelet serve` starts from this state\n");
         text
