@@ -485,6 +485,9 @@ pub struct DraNode {
     health: Arc<HealthCache>,
     health_tasks: Mutex<HashMap<(String, PathBuf), watch::Sender<bool>>>,
     wipe_delay: Duration,
+    /// Pending slice wipes: driver → token of the wipe task that may act (§1.11).
+    wipes: Mutex<HashMap<String, u64>>,
+    next_wipe: std::sync::atomic::AtomicU64,
     /// Allocation, reservation and release are serialized (one scheduler, one controller).
     admission: tokio::sync::Mutex<()>,
     /// Removed pods whose claims are not unprepared yet.
@@ -541,6 +544,8 @@ impl DraNode {
             health: Arc::default(),
             health_tasks: Mutex::default(),
             wipe_delay,
+            wipes: Mutex::default(),
+            next_wipe: std::sync::atomic::AtomicU64::new(0),
             admission: tokio::sync::Mutex::new(()),
             pending: Mutex::new(pending),
         }))
@@ -1291,14 +1296,37 @@ impl DraNode {
         }
     }
 
+    /// The driver's last instance went away: its published slices are wiped after the wipe
+    /// delay unless an instance registers before (§1.11). A wipe already pending keeps its
+    /// deadline (the kubelet keeps the first one); a registration cancels it, so a later
+    /// absence gets a full delay of its own (A8 row 55: a driver that comes back, and even goes
+    /// away again, within the window keeps its slices).
     fn schedule_wipe(self: &Arc<Self>, driver: &str) {
         if self.registry.is_registered(driver) {
             return;
         }
+        let token = {
+            let mut wipes = lock(&self.wipes);
+            if wipes.contains_key(driver) {
+                return;
+            }
+            let token = self
+                .next_wipe
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            wipes.insert(driver.to_owned(), token);
+            token
+        };
         let me = Arc::clone(self);
         let driver = driver.to_owned();
         tokio::spawn(async move {
             tokio::time::sleep(me.wipe_delay).await;
+            {
+                let mut wipes = lock(&me.wipes);
+                if wipes.get(&driver) != Some(&token) {
+                    return; // cancelled by a registration
+                }
+                wipes.remove(&driver);
+            }
             if !me.registry.is_registered(&driver) && lock(&me.published).remove(&driver).is_some()
             {
                 info!(
@@ -1307,6 +1335,16 @@ impl DraNode {
                 );
             }
         });
+    }
+
+    /// An instance of `driver` registered: a pending wipe is cancelled.
+    fn cancel_wipe(&self, driver: &str) {
+        if lock(&self.wipes).remove(driver).is_some() {
+            info!(
+                driver,
+                "driver back within the wipe delay; its ResourceSlices are kept"
+            );
+        }
     }
 
     /// The `/v1/dra`, `/v1/draobjects`, `/v1/resourceslices` and `/v1/resourceclaims` routes.
@@ -1425,6 +1463,7 @@ impl PluginHandler for DraHandler {
             node.registry
                 .watcher_register(name.clone(), endpoint.clone(), versions)
                 .await?;
+            node.cancel_wipe(&name);
             node.start_health(&name, &endpoint);
             Ok(())
         }

@@ -955,3 +955,156 @@ async fn corrupt_dra_manager_state_quarantines_claims_state_recover_clears_it() 
     node.ok(&["remove", "pod-c"]).await;
     assert!(node.cdi_files().is_empty());
 }
+
+#[tokio::test]
+async fn a8_55_driver_back_within_the_wipe_window_keeps_its_slices_even_after_a_second_absence() {
+    const DELAY: Duration = Duration::from_secs(4);
+    let mut node = Node::start_with(&["--dra-wipe-delay", "4s"], &[]).await;
+    let deregistered = |d: &Value| d["drivers"].as_array().is_some_and(Vec::is_empty);
+    let wiped = "published ResourceSlices are wiped";
+
+    // First absence at t0; back well within the delay.
+    let t0 = tokio::time::Instant::now();
+    node.driver.take().unwrap().terminate().await;
+    let d = node.wait_dra("driver deregistered", deregistered).await;
+    assert_eq!(d["publishedSlices"][DRIVER], 1, "not wiped at once: {d}");
+    node.start_driver(&[]).await;
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "too slow to test"
+    );
+    // Second absence, starting 1.5 s after the first: its own deadline is t0 + 5.5 s.
+    tokio::time::sleep_until(t0 + Duration::from_millis(1500)).await;
+    node.driver.take().unwrap().terminate().await;
+    node.wait_dra("driver deregistered again", deregistered)
+        .await;
+    // Past the first absence's deadline: the slices survive (the registration in between
+    // cancelled that wipe), though no instance is registered right now.
+    tokio::time::sleep_until(t0 + DELAY + Duration::from_millis(500)).await;
+    let d = node.dra().await;
+    assert!(deregistered(&d));
+    assert_eq!(d["publishedSlices"][DRIVER], 1, "wiped too early: {d}");
+    let log = node.serve.as_ref().unwrap().log();
+    assert!(!log.contains(wiped), "{log}");
+    assert!(
+        log.contains("driver back within the wipe delay"),
+        "the first wipe was cancelled: {log}"
+    );
+    // A full delay of absence wipes them (§1.11) ...
+    node.wait_dra("slices wiped after the second absence", |d| {
+        d["publishedSlices"][DRIVER].is_null()
+    })
+    .await;
+    assert_eq!(node.serve.as_ref().unwrap().log().matches(wiped).count(), 1);
+    // ... and the returning driver publishes again (A8 row 54).
+    node.start_driver(&[]).await;
+}
+
+const NIC: &str = "nic.example.com";
+
+const NIC_OBJECTS: &str = r#"
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: nic}
+spec:
+  selectors:
+  - cel: {expression: 'device.driver == "nic.example.com"'}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: nic-claim, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: nic
+      exactly: {deviceClassName: nic}
+"#;
+
+#[tokio::test]
+async fn a7_52_two_drivers_one_dies_mid_prepare_the_other_is_unprepared_at_once() {
+    let node = Node::start(&[]).await;
+    let nic_file = node.root.path().join("nic.yaml");
+    std::fs::write(&nic_file, NIC_OBJECTS).unwrap();
+    node.ok(&["apply", "-f", nic_file.to_str().unwrap()]).await;
+    let cdi = node.cdi_dir();
+    let nic_args = |extra: &'static [&'static str]| {
+        let mut v = vec![
+            "example-driver".to_owned(),
+            "--name".to_owned(),
+            NIC.to_owned(),
+            "--devices".to_owned(),
+            "2".to_owned(),
+            "--cdi-dir".to_owned(),
+            cdi.to_str().unwrap().to_owned(),
+        ];
+        v.extend(extra.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let spawn_nic = |extra: &'static [&'static str]| {
+        let args = nic_args(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        node.root.spawn("nic", &refs)
+    };
+    let nic = spawn_nic(&["--prepare-delay", "3s"]);
+    node.wait_dra("nic registered", |d| d["publishedSlices"][NIC] == 1)
+        .await;
+
+    let file = node.root.path().join("pod-2d.json");
+    std::fs::write(
+        &file,
+        pod(
+            "pod-2d",
+            &[("g", "shared", false), ("n", "nic-claim", false)],
+        )
+        .to_string(),
+    )
+    .unwrap();
+    let root = node.root.path().to_path_buf();
+    let admit = tokio::spawn(async move {
+        cli(
+            &root,
+            &["admit", "-f", file.to_str().unwrap(), "-o", "json"],
+        )
+        .await
+    });
+    // The GPU driver answers at once; the NIC driver dies while preparing.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    nic.kill().await;
+    let (code, _, err) = admit.await.unwrap();
+    assert_eq!(code, 1, "{err}");
+    // The kubelet (B7) would leave the GPU claim prepared until the pod terminates; devicelet
+    // rolls the admission back at once (as k/k PR #137945 proposed): the GPU driver already
+    // unprepared it and removed its CDI spec. The NIC claim's unprepare waits for its driver,
+    // and until then nothing is released (B19).
+    assert_eq!(node.driver_log_count("claim prepared"), 1);
+    assert_eq!(node.driver_log_count("claim unprepared"), 1);
+    assert!(node.cdi_files().is_empty(), "{:?}", node.cdi_files());
+    let d = node.dra().await;
+    assert_eq!(d["pendingUnprepare"][0], "pod-2d", "{d}");
+    let cached: Vec<&String> = d["cachedClaims"].as_object().unwrap().keys().collect();
+    assert_eq!(cached, vec!["default/nic-claim"], "{d}");
+
+    // The NIC driver returns: the pending unprepare completes and both claims are released.
+    let _nic = spawn_nic(&[]);
+    node.wait_dra("pending unprepare done", |d| {
+        d["pendingUnprepare"].as_array().is_some_and(Vec::is_empty)
+            && d["cachedClaims"].as_object().is_some_and(|c| c.is_empty())
+    })
+    .await;
+    let objects = node.objects().await;
+    for k in ["default/shared", "default/nic-claim"] {
+        assert!(
+            claim_status(&objects, k)["reservedFor"].is_null(),
+            "{k}: {objects}"
+        );
+    }
+    // And the pod can be admitted with both drivers working.
+    let (code, out) = node
+        .admit(
+            "pod-2d",
+            &[("g", "shared", false), ("n", "nic-claim", false)],
+        )
+        .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(node.cdi_files().len(), 2);
+}
