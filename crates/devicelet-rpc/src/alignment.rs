@@ -26,8 +26,8 @@ use devicelet_cpumanager::{
 };
 use devicelet_devicemanager::{ContainerDevices, ContainerRequest, DeviceManager};
 use devicelet_topology::{
-    ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, Policy, ProviderHints,
-    ScopeName, TopologyHint, TopologyManager, pod_effective_limits, resource_hints,
+    ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, PodAdmission, Policy,
+    ProviderHints, ScopeName, TopologyManager, pod_effective_limits, resource_hints,
 };
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
@@ -171,8 +171,10 @@ pub struct AlignedContainer {
 /// Topology Manager + CPU manager for one node.
 #[derive(Debug)]
 pub struct Alignment {
-    /// Policy and scope; `None` for the none policy (the kubelet's none scope asks no hints).
-    topology: Option<(Policy, ScopeName)>,
+    /// The Topology Manager (policy, scope); `None` when alignment is disabled. No providers
+    /// are registered with it: device allocation is async here, so admission drives its
+    /// [`PodAdmission`] step by step with the device then CPU manager's hints.
+    topology: Option<TopologyManager>,
     machine: NumaMask,
     cpu: Option<CpuManager>,
 }
@@ -256,7 +258,7 @@ impl Alignment {
             "resource managers configured"
         );
         Ok(Alignment {
-            topology: tm.scope().map(|scope| (tm.policy().clone(), scope)),
+            topology: Some(tm),
             machine: numa.default_mask(),
             cpu: Some(cpu),
         })
@@ -301,32 +303,46 @@ impl Alignment {
         requests: Vec<ContainerRequest>,
     ) -> Result<Vec<AlignedContainer>, PodError> {
         let pod = &info.spec;
-        // Pod scope: one merge for the whole pod, the same hint for every container.
-        let pod_hint = match &self.topology {
-            Some((policy, ScopeName::Pod)) => {
-                let names: Vec<&str> = pod.all_containers().map(|c| c.name.as_str()).collect();
-                let limits: BTreeMap<String, u64> = pod_effective_limits(pod)
-                    .into_iter()
-                    .filter(|(r, _)| requests.iter().any(|q| q.limits.contains_key(r)))
-                    .map(|(r, v)| (r, u64::try_from(v).unwrap_or(0)))
-                    .collect();
-                let mut unknown = Vec::new();
-                let devices =
-                    self.device_hints(manager, &pod.uid, &names, &limits, false, &mut unknown);
-                let cpus = self
-                    .cpu
-                    .as_ref()
-                    .map(|c| c.pod_hints(pod))
-                    .unwrap_or_default();
-                let (hint, admit) = policy.merge(&[devices, cpus]);
-                if !admit {
-                    let asked = self.asked(&limits, info.pod_guaranteed_cpus());
+        // The Topology Manager's scope decides when hints are asked for and merged (none: never;
+        // pod: once, here; container: per container, after the previous one allocated).
+        let mut pod_limits = BTreeMap::new();
+        let mut pod_unknown = Vec::new();
+        let admission = match &self.topology {
+            None => PodAdmission::Unaligned,
+            Some(tm) => tm
+                .begin_admission(|| {
+                    let names: Vec<&str> = pod.all_containers().map(|c| c.name.as_str()).collect();
+                    pod_limits = pod_effective_limits(pod)
+                        .into_iter()
+                        .filter(|(r, _)| requests.iter().any(|q| q.limits.contains_key(r)))
+                        .map(|(r, v)| (r, u64::try_from(v).unwrap_or(0)))
+                        .collect();
+                    let devices = self.device_hints(
+                        manager,
+                        &pod.uid,
+                        &names,
+                        &pod_limits,
+                        false,
+                        &mut pod_unknown,
+                    );
+                    let cpus = self
+                        .cpu
+                        .as_ref()
+                        .map(|c| c.pod_hints(pod))
+                        .unwrap_or_default();
+                    vec![devices, cpus]
+                })
+                .map_err(|_| {
+                    let asked = self.asked(&pod_limits, info.pod_guaranteed_cpus());
                     self.count_aligned(manager, ScopeName::Pod, true);
-                    return Err(reject(policy, "the pod", &asked, self.machine, &unknown));
-                }
-                Some(hint)
-            }
-            _ => None,
+                    reject(
+                        Some(tm.policy()),
+                        "the pod",
+                        &asked,
+                        self.machine,
+                        &pod_unknown,
+                    )
+                })?,
         };
         let empty = ContainerSpec::default();
         let mut out = Vec::with_capacity(requests.len());
@@ -335,11 +351,9 @@ impl Alignment {
                 .all_containers()
                 .find(|c| c.name == request.container)
                 .unwrap_or(&empty);
-            let hint = match (&self.topology, pod_hint) {
-                (_, Some(hint)) => hint,
-                (None, None) => TopologyHint::default(),
-                (Some((policy, _)), None) => {
-                    let mut unknown = Vec::new();
+            let mut unknown = Vec::new();
+            let hint = admission
+                .container_hint(|| {
                     let devices = self.device_hints(
                         manager,
                         &pod.uid,
@@ -353,17 +367,17 @@ impl Alignment {
                         .as_ref()
                         .map(|c| c.container_hints(pod, spec))
                         .unwrap_or_default();
-                    let (hint, admit) = policy.merge(&[devices, cpus]);
-                    if !admit {
-                        let asked =
-                            self.asked(&request.limits, info.guaranteed_cpus(&request.container));
-                        let what = format!("container {:?}", request.container);
-                        self.count_aligned(manager, ScopeName::Container, true);
-                        return Err(reject(policy, &what, &asked, self.machine, &unknown));
-                    }
-                    hint
-                }
-            };
+                    vec![devices, cpus]
+                })
+                .map_err(|_| {
+                    let asked =
+                        self.asked(&request.limits, info.guaranteed_cpus(&request.container));
+                    let what = format!("container {:?}", request.container);
+                    self.count_aligned(manager, ScopeName::Container, true);
+                    // Only a merge refuses, so a Topology Manager is configured.
+                    let policy = self.topology.as_ref().map(TopologyManager::policy);
+                    reject(policy, &what, &asked, self.machine, &unknown)
+                })?;
             request.affinity = hint
                 .affinity
                 .map(|m| devicelet_devicemanager::NumaMask(m.bits()));
@@ -409,10 +423,12 @@ impl Alignment {
     /// `IsAlignmentGuaranteed`); pod scope counts once per pod, container scope per container.
     fn count_aligned(&self, manager: &DeviceManager, scope: ScopeName, failed: bool) {
         use devicelet_metrics::{AlignBoundary, AlignScope};
-        let Some((policy, configured)) = &self.topology else {
+        let Some(tm) = &self.topology else {
             return;
         };
-        if *configured != scope || policy.name() != devicelet_topology::PolicyName::SingleNumaNode {
+        if tm.scope() != Some(scope)
+            || tm.policy().name() != devicelet_topology::PolicyName::SingleNumaNode
+        {
             return;
         }
         let scope = match scope {
@@ -538,15 +554,15 @@ fn refs(v: &[String]) -> Vec<&str> {
 /// The kubelet's `TopologyAffinityError`, with what was asked and any device on an unknown
 /// NUMA node (devicelet's addition: the kubelet says only the fixed message).
 fn reject(
-    policy: &Policy,
+    policy: Option<&Policy>,
     what: &str,
     asked: &str,
     machine: NumaMask,
     unknown: &[String],
 ) -> PodError {
+    let name = policy.map_or("none", |p| p.name().as_str());
     let mut detail = format!(
-        "{what} asks for {asked}; no placement is admissible under the {} policy on NUMA nodes {:?}",
-        policy.name(),
+        "{what} asks for {asked}; no placement is admissible under the {name} policy on NUMA nodes {:?}",
         machine.nodes().collect::<Vec<_>>(),
     );
     for u in unknown {
