@@ -33,8 +33,8 @@
 //! first accepted one the answer, and branches are cut with exact answers (the removal search)
 //! or optimistic coverage bounds (units per node, or units touching a node when units span
 //! nodes; the slack each list has for dropping nodes). On the benchmark machines (up to 64
-//! nodes, 8 devices per node, 3 providers) an admission takes about 0.1 ms at 16 nodes and
-//! 0.3-2.5 ms at 64. The problems underneath are covering problems, so an adversarial input
+//! nodes, 8 devices per node, 3 providers) an admission takes 0.05-0.10 ms at 16 nodes and
+//! 0.3-1.5 ms at 64 (docs/topology.md). The problems underneath are covering problems, so an adversarial input
 //! can still make the search slow; results stay exact either way, there is no cut-off that
 //! would change an answer.
 
