@@ -1054,3 +1054,40 @@ fn policy_single_numa_node_filter_hints() {
         assert_eq!(got, expected, "{name}");
     }
 }
+
+/// `TestCalculateAvgDistanceFor` (`tm/numa_info_test.go`): the average over ordered pairs,
+/// self pairs included, that Closest compares (the merge compares the sums, same order).
+#[test]
+fn calculate_avg_distance_for() {
+    use devicelet_topology::NumaTopology;
+    let two = vec![vec![10, 11], vec![11, 10]];
+    let four = vec![
+        vec![10, 11, 12, 12],
+        vec![11, 10, 12, 12],
+        vec![12, 12, 10, 11],
+        vec![12, 12, 11, 10],
+    ];
+    type AvgRow = (&'static str, &'static [usize], Vec<Vec<u32>>, f64);
+    let rows: Vec<AvgRow> = vec![
+        ("1 NUMA node", &[0], vec![vec![10]], 10.0),
+        ("2 NUMA node, 1 set in bitmask", &[0], two.clone(), 10.0),
+        ("2 NUMA node, 2 set in bitmask", &[0, 1], two, 10.5),
+        ("4 NUMA node, 2 set in bitmask", &[0, 2], four.clone(), 11.0),
+        (
+            "4 NUMA node, 3 set in bitmask",
+            &[0, 2, 3],
+            four,
+            100.0 / 9.0,
+        ),
+        ("0 NUMA node, 0 set in bitmask", &[], vec![], 0.0),
+    ];
+    assert_eq!(rows.len(), 6);
+    for (name, set, d, expected) in rows {
+        let topo = NumaTopology {
+            nodes: vec![],
+            distances: Some(d),
+        };
+        let got = topo.average_distance(mask(set)).expect("distances known");
+        assert!((got - expected).abs() < 1e-9, "{name}: {got} != {expected}");
+    }
+}
