@@ -36,6 +36,7 @@ pub async fn run(root_dir: &Path, args: StateArgs) -> anyhow::Result<()> {
             let action = match from {
                 RecoverFrom::KubeletFile => RecoverAction::ImportKubeletFile,
                 RecoverFrom::Empty => RecoverAction::StartEmpty,
+                RecoverFrom::Journal => RecoverAction::RebuildFromJournal,
             };
             let report = recover(&store, action).context("recover the device state")?;
             print_recover(output.output, &report)
@@ -146,6 +147,12 @@ fn print_recover(format: OutputFormat, report: &RecoverReport) -> anyhow::Result
         }
         if let Some(n) = r.imported_entries {
             text.push_str(&format!("imported {n} allocation entries\n"));
+        }
+        if let Some(b) = r.rebuilt {
+            text.push_str(&format!(
+                "rebuilt {} pod(s), {} allocation entries from the journal ({} without cached runtime settings)\n",
+                b.pods, b.entries, b.entries_without_response
+            ));
         }
         if r.cleared_quarantine {
             text.push_str("quarantine cleared\n");
