@@ -198,7 +198,7 @@ fn main() {
             .await
             .expect("register");
         let mut changes = daemon.manager().subscribe();
-        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(PODS as u64)) {
+        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(DEVICES as u64)) {
             let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
         }
 
