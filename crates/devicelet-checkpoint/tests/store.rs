@@ -655,3 +655,112 @@ fn pod_records_survive_compactions_and_a_crash_between_compaction_steps() {
     let (_store, recovered) = root.open().expect("recovers");
     assert_eq!(recovered.state, expected);
 }
+
+fn pod_record(containers: &[(&str, &[&str])]) -> Change {
+    use devicelet_checkpoint::state::{ContainerRecord, PodRecord};
+    Change::SetPod {
+        pod_uid: String::new(),
+        record: PodRecord {
+            namespace: "ns".into(),
+            name: "p".into(),
+            containers: containers
+                .iter()
+                .map(|(name, devices)| ContainerRecord {
+                    name: (*name).into(),
+                    kind: "app".into(),
+                    limits: BTreeMap::from([("example.com/gpu".into(), devices.len() as u64)]),
+                    devices: BTreeMap::from([(
+                        "example.com/gpu".into(),
+                        devices.iter().map(|d| d.to_string()).collect(),
+                    )]),
+                    ..Default::default()
+                })
+                .collect(),
+        },
+    }
+}
+
+fn with_uid(change: Change, uid: &str) -> Change {
+    match change {
+        Change::SetPod { record, .. } => Change::SetPod {
+            pod_uid: uid.into(),
+            record,
+        },
+        other => other,
+    }
+}
+
+/// A2 "nothing admitted is lost": the kubelet file is destroyed after a compaction folded pod
+/// `old` into it; rebuilding from the journal keeps `old`'s devices (from its pod record, without
+/// the cached response) and `new`'s entry with its response, drops the removed pod, and the
+/// rebuilt pair opens cleanly.
+#[test]
+fn rebuild_from_journal_keeps_every_admitted_pod_when_the_kubelet_file_is_lost() {
+    let root = Root::new();
+    {
+        let (store, _) = root.open().expect("open");
+        store
+            .commit(&[
+                with_uid(pod_record(&[("c", &["d0", "d1"])]), "old"),
+                add("old", "c", &["d0", "d1"]),
+                with_uid(pod_record(&[("c", &["d2"])]), "gone"),
+                add("gone", "c", &["d2"]),
+            ])
+            .expect("commit");
+        assert!(store.compact().expect("compact"));
+        store
+            .commit(&[
+                with_uid(pod_record(&[("c", &["d3"])]), "new"),
+                add("new", "c", &["d3"]),
+            ])
+            .expect("commit");
+        store
+            .commit(&[Change::RemovePod {
+                pod_uid: "gone".into(),
+            }])
+            .expect("commit");
+        // Crash: no clean close, so the journal still holds the tail.
+    }
+    let kubelet_file = root.paths().kubelet_file;
+    fs::write(&kubelet_file, b"{ damaged").expect("damage");
+    assert!(root.open().is_err(), "damage is found and quarantined");
+
+    let report = recover(&root.paths(), RecoverAction::RebuildFromJournal).expect("rebuild");
+    let summary = report.rebuilt.expect("summary");
+    assert_eq!(summary.pods, 2);
+    assert_eq!(summary.entries, 2);
+    assert_eq!(summary.entries_without_response, 1);
+    assert!(report.cleared_quarantine);
+
+    let (_store, recovered) = root.open().expect("rebuilt state opens");
+    let state = recovered.state;
+    assert_eq!(
+        state
+            .get("old", "c", "example.com/gpu")
+            .expect("old kept")
+            .device_ids_by_numa,
+        BTreeMap::from([(-1, vec!["d0".to_string(), "d1".to_string()])])
+    );
+    assert!(
+        state
+            .get("old", "c", "example.com/gpu")
+            .expect("old")
+            .alloc_resp
+            .is_empty()
+    );
+    assert_eq!(
+        state
+            .get("new", "c", "example.com/gpu")
+            .expect("new kept")
+            .alloc_resp,
+        vec![10, 3, b'a', b'b', b'c']
+    );
+    assert!(state.get("gone", "c", "example.com/gpu").is_none());
+    assert_eq!(state.pod_records.keys().collect::<Vec<_>>(), ["new", "old"]);
+    assert!(state.registered.contains_key("example.com/gpu"));
+    // The damaged file and the old journal are kept as evidence.
+    let names = entries_in_dir(&root.kubelet_dir);
+    assert!(names.iter().any(|n| n.contains(".corrupt-")), "{names:?}");
+    let names = entries_in_dir(&root.journal_dir);
+    assert!(names.iter().any(|n| n.contains(".replaced-")), "{names:?}");
+}

@@ -294,18 +294,32 @@ impl DeviceManager {
                     && !preferred
                     && state.reuse.reusable(resource).is_empty()
                 {
-                    let chosen: Vec<String> = set
-                        .devices()
+                    // Devices before the hint are all taken or unhealthy; the picks are the
+                    // first free ones after it, so everything up to the last pick is taken next.
+                    let start = set.free_hint();
+                    let mut next_hint = start;
+                    let chosen: Vec<String> = set.devices()[start..]
                         .iter()
-                        .filter(|d| {
+                        .enumerate()
+                        .filter(|(_, d)| {
                             d.health == Health::Healthy
                                 && reserved.is_none_or(|r| !r.contains(&d.id))
                         })
                         .take(required)
-                        .map(|d| d.id.clone())
+                        .map(|(i, d)| {
+                            next_hint = start + i + 1;
+                            d.id.clone()
+                        })
                         .collect();
                     if chosen.len() == required {
                         reserve(&mut state, resource, &chosen);
+                        if let Some(d) = state
+                            .resources
+                            .get_mut(resource)
+                            .and_then(|e| e.devices.as_mut())
+                        {
+                            d.set_free_hint(next_hint);
+                        }
                         return Ok(Some(Plan::Reserved(chosen)));
                     }
                     // Too few: the full path below reports the exact counts.

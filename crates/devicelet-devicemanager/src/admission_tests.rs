@@ -344,3 +344,44 @@ async fn d1_run_container_options_calls_prestart_with_all_devices_and_merges_res
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn c4_first_free_pick_sees_devices_freed_behind_the_scan_hint() {
+    // The fast pick starts after the devices known to be taken; a removal or a failed
+    // admission must make the freed devices visible again, in plugin order.
+    let (m, _) = setup(gpus(6), false).await;
+    let a = take(&m, container("a", "c", ContainerKind::App, 2)).await;
+    let b = take(&m, container("b", "c", ContainerKind::App, 1)).await;
+    let c = take(&m, container("c", "c", ContainerKind::App, 1)).await;
+    assert_eq!(
+        (a.as_slice(), b.as_slice(), c.as_slice()),
+        (
+            &["g0".to_string(), "g1".into()][..],
+            &["g2".to_string()][..],
+            &["g3".to_string()][..]
+        )
+    );
+    assert!(m.remove_pod("a"));
+    assert_eq!(
+        take(&m, container("d", "c", ContainerKind::App, 1)).await,
+        ["g0"]
+    );
+    assert_eq!(
+        take(&m, container("e", "c", ContainerKind::App, 2)).await,
+        ["g1", "g4"]
+    );
+    // Only g5 is left: a 2-device request fails with the exact counts and frees nothing.
+    let err = m
+        .allocate_container(&container("f", "c", ContainerKind::App, 2))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("Requested: 2, Available: 1"),
+        "{err}"
+    );
+    assert!(m.remove_pod("b"));
+    assert_eq!(
+        take(&m, container("g", "c", ContainerKind::App, 2)).await,
+        ["g2", "g5"]
+    );
+}

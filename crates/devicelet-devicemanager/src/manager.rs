@@ -160,10 +160,17 @@ impl State {
             .filter_map(|resources| resources.get(resource))
             .flat_map(|a| a.device_ids.iter().map(String::as_str))
             .collect();
+        let devices = self
+            .resources
+            .get_mut(resource)
+            .and_then(|e| e.devices.as_mut());
         if let Some(set) = self.allocated.get_mut(resource) {
+            let mut devices = devices;
             for id in ids {
-                if !held_by_pod.contains(id.as_str()) {
-                    set.remove(id);
+                if !held_by_pod.contains(id.as_str()) && set.remove(id) {
+                    if let Some(d) = devices.as_deref_mut() {
+                        d.device_freed(id);
+                    }
                 }
             }
         }
@@ -176,9 +183,17 @@ impl State {
         };
         for resources in containers.values() {
             for (resource, allocation) in resources {
+                let mut devices = self
+                    .resources
+                    .get_mut(resource)
+                    .and_then(|e| e.devices.as_mut());
                 if let Some(set) = self.allocated.get_mut(resource) {
                     for id in &allocation.device_ids {
-                        set.remove(id);
+                        if set.remove(id)
+                            && let Some(d) = devices.as_deref_mut()
+                        {
+                            d.device_freed(id);
+                        }
                     }
                 }
             }

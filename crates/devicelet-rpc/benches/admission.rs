@@ -198,7 +198,7 @@ fn main() {
             .await
             .expect("register");
         let mut changes = daemon.manager().subscribe();
-        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(PODS as u64)) {
+        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(DEVICES as u64)) {
             let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
         }
 
@@ -223,6 +223,13 @@ fn main() {
 
         // Restart with RESTART_CONTAINERS admitted containers.
         let (_, _) = admit_all(durable, pods, PODS..RESTART_CONTAINERS, clients).await;
+        // A crash image: the state files as they are on disk right now, with the journal not
+        // yet folded into the kubelet file, so the restart below must replay it.
+        let crash = tempfile::Builder::new()
+            .prefix("dl-crash-")
+            .tempdir_in("/tmp")
+            .expect("crash root");
+        copy_state(root.path(), crash.path());
         daemon.shutdown().await.expect("clean stop");
         let t = Instant::now();
         let daemon = Daemon::start(DaemonConfig::new(root.path()))
@@ -237,5 +244,34 @@ fn main() {
             daemon.pods().durable().status().open_ms
         );
         let _ = daemon.shutdown().await;
+
+        let t = Instant::now();
+        let daemon = Daemon::start(DaemonConfig::new(crash.path()))
+            .await
+            .expect("restart after crash");
+        let ready = t.elapsed();
+        let restored = daemon.pods().list().pods.len();
+        assert_eq!(restored, RESTART_CONTAINERS);
+        println!(
+            "FIGURE restart_after_crash_to_ready containers={restored} ms={:.1} state_open_ms={:.1}",
+            ready.as_secs_f64() * 1000.0,
+            daemon.pods().durable().status().open_ms
+        );
+        let _ = daemon.shutdown().await;
     });
+}
+
+/// Copies the device state files of `from` into `to`, as a crash would leave them.
+fn copy_state(from: &std::path::Path, to: &std::path::Path) {
+    use devicelet_checkpoint::{device::DEVICE_CHECKPOINT_FILE, store::JOURNAL_FILE};
+    for (dir, file) in [
+        ("device-plugins", DEVICE_CHECKPOINT_FILE),
+        ("devicelet", JOURNAL_FILE),
+    ] {
+        let source = from.join(dir).join(file);
+        std::fs::create_dir_all(to.join(dir)).expect("mkdir");
+        if source.exists() {
+            std::fs::copy(&source, to.join(dir).join(file)).expect("copy state file");
+        }
+    }
 }

@@ -315,9 +315,15 @@ impl PodAdmitter {
         plan.extend(spec.containers.iter().map(|c| (ContainerKind::App, c)));
 
         let known = self.manager.capacity().capacity;
+        let dra_backed = dra_backed_resources(pod);
         let mut requests = Vec::with_capacity(plan.len());
         for (kind, container) in plan {
-            let limits = device_limits(container)?;
+            let mut limits = device_limits(container)?;
+            // C2: an extended resource the scheduler mapped to a DRA claim (KEP-5004,
+            // DRAExtendedResource) is not a device plugin's to allocate.
+            limits.retain(|resource, _| {
+                !dra_backed.contains(&(container.name.as_str(), resource.as_str()))
+            });
             if let Some(resource) = limits.keys().find(|r| !known.contains_key(*r)) {
                 return Err(PodError::UnknownResource {
                     container: container.name.clone(),
@@ -571,6 +577,21 @@ fn claim_values(dra: &DraNode, uid: &str, container: &str) -> Vec<serde_json::Va
         .into_iter()
         .filter_map(|v| serde_json::to_value(v).ok())
         .collect()
+}
+
+/// (container, resource) pairs that `status.extendedResourceClaimStatus.requestMappings` backs
+/// with a DRA claim.
+fn dra_backed_resources(pod: &Pod) -> std::collections::HashSet<(&str, &str)> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|e| {
+            e.request_mappings
+                .iter()
+                .map(|m| (m.container_name.as_str(), m.resource_name.as_str()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Extended-resource limits of a container as integer device counts (the kubelet reads

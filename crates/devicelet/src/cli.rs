@@ -360,6 +360,9 @@ pub enum RecoverFrom {
     KubeletFile,
     /// No allocations; every state file is kept aside.
     Empty,
+    /// Rebuild from devicelet's journal when the kubelet file is damaged: every pod keeps its
+    /// devices; cached runtime settings of pods admitted before the last compaction are lost.
+    Journal,
 }
 
 /// `devicelet demo`.

@@ -240,3 +240,38 @@ async fn c7_sync_pods_frees_pods_no_longer_active_also_after_a_crash() {
     assert_eq!(serve.terminate().await, 0);
     plugin.kill().await;
 }
+
+/// C2 (`TestAdmitPodWithDRAResources`): an extended resource that
+/// `status.extendedResourceClaimStatus.requestMappings` maps to a DRA claim is skipped by the
+/// device manager; without the mapping the same pod is refused as an unknown resource.
+#[tokio::test]
+async fn c2_dra_backed_extended_resources_are_not_allocated_by_device_plugins() {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "2"]);
+    root.wait_counts(GPU, 2, 2).await;
+    let manifest = |uid: &str, mapped: bool| {
+        let status = if mapped {
+            "status:\n  extendedResourceClaimStatus:\n    resourceClaimName: pod-extended-resources-abc\n    requestMappings:\n    - {containerName: app, resourceName: dra.example.com/gpu, requestName: container-0-request-0}\n"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {uid}, uid: {uid}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{dra.example.com/gpu: \"1\", example.com/gpu: \"1\"}}}}\n{status}"
+        )
+    };
+    let unmapped = write(&root, "unmapped.yaml", &manifest("uid-plain", false));
+    let (code, _, stderr) = cli(root.path(), &["admit", "-f", &unmapped]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("dra.example.com/gpu"), "{stderr}");
+
+    let mapped = write(&root, "mapped.yaml", &manifest("uid-dra", true));
+    let (code, out, stderr) = cli(root.path(), &["admit", "-f", &mapped, "-o", "json"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let admitted: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let devices = admitted["containers"][0]["devices"].as_object().unwrap();
+    assert_eq!(devices.len(), 1, "{admitted}");
+    assert_eq!(devices[GPU].as_array().unwrap().len(), 1);
+    assert_eq!(serve.terminate().await, 0);
+    plugin.kill().await;
+}

@@ -43,6 +43,7 @@ pub async fn run(root_dir: &Path, args: StateArgs) -> anyhow::Result<()> {
                     let action = match from {
                         RecoverFrom::KubeletFile => RecoverAction::ImportKubeletFile,
                         RecoverFrom::Empty => RecoverAction::StartEmpty,
+                        RecoverFrom::Journal => RecoverAction::RebuildFromJournal,
                     };
                     Some(recover(&store, action).context("recover the device state")?)
                 }
@@ -175,6 +176,12 @@ fn print_recover(
             }
             if let Some(n) = r.imported_entries {
                 text.push_str(&format!("imported {n} allocation entries\n"));
+            }
+            if let Some(b) = r.rebuilt {
+                text.push_str(&format!(
+                    "rebuilt {} pod(s), {} allocation entries from the journal ({} without cached runtime settings)\n",
+                    b.pods, b.entries, b.entries_without_response
+                ));
             }
             if r.cleared_quarantine {
                 text.push_str("quarantine cleared\n");
