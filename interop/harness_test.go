@@ -124,9 +124,15 @@ func startDevicelet(t *testing.T) *devicelet {
 // startDeviceletAt is startDevicelet on an existing root directory (a restart).
 func startDeviceletAt(t *testing.T, root string) *devicelet {
 	t.Helper()
+	return startDeviceletWith(t, root)
+}
+
+// startDeviceletWith is startDeviceletAt with extra `serve` arguments (e.g. --config FILE).
+func startDeviceletWith(t *testing.T, root string, serveArgs ...string) *devicelet {
+	t.Helper()
 	bin := deviceletBinary(t)
 	d := &devicelet{bin: bin, root: root, output: &lockedBuffer{}, exited: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--root-dir", root)
+	d.cmd = exec.Command(bin, append([]string{"serve", "--root-dir", root}, serveArgs...)...)
 	d.cmd.Stdout = d.output
 	d.cmd.Stderr = d.output
 	d.cmd.Env = append(os.Environ(), "RUST_LOG="+envOr("RUST_LOG", "info"), "NO_COLOR=1")

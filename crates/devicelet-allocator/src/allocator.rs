@@ -145,37 +145,43 @@ impl<'a> CounterIds<'a> {
 /// all counters of the pool that Go does per candidate is one comparison.
 #[derive(Debug)]
 struct CounterUse {
-    /// Counter IDs (Fixed or GoCompat, per the allocator's semantics), in table order.
-    ids: Vec<u32>,
-    /// (available, used), parallel to `ids`.
-    values: Vec<(i128, i128)>,
-    /// ID -> position, only for pools with many counters (small pools are scanned).
+    /// Available minus used per counter of the pool, in table order.
+    slack: Vec<i128>,
+    /// Counter ID (Fixed or GoCompat, per the allocator's semantics) minus `base` maps to
+    /// position plus one (0: not a counter of this pool). A pool's IDs are interned together,
+    /// so this is small; pools whose IDs are spread out use `index` instead.
+    dense: Vec<u32>,
+    base: u32,
     index: FastMap<u32, u32>,
     over: usize,
 }
 
-/// Pools with more counters than this get a hash index; fewer are scanned (faster).
-const COUNTER_SCAN_LIMIT: usize = 16;
-
 impl CounterUse {
     fn new(available: &AvailableCounters<'_>, compat: bool) -> Self {
-        let mut ids = Vec::with_capacity(available.ids.len());
-        let mut values = Vec::with_capacity(available.ids.len());
-        for &(f, c, avail) in &available.ids {
-            ids.push(if compat { c } else { f });
-            values.push((avail, 0));
-        }
+        let id = |&(f, c, _): &(u32, u32, i128)| if compat { c } else { f };
+        let slack: Vec<i128> = available.ids.iter().map(|&(_, _, a)| a).collect();
+        let lo = available.ids.iter().map(id).min().unwrap_or(0);
+        let hi = available.ids.iter().map(id).max().unwrap_or(0);
+        let mut dense = Vec::new();
         let mut index = FastMap::default();
-        if ids.len() > COUNTER_SCAN_LIMIT {
-            // Counter names are unique in a valid pool; keep the first like a by-name lookup.
-            for (i, id) in ids.iter().enumerate() {
-                index.entry(*id).or_insert(i as u32);
+        if (hi - lo) as usize <= 4 * slack.len() + 64 {
+            dense = vec![0; (hi - lo) as usize + 1];
+        }
+        // Counter names are unique in a valid pool; keep the first like a by-name lookup.
+        for (i, x) in available.ids.iter().enumerate() {
+            match dense.get_mut((id(x) - lo) as usize) {
+                Some(p) if *p == 0 => *p = i as u32 + 1,
+                Some(_) => {}
+                None => {
+                    index.entry(id(x)).or_insert(i as u32);
+                }
             }
         }
-        let over = values.iter().filter(|(a, u)| a < u).count();
+        let over = slack.iter().filter(|s| **s < 0).count();
         CounterUse {
-            ids,
-            values,
+            slack,
+            dense,
+            base: lo,
             index,
             over,
         }
@@ -183,20 +189,19 @@ impl CounterUse {
 
     /// Adds `delta` to one counter's use. Counters the pool does not offer are not checked
     /// (Go ranges over the available ones).
+    #[inline]
     fn change(&mut self, id: u32, delta: i128) {
-        let pos = if self.index.is_empty() {
-            self.ids.iter().position(|&x| x == id)
-        } else {
+        let pos = if self.dense.is_empty() {
             self.index.get(&id).map(|&p| p as usize)
+        } else {
+            self.dense
+                .get(id.wrapping_sub(self.base) as usize)
+                .and_then(|&p| (p as usize).checked_sub(1))
         };
-        if let Some((avail, used)) = pos.and_then(|p| self.values.get_mut(p)) {
-            let was = *avail < *used;
-            *used += delta;
-            match (was, *avail < *used) {
-                (false, true) => self.over += 1,
-                (true, false) => self.over -= 1,
-                _ => {}
-            }
+        if let Some(slack) = pos.and_then(|p| self.slack.get_mut(p)) {
+            let was = usize::from(*slack < 0);
+            *slack -= delta;
+            self.over = self.over + usize::from(*slack < 0) - was;
         }
     }
 }
@@ -799,7 +804,7 @@ impl<'a> Allocator<'a> {
         let outcome = search.allocate_one(0, 0, 0, 0, false, start);
         self.invocations.fetch_add(search.steps, Ordering::Relaxed);
         match outcome {
-            Err(Stop::Fatal(e)) => Err(e),
+            Err(Stop::Fatal(e)) => Err(*e),
             // A max-size signal escaping claim 0 is treated as "no solution" (unreachable in practice).
             Err(Stop::MaxSize) | Ok(false) => {
                 if pools.iter().any(|p| p.invalid) {
@@ -1508,6 +1513,7 @@ impl<'a> Allocator<'a> {
 
     // ---------------------------------------------------------------- selectors (§2.5)
 
+    #[inline]
     pub(crate) fn is_selectable(
         &self,
         node: &Node,
@@ -2093,14 +2099,15 @@ struct Location {
     device: usize,
 }
 
+/// Why the search stops early. Boxed so that the search's results fit in registers.
 enum Stop {
     MaxSize,
-    Fatal(AllocError),
+    Fatal(Box<AllocError>),
 }
 
 impl From<AllocError> for Stop {
     fn from(e: AllocError) -> Self {
-        Stop::Fatal(e)
+        Stop::Fatal(Box::new(e))
     }
 }
 
@@ -2116,18 +2123,14 @@ struct DeviceResult<'a> {
     admin: bool,
 }
 
-/// What a successful `allocate_device` must undo on backtrack.
-struct Undo<'a> {
-    gid: u32,
-    claim: usize,
+/// What a successful `allocate_device` must undo on backtrack, besides what its result record
+/// (`Search::results[results_len]`) says. Small, so that it is returned in registers.
+#[derive(Clone, Copy)]
+struct Undo {
+    results_len: u32,
     multi: bool,
-    consumed: Option<Vec<(&'a str, i128)>>,
     created_capacity_entry: bool,
     paid_counters: bool,
-    results_len: usize,
-    cand: Candidate,
-    base: &'a str,
-    sub: Option<&'a str>,
 }
 
 struct Search<'r, 'a> {
@@ -2144,7 +2147,11 @@ struct Search<'r, 'a> {
     /// most 32 per claim, so a scan beats hashing.
     allocating: Vec<(u32, u32)>,
     allocating_capacity: FastMap<u32, BTreeMap<&'a str, i128>>,
-    consumed_counters: FastMap<u32, CounterUse>,
+    /// Counter state per counter key (Go: `consumedCounters`), located through
+    /// `counter_keys`; `last_counter_key` short-cuts the usual single pool.
+    consumed_counters: Vec<CounterUse>,
+    counter_keys: FastMap<u32, usize>,
+    last_counter_key: Option<(u32, usize)>,
     /// Results of all claims in allocation order (the search finishes a claim before the next
     /// one and backtracks in reverse, so each claim's results are contiguous).
     results: Vec<DeviceResult<'a>>,
@@ -2192,7 +2199,9 @@ impl<'r, 'a> Search<'r, 'a> {
             selected: Vec::new(),
             allocating: Vec::new(),
             allocating_capacity: FastMap::default(),
-            consumed_counters: FastMap::default(),
+            consumed_counters: Vec::new(),
+            counter_keys: FastMap::default(),
+            last_counter_key: None,
             results: Vec::new(),
             claim_base: 0,
             steps: 0,
@@ -2218,6 +2227,7 @@ impl<'r, 'a> Search<'r, 'a> {
             .any(|&(g, c)| g == gid && c as usize == claim)
     }
 
+    #[inline]
     fn capacity_ok(&self, req: &RequestData<'a>, dev: &DeviceData<'a>) -> Result<bool, ()> {
         if dev.capacity.is_empty() {
             // What `capacity_fits` answers without any capacity to compare.
@@ -2226,6 +2236,10 @@ impl<'r, 'a> Search<'r, 'a> {
                 _ => Ok(true),
             };
         }
+        self.capacity_ok_slow(req, dev)
+    }
+
+    fn capacity_ok_slow(&self, req: &RequestData<'a>, dev: &DeviceData<'a>) -> Result<bool, ()> {
         let empty = BTreeMap::new();
         let committed = self
             .alloc
@@ -2253,7 +2267,7 @@ impl<'r, 'a> Search<'r, 'a> {
     ) -> Result<bool, Stop> {
         self.steps += 1;
         if self.steps > self.budget {
-            return Err(Stop::Fatal(AllocError::new(
+            return Err(Stop::from(AllocError::new(
                 ErrorClass::Timeout,
                 format!(
                     "filter operation aborted: allocation step budget of {} search steps exceeded",
@@ -2265,7 +2279,7 @@ impl<'r, 'a> Search<'r, 'a> {
             && let Some(d) = self.deadline
             && Instant::now() >= d
         {
-            return Err(Stop::Fatal(AllocError::new(
+            return Err(Stop::from(AllocError::new(
                 ErrorClass::Timeout,
                 "filter operation aborted: context deadline exceeded",
             )));
@@ -2400,7 +2414,7 @@ impl<'r, 'a> Search<'r, 'a> {
         req: &RequestData<'a>,
         cand: Candidate,
         must: bool,
-    ) -> Result<Option<Undo<'a>>, Stop> {
+    ) -> Result<Option<Undo>, Stop> {
         let f = self.alloc.features;
         let compat = self.alloc.semantics == Semantics::GoCompat;
         let dev = self.device(cand);
@@ -2427,7 +2441,7 @@ impl<'r, 'a> Search<'r, 'a> {
         }
         let base = req.base_name();
         let sub = req.sub_name();
-        if f.device_taints && taint_blocks(dev.taints, req.tolerations) {
+        if f.device_taints && !dev.taints.is_empty() && taint_blocks(dev.taints, req.tolerations) {
             // Upstream bug (#140436): Go keeps the counters reserved above; we release them.
             if paid_counters && !compat {
                 self.release_counters(cand);
@@ -2440,7 +2454,7 @@ impl<'r, 'a> Search<'r, 'a> {
         for i in cons_start..cons_end {
             if !self.constraints[i].add(semantics, base, sub, dev.raw, driver) {
                 if must {
-                    return Err(Stop::Fatal(AllocError::new(
+                    return Err(Stop::from(AllocError::new(
                         ErrorClass::ConstraintMust,
                         format!(
                             "claim {}, request {}: cannot add device {}/{}/{} because a claim constraint would not be satisfied",
@@ -2502,11 +2516,10 @@ impl<'r, 'a> Search<'r, 'a> {
                 consumed = Some(amounts);
             }
         }
-        let results_len = self.results.len();
+        let results_len = self.results.len() as u32;
         let consumed_map = consumed
-            .as_ref()
             .filter(|a| !a.is_empty())
-            .map(|a| a.iter().map(|(n, q)| (*n, *q)).collect::<BTreeMap<_, _>>());
+            .map(|a| a.into_iter().collect::<BTreeMap<_, _>>());
         self.results.push(DeviceResult {
             req: req.name,
             parent: req.parent,
@@ -2519,57 +2532,59 @@ impl<'r, 'a> Search<'r, 'a> {
             admin: req.admin,
         });
         Ok(Some(Undo {
-            gid: dev.gid,
-            claim: c,
+            results_len,
             multi,
-            consumed: consumed.map(|a| a.into_iter().map(|(n, q)| (n, q.nanos())).collect()),
             created_capacity_entry,
             paid_counters,
-            results_len,
-            cand,
-            base,
-            sub,
         }))
     }
 
-    fn rollback(&mut self, undo: Undo<'a>) {
+    fn rollback(&mut self, undo: Undo) {
         let compat = self.alloc.semantics == Semantics::GoCompat;
         let semantics = self.alloc.semantics;
-        let (cons_start, cons_end) = self.requests[undo.claim].cons;
+        let at = undo.results_len as usize;
+        let Some(r) = self.results.get(at) else {
+            return;
+        };
+        let (claim, cand) = (r.claim, r.cand);
+        let (base, sub) = (r.parent.unwrap_or(r.req), r.parent.map(|_| r.req));
+        let gid = self.device(cand).gid;
+        let (cons_start, cons_end) = self.requests[claim].cons;
         for con in &mut self.constraints[cons_start..cons_end] {
-            con.remove(semantics, undo.base, undo.sub);
+            con.remove(semantics, base, sub);
         }
-        self.unallocate(undo.gid, undo.claim);
+        self.unallocate(gid, claim);
         if undo.multi {
-            match &undo.consumed {
-                Some(amounts) if !amounts.is_empty() => {
-                    if let Some(entry) = self.allocating_capacity.get_mut(&undo.gid) {
-                        for (name, v) in amounts {
+            // The record holds the consumed amounts when there are any.
+            match &self.results[at].consumed {
+                Some(amounts) => {
+                    if let Some(entry) = self.allocating_capacity.get_mut(&gid) {
+                        for (name, q) in amounts {
                             if let Some(x) = entry.get_mut(name) {
-                                *x -= v;
+                                *x -= q.nanos();
                             }
                         }
                         if entry.values().all(|v| *v == 0) {
-                            self.allocating_capacity.remove(&undo.gid);
+                            self.allocating_capacity.remove(&gid);
                         }
                     }
                 }
-                _ => {
+                None => {
                     // Go never removes the empty entry (spec §7 #26); with the fix below
                     // (counters released) the stale entry would skip counters, so drop it.
                     if !compat && undo.created_capacity_entry {
-                        self.allocating_capacity.remove(&undo.gid);
+                        self.allocating_capacity.remove(&gid);
                     }
                 }
             }
             // Upstream bug (#140436): Go does not release a share's counters on rollback.
             if !compat && undo.paid_counters {
-                self.release_counters(undo.cand);
+                self.release_counters(cand);
             }
         } else if self.alloc.features.partitionable_devices && undo.paid_counters {
-            self.release_counters(undo.cand);
+            self.release_counters(cand);
         }
-        self.results.truncate(undo.results_len);
+        self.results.truncate(at);
     }
 
     /// Removes the latest exclusive allocation of `gid` for `claim`, if any.
@@ -2583,23 +2598,51 @@ impl<'r, 'a> Search<'r, 'a> {
         }
     }
 
+    /// The counter state of a pool's counter key, created on first use.
+    #[inline]
+    fn counter_use(&mut self, pool: &Pool<'a>) -> usize {
+        let key = self.alloc.counter_key(pool);
+        if let Some((k, i)) = self.last_counter_key
+            && k == key
+        {
+            return i;
+        }
+        self.counter_use_slow(pool, key)
+    }
+
+    fn counter_use_slow(&mut self, pool: &Pool<'a>, key: u32) -> usize {
+        let i = match self.counter_keys.get(&key) {
+            Some(&i) => i,
+            None => {
+                let compat = self.alloc.semantics == Semantics::GoCompat;
+                let available = self.alloc.available_counters(pool);
+                self.consumed_counters
+                    .push(CounterUse::new(&available, compat));
+                let i = self.consumed_counters.len() - 1;
+                self.counter_keys.insert(key, i);
+                i
+            }
+        };
+        self.last_counter_key = Some((key, i));
+        i
+    }
+
     /// Go: `checkAvailableCounters`.
     fn reserve_counters(&mut self, cand: Candidate) -> bool {
         let pool = &self.pools[cand.pool as usize];
-        let key = self.alloc.counter_key(pool);
+        let i = self.counter_use(pool);
         let compat = self.alloc.semantics == Semantics::GoCompat;
         let dev = self.device(cand);
-        let usage = self
-            .consumed_counters
-            .entry(key)
-            .or_insert_with(|| CounterUse::new(&self.alloc.available_counters(pool), compat));
+        let usage = &mut self.consumed_counters[i];
         for &(fixed, go, v) in &dev.counter_ids {
             usage.change(if compat { go } else { fixed }, v);
         }
         // Go checks every counter of the pool after adding the device's consumption
         // (`checkAvailableCounters`); `over` counts the counters above their limit.
         if usage.over > 0 {
-            self.release_counters(cand);
+            for &(fixed, go, v) in &dev.counter_ids {
+                usage.change(if compat { go } else { fixed }, -v);
+            }
             return false;
         }
         true
@@ -2607,13 +2650,12 @@ impl<'r, 'a> Search<'r, 'a> {
 
     fn release_counters(&mut self, cand: Candidate) {
         let pool = &self.pools[cand.pool as usize];
-        let key = self.alloc.counter_key(pool);
+        let i = self.counter_use(pool);
         let compat = self.alloc.semantics == Semantics::GoCompat;
         let dev = self.device(cand);
-        if let Some(usage) = self.consumed_counters.get_mut(&key) {
-            for &(fixed, go, v) in &dev.counter_ids {
-                usage.change(if compat { go } else { fixed }, -v);
-            }
+        let usage = &mut self.consumed_counters[i];
+        for &(fixed, go, v) in &dev.counter_ids {
+            usage.change(if compat { go } else { fixed }, -v);
         }
     }
 

@@ -167,10 +167,11 @@ impl State {
         if let Some(set) = self.allocated.get_mut(resource) {
             let mut devices = devices;
             for id in ids {
-                if !held_by_pod.contains(id.as_str()) && set.remove(id) {
-                    if let Some(d) = devices.as_deref_mut() {
-                        d.device_freed(id);
-                    }
+                if !held_by_pod.contains(id.as_str())
+                    && set.remove(id)
+                    && let Some(d) = devices.as_deref_mut()
+                {
+                    d.device_freed(id);
                 }
             }
         }

@@ -1,32 +1,42 @@
-//! PodResources under load (issue 6): 50 concurrent clients, each on its own gRPC connection
-//! to a real Unix socket, call v1 `List` in a bounded loop on a node with 5 000 admitted
-//! containers, while pods keep being admitted. Prints List calls/s and p50/p99, and the
-//! admission p50/p99 before and during the load, so "admission latency is unaffected" is a
-//! figure, not a claim.
+//! PodResources under load (issue 6): a [`Daemon`] as `devicelet serve` runs it (durable
+//! admitter: every admission is fsync'd to the journal before it returns; device plugin over
+//! real gRPC on a Unix socket) holding 5 000 admitted containers. 50 concurrent clients, each on
+//! its own gRPC connection to a PodResources socket, call v1 `List` in a bounded loop while pods
+//! are admitted one after another. Prints List calls/s and p50/p99, admission p50/p99 before,
+//! during and after the load, and a verdict, so "admission latency is unaffected" is a figure,
+//! not a claim.
 //!
-//! The devices come from the device manager's in-process fake plugin (`test-utils`), so the
-//! admission latency measured is devicelet's own path (locks shared with `List`), not a
-//! plugin's. The server runs without the kubelet's 100 QPS limit, which would otherwise refuse
-//! almost every call; the limit itself is covered by `tests/podresources.rs`.
+//! Overlap: the "during" admissions start only once every client has had a `List` answered,
+//! and clients keep calling (at least `DEVICELET_LOAD_CALLS` times each) until the last of those
+//! admissions has returned, so every admission measured "during" ran with all 50 clients active.
+//! The clients run on their own runtime (their own threads), as separate agent processes would;
+//! sharing the daemon's runtime would charge their response decoding to the daemon.
+//!
+//! The PodResources service is the daemon's, over the daemon's admitter, on a second socket
+//! without the kubelet's 100 QPS limit (which would refuse almost every call; the limit itself is
+//! covered by `tests/podresources.rs`).
 //!
 //! Sizes: `DEVICELET_LOAD_CONTAINERS` (5000), `DEVICELET_LOAD_CLIENTS` (50),
-//! `DEVICELET_LOAD_CALLS` per client (20), `DEVICELET_LOAD_ADMISSIONS` per phase (200).
+//! `DEVICELET_LOAD_CALLS` minimum calls per client (20), `DEVICELET_LOAD_ADMISSIONS` per phase
+//! (200). Verdict: admission under load is "unaffected" when its p50 and p99 are each within
+//! `DEVICELET_LOAD_TOLERANCE` (2.0) times the quiet phase's.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use devicelet_devicemanager::test_utils::{FakeDialer, FakePlugin};
-use devicelet_devicemanager::{
-    Device, DeviceManager, DeviceManagerConfig, DevicePluginOptions, RegistrationSource,
-    SystemClock,
-};
+use devicelet_proto::deviceplugin::v1beta1 as pb;
+use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use devicelet_proto::podresources::v1;
-use devicelet_rpc::{PodAdmitter, PodResourcesService, transport};
+use devicelet_rpc::test_utils::StaticDevicePlugin;
+use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter, PodResourcesService, transport};
 use k8s_openapi::api::core::v1::Pod;
 
 const RESOURCE: &str = "example.com/gpu";
+/// Concurrent submitters while filling the node (group commit shares their fsyncs).
+const FILL_CLIENTS: usize = 32;
 
-fn env_or(name: &str, default: usize) -> usize {
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -49,6 +59,10 @@ fn percentile(samples: &[Duration], pct: usize) -> Duration {
     sorted[(sorted.len() * pct / 100).min(sorted.len().saturating_sub(1))]
 }
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 /// Admits `count` fresh pods one after another; returns their latencies.
 async fn admit_phase(admitter: &PodAdmitter, prefix: &str, count: usize) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(count);
@@ -61,51 +75,93 @@ async fn admit_phase(admitter: &PodAdmitter, prefix: &str, count: usize) -> Vec<
     latencies
 }
 
+/// Fills the node with `count` pods from `FILL_CLIENTS` concurrent submitters.
+async fn fill(admitter: &Arc<PodAdmitter>, count: usize) {
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..FILL_CLIENTS)
+        .map(|_| {
+            let (admitter, next) = (admitter.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= count {
+                        return;
+                    }
+                    admitter.admit(&pod("base", i)).await.expect("admitted");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("fill task");
+    }
+}
+
+/// What one client saw.
+struct ClientRun {
+    latencies: Vec<Duration>,
+    listed: usize,
+    /// When its first `List` was answered / when it stopped, from the load start.
+    first_answer: Duration,
+    done: Duration,
+}
+
 fn main() {
-    let containers = env_or("DEVICELET_LOAD_CONTAINERS", 5_000);
-    let clients = env_or("DEVICELET_LOAD_CLIENTS", 50);
-    let calls = env_or("DEVICELET_LOAD_CALLS", 20);
-    let admissions = env_or("DEVICELET_LOAD_ADMISSIONS", 200);
+    let containers = env_or("DEVICELET_LOAD_CONTAINERS", 5_000usize);
+    let clients = env_or("DEVICELET_LOAD_CLIENTS", 50usize);
+    let min_calls = env_or("DEVICELET_LOAD_CALLS", 20usize).max(1);
+    let admissions = env_or("DEVICELET_LOAD_ADMISSIONS", 200usize);
+    let tolerance = env_or("DEVICELET_LOAD_TOLERANCE", 2.0f64);
+    // The daemon's runtime, sized as `devicelet serve` sizes it on this 2-core machine.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
+    let client_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("client runtime");
     runtime.block_on(async {
         let root = tempfile::Builder::new()
             .prefix("dl-prl-")
             .tempdir_in("/tmp")
             .expect("temp root");
-        let dialer = FakeDialer::new();
-        let plugin = FakePlugin::new(DevicePluginOptions::default());
-        let socket = root.path().join("gpu.sock");
-        dialer.add(&socket, plugin.clone());
-        let manager = DeviceManager::new(
-            DeviceManagerConfig::new(root.path()),
-            Arc::new(dialer),
-            Arc::new(SystemClock),
-        );
-        manager
-            .connect_plugin(RESOURCE, socket, RegistrationSource::KubeletSocket)
-            .await
-            .expect("plugin connected");
+        let mut config = DaemonConfig::new(root.path());
+        config.plugin_watcher = false;
+        let daemon = Daemon::start(config).await.expect("daemon");
         let total_devices = containers + 3 * admissions;
-        plugin.send(
-            (0..total_devices)
-                .map(|i| Device::healthy(format!("gpu-{i}")).on_numa([(i % 2) as i64]))
-                .collect(),
-        );
-        let mut changes = manager.subscribe();
-        while manager.capacity().capacity.get(RESOURCE) != Some(&(total_devices as u64)) {
+        let plugin_socket = daemon.paths().device_plugins.join("gpu.sock");
+        StaticDevicePlugin::healthy("gpu", total_devices)
+            .serve(&plugin_socket)
+            .expect("serve plugin");
+        let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
+            .await
+            .expect("dial kubelet.sock");
+        RegistrationClient::new(channel)
+            .register(pb::RegisterRequest {
+                version: "v1beta1".into(),
+                endpoint: "gpu.sock".into(),
+                resource_name: RESOURCE.into(),
+                options: None,
+            })
+            .await
+            .expect("register");
+        let mut changes = daemon.manager().subscribe();
+        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(total_devices as u64))
+        {
             let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
         }
 
-        let admitter = Arc::new(PodAdmitter::new(manager.clone()));
-        let fill = Instant::now();
-        admit_phase(&admitter, "base", containers).await;
-        let fill = fill.elapsed();
+        // The daemon's durable admitter.
+        let admitter = daemon.pods().clone();
+        let fill_start = Instant::now();
+        fill(&admitter, containers).await;
+        let fill_took = fill_start.elapsed();
+        eprintln!("podresources_load: {containers} containers admitted in {fill_took:.2?}");
 
-        let pr_socket = root.path().join("pod-resources.sock");
+        let pr_socket = root.path().join("pr-load.sock");
         let listener = transport::bind(&pr_socket).expect("bind");
         let service = PodResourcesService::with_rate_limit(admitter.clone(), u32::MAX, u32::MAX);
         tokio::spawn(
@@ -116,57 +172,101 @@ fn main() {
 
         let quiet = admit_phase(&admitter, "quiet", admissions).await;
 
-        let mut tasks = Vec::with_capacity(clients);
+        let answered = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
         let load_start = Instant::now();
+        let mut tasks = Vec::with_capacity(clients);
         for _ in 0..clients {
-            let channel = transport::dial(&pr_socket, Duration::from_secs(5))
-                .await
-                .expect("dial");
-            tasks.push(tokio::spawn(async move {
-                let mut client = v1::pod_resources_lister_client::PodResourcesListerClient::new(channel)
-                    .max_decoding_message_size(64 << 20);
-                let mut latencies = Vec::with_capacity(calls);
-                let mut listed = 0;
-                for _ in 0..calls {
+            let (answered, stop, pr_socket) = (answered.clone(), stop.clone(), pr_socket.clone());
+            tasks.push(client_runtime.spawn(async move {
+                let channel = transport::dial(&pr_socket, Duration::from_secs(5))
+                    .await
+                    .expect("dial");
+                let mut client =
+                    v1::pod_resources_lister_client::PodResourcesListerClient::new(channel)
+                        .max_decoding_message_size(64 << 20);
+                let mut run = ClientRun {
+                    latencies: Vec::with_capacity(min_calls),
+                    listed: 0,
+                    first_answer: Duration::ZERO,
+                    done: Duration::ZERO,
+                };
+                // Bounded: at least `min_calls`, then until the admissions under load are done.
+                while run.latencies.len() < min_calls || !stop.load(Ordering::Acquire) {
                     let t = Instant::now();
                     let answer = client
                         .list(v1::ListPodResourcesRequest {})
                         .await
                         .expect("List");
-                    latencies.push(t.elapsed());
-                    listed = answer.into_inner().pod_resources.len();
+                    run.latencies.push(t.elapsed());
+                    run.listed = answer.into_inner().pod_resources.len();
+                    if run.latencies.len() == 1 {
+                        run.first_answer = load_start.elapsed();
+                        answered.fetch_add(1, Ordering::AcqRel);
+                    }
                 }
-                (latencies, listed)
+                run.done = load_start.elapsed();
+                run
             }));
         }
-        let loaded = admit_phase(&admitter, "loaded", admissions).await;
-        let admit_done = load_start.elapsed();
-        let mut list_latencies = Vec::with_capacity(clients * calls);
-        let mut last_listed = 0;
-        for task in tasks {
-            let (latencies, listed) = task.await.expect("client task");
-            list_latencies.extend(latencies);
-            last_listed = listed;
+        // Every client is connected and has been answered once: the load is on.
+        while answered.load(Ordering::Acquire) < clients {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let load = load_start.elapsed();
+        let admit_from = load_start.elapsed();
+        eprintln!("podresources_load: {clients} clients answered; admitting under load");
+        let loaded = admit_phase(&admitter, "loaded", admissions).await;
+        let admit_to = load_start.elapsed();
+        stop.store(true, Ordering::Release);
+        let mut runs = Vec::with_capacity(clients);
+        for task in tasks {
+            runs.push(task.await.expect("client task"));
+        }
+        let load_wall = load_start.elapsed();
         let after = admit_phase(&admitter, "after", admissions).await;
-        assert!(last_listed >= containers, "List saw {last_listed} pods");
+
+        let all_active_from = runs.iter().map(|r| r.first_answer).max().unwrap_or_default();
+        let all_active_to = runs.iter().map(|r| r.done).min().unwrap_or_default();
+        assert!(
+            all_active_from <= admit_from && admit_to <= all_active_to,
+            "admissions {admit_from:?}..{admit_to:?} not inside full load {all_active_from:?}..{all_active_to:?}"
+        );
+        let list_latencies: Vec<Duration> =
+            runs.iter().flat_map(|r| r.latencies.iter().copied()).collect();
+        let min_listed = runs.iter().map(|r| r.listed).min().unwrap_or_default();
+        assert!(min_listed >= containers, "a List saw only {min_listed} pods");
 
         println!(
-            "FIGURE podresources_load containers={containers} clients={clients} calls={} list_calls_per_s={:.0} list_p50={:?} list_p99={:?} load_wall={load:?}",
+            "FIGURE podresources_load containers={containers} clients={clients} calls={} list_calls_per_s={:.0} list_p50_ms={:.1} list_p99_ms={:.1} load_wall={load_wall:.2?} fill_{containers}_durable={fill_took:.2?}",
             list_latencies.len(),
-            list_latencies.len() as f64 / load.as_secs_f64(),
-            percentile(&list_latencies, 50),
-            percentile(&list_latencies, 99),
+            list_latencies.len() as f64 / load_wall.as_secs_f64(),
+            ms(percentile(&list_latencies, 50)),
+            ms(percentile(&list_latencies, 99)),
         );
         println!(
-            "FIGURE admission_latency pods_per_phase={admissions} quiet_p50={:?} quiet_p99={:?} under_load_p50={:?} under_load_p99={:?} (admitted within {admit_done:?} of load start) after_p50={:?} after_p99={:?} fill_{containers}={fill:?}",
-            percentile(&quiet, 50),
-            percentile(&quiet, 99),
-            percentile(&loaded, 50),
-            percentile(&loaded, 99),
-            percentile(&after, 50),
-            percentile(&after, 99),
+            "FIGURE admission_latency pods_per_phase={admissions} before_p50_ms={:.2} before_p99_ms={:.2} during_p50_ms={:.2} during_p99_ms={:.2} after_p50_ms={:.2} after_p99_ms={:.2}",
+            ms(percentile(&quiet, 50)),
+            ms(percentile(&quiet, 99)),
+            ms(percentile(&loaded, 50)),
+            ms(percentile(&loaded, 99)),
+            ms(percentile(&after, 50)),
+            ms(percentile(&after, 99)),
         );
+        println!(
+            "OVERLAP all {clients} clients calling List from +{:.0}ms to +{:.0}ms; the {admissions} admissions under load ran from +{:.0}ms to +{:.0}ms (fully inside)",
+            ms(all_active_from),
+            ms(all_active_to),
+            ms(admit_from),
+            ms(admit_to),
+        );
+        let ratio_p50 = ms(percentile(&loaded, 50)) / ms(percentile(&quiet, 50));
+        let ratio_p99 = ms(percentile(&loaded, 99)) / ms(percentile(&quiet, 99));
+        let unaffected = ratio_p50 <= tolerance && ratio_p99 <= tolerance;
+        println!(
+            "VERDICT admission latency under List load is {} (during/before: p50 x{ratio_p50:.2}, p99 x{ratio_p99:.2}; tolerance x{tolerance:.1})",
+            if unaffected { "UNAFFECTED" } else { "AFFECTED" },
+        );
+        daemon.shutdown().await.expect("clean stop");
     });
+    client_runtime.shutdown_background();
 }

@@ -18,6 +18,12 @@
 //! All unary calls of both API versions share one token bucket (100 QPS, burst 10); an empty
 //! bucket answers `ResourceExhausted` "rejected by rate limit". Plain errors (a pod not found
 //! by `Get`) are `Unknown`, as a Go handler returning a non-status error gives.
+//!
+//! `List` answers are built on the blocking pool, one at a time: with thousands of pods one
+//! answer costs tens of milliseconds of CPU, and built on the runtime's few async workers a
+//! burst of `List` calls would hold them all and stall admissions (whose plugin `Allocate`
+//! RPCs need a worker) behind the queue. The kubelet's goroutines are preempted; tokio tasks
+//! are not. One builder at a time caps that work at one core.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -84,6 +90,8 @@ impl TokenBucket {
 pub struct PodResourcesService {
     pods: Arc<PodAdmitter>,
     limiter: Arc<TokenBucket>,
+    /// One `List` answer built at a time (see the module docs).
+    builder: Arc<tokio::sync::Semaphore>,
 }
 
 impl PodResourcesService {
@@ -97,7 +105,25 @@ impl PodResourcesService {
         PodResourcesService {
             pods,
             limiter: Arc::new(TokenBucket::new(qps, burst)),
+            builder: Arc::new(tokio::sync::Semaphore::new(1)),
         }
+    }
+
+    /// Runs `build` on the blocking pool, one build at a time, off the async workers.
+    async fn build_off_runtime<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(&PodResourcesService) -> T + Send + 'static,
+    ) -> Result<T, Status> {
+        // The semaphore is never closed.
+        let _permit = self
+            .builder
+            .acquire()
+            .await
+            .map_err(|_| Status::unavailable("PodResources is stopping"))?;
+        let service = self.clone();
+        tokio::task::spawn_blocking(move || build(&service))
+            .await
+            .map_err(|e| Status::internal(format!("building the answer failed: {e}")))
     }
 
     /// The `v1.PodResourcesLister` gRPC service.
@@ -266,12 +292,8 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         self.count(PodResourcesVersion::V1, PodResourcesMethod::List, Ok(()))?;
         // Every admitted pod is active: devicelet has no terminal pod phase.
         let pod_resources = self
-            .pods
-            .list()
-            .pods
-            .iter()
-            .map(|p| self.v1_pod(p))
-            .collect();
+            .build_off_runtime(|s| s.pods.list().pods.iter().map(|p| s.v1_pod(p)).collect())
+            .await?;
         Ok(Response::new(v1::ListPodResourcesResponse {
             pod_resources,
         }))
@@ -330,35 +352,38 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
             PodResourcesMethod::List,
             Ok(()),
         )?;
-        let manager = self.pods.manager();
         // v1alpha1 lists app containers only, with the v1 device entries minus topology.
         let pod_resources = self
-            .pods
-            .list()
-            .pods
-            .iter()
-            .map(|pod| v1alpha1::PodResources {
-                name: pod.pod.name.clone(),
-                namespace: pod.pod.namespace.clone(),
-                containers: pod
-                    .containers
+            .build_off_runtime(|s| {
+                let manager = s.pods.manager();
+                s.pods
+                    .list()
+                    .pods
                     .iter()
-                    .filter(is_app)
-                    .map(|c| v1alpha1::ContainerResources {
-                        name: c.name.clone(),
-                        devices: allocated_devices(
-                            &manager.container_allocations(&pod.pod.uid, &c.name),
-                        )
-                        .into_iter()
-                        .map(|d| v1alpha1::ContainerDevices {
-                            resource_name: d.resource_name,
-                            device_ids: d.device_ids,
-                        })
-                        .collect(),
+                    .map(|pod| v1alpha1::PodResources {
+                        name: pod.pod.name.clone(),
+                        namespace: pod.pod.namespace.clone(),
+                        containers: pod
+                            .containers
+                            .iter()
+                            .filter(is_app)
+                            .map(|c| v1alpha1::ContainerResources {
+                                name: c.name.clone(),
+                                devices: allocated_devices(
+                                    &manager.container_allocations(&pod.pod.uid, &c.name),
+                                )
+                                .into_iter()
+                                .map(|d| v1alpha1::ContainerDevices {
+                                    resource_name: d.resource_name,
+                                    device_ids: d.device_ids,
+                                })
+                                .collect(),
+                            })
+                            .collect(),
                     })
-                    .collect(),
+                    .collect()
             })
-            .collect();
+            .await?;
         Ok(Response::new(v1alpha1::ListPodResourcesResponse {
             pod_resources,
         }))
