@@ -3,16 +3,19 @@
 //! `cel` crate are caught at our boundary and reported as `Internal` errors; this test
 //! counts them (they are not failures, escaping panics are).
 //!
-//! Case counts scale with `DEVICELET_CEL_FUZZ_CASES` (default 400 per property), so CI can
-//! run a short fixed-time pass and a developer a long one.
+//! Case counts scale with `DEVICELET_CEL_FUZZ_CASES` (default 400 per property);
+//! `DEVICELET_FUZZ_SECONDS=N` adds a fixed-time pass of N seconds per property (CI runs one).
 
 mod common;
+#[path = "../../../testsupport/timed_fuzz.rs"]
+mod timed_fuzz;
 
 use std::time::{Duration, Instant};
 
 use common::*;
 use devicelet_cel::{CelCompileError, CelEvalError, CelOptions, SelectorCompiler};
 use proptest::prelude::*;
+use timed_fuzz::fuzz_for;
 
 fn cases() -> u32 {
     std::env::var("DEVICELET_CEL_FUZZ_CASES")
@@ -140,26 +143,61 @@ fn check(compiler: &SelectorCompiler, expr: &str, internal: &mut usize) {
     assert!(took < Duration::from_secs(10), "{expr:?} took {took:?}");
 }
 
+fn arbitrary_strings() -> impl Strategy<Value = String> {
+    "\\PC{0,120}"
+}
+
+fn token_soup() -> impl Strategy<Value = Vec<&'static str>> {
+    proptest::collection::vec(proptest::sample::select(TOKENS), 1..40)
+}
+
+fn arbitrary_string_never_panics(expr: String) -> Result<(), TestCaseError> {
+    let compiler = SelectorCompiler::with_cache_capacity(CelOptions::default(), 4);
+    let mut internal = 0;
+    check(&compiler, &expr, &mut internal);
+    Ok(())
+}
+
+fn token_soup_never_panics(tokens: Vec<&'static str>) -> Result<(), TestCaseError> {
+    let compiler = SelectorCompiler::with_cache_capacity(
+        CelOptions {
+            enable_consumable_capacity: true,
+            enable_list_type_attributes: true,
+            ..CelOptions::default()
+        },
+        4,
+    );
+    let mut internal = 0;
+    check(&compiler, &tokens.concat(), &mut internal);
+    check(&compiler, &tokens.join(" "), &mut internal);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn fuzz_arbitrary_strings_never_panic(expr in "\\PC{0,120}") {
-        let compiler = SelectorCompiler::with_cache_capacity(CelOptions::default(), 4);
-        let mut internal = 0;
-        check(&compiler, &expr, &mut internal);
+    fn fuzz_arbitrary_strings_never_panic(expr in arbitrary_strings()) {
+        arbitrary_string_never_panics(expr)?;
     }
 
     #[test]
-    fn fuzz_token_soup_never_panics(tokens in proptest::collection::vec(proptest::sample::select(TOKENS), 1..40)) {
-        let compiler = SelectorCompiler::with_cache_capacity(
-            CelOptions { enable_consumable_capacity: true, enable_list_type_attributes: true, ..CelOptions::default() },
-            4,
-        );
-        let expr = tokens.concat();
-        let spaced = tokens.join(" ");
-        let mut internal = 0;
-        check(&compiler, &expr, &mut internal);
-        check(&compiler, &spaced, &mut internal);
+    fn fuzz_token_soup_never_panics(tokens in token_soup()) {
+        token_soup_never_panics(tokens)?;
     }
+}
+
+// The fixed-time pass CI runs (`DEVICELET_FUZZ_SECONDS`); without it these return at once.
+#[test]
+fn fuzz_for_a_fixed_time_arbitrary_strings() {
+    fuzz_for(
+        "arbitrary strings",
+        arbitrary_strings(),
+        arbitrary_string_never_panics,
+    );
+}
+
+#[test]
+fn fuzz_for_a_fixed_time_token_soup() {
+    fuzz_for("token soup", token_soup(), token_soup_never_panics);
 }
