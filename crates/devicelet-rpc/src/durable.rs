@@ -131,6 +131,7 @@ impl DurableState {
         durable.metrics = Some(manager.metrics().clone());
         match DeviceStore::open_with(paths, StoreOptions::default()) {
             Ok((store, recovered)) => {
+                let read_ms = started.elapsed().as_secs_f64() * 1000.0;
                 let pods = restore(manager, &recovered.state);
                 durable.restored_pods = pods.len();
                 durable.open_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -138,6 +139,7 @@ impl DurableState {
                     pods = pods.len(),
                     containers = recovered.state.entry_count(),
                     replayed = recovered.records_replayed,
+                    read_ms,
                     ms = durable.open_ms,
                     "device state restored"
                 );
