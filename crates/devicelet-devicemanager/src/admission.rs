@@ -558,6 +558,17 @@ impl DeviceManager {
             .collect()
     }
 
+    /// Runs `read` on what a container holds (`None`: nothing), without copying it; the
+    /// manager is locked meanwhile, so `read` must be short.
+    pub fn with_container_allocations<R>(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        read: impl FnOnce(Option<&BTreeMap<String, ResourceAllocation>>) -> R,
+    ) -> R {
+        read(self.inner.lock().pod_devices.container(pod_uid, container))
+    }
+
     /// Devices and cached `Allocate` answers a container holds.
     pub fn container_allocations(
         &self,

@@ -164,11 +164,10 @@ fn main() {
         let pr_socket = root.path().join("pr-load.sock");
         let listener = transport::bind(&pr_socket).expect("bind");
         let service = PodResourcesService::with_rate_limit(admitter.clone(), u32::MAX, u32::MAX);
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service.v1_server())
-                .serve_with_incoming(transport::incoming(listener)),
-        );
+        // Served as the daemon serves it: its own runtime, one thread at nice 10.
+        let _server = service
+            .serve_isolated(listener, pr_socket.clone(), std::future::pending())
+            .expect("serve PodResources");
 
         let quiet = admit_phase(&admitter, "quiet", admissions).await;
 

@@ -310,22 +310,15 @@ impl Daemon {
         let listener = transport::bind_atomic(&paths.pod_resources_socket)?;
         let pod_resources = PodResourcesService::new(pods.clone());
         let mut rx = shutdown_rx.clone();
-        let socket = paths.pod_resources_socket.clone();
         tasks.push((
             "pod-resources",
-            tokio::spawn(async move {
-                tonic::transport::Server::builder()
-                    .add_service(pod_resources.v1_server())
-                    .add_service(pod_resources.v1alpha1_server())
-                    .serve_with_incoming_shutdown(transport::incoming(listener), async move {
-                        let _ = rx.changed().await;
-                    })
-                    .await
-                    .map_err(|e| RpcError::Server {
-                        path: socket,
-                        message: e.to_string(),
-                    })
-            }),
+            pod_resources.serve_isolated(
+                listener,
+                paths.pod_resources_socket.clone(),
+                async move {
+                    let _ = rx.changed().await;
+                },
+            )?,
         ));
         info!(socket = %paths.pod_resources_socket.display(), "PodResources API listening");
 

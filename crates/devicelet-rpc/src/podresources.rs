@@ -19,17 +19,21 @@
 //! bucket answers `ResourceExhausted` "rejected by rate limit". Plain errors (a pod not found
 //! by `Get`) are `Unknown`, as a Go handler returning a non-status error gives.
 //!
-//! `List` answers are built on the blocking pool, one at a time: with thousands of pods one
-//! answer costs tens of milliseconds of CPU, and built on the runtime's few async workers a
-//! burst of `List` calls would hold them all and stall admissions (whose plugin `Allocate`
-//! RPCs need a worker) behind the queue. The kubelet's goroutines are preempted; tokio tasks
-//! are not. One builder at a time caps that work at one core.
+//! Isolation: the daemon serves this API from a runtime of its own, one thread at nice 10
+//! ([`PodResourcesService::serve_isolated`]). Answering `List` on a node with thousands of
+//! pods costs milliseconds of CPU to build and as much again to encode; on the daemon's few
+//! async workers a burst of agents' calls would queue admissions (whose plugin `Allocate` RPCs
+//! need a worker) behind that work. The kubelet's goroutines are preempted; tokio tasks are
+//! not. A v1 answer is kept with the admitter's generation read before it was built and served
+//! to every `List` that arrived at that generation or later, so 50 agents polling at once cost
+//! one build, not 50, and no caller gets an answer older than its call.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use crate::claims::DraNode;
+use crate::error::RpcError;
 use devicelet_devicemanager::{ContainerKind, Device, ResourceAllocation};
 use devicelet_metrics::{PodResourcesMethod, PodResourcesVersion};
 use devicelet_proto::constants::podresources::{
@@ -38,7 +42,7 @@ use devicelet_proto::constants::podresources::{
 use devicelet_proto::podresources::{v1, v1alpha1};
 use tonic::{Request, Response, Status};
 
-use crate::pods::{AdmittedPod, ContainerView, PodAdmitter};
+use crate::pods::{AdmittedPod, PodAdmitter};
 
 /// A token bucket with the semantics of Go's `rate.Limiter.Allow`: it starts full, refills
 /// continuously at `rate` tokens per second up to `burst`, and each call takes one token.
@@ -84,14 +88,17 @@ impl TokenBucket {
     }
 }
 
+/// How much lower than the daemon's other threads the isolated server runs (`nice` units).
+const NICENESS: i32 = 10;
+
 /// Both PodResources services over the admitted pods and the device manager. Cheap to clone;
 /// clones share the rate limiter.
 #[derive(Debug, Clone)]
 pub struct PodResourcesService {
     pods: Arc<PodAdmitter>,
     limiter: Arc<TokenBucket>,
-    /// One `List` answer built at a time (see the module docs).
-    builder: Arc<tokio::sync::Semaphore>,
+    /// The last v1 `List` answer and the admitter generation it is current for.
+    v1_list: Arc<Mutex<Option<(u64, Arc<Vec<v1::PodResources>>)>>>,
 }
 
 impl PodResourcesService {
@@ -105,25 +112,90 @@ impl PodResourcesService {
         PodResourcesService {
             pods,
             limiter: Arc::new(TokenBucket::new(qps, burst)),
-            builder: Arc::new(tokio::sync::Semaphore::new(1)),
+            v1_list: Arc::default(),
         }
     }
 
-    /// Runs `build` on the blocking pool, one build at a time, off the async workers.
-    async fn build_off_runtime<T: Send + 'static>(
+    /// The v1 `List` answer for a call that arrived at admitter generation `arrived`: the
+    /// cached one when it is at least that new, else a fresh one (built off the runtime).
+    fn v1_list(&self, arrived: u64) -> Arc<Vec<v1::PodResources>> {
+        let mut cache = self.v1_list.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, answer)) = cache.as_ref().filter(|(g, _)| *g >= arrived) {
+            return Arc::clone(answer);
+        }
+        // Read before the pods: a change made during the build bumps it past this value.
+        let generation = self.pods.generation();
+        let answer: Arc<Vec<_>> = Arc::new(
+            self.pods
+                .snapshot()
+                .iter()
+                .map(|p| self.v1_pod(p))
+                .collect(),
+        );
+        *cache = Some((generation, Arc::clone(&answer)));
+        answer
+    }
+
+    /// Serves both API versions on `listener` until `shutdown`, from a runtime of its own: one
+    /// thread at nice 10 (see the module docs). The returned task ends with the server.
+    pub fn serve_isolated(
         &self,
-        build: impl FnOnce(&PodResourcesService) -> T + Send + 'static,
-    ) -> Result<T, Status> {
-        // The semaphore is never closed.
-        let _permit = self
-            .builder
-            .acquire()
-            .await
-            .map_err(|_| Status::unavailable("PodResources is stopping"))?;
+        listener: tokio::net::UnixListener,
+        socket: std::path::PathBuf,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<tokio::task::JoinHandle<Result<(), RpcError>>, RpcError> {
+        let server_error = |message: String| RpcError::Server {
+            path: socket.clone(),
+            message,
+        };
+        // Moved to the new runtime's reactor below.
+        let listener = listener
+            .into_std()
+            .map_err(|e| server_error(e.to_string()))?;
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
         let service = self.clone();
-        tokio::task::spawn_blocking(move || build(&service))
-            .await
-            .map_err(|e| Status::internal(format!("building the answer failed: {e}")))
+        let path = socket.clone();
+        std::thread::Builder::new()
+            .name("podresources".into())
+            .spawn(move || {
+                // Linux applies a thread ID's priority to that thread alone. Failing to lower
+                // it (no permission, say) costs only fairness.
+                if let Err(e) =
+                    rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICENESS)
+                {
+                    tracing::debug!(error = %e, "PodResources server keeps its priority");
+                }
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())
+                    .and_then(|runtime| {
+                        runtime.block_on(async move {
+                            let listener = tokio::net::UnixListener::from_std(listener)
+                                .map_err(|e| e.to_string())?;
+                            tonic::transport::Server::builder()
+                                .add_service(service.v1_server())
+                                .add_service(service.v1alpha1_server())
+                                .serve_with_incoming_shutdown(
+                                    crate::transport::incoming(listener),
+                                    shutdown,
+                                )
+                                .await
+                                .map_err(|e| e.to_string())
+                        })
+                    });
+                let _ = done_tx.send(result);
+            })
+            .map_err(|e| server_error(e.to_string()))?;
+        Ok(tokio::spawn(async move {
+            match done_rx.await {
+                Ok(result) => result.map_err(|message| RpcError::Server { path, message }),
+                Err(_) => Err(RpcError::Server {
+                    path,
+                    message: "the PodResources server thread panicked".into(),
+                }),
+            }
+        }))
     }
 
     /// The `v1.PodResourcesLister` gRPC service.
@@ -165,20 +237,24 @@ impl PodResourcesService {
     /// init containers are left out.
     fn v1_pod(&self, pod: &AdmittedPod) -> v1::PodResources {
         let manager = self.pods.manager();
+        let uid = &pod.pod.uid;
         let containers = pod
             .containers
             .iter()
             .filter(|c| matches!(c.kind, ContainerKind::Sidecar | ContainerKind::App))
             .map(|c| v1::ContainerResources {
                 name: c.name.clone(),
-                devices: allocated_devices(&manager.container_allocations(&pod.pod.uid, &c.name)),
-                cpu_ids: self.pods.alignment().exclusive_cpus(&pod.pod.uid, &c.name),
+                // Read in place: copying the cached Allocate answers would dominate the cost.
+                devices: manager.with_container_allocations(uid, &c.name, |held| {
+                    held.map(allocated_devices).unwrap_or_default()
+                }),
+                cpu_ids: self.pods.alignment().exclusive_cpus(uid, &c.name),
                 // Memory blocks come from the memory manager, which the daemon lacks.
                 memory: Vec::new(),
                 dynamic_resources: self
                     .pods
                     .dra()
-                    .map(|dra| dynamic_resources(dra, &pod.pod.uid, &c.name))
+                    .map(|dra| dynamic_resources(dra, uid, &c.name))
                     .unwrap_or_default(),
             })
             .collect();
@@ -273,10 +349,6 @@ fn allocatable_devices(devices: &BTreeMap<String, Vec<Device>>) -> Vec<v1::Conta
     out
 }
 
-fn is_app(container: &&ContainerView) -> bool {
-    container.kind == ContainerKind::App
-}
-
 // Upstream `List` first runs `UpdateAllocatedDevices` (drop allocations of pods no longer
 // active). devicelet frees a pod's devices when the pod is removed, so the only allocations
 // without an admitted pod belong to an admission in progress; collecting them here would
@@ -291,11 +363,9 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         self.admit_call()?;
         self.count(PodResourcesVersion::V1, PodResourcesMethod::List, Ok(()))?;
         // Every admitted pod is active: devicelet has no terminal pod phase.
-        let pod_resources = self
-            .build_off_runtime(|s| s.pods.list().pods.iter().map(|p| s.v1_pod(p)).collect())
-            .await?;
+        let answer = self.v1_list(self.pods.generation());
         Ok(Response::new(v1::ListPodResourcesResponse {
-            pod_resources,
+            pod_resources: answer.as_ref().clone(),
         }))
     }
 
@@ -353,37 +423,35 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
             Ok(()),
         )?;
         // v1alpha1 lists app containers only, with the v1 device entries minus topology.
-        let pod_resources = self
-            .build_off_runtime(|s| {
-                let manager = s.pods.manager();
-                s.pods
-                    .list()
-                    .pods
-                    .iter()
-                    .map(|pod| v1alpha1::PodResources {
-                        name: pod.pod.name.clone(),
-                        namespace: pod.pod.namespace.clone(),
-                        containers: pod
-                            .containers
-                            .iter()
-                            .filter(is_app)
-                            .map(|c| v1alpha1::ContainerResources {
-                                name: c.name.clone(),
-                                devices: allocated_devices(
-                                    &manager.container_allocations(&pod.pod.uid, &c.name),
-                                )
+        let pod_resources = {
+            let manager = self.pods.manager();
+            self.pods
+                .snapshot()
+                .iter()
+                .map(|pod| v1alpha1::PodResources {
+                    name: pod.pod.name.clone(),
+                    namespace: pod.pod.namespace.clone(),
+                    containers: pod
+                        .containers
+                        .iter()
+                        .filter(|c| c.kind == ContainerKind::App)
+                        .map(|c| v1alpha1::ContainerResources {
+                            name: c.name.clone(),
+                            devices: manager
+                                .with_container_allocations(&pod.pod.uid, &c.name, |held| {
+                                    held.map(allocated_devices).unwrap_or_default()
+                                })
                                 .into_iter()
                                 .map(|d| v1alpha1::ContainerDevices {
                                     resource_name: d.resource_name,
                                     device_ids: d.device_ids,
                                 })
                                 .collect(),
-                            })
-                            .collect(),
-                    })
-                    .collect()
-            })
-            .await?;
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
         Ok(Response::new(v1alpha1::ListPodResourcesResponse {
             pod_resources,
         }))

@@ -8,6 +8,7 @@
 //! admission or removal is answered only once it is durable.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use devicelet_devicemanager::{
@@ -188,7 +189,11 @@ pub struct ActivePods {
 pub struct PodAdmitter {
     manager: DeviceManager,
     alignment: Arc<Alignment>,
-    pods: Mutex<BTreeMap<String, AdmittedPod>>,
+    /// Shared so that readers copy pointers, not pods, while they hold the lock.
+    pods: Mutex<BTreeMap<String, Arc<AdmittedPod>>>,
+    /// Increases after every change to what [`PodAdmitter::list`] shows (admission,
+    /// re-admission, removal), so readers can tell whether an answer built earlier is current.
+    generation: AtomicU64,
     admission: tokio::sync::Mutex<()>,
     durable: Arc<DurableState>,
     dra: Option<Arc<DraNode>>,
@@ -206,6 +211,7 @@ impl PodAdmitter {
             manager,
             alignment,
             pods: Mutex::default(),
+            generation: AtomicU64::new(0),
             admission: tokio::sync::Mutex::new(()),
             durable: Arc::new(DurableState::disabled()),
             dra: None,
@@ -220,7 +226,12 @@ impl PodAdmitter {
         restored: BTreeMap<String, AdmittedPod>,
     ) -> Self {
         self.durable = durable;
-        self.pods = Mutex::new(restored);
+        self.pods = Mutex::new(
+            restored
+                .into_iter()
+                .map(|(k, v)| (k, Arc::new(v)))
+                .collect(),
+        );
         self
     }
 
@@ -240,7 +251,7 @@ impl PodAdmitter {
         self.dra.as_ref()
     }
 
-    fn pods(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AdmittedPod>> {
+    fn pods(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<AdmittedPod>>> {
         self.pods
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -277,7 +288,7 @@ impl PodAdmitter {
             .clone()
             .filter(|u| !u.is_empty())
             .ok_or_else(|| PodError::Invalid("metadata.uid is missing".into()))?;
-        let existing = self.pods().get(&uid).cloned();
+        let existing = self.pods().get(&uid).map(|p| AdmittedPod::clone(p));
         if let Some(mut existing) = existing {
             // Re-admission (e.g. sandbox re-created after a reboot): claims not prepared on
             // this boot are prepared again; prepared ones cost no driver call.
@@ -286,6 +297,8 @@ impl PodAdmitter {
                 for c in &mut existing.containers {
                     c.claims = claim_values(dra, &uid, &c.name);
                 }
+                // Claims may have been prepared again.
+                self.changed();
             }
             return Ok(existing);
         }
@@ -388,7 +401,8 @@ impl PodAdmitter {
             return Err(e.into());
         }
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
-        self.pods().insert(uid, admitted.clone());
+        self.pods().insert(uid, Arc::new(admitted.clone()));
+        self.changed();
         Ok(admitted)
     }
 
@@ -452,6 +466,7 @@ impl PodAdmitter {
         self.pods().remove(uid);
         self.manager.remove_pod(uid);
         self.alignment.remove_pod(uid);
+        self.changed();
         info!(pod_uid = %uid, "pod removed; devices freed");
         Ok(())
     }
@@ -487,6 +502,7 @@ impl PodAdmitter {
             self.pods().remove(uid);
             self.manager.remove_pod(uid);
             self.alignment.remove_pod(uid);
+            self.changed();
             info!(pod_uid = %uid, "pod no longer active; devices freed");
         }
         drop(serial);
@@ -544,7 +560,7 @@ impl PodAdmitter {
         self.pods()
             .values()
             .find(|p| p.pod.namespace == namespace && p.pod.name == name)
-            .cloned()
+            .map(|p| AdmittedPod::clone(p))
     }
 
     /// The device manager pods are admitted into.
@@ -557,9 +573,32 @@ impl PodAdmitter {
         &self.alignment
     }
 
+    /// Marks a change of the admitted pods (after it is made; see `generation`).
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A number that increases after every admission, re-admission and removal. An answer
+    /// built from the pods after reading generation `g` is current for every reader that saw
+    /// generation `g` or lower.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Every admitted pod as it was admitted (device lists, CPUs, no live claim values),
+    /// shared rather than copied: the pods lock is held only to copy pointers, so a reader of
+    /// thousands of pods does not hold up admissions.
+    pub fn snapshot(&self) -> Vec<Arc<AdmittedPod>> {
+        self.pods().values().cloned().collect()
+    }
+
     /// Admitted pods.
     pub fn list(&self) -> PodList {
-        let mut pods: Vec<AdmittedPod> = self.pods().values().cloned().collect();
+        let mut pods: Vec<AdmittedPod> = self
+            .pods()
+            .values()
+            .map(|p| AdmittedPod::clone(p))
+            .collect();
         if let Some(dra) = &self.dra {
             // Claims carry live device health.
             for pod in &mut pods {

@@ -430,3 +430,65 @@ async fn kubelet_metric_names_from_podresources_and_topology_admission() {
     assert!(!text.contains("kubelet_pod_resources_endpoint_requests_list_total"));
     daemon.shutdown().await.unwrap();
 }
+
+/// List answers are shared between callers (one build per change of the admitted pods), but a
+/// call never gets an answer older than itself: every admission and removal shows at once,
+/// including between calls that run concurrently.
+#[tokio::test]
+async fn list_answers_are_shared_but_never_older_than_the_call() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    let mut client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    let names = |r: v1::ListPodResourcesResponse| {
+        let mut n: Vec<String> = r.pod_resources.into_iter().map(|p| p.name).collect();
+        n.sort();
+        n
+    };
+    let pod = |name: &str| -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "app", "resources": {"limits": {RESOURCE: "1"}}}]}
+        }))
+        .unwrap()
+    };
+    let list = |mut c: v1::pod_resources_lister_client::PodResourcesListerClient<_>| async move {
+        c.list(v1::ListPodResourcesRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    };
+    assert!(names(list(client.clone()).await).is_empty());
+    daemon.pods().admit(&pod("a")).await.unwrap();
+    assert_eq!(names(list(client.clone()).await), ["a"]);
+    // The same answer again (nothing changed) and then a new one after each change.
+    assert_eq!(names(list(client.clone()).await), ["a"]);
+    daemon.pods().admit(&pod("b")).await.unwrap();
+    assert_eq!(names(list(client.clone()).await), ["a", "b"]);
+    daemon.pods().remove("uid-a").await.unwrap();
+    let answer = list(client.clone()).await;
+    assert_eq!(names(answer.clone()), ["b"]);
+    assert_eq!(answer.pod_resources[0].containers[0].devices.len(), 1);
+    // Concurrent callers racing an admission: whoever starts after it returned sees it. (The
+    // kubelet's rate limit, burst 10 at 100 QPS, is refilled first.)
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let racers: Vec<_> = (0..6).map(|_| tokio::spawn(list(client.clone()))).collect();
+    daemon.pods().admit(&pod("c")).await.unwrap();
+    let after = list(client.clone()).await;
+    assert_eq!(names(after), ["b", "c"]);
+    for r in racers {
+        let seen = names(r.await.unwrap());
+        assert!(seen == ["b"] || seen == ["b", "c"], "{seen:?}");
+    }
+    // A v1 Get is never served from the List answer.
+    let got = client
+        .get(v1::GetPodResourcesRequest {
+            pod_name: "c".into(),
+            pod_namespace: "team".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod_resources.unwrap().containers[0].devices.len(), 1);
+}
