@@ -88,6 +88,9 @@ impl TokenBucket {
     }
 }
 
+/// A v1 `List` answer and the admitter generation it is current for.
+type CachedList = (u64, Arc<Vec<v1::PodResources>>);
+
 /// How much lower than the daemon's other threads the isolated server runs (`nice` units).
 const NICENESS: i32 = 10;
 
@@ -98,7 +101,7 @@ pub struct PodResourcesService {
     pods: Arc<PodAdmitter>,
     limiter: Arc<TokenBucket>,
     /// The last v1 `List` answer and the admitter generation it is current for.
-    v1_list: Arc<Mutex<Option<(u64, Arc<Vec<v1::PodResources>>)>>>,
+    v1_list: Arc<Mutex<Option<CachedList>>>,
 }
 
 impl PodResourcesService {

@@ -485,7 +485,6 @@ async fn list_answers_are_shared_but_never_older_than_the_call() {
         .get(v1::GetPodResourcesRequest {
             pod_name: "c".into(),
             pod_namespace: "team".into(),
-            ..Default::default()
         })
         .await
         .unwrap()
