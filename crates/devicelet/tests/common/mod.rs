@@ -20,7 +20,30 @@ pub const EXE: &str = env!("CARGO_BIN_EXE_devicelet");
 /// (measured with an fsync probe beside `--test dra`), and a wait that expires only hides that.
 pub const WAIT: Duration = Duration::from_secs(60);
 
-/// A temporary root directory like `/tmp/dl-XXXXXX`.
+/// Where test roots live: `DEVICELET_TEST_DIR`, else `/dev/shm` (a tmpfs) when there is one,
+/// else `/tmp`. The daemons of these tests fsync on every admission, prepare and checkpoint;
+/// run in parallel on this project's VM disk they have stalled a single fsync for 20-50 s
+/// (seen with an fsync probe beside `--test dra`), far beyond any wait a test can afford. A
+/// tmpfs keeps every file operation and fsync call real, without the disk's stalls; the crash
+/// tests kill processes, which page-cache contents survive anyway. Durability on a real disk
+/// is measured by the benchmarks and the checkpoint crate's tests, which stay on `/tmp`.
+pub fn scratch_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("DEVICELET_TEST_DIR") {
+        return PathBuf::from(dir);
+    }
+    let shm = Path::new("/dev/shm");
+    let writable = tempfile::Builder::new()
+        .prefix("dl-probe-")
+        .tempdir_in(shm)
+        .is_ok();
+    if writable {
+        shm.to_path_buf()
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
+/// A temporary root directory like `/dev/shm/dl-XXXXXX` (see [`scratch_dir`]).
 pub struct Root {
     pub dir: tempfile::TempDir,
     pub paths: RootPaths,
@@ -30,7 +53,7 @@ impl Root {
     pub fn new() -> Root {
         let dir = tempfile::Builder::new()
             .prefix("dl-")
-            .tempdir_in("/tmp")
+            .tempdir_in(scratch_dir())
             .unwrap();
         let paths = RootPaths::new(dir.path());
         Root { dir, paths }
