@@ -195,31 +195,7 @@ impl DeviceManager {
                 }
                 .into());
             };
-            let timeout = self.inner.config.allocate_timeout;
-            let response =
-                match tokio::time::timeout(timeout, client.allocate(vec![chosen.clone()])).await {
-                    Ok(Ok(mut responses)) if !responses.is_empty() => responses.swap_remove(0),
-                    Ok(Ok(_)) => {
-                        return Err(AdmissionError::Allocate {
-                            resource: resource.clone(),
-                            source: PluginError::InvalidResponse(
-                                "no containers return in allocation response".into(),
-                            ),
-                        });
-                    }
-                    Ok(Err(source)) => {
-                        return Err(AdmissionError::Allocate {
-                            resource: resource.clone(),
-                            source,
-                        });
-                    }
-                    Err(_) => {
-                        return Err(AdmissionError::Allocate {
-                            resource: resource.clone(),
-                            source: PluginError::DeadlineExceeded(timeout),
-                        });
-                    }
-                };
+            let response = self.call_allocate(&*client, resource, &chosen).await?;
             self.record(request, resource, &chosen, numa, response);
             info!(resource = %resource, pod_uid = %request.pod_uid, container = %request.container,
                 devices = ?chosen, "devices allocated");
@@ -404,6 +380,65 @@ impl DeviceManager {
         }
         reserve(&mut state, resource, chosen);
         true
+    }
+
+    /// One `Allocate` RPC for one container's devices, with the allocate deadline.
+    async fn call_allocate(
+        &self,
+        client: &dyn crate::plugin::DevicePluginClient,
+        resource: &str,
+        ids: &[String],
+    ) -> Result<ContainerAllocateResponse, AdmissionError> {
+        let fail = |source| AdmissionError::Allocate {
+            resource: resource.to_owned(),
+            source,
+        };
+        let timeout = self.inner.config.allocate_timeout;
+        match tokio::time::timeout(timeout, client.allocate(vec![ids.to_vec()])).await {
+            Ok(Ok(mut responses)) if !responses.is_empty() => Ok(responses.swap_remove(0)),
+            Ok(Ok(_)) => Err(fail(PluginError::InvalidResponse(
+                "no containers return in allocation response".into(),
+            ))),
+            Ok(Err(source)) => Err(fail(source)),
+            Err(_) => Err(fail(PluginError::DeadlineExceeded(timeout))),
+        }
+    }
+
+    /// Spec §2 D1 `needsReAllocate`, for the one way a container can lack its runtime settings
+    /// here: an entry restored from a checkpoint whose cached `Allocate` answer did not decode.
+    /// The kubelet drops such an entry at restore and re-allocates at start, possibly other
+    /// devices; devicelet kept the entry (who owns the devices is known) and asks the plugin
+    /// again for the same devices. Returns whether any answer was replaced (the caller makes
+    /// it durable).
+    pub async fn refresh_lost_responses(
+        &self,
+        pod_uid: &str,
+        container: &str,
+        limits: &BTreeMap<String, u64>,
+    ) -> Result<bool, AdmissionError> {
+        let mut refreshed = false;
+        for (resource, _) in limits.iter().filter(|(_, limit)| **limit > 0) {
+            let lost = self.with_container_allocations(pod_uid, container, |held| {
+                held.and_then(|h| h.get(resource))
+                    .filter(|a| a.response.is_none())
+                    .map(|a| a.device_ids.clone())
+            });
+            let Some(ids) = lost else { continue };
+            let (client, _) = self.endpoint_client(resource)?;
+            let response = self.call_allocate(&*client, resource, &ids).await?;
+            let mut state = self.inner.lock();
+            if let Some(allocation) = state
+                .pod_devices
+                .get_mut(pod_uid, container, resource)
+                .filter(|a| a.device_ids == ids)
+            {
+                allocation.response = Some(response);
+                refreshed = true;
+                info!(resource = %resource, pod_uid = %pod_uid, container = %container,
+                    devices = ?ids, "runtime settings lost with the checkpoint asked for again");
+            }
+        }
+        Ok(refreshed)
     }
 
     fn record(

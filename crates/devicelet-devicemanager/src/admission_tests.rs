@@ -385,3 +385,75 @@ async fn c4_first_free_pick_sees_devices_freed_behind_the_scan_hint() {
         ["g2", "g5"]
     );
 }
+
+#[tokio::test]
+async fn d1_lost_runtime_settings_are_asked_for_again_for_the_same_devices() {
+    let (manager, plugin) = setup(gpus(4), false).await;
+    // As restored from a checkpoint whose cached Allocate answer did not decode.
+    manager.restore_allocations([(
+        "p".to_owned(),
+        "c".to_owned(),
+        RES.to_owned(),
+        crate::ResourceAllocation {
+            device_ids: vec!["g2".into(), "g3".into()],
+            devices_per_numa: BTreeMap::from([(1, vec!["g2".into(), "g3".into()])]),
+            response: None,
+        },
+    )]);
+    let limits = BTreeMap::from([(RES.to_owned(), 2u64)]);
+    let allocates = |p: &FakePlugin| p.calls().iter().filter(|c| *c == "Allocate").count();
+    assert!(
+        manager
+            .refresh_lost_responses("p", "c", &limits)
+            .await
+            .unwrap()
+    );
+    assert_eq!(allocates(&plugin), 1);
+    let options = manager
+        .run_container_options("p", "c", &limits)
+        .await
+        .unwrap()
+        .unwrap();
+    // Same devices, now with the plugin's settings.
+    assert_eq!(options.envs["FAKE_DEVICES"], "g2,g3");
+    assert_eq!(
+        manager.container_allocations("p", "c")[RES].device_ids,
+        ["g2", "g3"]
+    );
+    // Nothing lost any more: no second RPC.
+    assert!(
+        !manager
+            .refresh_lost_responses("p", "c", &limits)
+            .await
+            .unwrap()
+    );
+    assert_eq!(allocates(&plugin), 1);
+}
+
+#[tokio::test]
+async fn d1_lost_runtime_settings_with_the_plugin_failing_is_an_error_and_keeps_the_devices() {
+    let (manager, plugin) = setup(gpus(2), false).await;
+    manager.restore_allocations([(
+        "p".to_owned(),
+        "c".to_owned(),
+        RES.to_owned(),
+        crate::ResourceAllocation {
+            device_ids: vec!["g0".into()],
+            devices_per_numa: BTreeMap::new(),
+            response: None,
+        },
+    )]);
+    plugin.set_allocate(AllocateBehaviour::Fail(PluginError::Rpc {
+        code: "Internal".into(),
+        message: "boom".into(),
+    }));
+    let limits = BTreeMap::from([(RES.to_owned(), 1u64)]);
+    let err = manager
+        .refresh_lost_responses("p", "c", &limits)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("Allocate rpc"), "{err}");
+    let held = manager.container_allocations("p", "c");
+    assert_eq!(held[RES].device_ids, ["g0"]);
+    assert!(held[RES].response.is_none());
+}

@@ -140,6 +140,19 @@ impl PodDevices {
         self.pods.get(pod_uid)?.get(container)?.get(resource)
     }
 
+    /// What a container holds of a resource, to update in place.
+    pub fn get_mut(
+        &mut self,
+        pod_uid: &str,
+        container: &str,
+        resource: &str,
+    ) -> Option<&mut ResourceAllocation> {
+        self.pods
+            .get_mut(pod_uid)?
+            .get_mut(container)?
+            .get_mut(resource)
+    }
+
     /// Every resource a container holds.
     pub fn container(
         &self,

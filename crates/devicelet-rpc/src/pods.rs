@@ -430,6 +430,21 @@ impl PodAdmitter {
                 }
             }
         };
+        // D1: settings lost with an undecodable checkpoint entry are asked for again, and the
+        // new answer is made durable before it is used.
+        let refreshed = self
+            .manager
+            .refresh_lost_responses(uid, container, &limits)
+            .await
+            .map_err(|source| PodError::Admission {
+                container: container.to_owned(),
+                source,
+            })?;
+        let admitted = self.pods().get(uid).cloned();
+        if let (true, Some(pod)) = (refreshed, admitted) {
+            let changes = self.durable.admission_changes(&pod, &self.manager);
+            self.durable.commit(changes).await?;
+        }
         let mut options = self
             .manager
             .run_container_options(uid, container, &limits)
