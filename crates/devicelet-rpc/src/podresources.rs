@@ -120,7 +120,8 @@ impl PodResourcesService {
     }
 
     /// The v1 `List` answer for a call that arrived at admitter generation `arrived`: the
-    /// cached one when it is at least that new, else a fresh one (built off the runtime).
+    /// cached one when it is at least that new, else a fresh one. Calls are answered one at a
+    /// time on the isolated server's single thread, so a burst shares one build.
     fn v1_list(&self, arrived: u64) -> Arc<Vec<v1::PodResources>> {
         let mut cache = self.v1_list.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, answer)) = cache.as_ref().filter(|(g, _)| *g >= arrived) {
