@@ -558,3 +558,48 @@ async fn cli_with_manifest_outside(root: &Root, uid: &str, gpu: bool) -> (i32, S
     .unwrap();
     cli(root.path(), &["admit", "-f", path.to_str().unwrap()]).await
 }
+
+/// Spec §2 D1 (`needsReAllocate`): a kubelet checkpoint whose cached `Allocate` answer does not
+/// decode still gives the container its devices; `start` asks the plugin again for the same
+/// devices, and the new answer is durable (after a restart `start` answers with the plugin gone).
+#[tokio::test]
+async fn d1_lost_runtime_settings_are_allocated_again_for_the_same_devices_and_kept() {
+    let root = Root::new();
+    let data = device::DeviceCheckpointData {
+        pod_device_entries: Some(vec![device::PodDevicesEntry {
+            pod_uid: "pod-d1".into(),
+            container_name: "ctr".into(),
+            resource_name: GPU.into(),
+            device_ids: Some([(0, Some(vec!["gpu-1".to_owned()]))].into()),
+            // An incomplete varint: no protobuf decoder accepts it.
+            alloc_resp: Some(vec![0xff, 0xff, 0xff]),
+        }]),
+        registered_devices: Some([(GPU.to_owned(), Some(vec!["gpu-1".to_owned()]))].into()),
+    };
+    let src = root.path().join("from-kubelet");
+    std::fs::write(&src, device::encode(&data)).unwrap();
+    let (code, _, err) = cli(
+        root.path(),
+        &["state", "import", "--file", src.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let serve = root.serve(&[]).await;
+    let plugin = start_plugin(&root);
+    root.wait_counts(GPU, 4, 4).await;
+    let start = || async {
+        let (code, out, err) = cli(root.path(), &["start", "pod-d1", "ctr", "-o", "json"]).await;
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    assert_eq!(start().await["envs"]["EXAMPLE_DEVICES"], "gpu-1");
+    let allocates = plugin.log().matches("Allocate").count();
+    assert_eq!(allocates, 1, "{}", plugin.log());
+    assert!(serve.log().contains("asked for again"), "{}", serve.log());
+    // Durable: restarted without the plugin, the answer is still there.
+    assert_eq!(plugin.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+    let serve = root.serve(&[]).await;
+    assert_eq!(start().await["envs"]["EXAMPLE_DEVICES"], "gpu-1");
+    assert_eq!(serve.terminate().await, 0);
+}
