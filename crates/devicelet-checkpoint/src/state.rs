@@ -155,6 +155,12 @@ pub struct DeviceState {
 impl DeviceState {
     /// Applies one change.
     pub fn apply(&mut self, change: &Change) {
+        self.apply_owned(change.clone());
+    }
+
+    /// Like [`DeviceState::apply`], moving the change's contents into the state (replay at
+    /// restart builds the whole state this way, without a second copy).
+    pub fn apply_owned(&mut self, change: Change) {
         match change {
             Change::AddContainer {
                 pod_uid,
@@ -163,45 +169,44 @@ impl DeviceState {
                 device_ids_by_numa,
                 alloc_resp,
             } => {
-                self.pods
-                    .entry(pod_uid.clone())
+                let devices = ContainerDevices {
+                    device_ids_by_numa,
+                    alloc_resp,
+                };
+                let containers = self.pods.entry(pod_uid).or_default();
+                containers
+                    .entry(container)
                     .or_default()
-                    .entry(container.clone())
-                    .or_default()
-                    .insert(
-                        resource.clone(),
-                        ContainerDevices {
-                            device_ids_by_numa: device_ids_by_numa.clone(),
-                            alloc_resp: alloc_resp.clone(),
-                        },
-                    );
+                    .insert(resource, devices);
             }
             Change::SetPod { pod_uid, record } => {
-                self.pod_records.insert(pod_uid.clone(), record.clone());
+                self.pod_records.insert(pod_uid, record);
             }
             Change::RemovePod { pod_uid } => {
-                self.pods.remove(pod_uid);
-                self.pod_records.remove(pod_uid);
+                self.pods.remove(&pod_uid);
+                self.pod_records.remove(&pod_uid);
             }
             Change::SetRegistered {
                 resource,
                 device_ids,
             } => {
-                self.registered.insert(resource.clone(), device_ids.clone());
+                self.registered.insert(resource, device_ids);
             }
             Change::RemoveRegistered { resource } => {
-                self.registered.remove(resource);
+                self.registered.remove(&resource);
             }
         }
     }
 
     /// Applies only the part of `change` that the kubelet file does not hold (pod records). Used
     /// for journal records already folded into the kubelet file.
-    pub fn apply_records_only(&mut self, change: &Change) {
+    pub fn apply_records_only(&mut self, change: Change) {
         match change {
-            Change::SetPod { .. } => self.apply(change),
+            Change::SetPod { pod_uid, record } => {
+                self.pod_records.insert(pod_uid, record);
+            }
             Change::RemovePod { pod_uid } => {
-                self.pod_records.remove(pod_uid);
+                self.pod_records.remove(&pod_uid);
             }
             _ => {}
         }

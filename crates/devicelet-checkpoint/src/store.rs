@@ -257,8 +257,9 @@ pub enum KubeletFileOrigin {
 /// What recovery did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RecoveredState {
-    /// The recovered state (also available via [`DeviceStore::snapshot`]).
-    pub state: DeviceState,
+    /// The recovered state (also available via [`DeviceStore::snapshot`]). Shared with the
+    /// store: drop it before the first commit to spare the store a copy.
+    pub state: Arc<DeviceState>,
     /// The kubelet file.
     pub kubelet_file: KubeletFileOrigin,
     /// True when no journal existed and a fresh one was created (fresh node or import).
@@ -347,7 +348,9 @@ struct CompactorControl {
 struct Shared {
     paths: StorePaths,
     options: StoreOptions,
-    state: RwLock<DeviceState>,
+    /// Shared with [`RecoveredState::state`] after open, so a restart does not copy the whole
+    /// state; the first commit copies it only if the caller still holds the recovered one.
+    state: RwLock<Arc<DeviceState>>,
     writer: Mutex<JournalWriter>,
     queue: Mutex<CommitQueue>,
     queue_cv: Condvar,
@@ -410,54 +413,58 @@ impl DeviceStore {
             });
         }
 
+        // The two files are independent until the journal is applied: read and parse them on
+        // two threads (restart to ready is judged at 10 000 containers, where each takes tens of
+        // milliseconds). Errors are then handled in order: the kubelet file first, then the journal.
+        let (kubelet_read, journal_read) = std::thread::scope(|scope| {
+            let journal = scope.spawn(|| read_journal(&paths.journal));
+            let kubelet = read_kubelet_file(&paths.kubelet_file);
+            let journal = journal
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (kubelet, journal)
+        });
+
         // 1. The kubelet file.
-        let (mut state, file_checksum, kubelet_origin) = match read_regular(&paths.kubelet_file)? {
-            FileRead::Missing => (DeviceState::default(), None, KubeletFileOrigin::Missing),
-            FileRead::NotRegular(kind) => {
+        let (mut state, file_checksum, kubelet_origin) = match kubelet_read? {
+            KubeletRead::Missing => (DeviceState::default(), None, KubeletFileOrigin::Missing),
+            KubeletRead::NotRegular(kind) => {
                 return Err(quarantine(
                     &paths,
                     &paths.kubelet_file,
                     Corruption::NotARegularFile(kind),
                 ));
             }
-            FileRead::Bytes(bytes) => match device::decode(&bytes) {
-                Ok(decoded) => {
-                    let origin = KubeletFileOrigin::Loaded {
-                        format: decoded.format,
-                        checksum: decoded.checksum,
-                        entries: decoded.data.pod_device_entries.as_ref().map_or(0, Vec::len),
-                    };
-                    let state = DeviceState::from_checkpoint_owned(decoded.data);
-                    (state, Some(decoded.checksum), origin)
-                }
-                Err(e) => {
-                    return Err(quarantine(
-                        &paths,
-                        &paths.kubelet_file,
-                        Corruption::Checkpoint(e),
-                    ));
-                }
-            },
+            KubeletRead::Decoded {
+                state,
+                checksum,
+                origin,
+            } => (state, Some(checksum), origin),
+            KubeletRead::Undecodable(e) => {
+                return Err(quarantine(
+                    &paths,
+                    &paths.kubelet_file,
+                    Corruption::Checkpoint(e),
+                ));
+            }
         };
         let base_now = file_checksum.map_or(journal::NO_BASE, u64::from);
 
         // 2. The journal.
-        let (writer, journal_created, records_replayed, torn_tail) = match read_regular(
-            &paths.journal,
-        )? {
-            FileRead::NotRegular(kind) => {
+        let (writer, journal_created, records_replayed, torn_tail) = match journal_read? {
+            JournalRead::NotRegular(kind) => {
                 return Err(quarantine(
                     &paths,
                     &paths.journal,
                     Corruption::NotARegularFile(kind),
                 ));
             }
-            FileRead::Missing => {
+            JournalRead::Missing => {
                 let writer = create_journal(&paths, base_now, 1, &[])?;
                 (writer, true, 0, None)
             }
-            FileRead::Bytes(bytes) => {
-                let parsed = match journal::parse(&bytes) {
+            JournalRead::Parsed(parsed) => {
+                let mut parsed = match parsed {
                     Ok(p) => p,
                     Err(JournalError::UnknownVersion { found, supported }) => {
                         return Err(StoreError::UnknownJournalVersion {
@@ -503,27 +510,30 @@ impl DeviceStore {
                         },
                     ));
                 };
+                let next_seq = parsed.next_seq();
+                let uncompacted_start = parsed.records.get(start).map(|(off, _, _)| *off);
                 // Records already folded into the kubelet file still carry the pod records,
-                // which that file cannot hold.
-                for (_, _, rec) in &parsed.records[..start] {
-                    if let JournalRecord::Batch { commits, .. } = rec {
-                        for change in commits.iter().flatten() {
+                // which that file cannot hold. Changes are moved into the state, not copied.
+                let mut replayed = 0u64;
+                for (i, (_, _, rec)) in std::mem::take(&mut parsed.records).into_iter().enumerate()
+                {
+                    let JournalRecord::Batch { commits, .. } = rec else {
+                        continue;
+                    };
+                    if i < start {
+                        for change in commits.into_iter().flatten() {
                             state.apply_records_only(change);
                         }
+                        continue;
                     }
-                }
-                let mut replayed = 0u64;
-                for (_, _, rec) in &parsed.records[start..] {
-                    if let JournalRecord::Batch { commits, .. } = rec {
-                        let mut devices_changed = false;
-                        for change in commits.iter().flatten() {
-                            devices_changed |= !matches!(change, Change::SetPod { .. });
-                            state.apply(change);
-                        }
-                        // A batch of pod records only (the snapshot a compaction starts a new
-                        // journal with) does not make the kubelet file stale.
-                        replayed += u64::from(devices_changed);
+                    let mut devices_changed = false;
+                    for change in commits.into_iter().flatten() {
+                        devices_changed |= !matches!(change, Change::SetPod { .. });
+                        state.apply_owned(change);
                     }
+                    // A batch of pod records only (the snapshot a compaction starts a new
+                    // journal with) does not make the kubelet file stale.
+                    replayed += u64::from(devices_changed);
                 }
                 let file = atomic_write::open_append(&paths.journal).map_err(|e| {
                     StoreError::io(format!("opening {}", paths.journal.display()), e)
@@ -545,16 +555,13 @@ impl DeviceStore {
                         "discarded an incomplete final journal record (crash during append; it was never acknowledged)"
                     );
                 }
-                let uncompacted_bytes = parsed.valid_len.saturating_sub(
-                    parsed
-                        .records
-                        .get(start)
-                        .map_or(parsed.valid_len, |(off, _, _)| *off),
-                );
+                let uncompacted_bytes = parsed
+                    .valid_len
+                    .saturating_sub(uncompacted_start.unwrap_or(parsed.valid_len));
                 let writer = JournalWriter {
                     file,
                     len: parsed.valid_len,
-                    next_seq: parsed.next_seq(),
+                    next_seq,
                     uncompacted_records: replayed,
                     uncompacted_bytes,
                     oldest_uncompacted: (replayed > 0).then(Instant::now),
@@ -566,10 +573,11 @@ impl DeviceStore {
 
         let journal_bytes = writer.len;
         let uncompacted = writer.uncompacted_records;
+        let state = Arc::new(state);
         let shared = Arc::new(Shared {
             paths,
             options,
-            state: RwLock::new(state.clone()),
+            state: RwLock::new(Arc::clone(&state)),
             writer: Mutex::new(writer),
             queue: Mutex::new(CommitQueue::default()),
             queue_cv: Condvar::new(),
@@ -650,11 +658,7 @@ impl DeviceStore {
 
     /// A copy of the current (durable) state.
     pub fn snapshot(&self) -> DeviceState {
-        self.shared
-            .state
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        DeviceState::clone(&self.shared.state.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Runs `f` on the current state without copying it.
@@ -759,6 +763,7 @@ impl Shared {
         }
         {
             let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+            let st = Arc::make_mut(&mut st);
             if let JournalRecord::Batch { commits, .. } = &record {
                 for change in commits.iter().flatten() {
                     st.apply(change);
@@ -968,6 +973,52 @@ enum FileRead {
     Missing,
     NotRegular(&'static str),
     Bytes(Vec<u8>),
+}
+
+/// The kubelet file as read (and decoded) at open.
+enum KubeletRead {
+    Missing,
+    NotRegular(&'static str),
+    Decoded {
+        state: DeviceState,
+        checksum: u32,
+        origin: KubeletFileOrigin,
+    },
+    Undecodable(DecodeError),
+}
+
+fn read_kubelet_file(path: &Path) -> Result<KubeletRead, StoreError> {
+    Ok(match read_regular(path)? {
+        FileRead::Missing => KubeletRead::Missing,
+        FileRead::NotRegular(kind) => KubeletRead::NotRegular(kind),
+        FileRead::Bytes(bytes) => match device::decode(&bytes) {
+            Ok(decoded) => KubeletRead::Decoded {
+                origin: KubeletFileOrigin::Loaded {
+                    format: decoded.format,
+                    checksum: decoded.checksum,
+                    entries: decoded.data.pod_device_entries.as_ref().map_or(0, Vec::len),
+                },
+                checksum: decoded.checksum,
+                state: DeviceState::from_checkpoint_owned(decoded.data),
+            },
+            Err(e) => KubeletRead::Undecodable(e),
+        },
+    })
+}
+
+/// The journal as read (and parsed) at open.
+enum JournalRead {
+    Missing,
+    NotRegular(&'static str),
+    Parsed(Result<journal::ParsedJournal, JournalError>),
+}
+
+fn read_journal(path: &Path) -> Result<JournalRead, StoreError> {
+    Ok(match read_regular(path)? {
+        FileRead::Missing => JournalRead::Missing,
+        FileRead::NotRegular(kind) => JournalRead::NotRegular(kind),
+        FileRead::Bytes(bytes) => JournalRead::Parsed(journal::parse(&bytes)),
+    })
 }
 
 fn read_regular(path: &Path) -> Result<FileRead, StoreError> {

@@ -157,7 +157,7 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_change() {
         let mut with_in_flight = expected.clone();
         with_in_flight.apply(&op(in_flight));
         assert!(
-            recovered.state == expected || recovered.state == with_in_flight,
+            *recovered.state == expected || *recovered.state == with_in_flight,
             "round {round}: recovered state differs from the acknowledged state (acked up to {:?})",
             acked.last()
         );
@@ -181,7 +181,7 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_change() {
             device::decode(&bytes)
                 .unwrap_or_else(|e| panic!("round {round}: kubelet file unreadable: {e}"));
         }
-        expected = recovered.state;
+        expected = DeviceState::clone(&recovered.state);
         next_op = in_flight + 1;
         drop(store);
     }

@@ -101,7 +101,7 @@ fn committed_changes_survive_reopen_and_close_writes_a_kubelet_readable_file() {
     }
     assert!(!root.paths().kubelet_file.exists());
     let (store, recovered) = root.open().expect("reopen");
-    assert_eq!(recovered.state, state_after(&changes));
+    assert_eq!(*recovered.state, state_after(&changes));
     assert_eq!(recovered.records_replayed, 4);
     store.close().expect("clean shutdown compacts");
 
@@ -113,7 +113,7 @@ fn committed_changes_survive_reopen_and_close_writes_a_kubelet_readable_file() {
     );
     let (_store, recovered) = root.open().expect("reopen after compaction");
     assert_eq!(recovered.records_replayed, 0);
-    assert_eq!(recovered.state, state_after(&changes));
+    assert_eq!(*recovered.state, state_after(&changes));
 }
 
 #[test]
@@ -138,7 +138,7 @@ fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_th
         fs::write(root.paths().journal, &full[..cut]).expect("write truncated journal");
         let (store, recovered) = root.open().unwrap_or_else(|e| panic!("cut {cut}: {e}"));
         assert_eq!(
-            recovered.state,
+            *recovered.state,
             state_after(&acknowledged),
             "cut at byte {cut}"
         );
@@ -150,7 +150,7 @@ fn truncating_the_journal_at_every_offset_of_the_last_record_recovers_exactly_th
     fs::write(root.paths().journal, &full).expect("restore");
     let (_s, recovered) = root.open().expect("open full");
     assert_eq!(
-        recovered.state,
+        *recovered.state,
         state_after(&[acknowledged, vec![in_flight]].concat())
     );
 }
@@ -209,7 +209,7 @@ fn a_flipped_byte_in_the_journal_quarantines_it_and_recovery_needs_the_operator(
     let report = recover(&root.paths(), RecoverAction::StartEmpty).expect("recover");
     assert!(report.cleared_quarantine);
     let (_s, recovered) = root.open().expect("open after recovery");
-    assert_eq!(recovered.state, DeviceState::default());
+    assert_eq!(*recovered.state, DeviceState::default());
     assert!(moved.exists(), "recovery never deletes evidence");
 }
 
@@ -317,7 +317,7 @@ fn a_truncated_or_bad_checksum_kubelet_file_is_quarantined_with_a_typed_cause() 
         assert_eq!(report.imported_entries, Some(1));
         let (_s, recovered) = root.open().expect("open");
         assert_eq!(
-            recovered.state,
+            *recovered.state,
             state_after(&[add("pod-a", "c", &["gpu-0"])])
         );
     }
@@ -377,7 +377,7 @@ fn a_kubelet_file_replaced_behind_our_back_does_not_mix_with_the_journal() {
     // Taking the kubelet's file as the truth is the explicit way out.
     recover(&root.paths(), RecoverAction::ImportKubeletFile).expect("import");
     let (_s, recovered) = root.open().expect("open");
-    assert_eq!(recovered.state, other);
+    assert_eq!(*recovered.state, other);
 }
 
 #[test]
@@ -452,7 +452,7 @@ fn a_crash_at_any_compaction_step_recovers_the_same_state() {
         }
         let (store, recovered) = root.open().expect("recovers");
         assert_eq!(
-            recovered.state, expected,
+            *recovered.state, expected,
             "kubelet file replaced: {kubelet_file_replaced}"
         );
         assert_eq!(
@@ -461,7 +461,7 @@ fn a_crash_at_any_compaction_step_recovers_the_same_state() {
         );
         store.close().expect("close");
         let (_s, again) = root.open().expect("reopen");
-        assert_eq!(again.state, expected);
+        assert_eq!(*again.state, expected);
     }
 }
 
@@ -622,7 +622,7 @@ fn pod_records_survive_compactions_and_a_crash_between_compaction_steps() {
         journal
     };
     let (store, recovered) = root.open().expect("reopen");
-    assert_eq!(recovered.state, expected);
+    assert_eq!(*recovered.state, expected);
     assert_eq!(recovered.state.pod_records.len(), 2);
     assert_eq!(
         recovered.records_replayed, 0,
@@ -653,7 +653,7 @@ fn pod_records_survive_compactions_and_a_crash_between_compaction_steps() {
     );
     fs::write(root.paths().journal, &crashed).expect("write journal");
     let (_store, recovered) = root.open().expect("recovers");
-    assert_eq!(recovered.state, expected);
+    assert_eq!(*recovered.state, expected);
 }
 
 fn pod_record(containers: &[(&str, &[&str])]) -> Change {

@@ -112,7 +112,7 @@ fn a2_12_full_disk_fails_the_commit_and_keeps_the_previous_state_intact() {
     let (_store, recovered) =
         DeviceStore::open_with(paths, manual()).expect("reopen on the full disk");
     assert_eq!(
-        recovered.state, acknowledged,
+        *recovered.state, acknowledged,
         "nothing acknowledged is lost"
     );
 }
@@ -181,7 +181,7 @@ proptest! {
         let torn = journal_before.len() + ((journal_after.len() - journal_before.len()) as f64 * cut_fraction) as usize;
         fs::write(&paths.journal, &journal_after[..torn]).expect("tear");
         let (store, recovered) = DeviceStore::open_with(paths.clone(), manual()).expect("recover");
-        prop_assert_eq!(&recovered.state, &acknowledged);
+        prop_assert_eq!(&*recovered.state, &acknowledged);
         // And a clean shutdown after recovery writes a kubelet file with the same state.
         store.close().expect("close");
         if let Ok(bytes) = fs::read(&paths.kubelet_file) {

@@ -570,14 +570,14 @@ impl DeviceManager {
     {
         let mut state = self.inner.lock();
         for (pod_uid, container, resource, allocation) in entries {
-            state
-                .allocated
-                .entry(resource.clone())
-                .or_default()
-                .extend(allocation.device_ids.iter().cloned());
+            let allocated = match state.allocated.get_mut(&resource) {
+                Some(set) => set,
+                None => state.allocated.entry(resource.clone()).or_default(),
+            };
+            allocated.extend(allocation.device_ids.iter().cloned());
             state
                 .pod_devices
-                .insert(&pod_uid, &container, &resource, allocation);
+                .insert_owned(pod_uid, container, resource, allocation);
         }
         drop(state);
         self.inner.notify();

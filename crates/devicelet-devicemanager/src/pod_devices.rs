@@ -130,6 +130,22 @@ impl PodDevices {
             .insert(resource.to_owned(), allocation);
     }
 
+    /// Like [`PodDevices::insert`] with owned keys (restart restores every entry this way).
+    pub fn insert_owned(
+        &mut self,
+        pod_uid: String,
+        container: String,
+        resource: String,
+        allocation: ResourceAllocation,
+    ) {
+        self.pods
+            .entry(pod_uid)
+            .or_default()
+            .entry(container)
+            .or_default()
+            .insert(resource, allocation);
+    }
+
     /// What a container holds of a resource.
     pub fn get(
         &self,

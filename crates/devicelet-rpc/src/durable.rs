@@ -370,6 +370,57 @@ fn pod_changes(pod: &AdmittedPod, manager: &DeviceManager) -> Vec<Change> {
 /// Restores `manager` from `state` and returns the admitted pods (spec §3.4, §1.7).
 pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String, AdmittedPod> {
     manager.restore_registered(state.registered.keys().cloned());
+    // The pods (devicelet's records) and the Device Manager's allocations are built from
+    // different parts of the state: build them on two threads (restart to ready is judged
+    // at 10 000 containers).
+    let mut pods = std::thread::scope(|scope| {
+        let pods = scope.spawn(|| pods_from_records(state));
+        restore_device_allocations(manager, state);
+        pods.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    // Pods known only from a kubelet's checkpoint (after `state import`): no name, every
+    // container an app container whose limits are its device counts.
+    for (uid, containers) in &state.pods {
+        if pods.contains_key(uid) {
+            continue;
+        }
+        let containers = containers
+            .keys()
+            .map(|name| {
+                let held = manager.container_allocations(uid, name);
+                ContainerView {
+                    name: name.clone(),
+                    limits: held
+                        .iter()
+                        .map(|(r, a)| (r.clone(), a.device_ids.len() as u64))
+                        .collect(),
+                    devices: held.into_iter().map(|(r, a)| (r, a.device_ids)).collect(),
+                    claims: Vec::new(),
+                    allocated_resources_status: Vec::new(),
+                    cpus: Default::default(),
+                    numa_affinity: Default::default(),
+                    kind: ContainerKind::App,
+                }
+            })
+            .collect();
+        pods.insert(
+            uid.clone(),
+            AdmittedPod {
+                pod: PodRef {
+                    namespace: String::new(),
+                    name: String::new(),
+                    uid: uid.clone(),
+                },
+                containers,
+            },
+        );
+    }
+    pods
+}
+
+/// Gives `manager` the allocations and cached `Allocate` answers of `state`.
+fn restore_device_allocations(manager: &DeviceManager, state: &DeviceState) {
     let mut entries = Vec::with_capacity(state.entry_count());
     for (uid, containers) in &state.pods {
         let record = state.pod_records.get(uid);
@@ -411,7 +462,10 @@ pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String,
         }
     }
     manager.restore_allocations(entries);
+}
 
+/// The admitted pods as devicelet recorded them (`SetPod` records).
+fn pods_from_records(state: &DeviceState) -> BTreeMap<String, AdmittedPod> {
     let mut pods = BTreeMap::new();
     for (uid, record) in &state.pod_records {
         let containers = record
@@ -434,43 +488,6 @@ pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String,
                 pod: PodRef {
                     namespace: record.namespace.clone(),
                     name: record.name.clone(),
-                    uid: uid.clone(),
-                },
-                containers,
-            },
-        );
-    }
-    // Pods known only from a kubelet's checkpoint (after `state import`): no name, every
-    // container an app container whose limits are its device counts.
-    for (uid, containers) in &state.pods {
-        if pods.contains_key(uid) {
-            continue;
-        }
-        let containers = containers
-            .keys()
-            .map(|name| {
-                let held = manager.container_allocations(uid, name);
-                ContainerView {
-                    name: name.clone(),
-                    limits: held
-                        .iter()
-                        .map(|(r, a)| (r.clone(), a.device_ids.len() as u64))
-                        .collect(),
-                    devices: held.into_iter().map(|(r, a)| (r, a.device_ids)).collect(),
-                    claims: Vec::new(),
-                    allocated_resources_status: Vec::new(),
-                    cpus: Default::default(),
-                    numa_affinity: Default::default(),
-                    kind: ContainerKind::App,
-                }
-            })
-            .collect();
-        pods.insert(
-            uid.clone(),
-            AdmittedPod {
-                pod: PodRef {
-                    namespace: String::new(),
-                    name: String::new(),
                     uid: uid.clone(),
                 },
                 containers,
