@@ -5,7 +5,9 @@
 //! fsyncs between them; `ADMISSION_BENCH_CLIENTS=1` gives one-after-another). Prints pods/s and
 //! the p99 admission latency over the first and the last 500 pods; then the in-memory path
 //! (no durability) for comparison; then admits up to 10 000 containers, stops the daemon and
-//! prints the time a restart takes until it is ready (control socket answers, state restored).
+//! prints the time a restart takes until it is ready (control socket answers, state restored),
+//! median of `ADMISSION_BENCH_RESTART_RUNS` restarts (in this process; with `DEVICELET_BIN` set,
+//! also of the real binary). `ADMISSION_BENCH_RESTART_ONLY=1` skips the admission figures.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -251,6 +253,9 @@ async fn measure_restarts(daemon: Daemon, root: &std::path::Path) {
         .expect("crash root");
     copy_state(root, crash.path());
     daemon.shutdown().await.expect("clean stop");
+    if let Some(binary) = std::env::var_os("DEVICELET_BIN") {
+        measure_process_restarts(std::path::Path::new(&binary), root);
+    }
     let runs_wanted: usize = std::env::var("ADMISSION_BENCH_RESTART_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -296,6 +301,49 @@ async fn measure_restarts(daemon: Daemon, root: &std::path::Path) {
             runs[runs.len() - 1].as_secs_f64() * 1000.0,
         );
     }
+}
+
+/// `DEVICELET_BIN=target/release/devicelet`: also times the real binary, from `exec` of
+/// `devicelet serve` on a copy of the stopped node until its control socket accepts a
+/// connection (what `devicelet get` needs).
+fn measure_process_restarts(binary: &std::path::Path, state: &std::path::Path) {
+    let mut runs = Vec::new();
+    for run in 0..10 {
+        let root = tempfile::Builder::new()
+            .prefix("dl-proc-restart-")
+            .tempdir_in("/tmp")
+            .expect("process restart root");
+        copy_state(state, root.path());
+        let socket = root.path().join("devicelet").join("devicelet.sock");
+        let t = Instant::now();
+        let mut child = std::process::Command::new(binary)
+            .args(["serve", "--metrics-address", "off", "--root-dir"])
+            .arg(root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn devicelet serve");
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(t.elapsed() < Duration::from_secs(30), "not ready in 30 s");
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        let ready = t.elapsed();
+        println!(
+            "  process_restart_to_ready run {run}: {:.1} ms",
+            ready.as_secs_f64() * 1000.0
+        );
+        runs.push(ready);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    runs.sort();
+    println!(
+        "FIGURE process_restart_to_ready containers={RESTART_CONTAINERS} runs={} median_ms={:.1} min_ms={:.1} max_ms={:.1}",
+        runs.len(),
+        runs[runs.len() / 2].as_secs_f64() * 1000.0,
+        runs[0].as_secs_f64() * 1000.0,
+        runs[runs.len() - 1].as_secs_f64() * 1000.0,
+    );
 }
 
 /// Copies the device state files of `from` into `to`, as a crash would leave them.
