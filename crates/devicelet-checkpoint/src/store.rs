@@ -416,12 +416,18 @@ impl DeviceStore {
         // The two files are independent until the journal is applied: read and parse them on
         // two threads (restart to ready is judged at 10 000 containers, where each takes tens of
         // milliseconds). Errors are then handled in order: the kubelet file first, then the journal.
+        // Without a thread (none could be started), the journal is read after the file.
         let (kubelet_read, journal_read) = std::thread::scope(|scope| {
-            let journal = scope.spawn(|| read_journal(&paths.journal));
+            let journal = std::thread::Builder::new()
+                .name("devicelet-journal-read".into())
+                .spawn_scoped(scope, || read_journal(&paths.journal));
             let kubelet = read_kubelet_file(&paths.kubelet_file);
-            let journal = journal
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let journal = match journal {
+                Ok(reader) => reader
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(_) => read_journal(&paths.journal),
+            };
             (kubelet, journal)
         });
 

@@ -374,10 +374,17 @@ pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String,
     // different parts of the state: build them on two threads (restart to ready is judged
     // at 10 000 containers).
     let mut pods = std::thread::scope(|scope| {
-        let pods = scope.spawn(|| pods_from_records(state));
+        let pods = std::thread::Builder::new()
+            .name("devicelet-restore-pods".into())
+            .spawn_scoped(scope, || pods_from_records(state));
         restore_device_allocations(manager, state);
-        pods.join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        match pods {
+            Ok(builder) => builder
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread could be started: build them here.
+            Err(_) => pods_from_records(state),
+        }
     });
     // Pods known only from a kubelet's checkpoint (after `state import`): no name, every
     // container an app container whose limits are its device counts.
