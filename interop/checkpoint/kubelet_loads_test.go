@@ -244,15 +244,15 @@ func TestKubeletLoadsDeviceletCheckpoint(t *testing.T) {
 		checkStart(t, ck.pod+"/"+ck.container, got, list)
 	}
 
-	// RegisteredDevices: every resource (the only part the kubelet uses on read). Its devices
-	// are the healthy ones (not gpu-3), or none: stopping closes the plugins' connections, and
-	// the kubelet too marks a disconnected plugin's devices unhealthy (PluginDisconnected), so
-	// a file written after that lists none.
+	// RegisteredDevices: every resource (the only part the kubelet uses on read), with the
+	// healthy devices (not gpu-3) as last seen while running. Stopping disconnects the plugins,
+	// which empties their device lists; the kubelet writes nothing at stop and devicelet does
+	// not record that emptying either (Daemon::shutdown signals its tasks first).
 	if !slices.Equal(keys(registered), keys(healthy)) {
 		t.Errorf("RegisteredDevices has resources %v, get resources %v", keys(registered), keys(healthy))
 	}
 	for res, ids := range healthy {
-		if got := sortedUnique(registered[res]); len(got) > 0 && !slices.Equal(got, sortedUnique(ids)) {
+		if got := sortedUnique(registered[res]); !slices.Equal(got, sortedUnique(ids)) {
 			t.Errorf("RegisteredDevices[%s] = %v, healthy devices in get resources: %v", res, registered[res], ids)
 		}
 	}

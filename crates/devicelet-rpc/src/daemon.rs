@@ -400,8 +400,10 @@ impl Daemon {
 
     /// Stops everything: plugin streams are cancelled, servers stop, sockets are removed.
     pub async fn shutdown(self) -> Result<(), RpcError> {
-        self.manager.stop();
+        // Signal the tasks first: the registered-resources sync must not record the empty
+        // device lists that stopping the plugin endpoints leaves behind.
         let _ = self.shutdown.send(true);
+        self.manager.stop();
         let mut first_error = None;
         for (name, handle) in self.tasks {
             match tokio::time::timeout(Duration::from_secs(5), handle).await {

@@ -233,6 +233,11 @@ impl DurableState {
         };
         let mut changes = manager.subscribe();
         loop {
+            // Stopping disconnects every plugin, which empties their device lists; the kubelet
+            // writes nothing at stop, so its file keeps the last lists seen while running.
+            if *shutdown.borrow() {
+                return;
+            }
             let current = manager.registered_resources();
             let diff = store.read(|s| registered_diff(&s.registered, &current));
             if !diff.is_empty()
