@@ -16,6 +16,12 @@
 //! without the kubelet's 100 QPS limit (which would refuse almost every call; the limit itself is
 //! covered by `tests/podresources.rs`).
 //!
+//! `DEVICELET_LOAD_PIN=1` separates the load generator from the node under test, as load tests
+//! usually do: the daemon (its runtime, the PodResources thread, the plugin, the admitting
+//! thread) runs on CPU 0 and the 50 clients on CPU 1, so what is measured is what serving the
+//! calls costs the daemon, not what decoding ~1 MB answers 100+ times a second costs the
+//! clients. Without it everything shares both CPUs (the worst case on a 2-core machine).
+//!
 //! Sizes: `DEVICELET_LOAD_CONTAINERS` (5000), `DEVICELET_LOAD_CLIENTS` (50),
 //! `DEVICELET_LOAD_CALLS` minimum calls per client (20), `DEVICELET_LOAD_ADMISSIONS` per phase
 //! (200). Verdict: admission under load is "unaffected" when its p50 and p99 are each within
@@ -31,6 +37,10 @@ use devicelet_proto::podresources::v1;
 use devicelet_rpc::test_utils::StaticDevicePlugin;
 use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter, PodResourcesService, transport};
 use k8s_openapi::api::core::v1::Pod;
+
+// The `devicelet` binary's allocator, so the figures are the daemon's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const RESOURCE: &str = "example.com/gpu";
 /// Concurrent submitters while filling the node (group commit shares their fsyncs).
@@ -106,12 +116,27 @@ struct ClientRun {
     done: Duration,
 }
 
+const DAEMON_CPU: usize = 0;
+const CLIENT_CPU: usize = 1;
+
+fn pin_current_thread(cpu: usize) {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set).expect("sched_setaffinity");
+}
+
 fn main() {
     let containers = env_or("DEVICELET_LOAD_CONTAINERS", 5_000usize);
     let clients = env_or("DEVICELET_LOAD_CLIENTS", 50usize);
     let min_calls = env_or("DEVICELET_LOAD_CALLS", 20usize).max(1);
     let admissions = env_or("DEVICELET_LOAD_ADMISSIONS", 200usize);
     let tolerance = env_or("DEVICELET_LOAD_TOLERANCE", 2.0f64);
+    let pin = std::env::var_os("DEVICELET_LOAD_PIN").is_some_and(|v| v == "1");
+    if pin {
+        // Threads inherit the affinity of the thread that starts them: everything the daemon
+        // starts (blocking pool, PodResources thread) stays on CPU 0.
+        pin_current_thread(DAEMON_CPU);
+    }
     // The daemon's runtime, sized as `devicelet serve` sizes it on this 2-core machine.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -121,8 +146,21 @@ fn main() {
     let client_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
+        .on_thread_start(move || {
+            if pin {
+                pin_current_thread(CLIENT_CPU);
+            }
+        })
         .build()
         .expect("client runtime");
+    println!(
+        "podresources_load: {}",
+        if pin {
+            "daemon on CPU 0, clients on CPU 1 (DEVICELET_LOAD_PIN=1)"
+        } else {
+            "daemon and clients share every CPU"
+        }
+    );
     runtime.block_on(async {
         let root = tempfile::Builder::new()
             .prefix("dl-prl-")
