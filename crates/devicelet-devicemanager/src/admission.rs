@@ -12,6 +12,7 @@
 //!   `Allocate` RPC, so concurrent admissions never get the same device.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use tracing::{debug, info};
 
@@ -19,8 +20,8 @@ use crate::allocation::{AllocationError, DevicePicker, NumaMask, has_topology};
 use crate::error::{EndpointError, PluginError};
 use crate::manager::DeviceManager;
 use crate::pod_devices::{
-    Needed, ResourceAllocation, ResourceHealth, RunContainerOptions, check_preconditions,
-    merge_responses,
+    Needed, PodAllocations, ResourceAllocation, ResourceHealth, RunContainerOptions,
+    check_preconditions, merge_responses,
 };
 use crate::types::{ContainerAllocateResponse, Health};
 
@@ -602,6 +603,12 @@ impl DeviceManager {
         read: impl FnOnce(Option<&BTreeMap<String, ResourceAllocation>>) -> R,
     ) -> R {
         read(self.inner.lock().pod_devices.container(pod_uid, container))
+    }
+
+    /// What a pod holds, shared (see [`PodDevices`]): the lock is held only to take a
+    /// reference, so readers building large answers never hold up admissions.
+    pub fn pod_allocations(&self, pod_uid: &str) -> Option<Arc<PodAllocations>> {
+        self.inner.lock().pod_devices.pod_shared(pod_uid)
     }
 
     /// Devices and cached `Allocate` answers a container holds.

@@ -34,8 +34,8 @@ pub use manager::{
 };
 pub use plugin::{DevicePluginClient, DeviceUpdateStream, PluginDialer};
 pub use pod_devices::{
-    Needed, PodDevices, ResourceAllocation, ResourceHealth, ReusePool, RunContainerOptions,
-    check_preconditions, merge_responses,
+    Needed, PodAllocations, PodDevices, ResourceAllocation, ResourceHealth, ReusePool,
+    RunContainerOptions, check_preconditions, merge_responses,
 };
 pub use snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
 pub use topology_view::ResourceTopologyView;

@@ -4,6 +4,7 @@
 //! `devicesToAllocate` (C3). Pure state; the manager adds locking, RPCs and persistence.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
 
 use crate::allocation::AllocationError;
 use tracing::warn;
@@ -107,10 +108,19 @@ pub struct ResourceAllocation {
     pub response: Option<ContainerAllocateResponse>,
 }
 
+/// What one pod holds: container → resource → allocation.
+pub type PodAllocations = BTreeMap<String, BTreeMap<String, ResourceAllocation>>;
+
 /// pod UID → container → resource → allocation.
+///
+/// Each pod's allocations sit behind an `Arc`, so a reader (the PodResources API building a
+/// `List` of thousands of pods) can take a pod under the Device Manager's lock by bumping a
+/// reference count and build its answer after releasing it; a write copies a pod's map only
+/// while such a reader still holds it. Building under the lock let a low-priority reader,
+/// preempted inside it, hold up admissions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodDevices {
-    pods: BTreeMap<String, BTreeMap<String, BTreeMap<String, ResourceAllocation>>>,
+    pods: BTreeMap<String, Arc<PodAllocations>>,
 }
 
 impl PodDevices {
@@ -122,9 +132,7 @@ impl PodDevices {
         resource: &str,
         allocation: ResourceAllocation,
     ) {
-        self.pods
-            .entry(pod_uid.to_owned())
-            .or_default()
+        Arc::make_mut(self.pods.entry(pod_uid.to_owned()).or_default())
             .entry(container.to_owned())
             .or_default()
             .insert(resource.to_owned(), allocation);
@@ -138,9 +146,7 @@ impl PodDevices {
         resource: String,
         allocation: ResourceAllocation,
     ) {
-        self.pods
-            .entry(pod_uid)
-            .or_default()
+        Arc::make_mut(self.pods.entry(pod_uid).or_default())
             .entry(container)
             .or_default()
             .insert(resource, allocation);
@@ -163,8 +169,7 @@ impl PodDevices {
         container: &str,
         resource: &str,
     ) -> Option<&mut ResourceAllocation> {
-        self.pods
-            .get_mut(pod_uid)?
+        Arc::make_mut(self.pods.get_mut(pod_uid)?)
             .get_mut(container)?
             .get_mut(resource)
     }
@@ -190,7 +195,8 @@ impl PodDevices {
 
     /// Drops what a container holds of one resource (rollback of a failed admission).
     pub fn remove_resource(&mut self, pod_uid: &str, container: &str, resource: &str) {
-        if let Some(containers) = self.pods.get_mut(pod_uid) {
+        if let Some(pod) = self.pods.get_mut(pod_uid) {
+            let containers = Arc::make_mut(pod);
             if let Some(resources) = containers.get_mut(container) {
                 resources.remove(resource);
                 if resources.is_empty() {
@@ -209,11 +215,8 @@ impl PodDevices {
     }
 
     /// Forgets a pod and returns what it held (container → resource → allocation).
-    pub fn take_pod(
-        &mut self,
-        pod_uid: &str,
-    ) -> Option<BTreeMap<String, BTreeMap<String, ResourceAllocation>>> {
-        self.pods.remove(pod_uid)
+    pub fn take_pod(&mut self, pod_uid: &str) -> Option<PodAllocations> {
+        self.pods.remove(pod_uid).map(Arc::unwrap_or_clone)
     }
 
     /// Keeps only `active` pods (`UpdateAllocatedDevices`); returns the UIDs removed.
@@ -231,11 +234,13 @@ impl PodDevices {
     }
 
     /// Every (container, resource, allocation) of a pod.
-    pub fn pod(
-        &self,
-        pod_uid: &str,
-    ) -> Option<&BTreeMap<String, BTreeMap<String, ResourceAllocation>>> {
-        self.pods.get(pod_uid)
+    pub fn pod(&self, pod_uid: &str) -> Option<&PodAllocations> {
+        self.pods.get(pod_uid).map(Arc::as_ref)
+    }
+
+    /// A pod's allocations, shared: cheap to take under a lock and read after releasing it.
+    pub fn pod_shared(&self, pod_uid: &str) -> Option<Arc<PodAllocations>> {
+        self.pods.get(pod_uid).cloned()
     }
 
     /// `allocatedDevices` rebuilt from the entries (C8): a key for every resource that appears,

@@ -240,18 +240,21 @@ impl PodResourcesService {
     /// v1 view of a pod: sidecars (restartable init containers), then app containers; regular
     /// init containers are left out.
     fn v1_pod(&self, pod: &AdmittedPod) -> v1::PodResources {
-        let manager = self.pods.manager();
         let uid = &pod.pod.uid;
+        // Read after the lock is released: copying the cached Allocate answers would dominate
+        // the cost, and building under the lock would make admissions wait for this thread.
+        let held = self.pods.manager().pod_allocations(uid);
         let containers = pod
             .containers
             .iter()
             .filter(|c| matches!(c.kind, ContainerKind::Sidecar | ContainerKind::App))
             .map(|c| v1::ContainerResources {
                 name: c.name.clone(),
-                // Read in place: copying the cached Allocate answers would dominate the cost.
-                devices: manager.with_container_allocations(uid, &c.name, |held| {
-                    held.map(allocated_devices).unwrap_or_default()
-                }),
+                devices: held
+                    .as_ref()
+                    .and_then(|pod| pod.get(&c.name))
+                    .map(allocated_devices)
+                    .unwrap_or_default(),
                 cpu_ids: self.pods.alignment().exclusive_cpus(uid, &c.name),
                 // Memory blocks come from the memory manager, which the daemon lacks.
                 memory: Vec::new(),
@@ -432,27 +435,31 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
             self.pods
                 .snapshot()
                 .iter()
-                .map(|pod| v1alpha1::PodResources {
-                    name: pod.pod.name.clone(),
-                    namespace: pod.pod.namespace.clone(),
-                    containers: pod
-                        .containers
-                        .iter()
-                        .filter(|c| c.kind == ContainerKind::App)
-                        .map(|c| v1alpha1::ContainerResources {
-                            name: c.name.clone(),
-                            devices: manager
-                                .with_container_allocations(&pod.pod.uid, &c.name, |held| {
-                                    held.map(allocated_devices).unwrap_or_default()
-                                })
-                                .into_iter()
-                                .map(|d| v1alpha1::ContainerDevices {
-                                    resource_name: d.resource_name,
-                                    device_ids: d.device_ids,
-                                })
-                                .collect(),
-                        })
-                        .collect(),
+                .map(|pod| {
+                    let held = manager.pod_allocations(&pod.pod.uid);
+                    v1alpha1::PodResources {
+                        name: pod.pod.name.clone(),
+                        namespace: pod.pod.namespace.clone(),
+                        containers: pod
+                            .containers
+                            .iter()
+                            .filter(|c| c.kind == ContainerKind::App)
+                            .map(|c| v1alpha1::ContainerResources {
+                                name: c.name.clone(),
+                                devices: held
+                                    .as_ref()
+                                    .and_then(|pod| pod.get(&c.name))
+                                    .map(allocated_devices)
+                                    .unwrap_or_default()
+                                    .into_iter()
+                                    .map(|d| v1alpha1::ContainerDevices {
+                                        resource_name: d.resource_name,
+                                        device_ids: d.device_ids,
+                                    })
+                                    .collect(),
+                            })
+                            .collect(),
+                    }
                 })
                 .collect()
         };
