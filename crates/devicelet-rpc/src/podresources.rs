@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use crate::claims::DraNode;
 use crate::error::RpcError;
-use devicelet_devicemanager::{ContainerKind, Device, ResourceAllocation};
+use devicelet_devicemanager::{ContainerKind, Device, PodAllocations, ResourceAllocation};
 use devicelet_metrics::{PodResourcesMethod, PodResourcesVersion};
 use devicelet_proto::constants::podresources::{
     RATE_LIMIT_BURST, RATE_LIMIT_MESSAGE, RATE_LIMIT_QPS,
@@ -250,11 +250,7 @@ impl PodResourcesService {
             .filter(|c| matches!(c.kind, ContainerKind::Sidecar | ContainerKind::App))
             .map(|c| v1::ContainerResources {
                 name: c.name.clone(),
-                devices: held
-                    .as_ref()
-                    .and_then(|pod| pod.get(&c.name))
-                    .map(allocated_devices)
-                    .unwrap_or_default(),
+                devices: container_devices(held.as_deref(), &c.name),
                 cpu_ids: self.pods.alignment().exclusive_cpus(uid, &c.name),
                 // Memory blocks come from the memory manager, which the daemon lacks.
                 memory: Vec::new(),
@@ -311,6 +307,13 @@ fn device_entry(resource: &str, id: &str, node: Option<i64>) -> v1::ContainerDev
             nodes: vec![v1::NumaNode { id }],
         }),
     }
+}
+
+/// `container`'s devices in `held` (what its pod holds), none when it holds nothing.
+fn container_devices(held: Option<&PodAllocations>, container: &str) -> Vec<v1::ContainerDevices> {
+    held.and_then(|pod| pod.get(container))
+        .map(allocated_devices)
+        .unwrap_or_default()
 }
 
 /// A container's devices from its recorded allocation (`GetDevices`, spec §2 F1): each device
@@ -446,11 +449,7 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
                             .filter(|c| c.kind == ContainerKind::App)
                             .map(|c| v1alpha1::ContainerResources {
                                 name: c.name.clone(),
-                                devices: held
-                                    .as_ref()
-                                    .and_then(|pod| pod.get(&c.name))
-                                    .map(allocated_devices)
-                                    .unwrap_or_default()
+                                devices: container_devices(held.as_deref(), &c.name)
                                     .into_iter()
                                     .map(|d| v1alpha1::ContainerDevices {
                                         resource_name: d.resource_name,
