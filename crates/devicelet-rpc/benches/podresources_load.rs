@@ -203,7 +203,7 @@ fn main() {
         let pr_socket = root.path().join("pr-load.sock");
         let listener = transport::bind(&pr_socket).expect("bind");
         let service = PodResourcesService::with_rate_limit(admitter.clone(), u32::MAX, u32::MAX);
-        // Served as the daemon serves it: its own runtime, one thread at nice 10.
+        // Served as the daemon serves it: its own runtime, one thread at nice 19.
         let _server = service
             .serve_isolated(listener, pr_socket.clone(), std::future::pending())
             .expect("serve PodResources");

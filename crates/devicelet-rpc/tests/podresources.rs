@@ -491,3 +491,31 @@ async fn list_answers_are_shared_but_never_older_than_the_call() {
         .into_inner();
     assert_eq!(got.pod_resources.unwrap().containers[0].devices.len(), 1);
 }
+
+/// The PodResources server's thread runs at the lowest priority (nice 19), so building and
+/// sending big `List` answers yields the CPU to admissions (docs/observability.md).
+#[tokio::test]
+async fn server_thread_runs_at_nice_19() {
+    let (_root, daemon) = daemon_with_plugin().await;
+    // Every daemon in this test process has one such thread; each must be lowered.
+    let mut seen = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue; // the thread ended meanwhile
+        };
+        if comm.trim() != "podresources" {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // Fields after the parenthesised name: state is field 3, nice is field 19.
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let nice: i32 = after_name.split(' ').nth(16).unwrap().parse().unwrap();
+        assert_eq!(nice, 19, "{}: {stat}", dir.display());
+        seen += 1;
+    }
+    assert!(seen >= 1, "no podresources thread found");
+    daemon.shutdown().await.unwrap();
+}
