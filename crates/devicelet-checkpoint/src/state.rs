@@ -202,9 +202,7 @@ impl DeviceState {
     /// for journal records already folded into the kubelet file.
     pub fn apply_records_only(&mut self, change: Change) {
         match change {
-            Change::SetPod { pod_uid, record } => {
-                self.pod_records.insert(pod_uid, record);
-            }
+            Change::SetPod { .. } => self.apply_owned(change),
             Change::RemovePod { pod_uid } => {
                 self.pod_records.remove(&pod_uid);
             }

@@ -419,11 +419,13 @@ impl DeviceManager {
     ) -> Result<bool, AdmissionError> {
         let mut refreshed = false;
         for (resource, _) in limits.iter().filter(|(_, limit)| **limit > 0) {
-            let lost = self.with_container_allocations(pod_uid, container, |held| {
-                held.and_then(|h| h.get(resource))
-                    .filter(|a| a.response.is_none())
-                    .map(|a| a.device_ids.clone())
-            });
+            let lost = self
+                .inner
+                .lock()
+                .pod_devices
+                .get(pod_uid, container, resource)
+                .filter(|a| a.response.is_none())
+                .map(|a| a.device_ids.clone());
             let Some(ids) = lost else { continue };
             let (client, _) = self.endpoint_client(resource)?;
             let response = self.call_allocate(&*client, resource, &ids).await?;
@@ -592,17 +594,6 @@ impl DeviceManager {
             .pod_uids()
             .map(str::to_owned)
             .collect()
-    }
-
-    /// Runs `read` on what a container holds (`None`: nothing), without copying it; the
-    /// manager is locked meanwhile, so `read` must be short.
-    pub fn with_container_allocations<R>(
-        &self,
-        pod_uid: &str,
-        container: &str,
-        read: impl FnOnce(Option<&BTreeMap<String, ResourceAllocation>>) -> R,
-    ) -> R {
-        read(self.inner.lock().pod_devices.container(pod_uid, container))
     }
 
     /// What a pod holds, shared (see [`PodDevices`]): the lock is held only to take a

@@ -132,10 +132,12 @@ impl PodDevices {
         resource: &str,
         allocation: ResourceAllocation,
     ) {
-        Arc::make_mut(self.pods.entry(pod_uid.to_owned()).or_default())
-            .entry(container.to_owned())
-            .or_default()
-            .insert(resource.to_owned(), allocation);
+        self.insert_owned(
+            pod_uid.to_owned(),
+            container.to_owned(),
+            resource.to_owned(),
+            allocation,
+        );
     }
 
     /// Like [`PodDevices::insert`] with owned keys (restart restores every entry this way).
