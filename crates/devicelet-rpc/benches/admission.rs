@@ -9,21 +9,13 @@
 //! median of `ADMISSION_BENCH_RESTART_RUNS` restarts (in this process; with `DEVICELET_BIN` set,
 //! also of the real binary). `ADMISSION_BENCH_RESTART_ONLY=1` skips the admission figures.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
-    DevicePlugin, DevicePluginServer,
-};
-use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
-use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter, transport};
-use futures::Stream;
+use devicelet_rpc::test_utils::{StaticDevicePlugin, register_and_wait};
+use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter};
 use k8s_openapi::api::core::v1::Pod;
-use tokio::net::UnixListener;
-use tonic::{Request, Response, Status};
 
 // The `devicelet` binary's allocator, so the figures are the daemon's.
 #[global_allocator]
@@ -33,68 +25,6 @@ const PODS: usize = 5_000;
 const DEVICES: usize = RESTART_CONTAINERS;
 const RESTART_CONTAINERS: usize = 10_000;
 const RESOURCE: &str = "example.com/gpu";
-
-struct Plugin;
-
-#[tonic::async_trait]
-impl DevicePlugin for Plugin {
-    async fn get_device_plugin_options(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
-        Ok(Response::new(pb::DevicePluginOptions::default()))
-    }
-    type ListAndWatchStream =
-        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
-    async fn list_and_watch(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        let devices = (0..DEVICES)
-            .map(|i| pb::Device {
-                id: format!("gpu-{i}"),
-                health: "Healthy".into(),
-                topology: Some(pb::TopologyInfo {
-                    nodes: vec![pb::NumaNode { id: (i % 2) as i64 }],
-                }),
-            })
-            .collect();
-        let first = futures::stream::iter([Ok(pb::ListAndWatchResponse { devices })]);
-        Ok(Response::new(Box::pin(futures::StreamExt::chain(
-            first,
-            futures::stream::pending(),
-        ))))
-    }
-    async fn get_preferred_allocation(
-        &self,
-        _: Request<pb::PreferredAllocationRequest>,
-    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented(""))
-    }
-    async fn allocate(
-        &self,
-        request: Request<pb::AllocateRequest>,
-    ) -> Result<Response<pb::AllocateResponse>, Status> {
-        let container_responses = request
-            .into_inner()
-            .container_requests
-            .into_iter()
-            .map(|c| pb::ContainerAllocateResponse {
-                envs: [("EXAMPLE_DEVICES".to_owned(), c.devices_ids.join(","))].into(),
-                ..Default::default()
-            })
-            .collect();
-        Ok(Response::new(pb::AllocateResponse {
-            container_responses,
-        }))
-    }
-    async fn pre_start_container(
-        &self,
-        _: Request<pb::PreStartContainerRequest>,
-    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
-        Ok(Response::new(pb::PreStartContainerResponse {}))
-    }
-}
 
 fn clients() -> usize {
     std::env::var("ADMISSION_BENCH_CLIENTS")
@@ -184,29 +114,20 @@ fn main() {
         let daemon = Daemon::start(DaemonConfig::new(root.path()))
             .await
             .expect("daemon");
-        let socket = daemon.paths().device_plugins.join("gpu.sock");
-        let listener = UnixListener::bind(&socket).expect("bind");
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(DevicePluginServer::new(Plugin))
-                .serve_with_incoming(transport::incoming(listener)),
-        );
-        let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
-            .await
-            .expect("dial");
-        RegistrationClient::new(channel)
-            .register(pb::RegisterRequest {
-                version: "v1beta1".into(),
-                endpoint: "gpu.sock".into(),
-                resource_name: RESOURCE.into(),
-                options: None,
-            })
-            .await
-            .expect("register");
-        let mut changes = daemon.manager().subscribe();
-        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(DEVICES as u64)) {
-            let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
-        }
+        // Devices on NUMA nodes 0 and 1; `Allocate` answers EXAMPLE_DEVICES=<ids>.
+        StaticDevicePlugin::healthy("gpu", DEVICES)
+            .with_device_envs()
+            .serve(&daemon.paths().device_plugins.join("gpu.sock"))
+            .expect("serve plugin");
+        register_and_wait(
+            &daemon,
+            "gpu.sock",
+            RESOURCE,
+            DEVICES as u64,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("register the plugin");
 
         let clients = clients();
         let pods: Arc<Vec<Pod>> = Arc::new((0..PODS + RESTART_CONTAINERS).map(pod).collect());

@@ -32,10 +32,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use devicelet_proto::podresources::v1;
-use devicelet_rpc::test_utils::StaticDevicePlugin;
+use devicelet_rpc::test_utils::{StaticDevicePlugin, register_and_wait};
 use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter, PodResourcesService, transport};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -175,23 +173,15 @@ fn main() {
         StaticDevicePlugin::healthy("gpu", total_devices)
             .serve(&plugin_socket)
             .expect("serve plugin");
-        let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
-            .await
-            .expect("dial kubelet.sock");
-        RegistrationClient::new(channel)
-            .register(pb::RegisterRequest {
-                version: "v1beta1".into(),
-                endpoint: "gpu.sock".into(),
-                resource_name: RESOURCE.into(),
-                options: None,
-            })
-            .await
-            .expect("register");
-        let mut changes = daemon.manager().subscribe();
-        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&(total_devices as u64))
-        {
-            let _ = tokio::time::timeout(Duration::from_secs(1), changes.changed()).await;
-        }
+        register_and_wait(
+            &daemon,
+            "gpu.sock",
+            RESOURCE,
+            total_devices as u64,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("register the plugin");
 
         // The daemon's durable admitter.
         let admitter = daemon.pods().clone();

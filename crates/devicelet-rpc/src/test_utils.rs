@@ -2,20 +2,69 @@
 //! device list sent once on `ListAndWatch` (the stream then stays open, like a real plugin),
 //! and an `Allocate` that answers one response per container, optionally with
 //! `EXAMPLE_DEVICES=<ids>` as the built-in example plugin does. Serve it with
-//! [`StaticDevicePlugin::serve`] on a Unix socket and register it on `kubelet.sock`.
+//! [`StaticDevicePlugin::serve`] on a Unix socket and register it on `kubelet.sock` with
+//! [`register_and_wait`].
 
 use std::path::Path;
 use std::pin::Pin;
+use std::time::Duration;
 
 use devicelet_proto::deviceplugin::v1beta1 as pb;
 use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
     DevicePlugin, DevicePluginServer,
 };
+use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::daemon::Daemon;
 use crate::error::RpcError;
 use crate::transport;
+
+/// Registers the plugin serving `endpoint` (a socket name in the daemon's device-plugin
+/// directory) for `resource` on the daemon's `kubelet.sock`, then waits up to `wait` until the
+/// Device Manager counts `capacity` devices of `resource`.
+pub async fn register_and_wait(
+    daemon: &Daemon,
+    endpoint: &str,
+    resource: &str,
+    capacity: u64,
+    wait: Duration,
+) -> Result<(), RpcError> {
+    let socket = &daemon.paths().kubelet_socket;
+    let failed = |message: String| RpcError::Server {
+        path: socket.clone(),
+        message,
+    };
+    let channel = transport::dial(socket, Duration::from_secs(5)).await?;
+    RegistrationClient::new(channel)
+        .register(pb::RegisterRequest {
+            version: "v1beta1".into(),
+            endpoint: endpoint.into(),
+            resource_name: resource.into(),
+            options: None,
+        })
+        .await
+        .map_err(|status| failed(format!("Register {resource}: {status}")))?;
+    let manager = daemon.manager();
+    let mut changes = manager.subscribe();
+    let reached = tokio::time::timeout(wait, async {
+        while manager.capacity().capacity.get(resource) != Some(&capacity) {
+            if changes.changed().await.is_err() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    match reached {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(failed("the Device Manager stopped".into())),
+        Err(_) => Err(failed(format!(
+            "{resource} did not reach {capacity} devices within {wait:?}"
+        ))),
+    }
+}
 
 /// A device plugin with a fixed device list.
 #[derive(Debug, Clone, Default)]

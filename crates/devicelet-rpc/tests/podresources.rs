@@ -6,10 +6,8 @@
 
 use std::time::Duration;
 
-use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use devicelet_proto::podresources::{v1, v1alpha1};
-use devicelet_rpc::test_utils::{StaticDevicePlugin, device};
+use devicelet_rpc::test_utils::{StaticDevicePlugin, device, register_and_wait};
 use devicelet_rpc::{Daemon, DaemonConfig, transport};
 use k8s_openapi::api::core::v1::Pod;
 use tonic::Code;
@@ -34,26 +32,9 @@ async fn daemon_with_plugin() -> (tempfile::TempDir, Daemon) {
     ])
     .serve(&socket)
     .unwrap();
-    let channel = transport::dial(&daemon.paths().kubelet_socket, Duration::from_secs(5))
+    register_and_wait(&daemon, "gpu.sock", RESOURCE, 5, Duration::from_secs(10))
         .await
-        .unwrap();
-    RegistrationClient::new(channel)
-        .register(pb::RegisterRequest {
-            version: "v1beta1".into(),
-            endpoint: "gpu.sock".into(),
-            resource_name: RESOURCE.into(),
-            options: None,
-        })
-        .await
-        .unwrap();
-    let mut changes = daemon.manager().subscribe();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while daemon.manager().capacity().capacity.get(RESOURCE) != Some(&5) {
-            let _ = changes.changed().await;
-        }
-    })
-    .await
-    .expect("plugin devices reached the manager");
+        .expect("plugin devices reached the manager");
     (root, daemon)
 }
 
