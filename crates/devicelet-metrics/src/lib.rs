@@ -166,6 +166,19 @@ struct ReasonLabel {
     reason: String,
 }
 
+/// `{operation, reason}` of `devicelet_api_server_errors_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiErrorLabels {
+    operation: String,
+    reason: String,
+}
+
+/// `{node}` of `kubelet_node_name`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabel {
+    node: String,
+}
+
 /// `{checkpoint}` of `devicelet_checkpoint_write_duration_seconds`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckpointLabel {
@@ -250,6 +263,9 @@ struct Families {
     admissions: Counter,
     admission_duration: Histogram,
     rejections: Family<ReasonLabel, Counter>,
+    node_name: Family<NodeLabel, Gauge>,
+    api_errors: Family<ApiErrorLabels, Counter>,
+    pod_watch_errors: Counter,
     checkpoint_write: HistogramFamily<CheckpointLabel>,
     checkpoint_errors: Family<CheckpointLabel, Counter>,
     plugin_rpc: HistogramFamily<PluginRpcLabels>,
@@ -312,6 +328,9 @@ impl Metrics {
             admissions: Counter::default(),
             admission_duration: fast_buckets(),
             rejections: Family::default(),
+            node_name: Family::default(),
+            api_errors: Family::default(),
+            pod_watch_errors: Counter::default(),
             checkpoint_write: Family::new_with_constructor(checkpoint_buckets),
             checkpoint_errors: Family::default(),
             plugin_rpc: Family::new_with_constructor(fast_buckets),
@@ -442,6 +461,21 @@ impl Metrics {
             "devicelet_pod_rejections",
             "Pods refused at admission, by reason",
             f.rejections.clone(),
+        );
+        r.register(
+            "kubelet_node_name",
+            "The node's name. The count is always 1.",
+            f.node_name.clone(),
+        );
+        r.register(
+            "devicelet_api_server_errors",
+            "Failed API server calls in cluster mode, by operation and reason (denied: the node identity lacks the permission; deadline: no answer in time)",
+            f.api_errors.clone(),
+        );
+        r.register(
+            "devicelet_pod_watch_errors",
+            "Errors of the watch of the pods bound to this node (each is retried with back-off; 410 Gone relists)",
+            f.pod_watch_errors.clone(),
         );
         r.register(
             "devicelet_checkpoint_write_duration_seconds",
@@ -670,6 +704,36 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    // ---- cluster mode ----------------------------------------------------------------------
+
+    /// `kubelet_node_name{node}` = 1: this process is node `node` of a cluster.
+    pub fn set_node_name(&self, node: &str) {
+        self.f()
+            .node_name
+            .get_or_create(&NodeLabel {
+                node: node.to_owned(),
+            })
+            .set(1);
+    }
+
+    /// `devicelet_api_server_errors_total{operation, reason}`: an API server call failed;
+    /// `operation` is a fixed word (`node_status`, `lease`, `pod_status`, ...), `reason` one of
+    /// `denied`, `not_found`, `conflict`, `throttled`, `server_error`, `deadline`, `other`.
+    pub fn api_server_error(&self, operation: &str, reason: &str) {
+        self.f()
+            .api_errors
+            .get_or_create(&ApiErrorLabels {
+                operation: operation.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// `devicelet_pod_watch_errors_total`: the watch of the node's pods failed once.
+    pub fn pod_watch_error(&self) {
+        self.f().pod_watch_errors.inc();
     }
 
     /// `devicelet_checkpoint_write_duration_seconds{checkpoint}`: one durable write of the

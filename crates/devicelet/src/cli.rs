@@ -113,6 +113,31 @@ pub struct ServeArgs {
     /// Deadline for GetDevicePluginOptions during Register.
     #[arg(long, hide = true, env = "DEVICELET_PLUGIN_OPTIONS_TIMEOUT", value_parser = parse_duration, default_value = "10s")]
     pub plugin_options_timeout: Duration,
+    /// Cluster mode: join the cluster this kubeconfig points at, as Node `--node-name`. The
+    /// identity should be the node's own (`system:node:NAME` in group `system:nodes`); the
+    /// Node authorizer and NodeRestriction allow everything devicelet does. Without this flag
+    /// (and without `--cluster`) devicelet runs locally.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Cluster mode with the configuration found as client-go finds it: `KUBECONFIG`,
+    /// `~/.kube/config`, then the in-cluster service account.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub cluster: bool,
+    /// What runs the pods' containers in cluster mode: `simulated` reports admitted pods
+    /// Running with ready containers (nothing is started; `devicelet start` answers what a
+    /// runtime would inject).
+    #[arg(long, value_enum, default_value = "simulated")]
+    pub runtime: RuntimeArg,
+    /// Pods the Node accepts (`maxPods`, reported in its capacity).
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u64,
+}
+
+/// A `--runtime` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeArg {
+    /// Admitted pods are reported Running; no container is started.
+    Simulated,
 }
 
 /// A `--metrics-address` value.

@@ -3,6 +3,7 @@
 //! and the demo.
 
 mod cli;
+mod cluster;
 mod commands;
 mod demo;
 mod example_driver;

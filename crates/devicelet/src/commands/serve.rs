@@ -17,7 +17,10 @@ use devicelet_rpc::{
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-use crate::cli::{MetricsAddress, ServeArgs};
+use crate::cli::{MetricsAddress, RuntimeArg, ServeArgs};
+use crate::cluster::ClusterNode;
+use devicelet_kube::{Cluster, ClusterConfig, ClusterMetrics, ClusterSource, Runtime};
+use std::sync::Arc;
 
 /// Runs `serve`.
 pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
@@ -27,25 +30,33 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     }
     config.endpoint_grace_period = args.endpoint_grace_period;
     config.options_timeout = args.plugin_options_timeout;
-    if let Some(node) = args.node_name {
+    if let Some(node) = args.node_name.clone() {
         config.node_name = node;
     }
-    config.boot_id_file = args.boot_id_file;
+    config.boot_id_file = args.boot_id_file.clone();
     config.dra_wipe_delay = args.dra_wipe_delay;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
+    let node_name = config.node_name.clone();
     let mut daemon = Daemon::start(config)
         .await
         .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
     let metrics = start_metrics(args.metrics_address, daemon.manager()).await?;
-    info!(root = %root_dir.display(), "devicelet serving");
+    let cluster = match cluster_source(&args) {
+        Some(source) => Some(start_cluster(&daemon, source, &node_name, &args).await?),
+        None => None,
+    };
+    info!(root = %root_dir.display(), cluster = cluster.is_some(), "devicelet serving");
 
     let failure = tokio::select! {
         _ = terminate.recv() => { info!("SIGTERM received; stopping"); None }
         _ = interrupt.recv() => { info!("SIGINT received; stopping"); None }
         err = daemon.wait_for_failure() => Some(err),
     };
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
+    }
     if let Some(task) = metrics {
         task.abort();
     }
@@ -54,6 +65,43 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
         return Err(err).context("devicelet server failed");
     }
     shutdown.context("stop devicelet")
+}
+
+/// Where cluster mode's configuration comes from, if cluster mode is on.
+fn cluster_source(args: &ServeArgs) -> Option<ClusterSource> {
+    match (&args.kubeconfig, args.cluster) {
+        (Some(path), _) => Some(ClusterSource::Kubeconfig(path.clone())),
+        (None, true) => Some(ClusterSource::Infer),
+        (None, false) => None,
+    }
+}
+
+/// Connects to the API server and starts the cluster front end on the daemon's node.
+async fn start_cluster(
+    daemon: &Daemon,
+    source: ClusterSource,
+    node_name: &str,
+    args: &ServeArgs,
+) -> anyhow::Result<Cluster> {
+    let client = devicelet_kube::connect(&source)
+        .await
+        .context("cluster mode: connect to the API server")?;
+    let runtime = match args.runtime {
+        RuntimeArg::Simulated => Runtime::Simulated,
+    };
+    let config = ClusterConfig {
+        node_name: node_name.to_owned(),
+        runtime,
+        machine: devicelet_kube::machine::read_machine(Some(args.max_pods)),
+    };
+    let metrics = ClusterMetrics::new(daemon.metrics().clone(), node_name);
+    let node = Arc::new(ClusterNode::new(daemon.pods().clone()));
+    info!(
+        node = node_name,
+        runtime = runtime.name(),
+        "cluster mode: joining the cluster"
+    );
+    Ok(Cluster::start(client, config, node, metrics))
 }
 
 /// Reads `--config`: YAML or JSON with KubeletConfiguration field names.

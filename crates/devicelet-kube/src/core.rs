@@ -1,0 +1,51 @@
+//! The seam between the cluster front end and the node core.
+//!
+//! The cluster front end (Node status, Lease, the pod watcher) drives the same node logic as
+//! the local control API: admission, release and health all go through [`NodeCore`]. The
+//! binary implements it on the node; tests implement it with an in-memory fake.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::{Pod, ResourceStatus};
+use tokio::sync::watch;
+
+use crate::node_status::DeviceCapacity;
+
+/// Why the node rejected a pod, in the kubelet's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// CamelCase reason (`UnexpectedAdmissionError`, `TopologyAffinityError`, ...).
+    pub reason: String,
+    /// What happened, for the pod's status message.
+    pub message: String,
+}
+
+/// A failure of the node to release a pod (logged and retried by the caller).
+pub type ReleaseError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the cluster front end needs of the node.
+pub trait NodeCore: Send + Sync + 'static {
+    /// Admits `pod` (devices, Topology and CPU managers, DRA claims), durably. Idempotent by
+    /// UID: an admitted pod gets its existing allocation.
+    fn admit(&self, pod: &Pod) -> impl Future<Output = Result<(), Rejection>> + Send;
+
+    /// Releases an admitted pod's devices, CPUs and claims; a pod that is not admitted is a
+    /// no-op.
+    fn release(&self, uid: &str) -> impl Future<Output = Result<(), ReleaseError>> + Send;
+
+    /// Whether `uid` is admitted.
+    fn is_admitted(&self, uid: &str) -> bool;
+
+    /// UIDs of every admitted pod.
+    fn admitted(&self) -> Vec<String>;
+
+    /// Device plugin resources (`GetCapacity`).
+    fn capacity(&self) -> DeviceCapacity;
+
+    /// Bumped whenever the device inventory changes (capacity or health).
+    fn inventory_changes(&self) -> watch::Receiver<u64>;
+
+    /// `allocatedResourcesStatus` per container name of an admitted pod (KEP-4680).
+    fn resource_health(&self, uid: &str) -> BTreeMap<String, Vec<ResourceStatus>>;
+}

@@ -1,0 +1,123 @@
+//! Cluster mode: devicelet as the device half of a node of a real Kubernetes cluster.
+//!
+//! A second front end of the node core, beside the local control API: it speaks to a real
+//! kube-apiserver with the node's own identity (`system:node:<name>`, allowed by the Node
+//! authorizer and the NodeRestriction admission plugin; no other permission is needed), and
+//! does what the kubelet's device half does there (spec cluster.md):
+//! - [`node`]: registers the Node and patches its status with device plugin resources
+//!   (`pkg/kubelet/kubelet_node_status.go`, `nodestatus/setters.go`);
+//! - [`lease`]: renews the node's Lease in `kube-node-lease` (`pkg/kubelet/nodelease`);
+//! - [`pods`]: watches the pods bound to the node, admits them through [`NodeCore`],
+//!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them.
+//!
+//! Everything the node decides goes through [`NodeCore`]; this crate holds no device state.
+#![forbid(unsafe_code)]
+
+pub mod backoff;
+pub mod client;
+pub mod core;
+pub mod error;
+pub mod lease;
+pub mod machine;
+pub mod metrics;
+pub mod node;
+pub mod node_status;
+pub mod pod_status;
+pub mod pods;
+pub mod status_manager;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use crate::client::{ClusterSource, connect};
+pub use crate::core::{NodeCore, Rejection, ReleaseError};
+pub use crate::error::ClusterError;
+pub use crate::metrics::ClusterMetrics;
+pub use crate::node_status::{DeviceCapacity, MachineInfo, Readiness};
+
+/// What runs the pods' containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Runtime {
+    /// Nothing runs them: an admitted pod is reported `Running` with ready containers (as
+    /// kwok does), so schedulers, controllers and device plugins can be exercised at scale
+    /// without containers.
+    #[default]
+    Simulated,
+}
+
+impl Runtime {
+    /// The name used on the command line and in the node's status.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Simulated => "simulated",
+        }
+    }
+}
+
+/// Settings of cluster mode.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The Node's name (the identity's `system:node:<name>`).
+    pub node_name: String,
+    /// What runs containers.
+    pub runtime: Runtime,
+    /// The machine as reported in the Node's capacity.
+    pub machine: MachineInfo,
+}
+
+/// The running cluster front end.
+#[derive(Debug)]
+pub struct Cluster {
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Starts the Node reporter, the Lease keeper and the pod worker for `node` on the
+    /// current tokio runtime.
+    pub fn start<N: NodeCore>(
+        client: kube::Client,
+        config: ClusterConfig,
+        node: Arc<N>,
+        metrics: ClusterMetrics,
+    ) -> Cluster {
+        let (shutdown, stop) = watch::channel(false);
+        let reporter = node::NodeReporter::new(
+            client.clone(),
+            &config.node_name,
+            config.machine.clone(),
+            Readiness::ready(config.runtime.name()),
+            node.clone(),
+            metrics.clone(),
+        );
+        let lease = lease::LeaseKeeper::new(
+            client.clone(),
+            &config.node_name,
+            reporter.node_uid(),
+            metrics.clone(),
+        );
+        let pods = pods::PodWorker::new(
+            client,
+            &config.node_name,
+            &config.machine.internal_ip,
+            node,
+            metrics,
+        );
+        let tasks = vec![
+            tokio::spawn(reporter.run(stop.clone())),
+            tokio::spawn(lease.run(stop.clone())),
+            tokio::spawn(pods.run(stop)),
+        ];
+        Cluster { shutdown, tasks }
+    }
+
+    /// Stops every task and waits for them.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}

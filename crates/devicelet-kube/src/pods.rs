@@ -1,0 +1,262 @@
+//! Pods bound to this node: admitted through the node core, reported, released, deleted.
+//!
+//! Follows the kubelet's pod handling (`pkg/kubelet/kubelet.go` `HandlePodAdditions`,
+//! `HandlePodRemoves`, `rejectPod`; `pkg/kubelet/config` watching pods with
+//! `spec.nodeName=<node>`):
+//! - a new pod is admitted through [`NodeCore::admit`] (devices, Topology and CPU managers,
+//!   claims); admitted, it is reported `Running` (simulated runtime); rejected, it is `Failed`
+//!   with the kubelet's reason and never retried (a later event for it is not admitted again);
+//! - a pod with `deletionTimestamp`, or one whose object is deleted, is released (devices, CPUs,
+//!   claims) and then deleted with grace period 0, as the kubelet's final delete;
+//! - a pod in a terminal phase is released;
+//! - on every full list (start, and every relist after a watch expired with 410 Gone, which
+//!   kube's watcher does), admitted pods the list does not contain are released first — pods
+//!   force-deleted while devicelet was down or while the watch was broken — and the listed pods
+//!   are then handled oldest first (the kubelet sorts additions by creation time), so a
+//!   restarted devicelet resumes from its checkpoint and the API: admission is idempotent by
+//!   UID, so no pod is admitted twice and a running pod keeps its devices.
+//!
+//! Inventory changes re-report the `allocatedResourcesStatus` of admitted pods (KEP-4680).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::core::NodeCore;
+use crate::metrics::ClusterMetrics;
+use crate::node::now_rfc3339;
+use crate::pod_status;
+use crate::status_manager::{Desired, StatusManager};
+
+/// A pod the node admitted, as last seen.
+#[derive(Debug, Clone)]
+struct Admitted {
+    pod: Pod,
+    started: String,
+}
+
+/// Watches the node's pods and drives the node core.
+pub struct PodWorker<N> {
+    client: Client,
+    node_name: String,
+    host_ip: String,
+    node: Arc<N>,
+    statuses: StatusManager,
+    metrics: ClusterMetrics,
+    admitted: HashMap<String, Admitted>,
+    rejected: HashSet<String>,
+    /// Pods of a relist in progress (between `Init` and `InitDone`).
+    listing: Option<Vec<Pod>>,
+}
+
+fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl<N: NodeCore> PodWorker<N> {
+    /// A worker for the pods bound to `node_name`.
+    pub fn new(
+        client: Client,
+        node_name: &str,
+        host_ip: &str,
+        node: Arc<N>,
+        metrics: ClusterMetrics,
+    ) -> Self {
+        PodWorker {
+            statuses: StatusManager::start(client.clone(), metrics.clone()),
+            client,
+            node_name: node_name.to_owned(),
+            host_ip: host_ip.to_owned(),
+            node,
+            metrics,
+            admitted: HashMap::new(),
+            rejected: HashSet::new(),
+            listing: None,
+        }
+    }
+
+    /// Runs until `shutdown` turns true.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let config =
+            watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name));
+        let mut events = watcher::watcher(api, config).default_backoff().boxed();
+        let mut inventory = self.node.inventory_changes();
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                changed = inventory.changed() => {
+                    if changed.is_err() { return; }
+                    self.report_health();
+                }
+                event = events.next() => match event {
+                    None => return,
+                    Some(Ok(event)) => self.handle(event).await,
+                    Some(Err(e)) => {
+                        self.metrics.watch_error();
+                        warn!(node = %self.node_name, error = %e, "pod watch failed; retrying with back-off");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, event: Event<Pod>) {
+        match event {
+            Event::Init => self.listing = Some(Vec::new()),
+            Event::InitApply(pod) => match &mut self.listing {
+                Some(list) => list.push(pod),
+                None => self.apply(pod).await,
+            },
+            Event::InitDone => {
+                let list = self.listing.take().unwrap_or_default();
+                self.relisted(list).await;
+            }
+            Event::Apply(pod) => self.apply(pod).await,
+            Event::Delete(pod) => self.deleted(pod).await,
+        }
+    }
+
+    /// A full list: release what is gone, then handle every pod oldest first.
+    async fn relisted(&mut self, mut pods: Vec<Pod>) {
+        let listed: HashSet<&str> = pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let gone: Vec<String> = self
+            .node
+            .admitted()
+            .into_iter()
+            .filter(|uid| !listed.contains(uid.as_str()))
+            .collect();
+        for uid in gone {
+            info!(pod_uid = %uid, "admitted pod is no longer bound to this node; releasing it");
+            self.release(&uid, None).await;
+        }
+        self.rejected.retain(|uid| listed.contains(uid.as_str()));
+        pods.sort_by(|a, b| {
+            let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            t(a).cmp(&t(b)).then_with(|| key(a).cmp(&key(b)))
+        });
+        info!(node = %self.node_name, pods = pods.len(), "pods bound to this node listed");
+        for pod in pods {
+            self.apply(pod).await;
+        }
+    }
+
+    async fn apply(&mut self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let name = key(&pod);
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.release(&uid, Some(&name)).await;
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let short = pod.metadata.name.as_deref().unwrap_or_default();
+            self.statuses.set(&uid, namespace, short, Desired::Delete);
+            return;
+        }
+        if pod_status::is_terminal(&pod) {
+            if self.node.is_admitted(&uid) {
+                info!(pod = %name, pod_uid = %uid, phase = pod_status::phase(&pod), "pod finished; releasing it");
+                self.release(&uid, Some(&name)).await;
+            }
+            return;
+        }
+        if self.rejected.contains(&uid) {
+            return;
+        }
+        if let Some(known) = self.admitted.get_mut(&uid) {
+            known.pod = pod;
+            self.report(&uid);
+            return;
+        }
+        let start = Instant::now();
+        match self.node.admit(&pod).await {
+            Ok(()) => {
+                let elapsed = start.elapsed();
+                info!(pod = %name, pod_uid = %uid, admission_ms = elapsed.as_secs_f64() * 1e3, "pod admitted");
+                self.admitted.insert(
+                    uid.clone(),
+                    Admitted {
+                        pod,
+                        started: now_rfc3339(),
+                    },
+                );
+                self.report(&uid);
+            }
+            Err(rejection) => {
+                warn!(pod = %name, pod_uid = %uid, reason = %rejection.reason,
+                      message = %rejection.message, "pod rejected");
+                self.rejected.insert(uid.clone());
+                let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                let short = pod.metadata.name.as_deref().unwrap_or_default();
+                self.statuses.set(
+                    &uid,
+                    namespace,
+                    short,
+                    Desired::Status(pod_status::rejected(&rejection.reason, &rejection.message)),
+                );
+            }
+        }
+    }
+
+    async fn deleted(&mut self, pod: Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        self.release(&uid, Some(&key(&pod))).await;
+        self.rejected.remove(&uid);
+        self.statuses.forget(&uid);
+    }
+
+    /// Releases `uid` in the node core (a no-op for a pod the node does not hold).
+    async fn release(&mut self, uid: &str, name: Option<&str>) {
+        self.admitted.remove(uid);
+        if !self.node.is_admitted(uid) {
+            return;
+        }
+        match self.node.release(uid).await {
+            Ok(()) => {
+                info!(pod = name.unwrap_or_default(), pod_uid = %uid, "pod released");
+            }
+            // The node keeps what it could not release (e.g. a driver that must unprepare is
+            // away) and retries on its own; the pod object may go.
+            Err(e) => warn!(pod = name.unwrap_or_default(), pod_uid = %uid, error = %e,
+                            "pod release failed; the node retries"),
+        }
+    }
+
+    /// Sends the current status of admitted pod `uid`.
+    fn report(&self, uid: &str) {
+        let Some(known) = self.admitted.get(uid) else {
+            return;
+        };
+        let health: BTreeMap<_, _> = self.node.resource_health(uid);
+        let status = pod_status::running(&known.pod, &self.host_ip, &known.started, &health);
+        let namespace = known.pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = known.pod.metadata.name.as_deref().unwrap_or_default();
+        self.statuses
+            .set(uid, namespace, name, Desired::Status(status));
+    }
+
+    /// Re-reports every admitted pod (device health may have changed).
+    fn report_health(&self) {
+        for uid in self.admitted.keys() {
+            self.report(uid);
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Cluster mode wiring: the node core behind [`devicelet_kube::NodeCore`], so the cluster
+//! front end (Node status, Lease, pods bound to the node) drives the same admission, release
+//! and health as the local control API.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use devicelet_kube::{DeviceCapacity, NodeCore, Rejection, ReleaseError};
+use devicelet_rpc::pods::{PodAdmitter, PodError};
+use k8s_openapi::api::core::v1::{Pod, ResourceHealth, ResourceStatus};
+use tokio::sync::watch;
+
+/// The node core as the cluster front end sees it.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pods: Arc<PodAdmitter>,
+}
+
+impl ClusterNode {
+    /// Wraps the daemon's pod admitter.
+    pub fn new(pods: Arc<PodAdmitter>) -> Self {
+        ClusterNode { pods }
+    }
+}
+
+/// The kubelet's reason and message for a refused pod (`topologymanager` `GetPodAdmitResult`):
+/// `TopologyAffinityError` for a Topology Manager refusal, `UnexpectedAdmissionError` with
+/// "Allocate failed due to ..., which is unexpected" for every other failure.
+pub fn rejection(err: &PodError) -> Rejection {
+    if err.reason() == "TopologyAffinityError" {
+        return Rejection {
+            reason: "TopologyAffinityError".to_owned(),
+            message: "Resources cannot be allocated with Topology locality".to_owned(),
+        };
+    }
+    Rejection {
+        reason: "UnexpectedAdmissionError".to_owned(),
+        message: format!("Allocate failed due to {err}, which is unexpected"),
+    }
+}
+
+impl NodeCore for ClusterNode {
+    async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        self.pods
+            .admit(pod)
+            .await
+            .map(|_| ())
+            .map_err(|e| rejection(&e))
+    }
+
+    async fn release(&self, uid: &str) -> Result<(), ReleaseError> {
+        match self.pods.remove_with_claims(uid).await {
+            Ok(()) | Err(PodError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Box::new(e)),
+        }
+    }
+
+    fn is_admitted(&self, uid: &str) -> bool {
+        self.pods.snapshot().iter().any(|p| p.pod.uid == uid)
+    }
+
+    fn admitted(&self) -> Vec<String> {
+        self.pods
+            .snapshot()
+            .iter()
+            .map(|p| p.pod.uid.clone())
+            .collect()
+    }
+
+    fn capacity(&self) -> DeviceCapacity {
+        let report = self.pods.manager().capacity();
+        DeviceCapacity {
+            capacity: report.capacity,
+            allocatable: report.allocatable,
+            deleted: report.deleted,
+        }
+    }
+
+    fn inventory_changes(&self) -> watch::Receiver<u64> {
+        self.pods.manager().subscribe()
+    }
+
+    fn resource_health(&self, uid: &str) -> BTreeMap<String, Vec<ResourceStatus>> {
+        let Some(pod) = self.pods.snapshot().into_iter().find(|p| p.pod.uid == uid) else {
+            return BTreeMap::new();
+        };
+        let mut pods = [devicelet_rpc::pods::AdmittedPod::clone(&pod)];
+        devicelet_rpc::health::annotate(self.pods.manager(), &mut pods);
+        self.pods.annotate_claim_health(&mut pods);
+        let [pod] = pods;
+        pod.containers
+            .into_iter()
+            .filter(|c| !c.allocated_resources_status.is_empty())
+            .map(|c| {
+                let statuses = c
+                    .allocated_resources_status
+                    .into_iter()
+                    .map(|s| ResourceStatus {
+                        name: s.name,
+                        resources: Some(
+                            s.resources
+                                .into_iter()
+                                .map(|r| ResourceHealth {
+                                    resource_id: r.resource_id,
+                                    health: Some(r.health),
+                                    ..ResourceHealth::default()
+                                })
+                                .collect(),
+                        ),
+                    })
+                    .collect();
+                (c.name, statuses)
+            })
+            .collect()
+    }
+}
