@@ -7,7 +7,8 @@
 //!   corpus comparison rules and a table renderer for the CLI.
 //! * [`explain`]: why no device fits, per request and node.
 //! * [`quantity`]: exact Kubernetes quantity arithmetic.
-//! * [`workloads`]: generators of the scheduler_perf-shaped benchmark workloads (spec §4.4-§4.5).
+//! * `workloads` (feature `test-utils`, for benches and tests): generators of the
+//!   scheduler_perf-shaped benchmark workloads (spec §4.4-§4.5).
 
 pub mod allocator;
 pub mod explain;
@@ -18,6 +19,7 @@ pub use devicelet_quantity as quantity;
 pub mod scenario;
 pub mod selector;
 pub mod types;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod workloads;
 
 pub use allocator::{
