@@ -98,17 +98,17 @@ impl Cluster {
             reporter.node_uid(),
             metrics.clone(),
         );
+        let statuses = status_manager::StatusManager::start(client.clone(), metrics.clone());
         let pods = pods::PodWorker::new(
-            client,
             &config.node_name,
             &config.machine.internal_ip,
             node,
-            metrics,
+            statuses,
         );
         let tasks = vec![
             tokio::spawn(reporter.run(stop.clone())),
             tokio::spawn(lease.run(stop.clone())),
-            tokio::spawn(pods.run(stop)),
+            tokio::spawn(pods.run(client, metrics, stop)),
         ];
         Cluster { shutdown, tasks }
     }

@@ -44,14 +44,31 @@ struct Admitted {
     started: String,
 }
 
+/// Where the worker's decisions about pod objects go: [`StatusManager`] in production, a
+/// recorder in tests.
+pub trait PodWrites: Send + 'static {
+    /// Pod `uid` should become `desired`.
+    fn set(&self, uid: &str, namespace: &str, name: &str, desired: Desired);
+    /// Pod `uid`'s object is gone.
+    fn forget(&self, uid: &str);
+}
+
+impl PodWrites for StatusManager {
+    fn set(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
+        StatusManager::set(self, uid, namespace, name, desired);
+    }
+
+    fn forget(&self, uid: &str) {
+        StatusManager::forget(self, uid);
+    }
+}
+
 /// Watches the node's pods and drives the node core.
-pub struct PodWorker<N> {
-    client: Client,
+pub struct PodWorker<N, W = StatusManager> {
     node_name: String,
     host_ip: String,
     node: Arc<N>,
-    statuses: StatusManager,
-    metrics: ClusterMetrics,
+    statuses: W,
     admitted: HashMap<String, Admitted>,
     rejected: HashSet<String>,
     /// Pods of a relist in progress (between `Init` and `InitDone`).
@@ -66,31 +83,28 @@ fn key(pod: &Pod) -> String {
     )
 }
 
-impl<N: NodeCore> PodWorker<N> {
-    /// A worker for the pods bound to `node_name`.
-    pub fn new(
-        client: Client,
-        node_name: &str,
-        host_ip: &str,
-        node: Arc<N>,
-        metrics: ClusterMetrics,
-    ) -> Self {
+impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
+    /// A worker for the pods bound to `node_name` whose writes go to `statuses`.
+    pub fn new(node_name: &str, host_ip: &str, node: Arc<N>, statuses: W) -> Self {
         PodWorker {
-            statuses: StatusManager::start(client.clone(), metrics.clone()),
-            client,
+            statuses,
             node_name: node_name.to_owned(),
             host_ip: host_ip.to_owned(),
             node,
-            metrics,
             admitted: HashMap::new(),
             rejected: HashSet::new(),
             listing: None,
         }
     }
 
-    /// Runs until `shutdown` turns true.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        let api: Api<Pod> = Api::all(self.client.clone());
+    /// Watches the pods bound to the node through `client` until `shutdown` turns true.
+    pub async fn run(
+        mut self,
+        client: Client,
+        metrics: ClusterMetrics,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let api: Api<Pod> = Api::all(client);
         let config =
             watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name));
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
@@ -106,7 +120,7 @@ impl<N: NodeCore> PodWorker<N> {
                     None => return,
                     Some(Ok(event)) => self.handle(event).await,
                     Some(Err(e)) => {
-                        self.metrics.watch_error();
+                        metrics.watch_error();
                         warn!(node = %self.node_name, error = %e, "pod watch failed; retrying with back-off");
                     }
                 }
@@ -114,7 +128,8 @@ impl<N: NodeCore> PodWorker<N> {
         }
     }
 
-    async fn handle(&mut self, event: Event<Pod>) {
+    /// Handles one watch event.
+    pub async fn handle(&mut self, event: Event<Pod>) {
         match event {
             Event::Init => self.listing = Some(Vec::new()),
             Event::InitApply(pod) => match &mut self.listing {

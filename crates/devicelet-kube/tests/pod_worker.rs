@@ -1,0 +1,249 @@
+//! The pod worker's decisions, driven by watch events against an in-memory node core (the
+//! seam the binary fills with the real node; end-to-end runs against a real API server are in
+//! `interop/cluster`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use devicelet_kube::core::{NodeCore, Rejection, ReleaseError};
+use devicelet_kube::node_status::DeviceCapacity;
+use devicelet_kube::pods::{PodWorker, PodWrites};
+use devicelet_kube::status_manager::Desired;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+/// A node with `slots` identical devices, one per pod; records every call.
+struct FakeNode {
+    slots: usize,
+    admitted: Mutex<BTreeSet<String>>,
+    calls: Mutex<Vec<String>>,
+    changes: watch::Sender<u64>,
+}
+
+impl FakeNode {
+    fn new(slots: usize, admitted: &[&str]) -> Arc<Self> {
+        Arc::new(FakeNode {
+            slots,
+            admitted: Mutex::new(admitted.iter().map(|s| s.to_string()).collect()),
+            calls: Mutex::new(Vec::new()),
+            changes: watch::channel(0).0,
+        })
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+impl NodeCore for FakeNode {
+    async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.calls
+            .lock()
+            .expect("lock")
+            .push(format!("admit {uid}"));
+        let mut admitted = self.admitted.lock().expect("lock");
+        if admitted.contains(&uid) {
+            return Ok(());
+        }
+        if admitted.len() >= self.slots {
+            return Err(Rejection {
+                reason: "UnexpectedAdmissionError".into(),
+                message: "no device left".into(),
+            });
+        }
+        admitted.insert(uid);
+        Ok(())
+    }
+
+    async fn release(&self, uid: &str) -> Result<(), ReleaseError> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push(format!("release {uid}"));
+        self.admitted.lock().expect("lock").remove(uid);
+        Ok(())
+    }
+
+    fn is_admitted(&self, uid: &str) -> bool {
+        self.admitted.lock().expect("lock").contains(uid)
+    }
+
+    fn admitted(&self) -> Vec<String> {
+        self.admitted
+            .lock()
+            .expect("lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn capacity(&self) -> DeviceCapacity {
+        DeviceCapacity::default()
+    }
+
+    fn inventory_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn resource_health(&self, _uid: &str) -> BTreeMap<String, Vec<ResourceStatus>> {
+        BTreeMap::new()
+    }
+}
+
+/// Records what the worker asks of pod objects.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<(String, String)>>>);
+
+impl Recorder {
+    fn writes(&self) -> Vec<(String, String)> {
+        self.0.lock().expect("lock").clone()
+    }
+}
+
+impl PodWrites for Recorder {
+    fn set(&self, uid: &str, _namespace: &str, _name: &str, desired: Desired) {
+        let what = match desired {
+            Desired::Delete => "delete".to_owned(),
+            Desired::Status(v) => {
+                let phase = v["status"]["phase"].as_str().unwrap_or_default().to_owned();
+                match v["status"]["reason"].as_str() {
+                    Some(reason) => format!("{phase} {reason}"),
+                    None => phase,
+                }
+            }
+        };
+        self.0.lock().expect("lock").push((uid.to_owned(), what));
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((uid.to_owned(), "forget".to_owned()));
+    }
+}
+
+fn pod(uid: &str, created: i64) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("pod-{uid}")),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            creation_timestamp: Some(Time(
+                k8s_openapi::jiff::Timestamp::from_second(1_700_000_000 + created)
+                    .expect("timestamp"),
+            )),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some("n1".into()),
+            containers: vec![Container {
+                name: "app".into(),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn worker(node: &Arc<FakeNode>) -> (PodWorker<FakeNode, Recorder>, Recorder) {
+    let recorder = Recorder::default();
+    (
+        PodWorker::new("n1", "127.0.0.1", node.clone(), recorder.clone()),
+        recorder,
+    )
+}
+
+#[tokio::test]
+async fn relist_releases_vanished_pods_before_admitting_new_ones_oldest_first() {
+    // After a restart: a and b were admitted; a was force-deleted while devicelet was down.
+    let node = FakeNode::new(2, &["a", "b"]);
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Init).await;
+    // Listed in name order, created d before c: c is older, so c gets a's device.
+    w.handle(Event::InitApply(pod("d", 30))).await;
+    w.handle(Event::InitApply(pod("b", 10))).await;
+    w.handle(Event::InitApply(pod("c", 20))).await;
+    assert!(
+        node.calls().is_empty(),
+        "nothing happens before the list is complete"
+    );
+    w.handle(Event::InitDone).await;
+    assert_eq!(
+        node.calls(),
+        ["release a", "admit b", "admit c", "admit d"],
+        "the vanished pod is released first, then the listed pods oldest first"
+    );
+    let writes = rec.writes();
+    assert!(writes.contains(&("b".into(), "Running".into())));
+    assert!(writes.contains(&("c".into(), "Running".into())));
+    assert!(writes.contains(&("d".into(), "Failed UnexpectedAdmissionError".into())));
+}
+
+#[tokio::test]
+async fn a_rejected_pod_is_never_admitted_again() {
+    let node = FakeNode::new(0, &[]);
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    w.handle(Event::Apply(pod("x", 1))).await;
+    assert_eq!(node.calls(), ["admit x"]);
+    assert_eq!(
+        rec.writes(),
+        [("x".into(), "Failed UnexpectedAdmissionError".into())]
+    );
+}
+
+#[tokio::test]
+async fn an_admitted_pod_is_not_admitted_twice_by_repeated_events() {
+    let node = FakeNode::new(1, &[]);
+    let (mut w, _rec) = worker(&node);
+    for _ in 0..3 {
+        w.handle(Event::Apply(pod("x", 1))).await;
+    }
+    assert_eq!(node.calls(), ["admit x"]);
+}
+
+#[tokio::test]
+async fn a_pod_being_deleted_is_released_then_deleted_with_grace_zero() {
+    let node = FakeNode::new(1, &[]);
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    let mut deleting = pod("x", 1);
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    w.handle(Event::Apply(deleting)).await;
+    assert_eq!(node.calls(), ["admit x", "release x"]);
+    assert_eq!(
+        rec.writes(),
+        [
+            ("x".into(), "Running".into()),
+            ("x".into(), "delete".into())
+        ]
+    );
+    // The object's deletion: nothing left to release.
+    w.handle(Event::Delete(pod("x", 1))).await;
+    assert_eq!(node.calls(), ["admit x", "release x"]);
+}
+
+#[tokio::test]
+async fn a_finished_pod_is_released_and_a_deleted_one_too() {
+    let node = FakeNode::new(2, &[]);
+    let (mut w, _rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    w.handle(Event::Apply(pod("y", 2))).await;
+    let mut done = pod("x", 1);
+    done.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        ..PodStatus::default()
+    });
+    w.handle(Event::Apply(done)).await;
+    w.handle(Event::Delete(pod("y", 2))).await;
+    assert_eq!(
+        node.calls(),
+        ["admit x", "admit y", "release x", "release y"]
+    );
+    assert!(node.admitted().is_empty());
+}
