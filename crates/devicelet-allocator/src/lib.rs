@@ -29,5 +29,5 @@ pub use quantity::{Quantity, QuantityError, QuantityFormat};
 pub use selector::{CelFeatures, SelectorCache};
 pub use types::{
     AllocError, AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, DeviceId, ErrorClass,
-    Features, Semantics,
+    Features, RandomShareIds, SeededShareIds, Semantics, ShareIdSource,
 };

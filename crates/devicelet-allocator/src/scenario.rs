@@ -18,7 +18,8 @@ use crate::explain::{Explanation, explain_node};
 use crate::quantity::Quantity;
 use crate::selector::{CelFeatures, SelectorCache};
 use crate::types::{
-    AllocError, AllocateOptions, AllocatedState, DeviceId, ErrorClass, Features, Semantics,
+    AllocError, AllocateOptions, AllocatedState, DeviceId, ErrorClass, Features, SeededShareIds,
+    Semantics, ShareIdSource,
 };
 
 /// Harness schema version.
@@ -502,6 +503,10 @@ pub struct AllocationOutcome {
 pub struct RunOptions {
     /// Also compute an [`Explanation`] for every node where the claims do not fit.
     pub explain: bool,
+    /// Draw shareIDs from a [`SeededShareIds`] sequence started at this seed (one sequence for
+    /// the whole run), so that two runs with the same seed give identical outcomes. `None`:
+    /// random UUIDs, as Go.
+    pub share_id_seed: Option<u64>,
 }
 
 fn elapsed_nanos(t: Instant) -> u64 {
@@ -602,8 +607,14 @@ fn allocated_state(s: &AllocationScenario) -> Result<AllocatedState, AllocError>
     Ok(st)
 }
 
-fn options_for(s: &AllocationScenario) -> AllocateOptions {
-    let mut o = AllocateOptions::default();
+fn options_for(
+    s: &AllocationScenario,
+    share_ids: &Option<Arc<dyn ShareIdSource>>,
+) -> AllocateOptions {
+    let mut o = AllocateOptions {
+        share_ids: share_ids.clone(),
+        ..AllocateOptions::default()
+    };
     if let Some(b) = s.step_budget {
         o.step_budget = b;
     }
@@ -648,6 +659,9 @@ pub fn run_scenario_with(
         timing: None,
     };
     let mut explanation = opts.explain.then(Explanation::default);
+    let share_ids = opts
+        .share_id_seed
+        .map(|seed| Arc::new(SeededShareIds::new(seed)) as Arc<dyn ShareIdSource>);
     let state = match allocated_state(s) {
         Ok(st) => st,
         Err(e) => {
@@ -676,7 +690,7 @@ pub fn run_scenario_with(
             for node in &s.nodes {
                 let before = allocator.stats().allocate_one_invocations;
                 let t = Instant::now();
-                let r = allocator.allocate(node, &refs, &options_for(s));
+                let r = allocator.allocate(node, &refs, &options_for(s, &share_ids));
                 let nanos = elapsed_nanos(t);
                 let steps = allocator.stats().allocate_one_invocations - before;
                 if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {
@@ -723,7 +737,7 @@ pub fn run_scenario_with(
                 for node in &s.nodes {
                     let before = allocator.stats().allocate_one_invocations;
                     let t = Instant::now();
-                    let r = allocator.allocate(node, &refs, &options_for(s));
+                    let r = allocator.allocate(node, &refs, &options_for(s, &share_ids));
                     let nanos = elapsed_nanos(t);
                     let steps = allocator.stats().allocate_one_invocations - before;
                     if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {

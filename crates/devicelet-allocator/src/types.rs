@@ -4,6 +4,8 @@
 //! `structured/internal/incubating/allocator_incubating.go`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -117,12 +119,71 @@ impl AllocatedState {
 /// Limits of one allocation call. The search visits at most `step_budget` nodes of its
 /// depth-first tree (Go's `allocateOne` invocations) and stops at `deadline`; either limit
 /// produces an [`ErrorClass::Timeout`] error instead of running on.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct AllocateOptions {
     /// Maximum number of search steps per call (default [`DEFAULT_STEP_BUDGET`]).
     pub step_budget: u64,
     /// Wall-clock deadline (checked every 1024 steps).
     pub deadline: Option<Instant>,
+    /// Where the shareIDs of new shares come from; `None` draws random UUIDs like Go.
+    pub share_ids: Option<Arc<dyn ShareIdSource>>,
+}
+
+/// The source of the shareIDs given to shares of multi-allocatable devices (consumable
+/// capacity). Go draws a random UUID for each (`uuid.NewUUID()` in `allocateDevice`); inject
+/// a [`SeededShareIds`] to make a run repeatable.
+pub trait ShareIdSource: Send + Sync + std::fmt::Debug {
+    /// The next shareID (a UUID in text form).
+    fn next_share_id(&self) -> String;
+}
+
+/// Random version-4 UUIDs, as upstream.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RandomShareIds;
+
+impl ShareIdSource for RandomShareIds {
+    fn next_share_id(&self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+}
+
+/// A repeatable sequence of version-4 UUIDs from a seed (splitmix64): two runs that start
+/// from the same seed and make the same calls get the same shareIDs. The sequence continues
+/// across calls, so the shares of consecutive pods stay distinct.
+#[derive(Debug)]
+pub struct SeededShareIds {
+    state: AtomicU64,
+}
+
+impl SeededShareIds {
+    /// A sequence starting at `seed`.
+    pub fn new(seed: u64) -> Self {
+        SeededShareIds {
+            state: AtomicU64::new(seed),
+        }
+    }
+
+    fn next_u64(&self) -> u64 {
+        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self
+            .state
+            .fetch_add(GAMMA, Ordering::Relaxed)
+            .wrapping_add(GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl ShareIdSource for SeededShareIds {
+    fn next_share_id(&self) -> String {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.next_u64().to_le_bytes());
+        bytes[8..].copy_from_slice(&self.next_u64().to_le_bytes());
+        uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .to_string()
+    }
 }
 
 /// Default bound on search steps per allocation call: 2 million steps. One step (one node of
@@ -137,6 +198,7 @@ impl Default for AllocateOptions {
         AllocateOptions {
             step_budget: DEFAULT_STEP_BUDGET,
             deadline: None,
+            share_ids: None,
         }
     }
 }

@@ -572,7 +572,13 @@ claims:
 "#
     );
     let s = parse_scenario(text.as_bytes()).unwrap();
-    let (o, ex) = run_scenario_with(&s, &RunOptions { explain: true });
+    let (o, ex) = run_scenario_with(
+        &s,
+        &RunOptions {
+            explain: true,
+            ..RunOptions::default()
+        },
+    );
     assert_eq!(outcome(&o), OutcomeKind::Unschedulable);
     let ex = ex.unwrap();
     let r = &ex.nodes[0].requests[0];
@@ -709,4 +715,70 @@ fn bad_input_exponential_search_with_default_limits_is_bounded() {
     // The step count above is the bound. Release builds need about a second for it; the time
     // check is only a hang guard, generous for unoptimised test builds on a loaded machine.
     assert!(elapsed < Duration::from_secs(300), "took {elapsed:?}");
+}
+
+/// The per-node results (shareIDs included) of a run, without timings.
+fn results_json(o: &AllocationOutcome) -> Vec<serde_json::Value> {
+    o.per_node
+        .iter()
+        .map(|n| serde_json::json!({"outcome": n.outcome, "results": n.results}))
+        .collect()
+}
+
+#[test]
+fn share_ids_are_repeatable_with_a_seed_and_random_without() {
+    // Three claims sharing one multi-allocatable device, two of them with two shares each.
+    let body = r#"
+semantics: {variant: incubating}
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - name: shared
+      allowMultipleAllocations: true
+      capacity: {memory: {value: 10Gi}}
+claims:
+- metadata: {name: c1}
+  spec: {devices: {requests: [{name: a, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 1Gi}}}}, {name: b, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 1Gi}}}}]}}
+- metadata: {name: c2}
+  spec: {devices: {requests: [{name: a, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 1Gi}}}}]}}
+- metadata: {name: c3}
+  spec: {devices: {requests: [{name: a, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 1Gi}}}}, {name: b, exactly: {deviceClassName: class-a, capacity: {requests: {memory: 1Gi}}}}]}}
+"#;
+    let s = parse_scenario(format!("{HEADER}{body}").as_bytes()).unwrap();
+    let seeded = |seed| {
+        let opts = RunOptions {
+            share_id_seed: Some(seed),
+            ..RunOptions::default()
+        };
+        results_json(&run_scenario_with(&s, &opts).0)
+    };
+    let share_ids = |r: &[serde_json::Value]| -> Vec<String> {
+        let mut ids = Vec::new();
+        for claim in r[0]["results"].as_array().unwrap() {
+            for d in claim["devices"]["results"].as_array().unwrap() {
+                ids.push(d["shareID"].as_str().unwrap().to_string());
+            }
+        }
+        ids
+    };
+    let first = seeded(7);
+    assert_eq!(first, seeded(7), "same seed, same outcome");
+    let ids = share_ids(&first);
+    assert_eq!(ids.len(), 5);
+    let mut distinct = ids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5, "shareIDs are distinct: {ids:?}");
+    for id in &ids {
+        let u = uuid::Uuid::parse_str(id).unwrap();
+        assert_eq!(u.get_version_num(), 4, "{id}");
+    }
+    assert_ne!(ids, share_ids(&seeded(8)), "another seed, other shareIDs");
+    // Without a seed the shareIDs are random, like Go's.
+    let random = |_| results_json(&run_scenario(&s));
+    assert_ne!(share_ids(&random(0)), share_ids(&random(1)));
 }

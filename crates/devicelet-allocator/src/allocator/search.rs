@@ -17,7 +17,9 @@ use super::taints::taint_blocks;
 use super::{ALLOCATION_RESULTS_MAX_SIZE, Allocator, DeviceData, Pool, Result};
 use crate::fasthash::FastMap;
 use crate::quantity::Quantity;
-use crate::types::{AllocError, AllocateOptions, ErrorClass, Semantics};
+use crate::types::{
+    AllocError, AllocateOptions, ErrorClass, RandomShareIds, Semantics, ShareIdSource,
+};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Location {
@@ -87,6 +89,8 @@ pub(super) struct Search<'r, 'a> {
     pub(super) steps: u64,
     pub(super) budget: u64,
     pub(super) deadline: Option<Instant>,
+    /// Source of shareIDs (`None`: random UUIDs like Go).
+    pub(super) share_ids: Option<&'r dyn ShareIdSource>,
 }
 
 impl<'r, 'a> Search<'r, 'a> {
@@ -96,7 +100,7 @@ impl<'r, 'a> Search<'r, 'a> {
         pools: &'r [Pool<'a>],
         claims: &'r [&'a ResourceClaim],
         requests: &'r [ClaimRequests<'a>],
-        options: &AllocateOptions,
+        options: &'r AllocateOptions,
     ) -> Self {
         let constraints = requests
             .iter()
@@ -134,6 +138,7 @@ impl<'r, 'a> Search<'r, 'a> {
             steps: 0,
             budget: options.step_budget,
             deadline: options.deadline,
+            share_ids: options.share_ids.as_deref(),
         }
     }
 
@@ -434,7 +439,10 @@ impl<'r, 'a> Search<'r, 'a> {
                         .map(|(_, q)| q);
                     amounts.push((*name, consumed_amount(requested, cap)));
                 }
-                share_id = Some(uuid::Uuid::new_v4().to_string());
+                share_id = Some(match self.share_ids {
+                    Some(source) => source.next_share_id(),
+                    None => RandomShareIds.next_share_id(),
+                });
                 created_capacity_entry = !self.allocating_capacity.contains_key(&dev.gid);
                 let entry = self.allocating_capacity.entry(dev.gid).or_default();
                 for (name, q) in &amounts {

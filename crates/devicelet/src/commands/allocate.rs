@@ -40,6 +40,7 @@ pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
         &scenario,
         &RunOptions {
             explain: args.explain,
+            ..RunOptions::default()
         },
     );
     match explanation.filter(|_| args.explain) {
