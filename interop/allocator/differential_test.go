@@ -157,10 +157,11 @@ func compareFile(bin, file string, strictStats bool, pre any) (diffs, statDiffs 
 		}
 	}
 	got := harness.NormaliseOutcome(gotRaw)
-	diffs = harness.CompareOutcomes(want, got, harness.DiffOptions{Stats: strictStats})
+	raw := os.Getenv("DIFF_RAW") != "0"
+	diffs = harness.CompareOutcomes(want, got, harness.DiffOptions{Stats: strictStats, Raw: raw})
 	if !strictStats && len(diffs) == 0 {
 		// Equal apart from stats? Then every difference with stats on is a stats difference.
-		statDiffs = harness.CompareOutcomes(want, got, harness.DiffOptions{Stats: true})
+		statDiffs = harness.CompareOutcomes(want, got, harness.DiffOptions{Stats: true, Raw: raw})
 	}
 	return diffs, statDiffs, goOut, goTime, rsTime, nil
 }

@@ -7,6 +7,8 @@
 //!   corpus comparison rules and a table renderer for the CLI.
 //! * [`explain`]: why no device fits, per request and node.
 //! * [`quantity`]: exact Kubernetes quantity arithmetic.
+//! * [`omitempty`]: Go's `omitempty` for the objects devicelet writes (no `""` or `[]` where
+//!   the API server prints nothing).
 //! * `workloads` (feature `test-utils`, for benches and tests): generators of the
 //!   scheduler_perf-shaped benchmark workloads (spec §4.4-§4.5).
 
@@ -14,6 +16,7 @@ pub mod allocator;
 pub mod explain;
 mod fasthash;
 pub mod nodesel;
+pub mod omitempty;
 /// Exact quantities live in their own crate (shared with the CPU manager).
 pub use devicelet_quantity as quantity;
 pub mod scenario;

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::allocator::{AllocatedIndex, Allocator, ClusterSnapshot};
 use crate::explain::{Explanation, explain_node};
+use crate::omitempty::OmitEmpty;
 use crate::quantity::Quantity;
 use crate::selector::{CelFeatures, SelectorCache};
 use crate::types::{
@@ -449,7 +450,11 @@ pub struct NodeOutcome {
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_class: Option<ErrorClass>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "go_results"
+    )]
     pub results: Option<Vec<AllocationResult>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<NodeStats>,
@@ -468,10 +473,28 @@ pub struct PodOutcome {
     pub outcome: OutcomeKind,
     #[serde(default)]
     pub error: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "go_results"
+    )]
     pub results: Option<Vec<AllocationResult>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_node: Vec<NodeOutcome>,
+}
+
+/// Prints allocation results the way Go's `encoding/json` does: fields that are `omitempty`
+/// in the Go types and hold their zero value are left out ([`OmitEmpty`]), whoever built the
+/// results.
+fn go_results<S: serde::Serializer>(
+    results: &Option<Vec<AllocationResult>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let mut results = results.clone();
+    if let Some(r) = &mut results {
+        r.omit_empty();
+    }
+    results.serialize(serializer)
 }
 
 /// Whole-run timing.

@@ -782,3 +782,51 @@ claims:
     let random = |_| results_json(&run_scenario(&s));
     assert_ne!(share_ids(&random(0)), share_ids(&random(1)));
 }
+
+#[test]
+fn printed_results_omit_empty_fields_like_go() {
+    // Zero values copied from the inputs: a toleration with empty key and effect, an empty
+    // toleration list, empty binding conditions, a claim config with no requests and a node
+    // selector requirement without values. Go's `omitempty` drops them all (issue 19 item 3:
+    // devicelet printed `"effect": ""` where Go prints nothing).
+    let body = r#"
+semantics: {variant: incubating}
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeSelector: {nodeSelectorTerms: [{matchExpressions: [{key: region, operator: Exists, values: []}]}]}
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - {name: d0, bindingConditions: [], bindingFailureConditions: []}
+    - {name: d1}
+claims:
+- metadata: {name: c}
+  spec:
+    devices:
+      requests:
+      - {name: a, exactly: {deviceClassName: class-a, tolerations: [{key: "", operator: Exists, effect: "", value: ""}]}}
+      - {name: b, exactly: {deviceClassName: class-a, tolerations: []}}
+      config:
+      - {requests: [], opaque: {driver: driver-a, parameters: {x: 1}}}
+"#;
+    let s = parse_scenario(format!("{HEADER}{body}").as_bytes()).unwrap();
+    let o = run_scenario(&s);
+    assert_eq!(outcome(&o), OutcomeKind::Allocated, "{o:?}");
+    let printed = serde_json::to_value(&o).unwrap();
+    let results = &printed["perNode"][0]["results"];
+    assert_eq!(
+        results,
+        &serde_json::json!([{
+            "devices": {
+                "results": [
+                    {"request": "a", "driver": "driver-a", "pool": "pool-1", "device": "d0",
+                     "tolerations": [{"operator": "Exists"}]},
+                    {"request": "b", "driver": "driver-a", "pool": "pool-1", "device": "d1"},
+                ],
+                "config": [{"source": "FromClaim", "opaque": {"driver": "driver-a", "parameters": {"x": 1}}}],
+            },
+            "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "Exists"}]}]},
+        }])
+    );
+}

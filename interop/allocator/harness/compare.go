@@ -102,6 +102,31 @@ func NormaliseResults(results any) any {
 	return claims
 }
 
+// RawResults is a generic `results` list exactly as printed, except for the values of the
+// shareIDs (random UUIDs in Go), which become share-<claimIndex>-<resultIndex> where present.
+// Nothing is pruned: a field Go omits (omitempty) and one printed as "" or [] differ here, and
+// so do two spellings of one quantity. The input is not modified.
+func RawResults(results any) any {
+	c, err := ToGeneric(results)
+	if err != nil {
+		return results
+	}
+	claims, _ := c.([]any)
+	for ci, cl := range claims {
+		cm, _ := cl.(map[string]any)
+		devices, _ := cm["devices"].(map[string]any)
+		list, _ := devices["results"].([]any)
+		for ri, r := range list {
+			if rm, ok := r.(map[string]any); ok {
+				if _, has := rm["shareID"]; has {
+					rm["shareID"] = fmt.Sprintf("share-%d-%d", ci, ri)
+				}
+			}
+		}
+	}
+	return c
+}
+
 // CanonicalQuantity re-emits a quantity in Kubernetes canonical form; unparsable input is kept
 // (with a marker) so that it compares unequal to any valid quantity.
 func CanonicalQuantity(s string) string {
@@ -143,6 +168,8 @@ type NormNode struct {
 	Outcome     string `json:"outcome"`
 	ErrorPrefix string `json:"errorPrefix,omitempty"`
 	Results     any    `json:"results,omitempty"`
+	// Raw is `results` as printed, see RawResults (compared with DiffOptions.Raw).
+	Raw any `json:"-"`
 	// Stats is informational (not part of Equal unless asked for).
 	AllocateOneInvocations *float64 `json:"-"`
 }
@@ -154,6 +181,7 @@ type NormPod struct {
 	Outcome     string     `json:"outcome"`
 	ErrorPrefix string     `json:"errorPrefix,omitempty"`
 	Results     any        `json:"results,omitempty"`
+	Raw         any        `json:"-"`
 	PerNode     []NormNode `json:"perNode,omitempty"`
 }
 
@@ -173,6 +201,7 @@ func normNode(v any) NormNode {
 	n := NormNode{Node: str(m, "node"), Outcome: str(m, "outcome"), ErrorPrefix: ErrorPrefix(str(m, "error"))}
 	if n.Outcome == OutcomeAllocated {
 		n.Results = NormaliseResults(m["results"])
+		n.Raw = RawResults(m["results"])
 	}
 	if st, ok := m["stats"].(map[string]any); ok {
 		if f, ok := st["allocateOneInvocations"].(float64); ok {
@@ -197,6 +226,7 @@ func NormaliseOutcome(v any) NormOutcome {
 		p := NormPod{Pod: str(pm, "pod"), Node: str(pm, "node"), Outcome: str(pm, "outcome"), ErrorPrefix: ErrorPrefix(str(pm, "error"))}
 		if p.Outcome == OutcomeAllocated {
 			p.Results = NormaliseResults(pm["results"])
+			p.Raw = RawResults(pm["results"])
 		}
 		pn, _ := pm["perNode"].([]any)
 		for _, n := range pn {
@@ -213,6 +243,9 @@ type DiffOptions struct {
 	Stats bool
 	// MaxDiffs bounds the number of reported differences (default 20).
 	MaxDiffs int
+	// Raw also compares the results as printed (RawResults) where the normalised results are
+	// equal: fields Go omits must be absent, not "" or [] (issue 19 item 3).
+	Raw bool
 }
 
 // CompareOutcomes compares two normalised outcomes strictly (order significant) and returns the
@@ -255,7 +288,11 @@ func CompareOutcomes(want, got NormOutcome, opts DiffOptions) []string {
 		if a.ErrorPrefix != b.ErrorPrefix {
 			add("%s.error: %q != %q", p, a.ErrorPrefix, b.ErrorPrefix)
 		}
-		for _, d := range DiffValues(p+".results", a.Results, b.Results, opts.MaxDiffs) {
+		d := DiffValues(p+".results", a.Results, b.Results, opts.MaxDiffs)
+		if len(d) == 0 && opts.Raw {
+			d = DiffValues(p+".results(raw)", a.Raw, b.Raw, opts.MaxDiffs)
+		}
+		for _, d := range d {
 			add("%s", d)
 		}
 		cmpNodes(p+".", a.PerNode, b.PerNode)
@@ -274,7 +311,11 @@ func cmpNode(p string, a, b NormNode, opts DiffOptions, add func(string, ...any)
 	if a.ErrorPrefix != b.ErrorPrefix {
 		add("%s(%s).error: %q != %q", p, a.Node, a.ErrorPrefix, b.ErrorPrefix)
 	}
-	for _, d := range DiffValues(fmt.Sprintf("%s(%s).results", p, a.Node), a.Results, b.Results, 10) {
+	d := DiffValues(fmt.Sprintf("%s(%s).results", p, a.Node), a.Results, b.Results, 10)
+	if len(d) == 0 && opts.Raw {
+		d = DiffValues(fmt.Sprintf("%s(%s).results(raw)", p, a.Node), a.Raw, b.Raw, 10)
+	}
+	for _, d := range d {
 		add("%s", d)
 	}
 	if opts.Stats && a.AllocateOneInvocations != nil && b.AllocateOneInvocations != nil && *a.AllocateOneInvocations != *b.AllocateOneInvocations {

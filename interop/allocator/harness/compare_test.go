@@ -2,6 +2,7 @@ package harness
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -100,5 +101,22 @@ resourceSlices:
 	}
 	if _, err := ParseScenario([]byte(`{"resourceSlices":[{"apiVersion":"resource.k8s.io/v1beta1"}]}`)); err == nil {
 		t.Fatal("resource.k8s.io/v1beta1 must be rejected")
+	}
+}
+
+func TestRawResultsKeepEmptyFieldsThatNormalisationPrunes(t *testing.T) {
+	goOut := NormaliseOutcome(decode(t, `{"perNode":[{"node":"n","outcome":"Allocated","results":[{"devices":{"results":[
+		{"request":"r","driver":"d","pool":"p","device":"x","shareID":"7a9c0000-0000-4000-8000-000000000000","tolerations":[{"operator":"Exists"}]}]}}]}]}`))
+	printed := NormaliseOutcome(decode(t, `{"perNode":[{"node":"n","outcome":"Allocated","results":[{"devices":{"results":[
+		{"request":"r","driver":"d","pool":"p","device":"x","shareID":"ffff","tolerations":[{"operator":"Exists"}],"bindingConditions":[]}]}}]}]}`))
+	if d := CompareOutcomes(goOut, printed, DiffOptions{}); len(d) != 0 {
+		t.Fatalf("normalised results must treat [] as absent: %v", d)
+	}
+	d := CompareOutcomes(goOut, printed, DiffOptions{Raw: true})
+	if len(d) != 1 || !strings.Contains(d[0], "results(raw)") || !strings.Contains(d[0], "bindingConditions") {
+		t.Fatalf("raw comparison must report the printed empty list (and nothing else, shareIDs aside), got %v", d)
+	}
+	if d := CompareOutcomes(goOut, goOut, DiffOptions{Raw: true}); len(d) != 0 {
+		t.Fatalf("an outcome differs from itself: %v", d)
 	}
 }

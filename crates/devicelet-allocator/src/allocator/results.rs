@@ -13,6 +13,7 @@ use k8s_openapi::api::resource::v1::{
 use super::Result;
 use super::request::RequestData;
 use super::search::{DeviceResult, Search};
+use crate::omitempty::OmitEmpty;
 use crate::types::{AllocError, ErrorClass};
 
 impl<'r, 'a> Search<'r, 'a> {
@@ -75,6 +76,9 @@ impl<'r, 'a> Search<'r, 'a> {
                 node_selector,
             });
         }
+        // Inputs may carry zero values (`effect: ""`, `bindingConditions: []`) that Go's
+        // `omitempty` never prints; copy them out the way the API server would show them.
+        out.omit_empty();
         Ok(out)
     }
 
