@@ -31,6 +31,7 @@ pub use allocator::{
 pub use quantity::{Quantity, QuantityError, QuantityFormat};
 pub use selector::{CelFeatures, SelectorCache};
 pub use types::{
-    AllocError, AllocateOptions, AllocatedState, DEFAULT_STEP_BUDGET, DeviceId, ErrorClass,
-    Features, RandomShareIds, SeededShareIds, Semantics, ShareIdSource,
+    AllocError, AllocateOptions, AllocatedState, Clock, DEFAULT_STEP_BUDGET, DeviceId, ErrorClass,
+    Features, MonotonicClock, RandomShareIds, SCHEDULER_FILTER_TIMEOUT, SeededShareIds, Semantics,
+    ShareIdSource, TIME_CHECK_INTERVAL, TimeLimit,
 };

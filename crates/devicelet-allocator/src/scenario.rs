@@ -19,8 +19,8 @@ use crate::omitempty::OmitEmpty;
 use crate::quantity::Quantity;
 use crate::selector::{CelFeatures, SelectorCache};
 use crate::types::{
-    AllocError, AllocateOptions, AllocatedState, DeviceId, ErrorClass, Features, SeededShareIds,
-    Semantics, ShareIdSource,
+    AllocError, AllocateOptions, AllocatedState, Clock, DeviceId, ErrorClass, Features,
+    MonotonicClock, SCHEDULER_FILTER_TIMEOUT, SeededShareIds, Semantics, ShareIdSource, TimeLimit,
 };
 
 /// Harness schema version.
@@ -128,7 +128,8 @@ pub struct AllocationScenario {
     pub cel: Option<CelSpec>,
     pub apply_api_defaults: bool,
     pub timeout_seconds: Option<f64>,
-    /// Search step bound per allocation call (default [`crate::DEFAULT_STEP_BUDGET`]).
+    /// Search step bound per allocation call; without it (and without `timeout_seconds`) a
+    /// run is bounded by the scheduler's Filter timeout instead (see [`search_limits`]).
     pub step_budget: Option<u64>,
     pub nodes: Vec<Node>,
     pub device_classes: Vec<DeviceClass>,
@@ -522,7 +523,7 @@ pub struct AllocationOutcome {
 }
 
 /// Options of [`run_scenario_with`].
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     /// Also compute an [`Explanation`] for every node where the claims do not fit.
     pub explain: bool,
@@ -530,6 +531,12 @@ pub struct RunOptions {
     /// the whole run), so that two runs with the same seed give identical outcomes. `None`:
     /// random UUIDs, as Go.
     pub share_id_seed: Option<u64>,
+    /// Step budget per allocation call, instead of the scenario's `stepBudget`.
+    pub step_budget: Option<u64>,
+    /// Time limit per allocation call, instead of the scenario's `timeoutSeconds`.
+    pub time_limit: Option<Duration>,
+    /// The clock of the time limit (tests inject a fake one); `None`: the monotonic clock.
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 fn elapsed_nanos(t: Instant) -> u64 {
@@ -630,21 +637,69 @@ fn allocated_state(s: &AllocationScenario) -> Result<AllocatedState, AllocError>
     Ok(st)
 }
 
+/// Which search limits apply to each allocation call of a run (issue 19 item 4): a step
+/// budget (deterministic), a time limit (the scheduler's way), or both.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchLimits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_budget: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit_seconds: Option<f64>,
+    /// In words, with where each limit comes from.
+    pub description: String,
+}
+
+/// The search limits of a run (issue 19 item 4): explicit ones from the run options
+/// (`devicelet allocate --step-budget/--timeout`) or the scenario (`stepBudget`,
+/// `timeoutSeconds`), else the scheduler's Filter timeout ([`SCHEDULER_FILTER_TIMEOUT`]). A step
+/// budget alone stays deterministic: no time limit is added to it.
+pub fn search_limits(s: &AllocationScenario, opts: &RunOptions) -> SearchLimits {
+    let scenario_time = s
+        .timeout_seconds
+        .filter(|t| *t > 0.0 && t.is_finite())
+        .map(|t| Duration::from_secs_f64(t.min(1e9)));
+    let (step_budget, step_source) = match (opts.step_budget, s.step_budget) {
+        (Some(b), _) => (Some(b), "run options"),
+        (None, Some(b)) => (Some(b), "scenario stepBudget"),
+        (None, None) => (None, ""),
+    };
+    let (time_limit, time_source) = match (opts.time_limit, scenario_time) {
+        (Some(t), _) => (Some(t), "run options"),
+        (None, Some(t)) => (Some(t), "scenario timeoutSeconds"),
+        (None, None) if step_budget.is_none() => (
+            Some(SCHEDULER_FILTER_TIMEOUT),
+            "default: the scheduler's DRA Filter timeout",
+        ),
+        (None, None) => (None, ""),
+    };
+    let mut parts = Vec::new();
+    if let Some(t) = time_limit {
+        parts.push(format!("time limit {t:?} ({time_source})"));
+    }
+    if let Some(b) = step_budget {
+        parts.push(format!("step budget {b} search steps ({step_source})"));
+    }
+    SearchLimits {
+        step_budget,
+        time_limit_seconds: time_limit.map(|t| t.as_secs_f64()),
+        description: format!("{} per allocation call", parts.join(" and ")),
+    }
+}
+
 fn options_for(
-    s: &AllocationScenario,
+    limits: &SearchLimits,
+    clock: &Arc<dyn Clock>,
     share_ids: &Option<Arc<dyn ShareIdSource>>,
 ) -> AllocateOptions {
-    let mut o = AllocateOptions {
+    AllocateOptions {
+        step_budget: limits.step_budget,
+        time_limit: limits.time_limit_seconds.map(|t| TimeLimit {
+            limit: Duration::from_secs_f64(t),
+            clock: Arc::clone(clock),
+        }),
         share_ids: share_ids.clone(),
-        ..AllocateOptions::default()
-    };
-    if let Some(b) = s.step_budget {
-        o.step_budget = b;
     }
-    if let Some(t) = s.timeout_seconds.filter(|t| *t > 0.0 && t.is_finite()) {
-        o.deadline = Instant::now().checked_add(Duration::from_secs_f64(t.min(1e9)));
-    }
-    o
 }
 
 /// Runs a scenario (spec §5).
@@ -681,7 +736,12 @@ pub fn run_scenario_with(
         pods: Vec::new(),
         timing: None,
     };
+    let limits = search_limits(s, opts);
     let mut explanation = opts.explain.then(Explanation::default);
+    let clock: Arc<dyn Clock> = match &opts.clock {
+        Some(c) => Arc::clone(c),
+        None => Arc::new(MonotonicClock::start()),
+    };
     let share_ids = opts
         .share_id_seed
         .map(|seed| Arc::new(SeededShareIds::new(seed)) as Arc<dyn ShareIdSource>);
@@ -713,7 +773,7 @@ pub fn run_scenario_with(
             for node in &s.nodes {
                 let before = allocator.stats().allocate_one_invocations;
                 let t = Instant::now();
-                let r = allocator.allocate(node, &refs, &options_for(s, &share_ids));
+                let r = allocator.allocate(node, &refs, &options_for(&limits, &clock, &share_ids));
                 let nanos = elapsed_nanos(t);
                 let steps = allocator.stats().allocate_one_invocations - before;
                 if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {
@@ -760,7 +820,8 @@ pub fn run_scenario_with(
                 for node in &s.nodes {
                     let before = allocator.stats().allocate_one_invocations;
                     let t = Instant::now();
-                    let r = allocator.allocate(node, &refs, &options_for(s, &share_ids));
+                    let r =
+                        allocator.allocate(node, &refs, &options_for(&limits, &clock, &share_ids));
                     let nanos = elapsed_nanos(t);
                     let steps = allocator.stats().allocate_one_invocations - before;
                     if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -116,17 +116,96 @@ impl AllocatedState {
     }
 }
 
-/// Limits of one allocation call. The search visits at most `step_budget` nodes of its
-/// depth-first tree (Go's `allocateOne` invocations) and stops at `deadline`; either limit
-/// produces an [`ErrorClass::Timeout`] error instead of running on.
+/// Limits and sources of one allocation call. The search gives up with an
+/// [`ErrorClass::Timeout`] error once it has visited `step_budget` nodes of its depth-first tree
+/// (Go's `allocateOne` invocations) or once `time_limit` has passed, whichever comes first.
 #[derive(Clone, Debug)]
 pub struct AllocateOptions {
-    /// Maximum number of search steps per call (default [`DEFAULT_STEP_BUDGET`]).
-    pub step_budget: u64,
-    /// Wall-clock deadline (checked every 1024 steps).
-    pub deadline: Option<Instant>,
+    /// Maximum number of search steps per call; `None`: no step bound. Deterministic: the same
+    /// inputs stop at the same step on any machine.
+    pub step_budget: Option<u64>,
+    /// Maximum time per call, as the scheduler bounds its Filter call; `None`: no time bound.
+    pub time_limit: Option<TimeLimit>,
     /// Where the shareIDs of new shares come from; `None` draws random UUIDs like Go.
     pub share_ids: Option<Arc<dyn ShareIdSource>>,
+}
+
+/// A time bound for one allocation call and the clock that measures it. The allocator never
+/// reads a clock of its own: it asks `clock` every [`TIME_CHECK_INTERVAL`] search steps.
+#[derive(Clone, Debug)]
+pub struct TimeLimit {
+    pub limit: Duration,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// A monotonic clock: the time since some fixed origin (only differences are used).
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    fn now(&self) -> Duration;
+}
+
+/// The process's monotonic clock (`std::time::Instant`), for callers that run for real; tests
+/// inject their own [`Clock`].
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn start() -> Self {
+        MonotonicClock {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
+/// How many search steps pass between two readings of the clock of a [`TimeLimit`] (a step
+/// costs about 0.5-2 µs, so a limit is overrun by a few milliseconds at most, and the hot loop
+/// only counts).
+pub const TIME_CHECK_INTERVAL: u64 = 1024;
+
+/// The scheduler's bound on one DRA Filter call (`Allocate` under a context with this timeout):
+/// `DynamicResourcesFilterTimeoutDefault` = 10 s in `pkg/scheduler/apis/config/types_pluginargs.go`
+/// (feature DRASchedulerFilterTimeout), used by `pkg/scheduler/framework/plugins/dynamicresources`.
+/// devicelet's runs (`devicelet allocate`, scenarios without `timeoutSeconds` or `stepBudget`)
+/// give up at the same time, so that within the scheduler's own limit they prove what Go proves.
+pub const SCHEDULER_FILTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl AllocateOptions {
+    /// At most `steps` search steps per call, no time bound: deterministic.
+    pub fn with_step_budget(steps: u64) -> Self {
+        AllocateOptions {
+            step_budget: Some(steps),
+            ..AllocateOptions::unbounded()
+        }
+    }
+
+    /// At most `limit` per call, measured by `clock`; no step bound.
+    pub fn with_time_limit(limit: Duration, clock: Arc<dyn Clock>) -> Self {
+        AllocateOptions {
+            time_limit: Some(TimeLimit { limit, clock }),
+            ..AllocateOptions::unbounded()
+        }
+    }
+
+    /// The scheduler's bound ([`SCHEDULER_FILTER_TIMEOUT`]) measured by `clock`.
+    pub fn scheduler_default(clock: Arc<dyn Clock>) -> Self {
+        Self::with_time_limit(SCHEDULER_FILTER_TIMEOUT, clock)
+    }
+
+    fn unbounded() -> Self {
+        AllocateOptions {
+            step_budget: None,
+            time_limit: None,
+            share_ids: None,
+        }
+    }
 }
 
 /// The source of the shareIDs given to shares of multi-allocatable devices (consumable
@@ -186,20 +265,17 @@ impl ShareIdSource for SeededShareIds {
     }
 }
 
-/// Default bound on search steps per allocation call: 2 million steps. One step (one node of
-/// the depth-first tree, scanning up to all candidate devices) costs about 0.5-2 µs in release
-/// builds, so the bound is about 1-4 s per call (2.1 s measured on the exponential case of spec
-/// §4.2 on a heavily loaded 2-core machine), below the scheduler's 10 s filter timeout. Go has no
-/// step bound; searches that need more steps end in [`ErrorClass::Timeout`] here.
+/// Default bound on search steps per allocation call for callers without a clock
+/// ([`AllocateOptions::default`]): 2 million steps. One step (one node of the depth-first tree,
+/// scanning up to all candidate devices) costs about 0.5-2 µs in release builds, so the bound
+/// is about 1-4 s per call. Go has no step bound, only the scheduler's time limit
+/// ([`SCHEDULER_FILTER_TIMEOUT`]), which devicelet's own runs use instead.
 pub const DEFAULT_STEP_BUDGET: u64 = 2_000_000;
 
+/// The bound for callers without a clock: [`DEFAULT_STEP_BUDGET`] steps, no time limit.
 impl Default for AllocateOptions {
     fn default() -> Self {
-        AllocateOptions {
-            step_budget: DEFAULT_STEP_BUDGET,
-            deadline: None,
-            share_ids: None,
-        }
+        Self::with_step_budget(DEFAULT_STEP_BUDGET)
     }
 }
 
@@ -224,7 +300,7 @@ pub enum ErrorClass {
     InvalidInput,
     /// Per-node, non-fatal: no solution and an invalid pool was seen.
     InvalidPools,
-    /// Step budget or deadline exceeded.
+    /// Step budget or time limit exceeded.
     Timeout,
 }
 

@@ -1,13 +1,17 @@
 //! Behaviour tests for spec `structured-allocator.md` §2 and the upstream bugs of §7, each run
 //! under the fixed semantics (default) and the Go-compatible profile (`compat: k8s-v1.36.1`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use devicelet_allocator::scenario::{
     AllocationOutcome, OutcomeKind, RunOptions, parse_scenario, render_outcome_table, run_scenario,
-    run_scenario_with,
+    run_scenario_with, search_limits,
 };
-use devicelet_allocator::{ErrorClass, scenario::ScenarioError};
+use devicelet_allocator::{
+    Clock, ErrorClass, SCHEDULER_FILTER_TIMEOUT, TIME_CHECK_INTERVAL, scenario::ScenarioError,
+};
 
 const HEADER: &str = r#"
 apiVersion: dra-harness/v1alpha1
@@ -700,21 +704,147 @@ fn bad_input_selector_over_the_cost_limit_is_stopped_within_the_evaluation_bound
     );
 }
 
+/// A clock that moves on by `tick` at every reading (the search reads it every
+/// `TIME_CHECK_INTERVAL` steps), so time limits are tested without waiting and exactly.
+#[derive(Debug)]
+struct FakeClock {
+    readings: AtomicU32,
+    tick: Duration,
+}
+
+impl FakeClock {
+    fn new(tick: Duration) -> Arc<Self> {
+        Arc::new(FakeClock {
+            readings: AtomicU32::new(0),
+            tick,
+        })
+    }
+    fn readings(&self) -> u32 {
+        self.readings.load(Ordering::Relaxed)
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        self.tick * self.readings.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+fn run_with_clock(body: &str, clock: &Arc<FakeClock>) -> AllocationOutcome {
+    let text = format!("{HEADER}semantics: {{variant: incubating}}\n{body}");
+    let s = parse_scenario(text.as_bytes()).unwrap_or_else(|e| panic!("bad test scenario: {e}"));
+    let opts = RunOptions {
+        clock: Some(Arc::clone(clock) as Arc<dyn Clock>),
+        ..RunOptions::default()
+    };
+    run_scenario_with(&s, &opts).0
+}
+
 #[test]
-fn bad_input_exponential_search_with_default_limits_is_bounded() {
-    // No stepBudget in the scenario: the default budget (DEFAULT_STEP_BUDGET search steps per
-    // allocation call) bounds the C(40, 10) search over equivalent devices.
-    let start = Instant::now();
-    let o = run(&exponential(40, 10, None), false);
-    let elapsed = start.elapsed();
+fn bad_input_exponential_search_with_default_limits_gives_up_at_the_scheduler_filter_timeout() {
+    // No stepBudget and no timeoutSeconds: the scheduler's 10 s Filter timeout bounds the
+    // C(40, 10) search over equivalent devices. One second per clock reading: the search
+    // starts at 0 s and gives up at the 10th check, after exactly 10 × 1024 steps.
+    let clock = FakeClock::new(Duration::from_secs(1));
+    let o = run_with_clock(&exponential(40, 10, None), &clock);
+    assert_eq!(outcome(&o), OutcomeKind::Timeout);
+    assert_eq!(
+        o.per_node[0].error,
+        "filter operation aborted: context deadline exceeded"
+    );
+    assert_eq!(SCHEDULER_FILTER_TIMEOUT, Duration::from_secs(10));
+    assert_eq!(
+        o.per_node[0].stats.unwrap().allocate_one_invocations,
+        10 * TIME_CHECK_INTERVAL
+    );
+    assert_eq!(clock.readings(), 11);
+    let s = parse_scenario(format!("{HEADER}{}", exponential(40, 10, None)).as_bytes()).unwrap();
+    let limits = search_limits(&s, &RunOptions::default());
+    assert_eq!(
+        (limits.step_budget, limits.time_limit_seconds),
+        (None, Some(10.0))
+    );
+    assert_eq!(
+        limits.description,
+        "time limit 10s (default: the scheduler's DRA Filter timeout) per allocation call"
+    );
+}
+
+#[test]
+fn a_scenario_time_limit_is_measured_by_the_injected_clock() {
+    let clock = FakeClock::new(Duration::from_millis(100));
+    let body = format!("timeoutSeconds: 2.5\n{}", exponential(40, 10, None));
+    let o = run_with_clock(&body, &clock);
+    assert_eq!(outcome(&o), OutcomeKind::Timeout);
+    // 2.5 s at 100 ms per reading: the 25th check (step 25 × 1024) is the first at the limit.
+    assert_eq!(
+        o.per_node[0].stats.unwrap().allocate_one_invocations,
+        25 * TIME_CHECK_INTERVAL
+    );
+    // A search that ends first never sees the limit.
+    let quick = FakeClock::new(Duration::from_millis(100));
+    let body = format!("timeoutSeconds: 2.5\n{}", exponential(6, 3, None));
+    assert_eq!(
+        outcome(&run_with_clock(&body, &quick)),
+        OutcomeKind::Unschedulable
+    );
+}
+
+#[test]
+fn a_step_budget_alone_is_deterministic_and_reads_no_clock() {
+    let clock = FakeClock::new(Duration::from_secs(3600));
+    let o = run_with_clock(&exponential(40, 10, Some(50_000)), &clock);
     assert_eq!(outcome(&o), OutcomeKind::Timeout);
     assert_eq!(
         o.per_node[0].stats.unwrap().allocate_one_invocations,
-        devicelet_allocator::DEFAULT_STEP_BUDGET + 1
+        50_001
     );
-    // The step count above is the bound. Release builds need about a second for it; the time
-    // check is only a hang guard, generous for unoptimised test builds on a loaded machine.
-    assert!(elapsed < Duration::from_secs(300), "took {elapsed:?}");
+    assert_eq!(
+        clock.readings(),
+        0,
+        "no time limit with an explicit step budget"
+    );
+    // The run options override the scenario's limits (devicelet allocate --step-budget
+    // --timeout); a clock standing still leaves the step budget to stop the search.
+    let clock = FakeClock::new(Duration::ZERO);
+    let s = parse_scenario(format!("{HEADER}{}", exponential(40, 10, Some(50_000))).as_bytes())
+        .unwrap();
+    let opts = RunOptions {
+        step_budget: Some(20_000),
+        time_limit: Some(Duration::from_secs(60)),
+        clock: Some(Arc::clone(&clock) as Arc<dyn Clock>),
+        ..RunOptions::default()
+    };
+    let o = run_scenario_with(&s, &opts).0;
+    assert_eq!(
+        o.per_node[0].stats.unwrap().allocate_one_invocations,
+        20_001
+    );
+    assert_eq!(
+        search_limits(&s, &opts).description,
+        "time limit 60s (run options) and step budget 20000 search steps (run options) per allocation call"
+    );
+}
+
+#[test]
+fn a_deep_unsatisfiable_search_is_proved_unschedulable_past_the_old_step_budget() {
+    // The shape of the random scenarios where devicelet used to answer Timeout at 2 000 000
+    // steps while Go, searching on, proved Unschedulable (issue 19 item 4): C(26, 8) ≈ 1.6·10⁶
+    // combinations, each ending in an impossible request. With the default limits (the
+    // scheduler's 10 s; here a clock that never reaches it) devicelet searches to the end.
+    let clock = FakeClock::new(Duration::ZERO);
+    let o = run_with_clock(&exponential(26, 8, None), &clock);
+    assert_eq!(
+        outcome(&o),
+        OutcomeKind::Unschedulable,
+        "{:?}",
+        o.per_node[0]
+    );
+    let steps = o.per_node[0].stats.unwrap().allocate_one_invocations;
+    assert!(
+        steps > devicelet_allocator::DEFAULT_STEP_BUDGET,
+        "{steps} steps: the old budget would have answered Timeout"
+    );
 }
 
 /// The per-node results (shareIDs included) of a run, without timings.

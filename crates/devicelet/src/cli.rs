@@ -323,6 +323,14 @@ pub struct AllocateArgs {
     /// Explain, per node and request, why no device fits.
     #[arg(long)]
     pub explain: bool,
+    /// Give up each allocation call after this long (e.g. 500ms, 10s), instead of the
+    /// scenario's `timeoutSeconds`. Without any limit: 10s, the scheduler's DRA Filter timeout.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+    /// Give up each allocation call after N search steps, instead of the scenario's
+    /// `stepBudget` (deterministic: the same on any machine).
+    #[arg(long, value_name = "N")]
+    pub step_budget: Option<u64>,
     /// Output selection.
     #[command(flatten)]
     pub output: OutputArgs,

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -18,7 +18,8 @@ use super::{ALLOCATION_RESULTS_MAX_SIZE, Allocator, DeviceData, Pool, Result};
 use crate::fasthash::FastMap;
 use crate::quantity::Quantity;
 use crate::types::{
-    AllocError, AllocateOptions, ErrorClass, RandomShareIds, Semantics, ShareIdSource,
+    AllocError, AllocateOptions, Clock, ErrorClass, RandomShareIds, Semantics, ShareIdSource,
+    TIME_CHECK_INTERVAL,
 };
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -88,7 +89,8 @@ pub(super) struct Search<'r, 'a> {
     pub(super) claim_base: usize,
     pub(super) steps: u64,
     pub(super) budget: u64,
-    pub(super) deadline: Option<Instant>,
+    /// The time limit: the clock and the reading at which the call gives up.
+    pub(super) deadline: Option<(&'r dyn Clock, Duration)>,
     /// Source of shareIDs (`None`: random UUIDs like Go).
     pub(super) share_ids: Option<&'r dyn ShareIdSource>,
 }
@@ -136,8 +138,11 @@ impl<'r, 'a> Search<'r, 'a> {
             results: Vec::new(),
             claim_base: 0,
             steps: 0,
-            budget: options.step_budget,
-            deadline: options.deadline,
+            budget: options.step_budget.unwrap_or(u64::MAX),
+            deadline: options.time_limit.as_ref().map(|t| {
+                let clock: &'r dyn Clock = t.clock.as_ref();
+                (clock, clock.now().saturating_add(t.limit))
+            }),
             share_ids: options.share_ids.as_deref(),
         }
     }
@@ -207,10 +212,11 @@ impl<'r, 'a> Search<'r, 'a> {
                 ),
             )));
         }
-        if self.steps.is_multiple_of(1024)
-            && let Some(d) = self.deadline
-            && Instant::now() >= d
+        if self.steps.is_multiple_of(TIME_CHECK_INTERVAL)
+            && let Some((clock, at)) = self.deadline
+            && clock.now() >= at
         {
+            // Go's text when the scheduler's Filter context expires; `--explain` names the limit.
             return Err(Stop::from(AllocError::new(
                 ErrorClass::Timeout,
                 "filter operation aborted: context deadline exceeded",

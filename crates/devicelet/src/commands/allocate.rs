@@ -9,7 +9,8 @@ use std::path::Path;
 use anyhow::Context;
 use devicelet_allocator::explain::Explanation;
 use devicelet_allocator::scenario::{
-    AllocationOutcome, RunOptions, parse_scenario, render_outcome_table, run_scenario_with,
+    AllocationOutcome, RunOptions, SearchLimits, parse_scenario, render_outcome_table,
+    run_scenario_with, search_limits,
 };
 
 use crate::cli::{AllocateArgs, OutputFormat};
@@ -18,8 +19,15 @@ use crate::output;
 /// Runs the command. Exit status is 0 whenever the scenario could be read and run, whatever
 /// the outcome (an unschedulable claim is an answer, not a failure of the command).
 pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
+    // Search limits: the flags, else the scenario's, else the scheduler's Filter timeout.
+    let options = RunOptions {
+        explain: args.explain,
+        step_budget: args.step_budget,
+        time_limit: args.timeout,
+        ..RunOptions::default()
+    };
     if let Some(dir) = &args.batch {
-        return run_batch(dir);
+        return run_batch(dir, &options);
     }
     let file = args
         .file
@@ -36,23 +44,26 @@ pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
     };
     let scenario = parse_scenario(&bytes)
         .with_context(|| format!("scenario {} is not valid", file.display()))?;
-    let (outcome, explanation) = run_scenario_with(
-        &scenario,
-        &RunOptions {
-            explain: args.explain,
-            ..RunOptions::default()
-        },
-    );
+    let (outcome, explanation) = run_scenario_with(&scenario, &options);
     match explanation.filter(|_| args.explain) {
         None => output::print(args.output.output, &outcome, render_outcome_table),
-        Some(explanation) => print_explained(args.output.output, &outcome, &explanation),
+        Some(explanation) => print_explained(
+            args.output.output,
+            &outcome,
+            &explanation,
+            &search_limits(&scenario, &options),
+        ),
     }
 }
 
 /// `--batch DIR`: one compact outcome per line for every `*.json` file in DIR, in lexical
 /// order. A file that cannot be read or parsed is reported on stderr and skipped, and the
 /// command then fails at the end, so one bad scenario does not hide the others' results.
-fn run_batch(dir: &Path) -> anyhow::Result<()> {
+fn run_batch(dir: &Path, options: &RunOptions) -> anyhow::Result<()> {
+    let options = RunOptions {
+        explain: false,
+        ..options.clone()
+    };
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("reading batch directory {}", dir.display()))?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -74,7 +85,7 @@ fn run_batch(dir: &Path) -> anyhow::Result<()> {
                 continue;
             }
         };
-        let (outcome, _) = run_scenario_with(&scenario, &RunOptions::default());
+        let (outcome, _) = run_scenario_with(&scenario, &options);
         serde_json::to_writer(&mut out, &outcome)?;
         out.write_all(b"\n")?;
     }
@@ -88,22 +99,29 @@ fn run_batch(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// JSON/YAML: the outcome object with an extra `explanation` key; table: the outcome table
-/// followed by one block per node that did not fit.
+/// JSON/YAML: the outcome object with an extra `explanation` key (with `searchLimits`: which
+/// limit bounded each allocation call); table: the outcome table, the search limit and one
+/// block per node that did not fit.
 fn print_explained(
     format: OutputFormat,
     outcome: &AllocationOutcome,
     explanation: &Explanation,
+    limits: &SearchLimits,
 ) -> anyhow::Result<()> {
     if format == OutputFormat::Table {
         let mut text = render_outcome_table(outcome);
+        text.push_str(&format!("\nsearch limit: {}\n", limits.description));
         text.push_str(&render_explanation(explanation));
         print!("{text}");
         return Ok(());
     }
     let mut value = serde_json::to_value(outcome)?;
     if let Some(map) = value.as_object_mut() {
-        map.insert("explanation".into(), serde_json::to_value(explanation)?);
+        let mut explained = serde_json::to_value(explanation)?;
+        if let Some(e) = explained.as_object_mut() {
+            e.insert("searchLimits".into(), serde_json::to_value(limits)?);
+        }
+        map.insert("explanation".into(), explained);
     }
     output::print(format, &value, |_| String::new())
 }
