@@ -12,11 +12,12 @@
 //! errors included, and an error is only raised when the search reaches that pair, as in Go
 //! (§2.5). The per-device node check is node-dependent and is never cached across nodes.
 //!
-//! One file per stage, in the order a call runs them: [`snapshot`] and [`allocated`] (inputs
-//! prepared once), `pools` (gather), `setup` (request set-up) with `request`, `selectors` and
-//! `capacity`, `constraints`, `taints` and `counters` (the checks), `search` and `results`. This
-//! file owns the types they share (the allocator, prepared slices and devices, pools); the stage
-//! files depend on it and on earlier stages only.
+//! One file per stage, in the order a call runs them: `snapshot` and `allocated` (inputs
+//! prepared once), `pools` (gather), `setup` (request set-up, with the `request` data and the
+//! `selectors`), the checks (`capacity`, `constraints`, `taints`, `counters`), `search` and
+//! `results`. This file owns the types they share (the allocator, prepared slices and devices,
+//! pools); the stage files use it and each other without cycles (the checks use nothing but
+//! this file; `results` is the only user of `search`).
 
 mod allocated;
 mod capacity;
