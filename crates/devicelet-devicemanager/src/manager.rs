@@ -110,6 +110,8 @@ pub(crate) struct Endpoint {
     pub(crate) client: Option<Arc<dyn DevicePluginClient>>,
     pub(crate) stopped_at: Option<Instant>,
     stream_task: Option<AbortHandle>,
+    /// Whether this endpoint sent at least one `ListAndWatch` snapshot.
+    reported: bool,
 }
 
 impl Endpoint {
@@ -369,6 +371,7 @@ impl DeviceManager {
                 client: Some(client),
                 stopped_at: None,
                 stream_task: Some(task.abort_handle()),
+                reported: false,
             };
             state.inactive.remove(resource);
             match state.resources.get_mut(resource) {
@@ -460,6 +463,7 @@ impl DeviceManager {
                         client: None,
                         stopped_at: Some(now),
                         stream_task: None,
+                        reported: false,
                     },
                     devices: Some(ResourceDevices::default()),
                 },
@@ -492,6 +496,24 @@ impl DeviceManager {
             self.inner.notify();
         }
         report
+    }
+
+    /// Resources known from the checkpoint whose plugin has not registered and sent its
+    /// first device list since start (spec §1.7). Admitting a new pod that needs one of them
+    /// before its plugin is back fails with "no devices" (ecosystem A1 rows 4 and 8: pods
+    /// rejected and replicas churned after a kubelet restart); cluster mode waits for this
+    /// list to empty, bounded, before it admits new pods.
+    pub fn awaiting_reregistration(&self) -> Vec<String> {
+        let state = self.inner.lock();
+        state
+            .resources
+            .iter()
+            .filter(|(_, entry)| {
+                entry.endpoint.source == RegistrationSource::Checkpoint
+                    || (entry.endpoint.stopped_at.is_none() && !entry.endpoint.reported)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// The inventory for `devicelet get resources`. Runs the same grace-period expiry as
@@ -691,6 +713,7 @@ impl Inner {
             summary.changed = set.count_changes_from(previous);
         }
         entry.devices = Some(set);
+        entry.endpoint.reported = true;
         drop(state);
         if summary.duplicate_ids > 0 || summary.empty_ids > 0 {
             warn!(

@@ -354,6 +354,22 @@ async fn s1_7_restored_resources_report_zero_then_expire() {
 }
 
 #[tokio::test]
+async fn restored_resource_awaits_reregistration_until_its_first_snapshot() {
+    // Ecosystem A1 rows 4 and 8: after a restart a resource is "back" only once its plugin
+    // registered again AND sent a device list; registering alone is not enough.
+    let h = harness();
+    h.manager.restore_registered([RES]);
+    assert_eq!(h.manager.awaiting_reregistration(), vec![RES.to_owned()]);
+    let plugin = h.plugin("gpu.sock");
+    h.manager.register(&request("gpu.sock")).await.unwrap();
+    settle_until(|| plugin.opened_streams() == 1).await;
+    assert_eq!(h.manager.awaiting_reregistration(), vec![RES.to_owned()]);
+    plugin.send(devs(2));
+    settle_until(|| h.counts() == Some((2, 2))).await;
+    assert!(h.manager.awaiting_reregistration().is_empty());
+}
+
+#[tokio::test]
 async fn snapshot_json_uses_design_keys() {
     let h = harness();
     let plugin = h.plugin("gpu.sock");

@@ -40,6 +40,10 @@ pub trait NodeCore: Send + Sync + 'static {
     /// UIDs of every admitted pod.
     fn admitted(&self) -> Vec<String>;
 
+    /// Resources the node knew before it restarted whose plugin has not registered again and
+    /// reported its devices yet (admitting a pod that needs one now would fail).
+    fn awaiting_plugins(&self) -> Vec<String>;
+
     /// Device plugin resources (`GetCapacity`).
     fn capacity(&self) -> DeviceCapacity;
 

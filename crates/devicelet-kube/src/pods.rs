@@ -16,11 +16,17 @@
 //!   restarted devicelet resumes from its checkpoint and the API: admission is idempotent by
 //!   UID, so no pod is admitted twice and a running pod keeps its devices.
 //!
+//! - after a restart, the first list waits (at most [`PLUGIN_REREGISTRATION_WAIT`]) for the
+//!   device plugins the node had before to register again before admitting new pods: the
+//!   kubelet admits at once and rejects them with `UnexpectedAdmissionError` ("no healthy
+//!   devices"), so a Deployment churns through failed replicas after every kubelet restart
+//!   (k/k#133382, squat/generic-device-plugin#33; ecosystem A1 rows 4 and 8).
+//!
 //! Inventory changes re-report the `allocatedResourcesStatus` of admitted pods (KEP-4680).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -36,6 +42,10 @@ use crate::metrics::ClusterMetrics;
 use crate::node::now_rfc3339;
 use crate::pod_status;
 use crate::status_manager::{Desired, StatusManager};
+
+/// How long the first list after a start waits for the device plugins the node had before
+/// to register again (plugins re-register within seconds of `kubelet.sock` reappearing).
+pub const PLUGIN_REREGISTRATION_WAIT: Duration = Duration::from_secs(30);
 
 /// A pod the node admitted, as last seen.
 #[derive(Debug, Clone)]
@@ -73,6 +83,9 @@ pub struct PodWorker<N, W = StatusManager> {
     rejected: HashSet<String>,
     /// Pods of a relist in progress (between `Init` and `InitDone`).
     listing: Option<Vec<Pod>>,
+    /// Whether the first full list was handled (the plugin wait happens once).
+    listed_once: bool,
+    plugin_wait: Duration,
 }
 
 fn key(pod: &Pod) -> String {
@@ -94,6 +107,47 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             admitted: HashMap::new(),
             rejected: HashSet::new(),
             listing: None,
+            listed_once: false,
+            plugin_wait: PLUGIN_REREGISTRATION_WAIT,
+        }
+    }
+
+    /// Sets how long the first list waits for device plugins to register again.
+    pub fn with_plugin_wait(mut self, wait: Duration) -> Self {
+        self.plugin_wait = wait;
+        self
+    }
+
+    /// Waits until every device plugin the node knew before its restart registered again,
+    /// at most `plugin_wait`.
+    async fn wait_for_plugins(&self) {
+        let started = tokio::time::Instant::now();
+        let mut changes = self.node.inventory_changes();
+        let mut waited = false;
+        loop {
+            let waiting = self.node.awaiting_plugins();
+            if waiting.is_empty() {
+                if waited {
+                    info!(node = %self.node_name, waited_ms = started.elapsed().as_millis() as u64,
+                          "device plugins registered again; admitting pods");
+                }
+                return;
+            }
+            let left = self.plugin_wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                warn!(node = %self.node_name, resources = ?waiting,
+                      "device plugins did not register again in time; admitting pods anyway");
+                return;
+            }
+            if !waited {
+                info!(node = %self.node_name, resources = ?waiting,
+                      "waiting for device plugins to register again before admitting new pods");
+                waited = true;
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                _ = tokio::time::sleep(left.min(Duration::from_secs(1))) => {}
+            }
         }
     }
 
@@ -167,6 +221,18 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             t(a).cmp(&t(b)).then_with(|| key(a).cmp(&key(b)))
         });
         info!(node = %self.node_name, pods = pods.len(), "pods bound to this node listed");
+        if !self.listed_once {
+            self.listed_once = true;
+            let new_pods = pods.iter().any(|p| {
+                p.metadata
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| !self.node.is_admitted(uid))
+            });
+            if new_pods {
+                self.wait_for_plugins().await;
+            }
+        }
         for pod in pods {
             self.apply(pod).await;
         }

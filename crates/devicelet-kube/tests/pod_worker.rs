@@ -17,6 +17,8 @@ use tokio::sync::watch;
 /// A node with `slots` identical devices, one per pod; records every call.
 struct FakeNode {
     slots: usize,
+    /// Resources whose plugin has not registered again yet.
+    awaiting: Mutex<Vec<String>>,
     admitted: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<String>>,
     changes: watch::Sender<u64>,
@@ -26,6 +28,7 @@ impl FakeNode {
     fn new(slots: usize, admitted: &[&str]) -> Arc<Self> {
         Arc::new(FakeNode {
             slots,
+            awaiting: Mutex::new(Vec::new()),
             admitted: Mutex::new(admitted.iter().map(|s| s.to_string()).collect()),
             calls: Mutex::new(Vec::new()),
             changes: watch::channel(0).0,
@@ -78,6 +81,10 @@ impl NodeCore for FakeNode {
             .iter()
             .cloned()
             .collect()
+    }
+
+    fn awaiting_plugins(&self) -> Vec<String> {
+        self.awaiting.lock().expect("lock").clone()
     }
 
     fn capacity(&self) -> DeviceCapacity {
@@ -246,4 +253,55 @@ async fn a_finished_pod_is_released_and_a_deleted_one_too() {
         ["admit x", "admit y", "release x", "release y"]
     );
     assert!(node.admitted().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_new_pods_wait_for_device_plugins_to_register_again() {
+    // a was admitted before the restart; b is new. The plugin comes back after 3 s.
+    let node = FakeNode::new(2, &["a"]);
+    *node.awaiting.lock().expect("lock") = vec!["example.com/gpu".into()];
+    let (w, _rec) = worker(&node);
+    let mut w = w.with_plugin_wait(std::time::Duration::from_secs(30));
+    let back = node.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        back.awaiting.lock().expect("lock").clear();
+        back.changes.send_modify(|v| *v += 1);
+    });
+    let started = tokio::time::Instant::now();
+    w.handle(Event::Init).await;
+    w.handle(Event::InitApply(pod("a", 1))).await;
+    w.handle(Event::InitApply(pod("b", 2))).await;
+    w.handle(Event::InitDone).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(3) && waited < std::time::Duration::from_secs(5),
+        "admission waited for the plugin ({waited:?})"
+    );
+    assert_eq!(node.calls(), ["admit a", "admit b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_plugin_wait_is_bounded() {
+    let node = FakeNode::new(2, &[]);
+    *node.awaiting.lock().expect("lock") = vec!["example.com/gone".into()];
+    let (w, rec) = worker(&node);
+    let mut w = w.with_plugin_wait(std::time::Duration::from_secs(30));
+    let started = tokio::time::Instant::now();
+    w.handle(Event::Init).await;
+    w.handle(Event::InitApply(pod("b", 2))).await;
+    w.handle(Event::InitDone).await;
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(30) && waited < std::time::Duration::from_secs(32),
+        "{waited:?}"
+    );
+    assert_eq!(rec.writes(), [("b".into(), "Running".into())]);
+    // Later lists do not wait again.
+    let started = tokio::time::Instant::now();
+    w.handle(Event::Init).await;
+    w.handle(Event::InitApply(pod("b", 2))).await;
+    w.handle(Event::InitApply(pod("c", 3))).await;
+    w.handle(Event::InitDone).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
 }

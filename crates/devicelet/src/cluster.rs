@@ -67,6 +67,10 @@ impl NodeCore for ClusterNode {
             .collect()
     }
 
+    fn awaiting_plugins(&self) -> Vec<String> {
+        self.pods.manager().awaiting_reregistration()
+    }
+
     fn capacity(&self) -> DeviceCapacity {
         let report = self.pods.manager().capacity();
         DeviceCapacity {
