@@ -17,10 +17,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -122,6 +125,13 @@ impl<N: NodeCore> NodeReporter<N> {
         let mut last_sent: Option<(Value, Instant)> = None;
         let mut last_patch = Instant::now() - MIN_PATCH_INTERVAL;
         let ready_since = now_rfc3339();
+        // The Node object itself is watched so that its deletion or recreation by someone
+        // else is noticed at once, not at the next status change.
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let mut node_events = watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .boxed();
+        let mut seen_in_list = false;
         loop {
             if *shutdown.borrow() {
                 return;
@@ -200,6 +210,31 @@ impl<N: NodeCore> NodeReporter<N> {
             }
             tokio::select! {
                 _ = shutdown.changed() => {}
+                event = node_events.next() => match event {
+                    Some(Ok(Event::Init)) => seen_in_list = false,
+                    Some(Ok(Event::Apply(node) | Event::InitApply(node))) => {
+                        seen_in_list = true;
+                        if node.metadata.uid != registered.as_ref().and_then(|n| n.metadata.uid.clone()) {
+                            // Recreated by someone else: report everything again.
+                            last_sent = None;
+                        }
+                        self.publish_uid(&node);
+                        existing = capacity_of(&node);
+                        registered = Some(node);
+                    }
+                    Some(Ok(Event::Delete(_))) => {
+                        warn!(node = %self.name, "Node object was deleted; registering it again");
+                        registered = None;
+                    }
+                    Some(Ok(Event::InitDone)) if !seen_in_list && registered.is_some() => {
+                        warn!(node = %self.name, "Node object is gone; registering it again");
+                        registered = None;
+                    }
+                    Some(Ok(Event::InitDone)) | None => {}
+                    Some(Err(e)) => {
+                        warn!(node = %self.name, error = %e, "watch of the Node object failed; retrying with back-off");
+                    }
+                },
                 changed = changes.changed() => {
                     if changed.is_err() {
                         // The node core is gone: nothing more to report.
