@@ -265,6 +265,20 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             self.report(&uid);
             return;
         }
+        if self.node.is_admitted(&uid) {
+            // Admitted by an earlier run (the checkpoint): resume reporting, admit nothing.
+            info!(pod = %name, pod_uid = %uid, "pod admitted before a restart; resuming");
+            // Keep the start time already reported, so a restart does not look like one of the pod.
+            let started = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.to_string())
+                .unwrap_or_else(now_rfc3339);
+            self.admitted.insert(uid.clone(), Admitted { pod, started });
+            self.report(&uid);
+            return;
+        }
         let start = Instant::now();
         match self.node.admit(&pod).await {
             Ok(()) => {
