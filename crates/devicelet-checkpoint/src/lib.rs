@@ -10,11 +10,13 @@
 //!   legacy pre-1.20 layout.
 //! * [`dra`] — `dra_manager_state` (JSON envelope + CRC-32 of the inner JSON string).
 //! * [`cpu`] — `cpu_manager_state` v1/v2, and [`cpuset`] strings such as `0-3,8`.
-//! * [`atomic_write`] — durable whole-file replacement.
+//! * [`atomic_write`] — durable whole-file replacement; [`aside`] — moving a damaged file aside
+//!   (`<name>.corrupt-<UTC>[.n]`), never over an earlier one.
 //! * [`store`] — [`store::DeviceStore`]: a journal with per-commit fsync, compacted into the
 //!   kubelet-format file, so an admission costs the same with 10 or 10 000 pods admitted.
 //! * [`inspect`] — recognises and verifies any of these files for `devicelet state inspect`.
 
+pub mod aside;
 pub mod atomic_write;
 pub mod base64;
 pub mod cpu;

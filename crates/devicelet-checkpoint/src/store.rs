@@ -42,15 +42,19 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::aside::{self, move_aside};
 use crate::atomic_write::{self, AtomicWriteError, sync_dir, write_file_atomic};
 use crate::device::{self, DEVICE_CHECKPOINT_FILE, DeviceCheckpointFormat};
 use crate::error::DecodeError;
 use crate::journal::{self, JournalError, JournalHeader, JournalRecord, TornTail, encode_record};
 use crate::state::{Change, DeviceState};
+
+/// Re-exported from [`crate::aside`], where it names the files moved aside.
+pub use crate::aside::utc_timestamp;
 
 /// File name of the journal in devicelet's directory (`R/devicelet/`).
 pub const JOURNAL_FILE: &str = "device-allocations.journal";
@@ -1053,53 +1057,9 @@ fn read_regular(path: &Path) -> Result<FileRead, StoreError> {
         .map_err(|e| StoreError::io(format!("reading {}", path.display()), e))
 }
 
-/// UTC timestamp `YYYYMMDDTHHMMSSZ`.
-pub fn utc_timestamp(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil-from-days (proleptic Gregorian), Howard Hinnant's algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Moves `path` aside to `<path>.<tag>-<timestamp>[.<n>]`, never replacing an existing file.
-fn move_aside(path: &Path, tag: &str) -> io::Result<PathBuf> {
-    let stamp = utc_timestamp(SystemTime::now());
-    let base = format!("{}.{tag}-{stamp}", path.display());
-    let mut candidate = PathBuf::from(&base);
-    let mut n = 1;
-    while fs::symlink_metadata(&candidate).is_ok() {
-        candidate = PathBuf::from(format!("{base}.{n}"));
-        n += 1;
-    }
-    fs::rename(path, &candidate)?;
-    if let Some(dir) = path.parent() {
-        sync_dir(if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        })?;
-    }
-    Ok(candidate)
-}
-
 /// Moves the bad file aside, writes the quarantine marker and builds the error.
 fn quarantine(paths: &StorePaths, bad: &Path, cause: Corruption) -> StoreError {
-    let moved_to = match move_aside(bad, "corrupt") {
+    let moved_to = match move_aside(bad, aside::CORRUPT) {
         Ok(p) => Some(p),
         Err(e) => {
             tracing::error!(file = %bad.display(), error = %e, "could not move the corrupt file aside");
@@ -1239,7 +1199,7 @@ pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverRepor
     let mut rebuilt = None;
     let aside = |p: &Path, moved: &mut Vec<(PathBuf, PathBuf)>| -> Result<(), StoreError> {
         if fs::symlink_metadata(p).is_ok() {
-            let to = move_aside(p, "replaced")
+            let to = move_aside(p, aside::REPLACED)
                 .map_err(|e| StoreError::io(format!("moving {} aside", p.display()), e))?;
             moved.push((p.to_path_buf(), to));
         }
@@ -1346,22 +1306,4 @@ pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverRepor
         imported_entries,
         rebuilt,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_timestamps_are_civil_dates() {
-        assert_eq!(utc_timestamp(UNIX_EPOCH), "19700101T000000Z");
-        assert_eq!(
-            utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_795_305_600 + 3_723)),
-            "20261122T010203Z"
-        );
-        assert_eq!(
-            utc_timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "20000229T000000Z"
-        );
-    }
 }

@@ -30,11 +30,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use devicelet_checkpoint::aside::{self, move_aside};
 use devicelet_checkpoint::atomic_write::{sync_dir, write_file_atomic};
 use devicelet_checkpoint::dra::{self as ckpt, ClaimInfoState, DraDevice, DriverState};
-use devicelet_checkpoint::store::utc_timestamp;
 use devicelet_metrics::Metrics;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -224,26 +224,6 @@ fn read_opt(path: &Path) -> Result<Option<Vec<u8>>, DraError> {
     }
 }
 
-/// Moves `path` aside to `<path>.corrupt-<UTC>[.n]`, never replacing an existing file.
-fn move_aside(path: &Path) -> Result<PathBuf, DraError> {
-    let base = format!(
-        "{}.corrupt-{}",
-        path.display(),
-        utc_timestamp(SystemTime::now())
-    );
-    let mut candidate = PathBuf::from(&base);
-    let mut n = 1;
-    while std::fs::symlink_metadata(&candidate).is_ok() {
-        candidate = PathBuf::from(format!("{base}.{n}"));
-        n += 1;
-    }
-    std::fs::rename(path, &candidate).map_err(io_err("moving aside", path))?;
-    if let Some(dir) = path.parent() {
-        sync_dir(dir).map_err(io_err("fsync", dir))?;
-    }
-    Ok(candidate)
-}
-
 impl ClaimCache {
     /// Opens (or creates) the cache in the kubelet root `state_dir`: loads
     /// `state_dir/dra_manager_state`, or writes an empty one if missing. A damaged file puts the
@@ -286,7 +266,8 @@ impl ClaimCache {
                         }
                     }
                     Err(err) => {
-                        let moved = move_aside(&checkpoint_path)?;
+                        let moved = move_aside(&checkpoint_path, aside::CORRUPT)
+                            .map_err(io_err("moving aside", &checkpoint_path))?;
                         let detail = format!(
                             "{} could not be loaded ({err}); moved aside to {}",
                             checkpoint_path.display(),

@@ -37,6 +37,7 @@ use devicelet_allocator::scenario::{apply_api_defaults, render_explanation_table
 use devicelet_allocator::{
     AllocateOptions, AllocatedState, Allocator, CelFeatures, Features, SelectorCache, Semantics,
 };
+use devicelet_checkpoint::aside::{self, move_aside};
 use devicelet_checkpoint::atomic_write::write_file_atomic;
 use devicelet_dra::pod::{
     POD_CLAIM_NAME_ANNOTATION, container_claim_requests, pod_claim_names, resolve_pod_claim,
@@ -131,26 +132,6 @@ fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// Moves `path` aside to `<path>.corrupt-<UTC>[.n]`, never replacing an existing file.
-fn move_aside(path: &Path) -> Result<PathBuf, DraNodeError> {
-    let base = format!(
-        "{}.corrupt-{}",
-        path.display(),
-        devicelet_checkpoint::store::utc_timestamp(std::time::SystemTime::now())
-    );
-    let mut candidate = PathBuf::from(&base);
-    let mut n = 1;
-    while std::fs::symlink_metadata(&candidate).is_ok() {
-        candidate = PathBuf::from(format!("{base}.{n}"));
-        n += 1;
-    }
-    std::fs::rename(path, &candidate).map_err(store_err(path))?;
-    if let Some(dir) = path.parent() {
-        devicelet_checkpoint::atomic_write::sync_dir(dir).map_err(store_err(dir))?;
-    }
-    Ok(candidate)
-}
-
 /// `devicelet state recover` for DRA (devicelet stopped): clears the claim cache quarantine
 /// (`R/devicelet/dra_manager_state.quarantine`, after a corrupt `R/dra_manager_state`) and the
 /// objects quarantine (after a corrupt `R/devicelet/dra_objects.json`). Returns the markers
@@ -221,11 +202,11 @@ impl LocalStore {
             Ok(bytes) => match serde_json::from_slice(&bytes) {
                 Ok(o) => o,
                 Err(e) => {
-                    let aside = move_aside(&path)?;
+                    let kept = move_aside(&path, aside::CORRUPT).map_err(store_err(&path))?;
                     let detail = format!(
                         "{} could not be read ({e}); kept as {}",
                         path.display(),
-                        aside.display()
+                        kept.display()
                     );
                     write_file_atomic(&marker, format!("{detail}\n").as_bytes()).map_err(|e| {
                         DraNodeError::Store {
