@@ -14,9 +14,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use devicelet_topology::NumaMask;
 use tracing::{debug, info};
 
-use crate::allocation::{AllocationError, DevicePicker, NumaMask, has_topology};
+use crate::allocation::{AllocationError, DevicePicker, has_topology};
 use crate::error::{EndpointError, PluginError};
 use crate::manager::DeviceManager;
 use crate::pod_devices::{

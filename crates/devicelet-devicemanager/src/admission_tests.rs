@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use devicelet_topology::NumaMask;
+
 use crate::test_utils::{AllocateBehaviour, FakeDialer, FakePlugin};
 use crate::{
     AdmissionError, ContainerKind, ContainerRequest, Device, DeviceManager, DeviceManagerConfig,
-    DevicePluginOptions, FakeClock, Health, NumaMask, PluginError, RegisterRequest,
+    DevicePluginOptions, FakeClock, Health, PluginError, RegisterRequest,
 };
 
 const RES: &str = "example.com/gpu";
@@ -164,7 +166,7 @@ async fn c4_numa_affinity_and_preferred_allocation_are_respected() {
     let (m, plugin) = setup(gpus(6), true).await;
     plugin.set_preferred_answer(vec!["g3".into(), "bogus".into()]);
     let mut request = container("p", "c", ContainerKind::App, 1);
-    request.affinity = Some(NumaMask::from_nodes([1]));
+    request.affinity = NumaMask::single(1);
     let chosen = take(&m, request).await;
     assert_eq!(chosen, ["g3"]);
     let asked = plugin.preferred_requests();

@@ -9,6 +9,8 @@
 
 use std::collections::HashSet;
 
+use devicelet_topology::NumaMask;
+
 use crate::types::{Device, PreferredAllocationRequest};
 
 /// Why devices could not be picked. Messages are the kubelet's.
@@ -74,27 +76,6 @@ pub enum AllocationError {
     },
 }
 
-/// A NUMA affinity hint as a bit mask of node IDs 0..=63 (`bitmask.BitMask`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct NumaMask(pub u64);
-
-impl NumaMask {
-    /// A mask with the given nodes set; IDs outside 0..=63 are ignored.
-    pub fn from_nodes(nodes: impl IntoIterator<Item = i64>) -> Self {
-        NumaMask(
-            nodes
-                .into_iter()
-                .filter(|n| (0..64).contains(n))
-                .fold(0, |mask, n| mask | (1u64 << n)),
-        )
-    }
-
-    /// `IsSet`: false for negative IDs and IDs ≥ 64.
-    pub fn is_set(self, node: i64) -> bool {
-        (0..64).contains(&node) && self.0 & (1u64 << node) != 0
-    }
-}
-
 /// `filterByAffinity` result.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AffinitySplit {
@@ -121,7 +102,12 @@ pub fn filter_by_affinity(
     for device in available {
         match device.numa_nodes.as_deref() {
             None | Some([]) => split.no_affinity.push(device.id.clone()),
-            Some(nodes) if nodes.iter().any(|&n| mask.is_set(n)) => {
+            // Negative ids (and ids of 64 and above, see `NumaMask::is_set`) are never in the mask.
+            Some(nodes)
+                if nodes
+                    .iter()
+                    .any(|&n| usize::try_from(n).is_ok_and(|n| mask.is_set(n))) =>
+            {
                 split.aligned.push(device.id.clone())
             }
             Some(_) => split.unaligned.push(device.id.clone()),
@@ -320,13 +306,13 @@ mod tests {
             dev("g", &[-1]),
         ];
         let refs: Vec<&Device> = devices.iter().collect();
-        let split = filter_by_affinity(&refs, Some(NumaMask::from_nodes([0])), true);
+        let split = filter_by_affinity(&refs, Some(NumaMask::from_bits(0b1)), true);
         assert_eq!(split.aligned, ids(&["a", "c"]));
         assert_eq!(split.unaligned, ids(&["b", "f", "g"]));
         assert_eq!(split.no_affinity, ids(&["d", "e"]));
         let none = filter_by_affinity(&refs, None, true);
         assert_eq!(none.no_affinity.len(), 7);
-        let no_topology = filter_by_affinity(&refs, Some(NumaMask::from_nodes([0])), false);
+        let no_topology = filter_by_affinity(&refs, Some(NumaMask::from_bits(0b1)), false);
         assert!(no_topology.aligned.is_empty());
     }
 
@@ -356,7 +342,7 @@ mod tests {
         let free = [dev("a", &[0]), dev("b", &[0]), dev("c", &[1])];
         let refs: Vec<&Device> = free.iter().collect();
         let picker =
-            DevicePicker::new("r", 2, &[], &refs, Some(NumaMask::from_nodes([0])), true).unwrap();
+            DevicePicker::new("r", 2, &[], &refs, Some(NumaMask::from_bits(0b1)), true).unwrap();
         assert!(picker.preferred_request().is_none());
         assert_eq!(picker.finish(None).unwrap(), ids(&["a", "b"]));
     }
@@ -371,7 +357,7 @@ mod tests {
         ];
         let refs: Vec<&Device> = free.iter().collect();
         let picker =
-            DevicePicker::new("r", 2, &[], &refs, Some(NumaMask::from_nodes([0])), true).unwrap();
+            DevicePicker::new("r", 2, &[], &refs, Some(NumaMask::from_bits(0b1)), true).unwrap();
         let request = picker.preferred_request().unwrap();
         assert_eq!(request.available_device_ids, ids(&["a", "b", "c"]));
         assert!(request.must_include_device_ids.is_empty());
@@ -391,7 +377,7 @@ mod tests {
         ];
         let refs: Vec<&Device> = free.iter().collect();
         let picker =
-            DevicePicker::new("r", 3, &[], &refs, Some(NumaMask::from_nodes([0])), true).unwrap();
+            DevicePicker::new("r", 3, &[], &refs, Some(NumaMask::from_bits(0b1)), true).unwrap();
         let request = picker.preferred_request().unwrap();
         // mustInclude = the aligned devices already chosen; available includes them.
         assert_eq!(request.must_include_device_ids, ids(&["a"]));
@@ -455,9 +441,12 @@ mod tests {
     }
 
     #[test]
-    fn numa_mask_ignores_out_of_range_ids() {
-        let mask = NumaMask::from_nodes([0, 63, 64, -1]);
-        assert!(mask.is_set(0) && mask.is_set(63));
-        assert!(!mask.is_set(64) && !mask.is_set(-1));
+    fn devices_on_out_of_range_numa_ids_are_never_aligned() {
+        let devices = [dev("a", &[63]), dev("b", &[64]), dev("c", &[-1])];
+        let refs: Vec<&Device> = devices.iter().collect();
+        let mask = NumaMask::from_bits(u64::MAX);
+        let split = filter_by_affinity(&refs, Some(mask), true);
+        assert_eq!(split.aligned, ids(&["a"]));
+        assert_eq!(split.unaligned, ids(&["b", "c"]));
     }
 }

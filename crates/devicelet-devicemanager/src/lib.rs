@@ -23,7 +23,7 @@ pub mod test_utils;
 pub use admission::{
     AdmissionError, ContainerDevices, ContainerKind, ContainerRequest, PRE_START_TIMEOUT,
 };
-pub use allocation::{AffinitySplit, AllocationError, DevicePicker, NumaMask, filter_by_affinity};
+pub use allocation::{AffinitySplit, AllocationError, DevicePicker, filter_by_affinity};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use devicelet_metrics::Metrics;
 pub use error::{EndpointError, PluginError, RegistrationError};

@@ -378,9 +378,7 @@ impl Alignment {
                     let policy = self.topology.as_ref().map(TopologyManager::policy);
                     reject(policy, &what, &asked, self.machine, &unknown)
                 })?;
-            request.affinity = hint
-                .affinity
-                .map(|m| devicelet_devicemanager::NumaMask(m.bits()));
+            request.affinity = hint.affinity;
             let devices = manager
                 .allocate_container(&request)
                 .await
