@@ -138,7 +138,7 @@ pub enum DiscoveryError {
         /// Its content.
         content: String,
         /// What is wrong.
-        why: String,
+        why: CpuListError,
     },
     /// A `distance` file in a bad format or of the wrong length.
     #[error("bad distance row for NUMA node {node}: {why}")]
@@ -161,4 +161,18 @@ pub enum DiscoveryError {
     /// A machine description that cannot describe a machine.
     #[error("invalid machine description: {0}")]
     BadMachine(String),
+}
+
+/// Why a cpulist (`0-3,8,10-11`) does not parse.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CpuListError {
+    /// An element that is neither a CPU number nor a range of them.
+    #[error("{0:?} is not a CPU or range")]
+    NotACpu(String),
+    /// A range whose end is below its start.
+    #[error("range {0:?} goes backwards")]
+    Backwards(String),
+    /// A range of more than 65 536 CPUs.
+    #[error("range {0:?} is implausibly large")]
+    TooLarge(String),
 }

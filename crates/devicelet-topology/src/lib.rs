@@ -26,7 +26,7 @@ pub use device::{
     AffinityGroups, DeviceHints, DeviceNuma, check_device_numa_nodes, device_hints,
     device_numa_nodes, filter_by_affinity, has_topology_alignment, resource_hints,
 };
-pub use error::{AdmissionError, ConfigError, DiscoveryError, TopologyError};
+pub use error::{AdmissionError, ConfigError, CpuListError, DiscoveryError, TopologyError};
 pub use hint::{HintFamily, ProviderHints, ResourceHints, TopologyHint};
 pub use manager::{
     ContainerSpec, HintMerger, HintProvider, PodAdmission, PodSpec, ProviderError, TopologyManager,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::DiscoveryError;
+use crate::error::{CpuListError, DiscoveryError};
 use crate::mask::{MAX_NUMA_NODES, NumaMask};
 
 /// One NUMA node.
@@ -188,7 +188,7 @@ impl NumaTopology {
 }
 
 /// Parses the kernel's cpulist format (`0-3,8,10-11`, possibly empty for CPU-less nodes).
-pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CpuListError> {
     let mut cpus = vec![];
     if s.is_empty() {
         return Ok(cpus);
@@ -199,17 +199,14 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
             Some((a, b)) => (a, b),
             None => (part, part),
         };
-        let a: u32 = a
-            .parse()
-            .map_err(|_| format!("{part:?} is not a CPU or range"))?;
-        let b: u32 = b
-            .parse()
-            .map_err(|_| format!("{part:?} is not a CPU or range"))?;
+        let not_a_cpu = |_| CpuListError::NotACpu(part.to_owned());
+        let a: u32 = a.parse().map_err(not_a_cpu)?;
+        let b: u32 = b.parse().map_err(not_a_cpu)?;
         if b < a {
-            return Err(format!("range {part:?} goes backwards"));
+            return Err(CpuListError::Backwards(part.to_owned()));
         }
         if b - a > 1 << 16 {
-            return Err(format!("range {part:?} is implausibly large"));
+            return Err(CpuListError::TooLarge(part.to_owned()));
         }
         cpus.extend(a..=b);
     }
