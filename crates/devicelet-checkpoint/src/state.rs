@@ -103,10 +103,26 @@ pub enum Change {
     },
 }
 
+/// Why the store refuses a [`Change`] (or a batch of them) before writing anything.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidChange {
+    /// A field that names something (pod UID, container, resource) is empty.
+    #[error("{0} must not be empty")]
+    EmptyField(&'static str),
+    /// The batch would make a journal record larger than recovery accepts.
+    #[error("commit batch of {bytes} bytes exceeds the journal record limit of {limit} bytes")]
+    BatchTooLarge {
+        /// Encoded size of the batch.
+        bytes: usize,
+        /// The journal's payload limit.
+        limit: u32,
+    },
+}
+
 impl Change {
     /// Checks the fields that must not be empty.
-    pub fn validate(&self) -> Result<(), String> {
-        let empty = |what: &str| Err(format!("{what} must not be empty"));
+    pub fn validate(&self) -> Result<(), InvalidChange> {
+        let empty = |field: &'static str| Err(InvalidChange::EmptyField(field));
         match self {
             Change::AddContainer {
                 pod_uid,

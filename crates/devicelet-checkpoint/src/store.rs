@@ -51,7 +51,7 @@ use crate::atomic_write::{self, AtomicWriteError, sync_dir, write_file_atomic};
 use crate::device::{self, DEVICE_CHECKPOINT_FILE, DeviceCheckpointFormat};
 use crate::error::DecodeError;
 use crate::journal::{self, JournalError, JournalHeader, JournalRecord, TornTail, encode_record};
-use crate::state::{Change, DeviceState};
+use crate::state::{Change, DeviceState, InvalidChange};
 
 /// Re-exported from [`crate::aside`], where it names the files moved aside.
 pub use crate::aside::utc_timestamp;
@@ -191,7 +191,7 @@ pub enum StoreError {
     },
     /// A change is malformed.
     #[error("invalid change: {0}")]
-    InvalidChange(String),
+    InvalidChange(InvalidChange),
     /// A failed write could not be rolled back; the store refuses further commits.
     #[error("device store is unusable after a failed write that could not be rolled back: {0}")]
     Poisoned(String),
@@ -742,11 +742,10 @@ impl Shared {
             .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
         if bytes.len() - journal::RECORD_HEADER_LEN > journal::MAX_PAYLOAD as usize {
             // Recovery would refuse such a record as damaged; refuse it here instead.
-            return Err(StoreError::InvalidChange(format!(
-                "commit batch of {} bytes exceeds the journal record limit of {} bytes",
-                bytes.len(),
-                journal::MAX_PAYLOAD
-            )));
+            return Err(StoreError::InvalidChange(InvalidChange::BatchTooLarge {
+                bytes: bytes.len(),
+                limit: journal::MAX_PAYLOAD,
+            }));
         }
         let written = w.file.write_all(&bytes).and_then(|()| w.file.sync_data());
         if let Err(e) = written {
