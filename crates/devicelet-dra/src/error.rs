@@ -23,6 +23,24 @@ impl From<tonic::Status> for RpcError {
     }
 }
 
+/// Why a DRA driver's `supported_versions` list cannot be used (§1.8; the kubelet's texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VersionError {
+    /// The plugin listed no service.
+    #[error("empty list of supported gRPC services (aka supported versions)")]
+    Empty,
+    /// None of the listed services is one we speak.
+    #[error(
+        "none of services supported by the plugin ({theirs:?}) are supported by the kubelet ({ours:?})"
+    )]
+    NoneSupported {
+        /// The plugin's list.
+        theirs: Vec<String>,
+        /// Ours, in preference order.
+        ours: Vec<&'static str>,
+    },
+}
+
 /// Errors of the registry, the claim cache and the claim source.
 #[derive(Debug, thiserror::Error)]
 pub enum DraError {
@@ -36,7 +54,7 @@ pub enum DraError {
         /// DRA endpoint.
         endpoint: PathBuf,
         /// Why.
-        reason: String,
+        reason: VersionError,
     },
     /// The same `(driver, endpoint)` registered twice (§1.9, E15).
     #[error("endpoint {endpoint} already registered for DRA driver plugin {driver}")]

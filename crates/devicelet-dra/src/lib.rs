@@ -18,12 +18,15 @@
 //! ```ignore
 //! struct DraHandler(devicelet_dra::DraPluginRegistry);
 //! impl devicelet_rpc::plugin_watcher::PluginHandler for DraHandler {
-//!     fn validate(&self, n: &str, ep: &Path, v: &[String]) -> Result<(), String> {
-//!         self.0.watcher_validate(n, ep, v)
+//!     fn validate(&self, n: &str, ep: &Path, v: &[String]) -> Result<(), HandlerError> {
+//!         Ok(self.0.validate(n, ep, v)?)
 //!     }
 //!     fn register(&self, n: String, ep: PathBuf, v: Vec<String>)
-//!         -> BoxFuture<'static, Result<(), String>> { self.0.watcher_register(n, ep, v) }
-//!     fn deregister(&self, n: &str, ep: &Path) { self.0.watcher_deregister(n, ep) }
+//!         -> BoxFuture<'static, Result<(), HandlerError>> {
+//!         let result = self.0.register(&n, &ep, &v).map(|_| ()).map_err(HandlerError::from);
+//!         futures::future::ready(result).boxed()
+//!     }
+//!     fn deregister(&self, n: &str, ep: &Path) { self.0.deregister(n, ep) }
 //! }
 //! let registry = DraPluginRegistry::new(Arc::new(GrpcDraDialer));
 //! watcher.add_handler("DRAPlugin", Arc::new(DraHandler(registry.clone())));
@@ -51,6 +54,6 @@ pub use client::{
     GrpcDraClient, GrpcDraDialer, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,
     UnprepareResponse, grpc_code_name,
 };
-pub use error::{DraError, RpcError};
+pub use error::{DraError, RpcError, VersionError};
 pub use registry::{DraPluginInstance, DraPluginRegistry, choose_service};
 pub use source::{ClaimSource, ClaimSourceError, InMemoryClaimSource};

@@ -13,29 +13,25 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use devicelet_proto::constants::dra::DRA_RPC_TIMEOUT;
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use tracing::info;
 
 use crate::client::{DraPluginClient, DraPluginDialer, DraService};
-use crate::error::DraError;
+use crate::error::{DraError, VersionError};
 
 /// Services we support, in our preference order (`plugin/dra_plugin.go:46-49`).
 pub const SUPPORTED_SERVICES: [DraService; 2] = [DraService::V1, DraService::V1Beta1];
 
 /// Picks the service: first entry of the plugin's list we support (§1.8).
-pub fn choose_service(versions: &[String]) -> Result<DraService, String> {
+pub fn choose_service(versions: &[String]) -> Result<DraService, VersionError> {
     if versions.is_empty() {
-        return Err("empty list of supported gRPC services (aka supported versions)".to_owned());
+        return Err(VersionError::Empty);
     }
     versions
         .iter()
         .find_map(|v| SUPPORTED_SERVICES.into_iter().find(|s| s.as_str() == v))
-        .ok_or_else(|| {
-            let ours: Vec<_> = SUPPORTED_SERVICES.iter().map(|s| s.as_str()).collect();
-            format!(
-                "none of services supported by the plugin ({versions:?}) are supported by the kubelet ({ours:?})"
-            )
+        .ok_or_else(|| VersionError::NoneSupported {
+            theirs: versions.to_vec(),
+            ours: SUPPORTED_SERVICES.iter().map(|s| s.as_str()).collect(),
         })
 }
 
@@ -219,36 +215,5 @@ impl DraPluginRegistry {
             .iter()
             .map(|i| (i.driver.clone(), i.endpoint.clone(), i.service))
             .collect()
-    }
-
-    /// Adapter for the plugin watcher's `PluginHandler::validate` (error text goes to the
-    /// plugin in `NotifyRegistrationStatus`).
-    pub fn watcher_validate(
-        &self,
-        name: &str,
-        endpoint: &Path,
-        versions: &[String],
-    ) -> Result<(), String> {
-        self.validate(name, endpoint, versions)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Adapter for the plugin watcher's `PluginHandler::register`.
-    pub fn watcher_register(
-        &self,
-        name: String,
-        endpoint: PathBuf,
-        versions: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), String>> {
-        let result = self
-            .register(&name, &endpoint, &versions)
-            .map(|_| ())
-            .map_err(|e| e.to_string());
-        futures::future::ready(result).boxed()
-    }
-
-    /// Adapter for the plugin watcher's `PluginHandler::deregister`.
-    pub fn watcher_deregister(&self, name: &str, endpoint: &Path) {
-        self.deregister(name, endpoint);
     }
 }

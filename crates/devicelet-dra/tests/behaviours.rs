@@ -691,11 +691,13 @@ fn s1_8_service_choice_follows_the_plugins_list_order() {
     assert!(
         r(&[])
             .expect_err("empty")
+            .to_string()
             .contains("empty list of supported gRPC services")
     );
     assert!(
         r(&["1.0.0"])
             .expect_err("legacy")
+            .to_string()
             .contains("none of services supported by the plugin")
     );
 }

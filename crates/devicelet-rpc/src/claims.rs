@@ -60,7 +60,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::health::{ResourceHealth, ResourceStatus};
-use crate::plugin_watcher::PluginHandler;
+use crate::plugin_watcher::{HandlerError, PluginHandler};
 
 /// File of the local DRA objects, in `R/devicelet`.
 pub const OBJECTS_FILE: &str = "dra_objects.json";
@@ -1427,10 +1427,13 @@ impl DraHandler {
 }
 
 impl PluginHandler for DraHandler {
-    fn validate(&self, name: &str, endpoint: &Path, versions: &[String]) -> Result<(), String> {
-        self.node
-            .registry
-            .watcher_validate(name, endpoint, versions)
+    fn validate(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), HandlerError> {
+        Ok(self.node.registry.validate(name, endpoint, versions)?)
     }
 
     fn register(
@@ -1438,12 +1441,10 @@ impl PluginHandler for DraHandler {
         name: String,
         endpoint: PathBuf,
         versions: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), String>> {
+    ) -> BoxFuture<'static, Result<(), HandlerError>> {
         let node = Arc::clone(&self.node);
         async move {
-            node.registry
-                .watcher_register(name.clone(), endpoint.clone(), versions)
-                .await?;
+            node.registry.register(&name, &endpoint, &versions)?;
             node.cancel_wipe(&name);
             node.start_health(&name, &endpoint);
             Ok(())
@@ -1453,7 +1454,7 @@ impl PluginHandler for DraHandler {
 
     fn deregister(&self, name: &str, endpoint: &Path) {
         self.node.stop_health(name, endpoint);
-        self.node.registry.watcher_deregister(name, endpoint);
+        self.node.registry.deregister(name, endpoint);
         self.node.schedule_wipe(name);
     }
 }

@@ -30,7 +30,7 @@ pub use devicelet_metrics::Metrics;
 pub use error::{ControlError, RpcError};
 pub use metrics::{DEFAULT_METRICS_ADDRESS, MetricsServer};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
-pub use plugin_watcher::{DevicePluginHandler, PluginHandler, PluginWatcher};
+pub use plugin_watcher::{DevicePluginHandler, HandlerError, PluginHandler, PluginWatcher};
 pub use podresources::{PodResourcesService, TokenBucket};
 pub use pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 pub use registration::RegistrationService;

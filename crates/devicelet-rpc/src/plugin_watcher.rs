@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use devicelet_devicemanager::{DeviceManager, EndpointId, RegistrationSource, validation};
+use devicelet_devicemanager::{
+    DeviceManager, EndpointId, RegistrationError, RegistrationSource, validation,
+};
+use devicelet_dra::DraError;
 use devicelet_proto::constants;
 use devicelet_proto::pluginregistration::v1 as pb;
 use devicelet_proto::pluginregistration::v1::registration_client::RegistrationClient;
@@ -36,17 +39,45 @@ const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(122);
 
+/// Why a handler refused a plugin. Its text is sent to the plugin in
+/// `NotifyRegistrationStatus`, so the device plugin texts are the kubelet's.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The device plugin supports none of the API versions we serve.
+    #[error("manager version, {ours}, is not among plugin supported versions {theirs:?}")]
+    UnsupportedVersion {
+        /// Our device plugin API version.
+        ours: &'static str,
+        /// The versions the plugin listed.
+        theirs: Vec<String>,
+    },
+    /// The device plugin's name is not an extended resource name.
+    #[error("invalid name of device plugin socket: {0}")]
+    InvalidName(RegistrationError),
+    /// The Device Manager refused the registration.
+    #[error(transparent)]
+    DevicePlugin(RegistrationError),
+    /// The DRA driver registry refused the registration.
+    #[error(transparent)]
+    Dra(#[from] DraError),
+}
+
 /// What a plugin type's handler does (`PluginHandler` in `pluginmanager/cache/types.go`).
 pub trait PluginHandler: Send + Sync + 'static {
     /// `ValidatePlugin`: the error text is sent to the plugin.
-    fn validate(&self, name: &str, endpoint: &Path, versions: &[String]) -> Result<(), String>;
+    fn validate(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), HandlerError>;
     /// `RegisterPlugin`.
     fn register(
         &self,
         name: String,
         endpoint: PathBuf,
         versions: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), String>>;
+    ) -> BoxFuture<'static, Result<(), HandlerError>>;
     /// `DeRegisterPlugin`: the registration of `name` made from `endpoint` is gone.
     fn deregister(&self, name: &str, endpoint: &Path);
 }
@@ -69,18 +100,22 @@ impl DevicePluginHandler {
 }
 
 impl PluginHandler for DevicePluginHandler {
-    fn validate(&self, name: &str, _endpoint: &Path, versions: &[String]) -> Result<(), String> {
+    fn validate(
+        &self,
+        name: &str,
+        _endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), HandlerError> {
         if !versions
             .iter()
             .any(|v| v == constants::deviceplugin::VERSION)
         {
-            return Err(format!(
-                "manager version, {}, is not among plugin supported versions {versions:?}",
-                constants::deviceplugin::VERSION
-            ));
+            return Err(HandlerError::UnsupportedVersion {
+                ours: constants::deviceplugin::VERSION,
+                theirs: versions.to_vec(),
+            });
         }
-        validation::validate_resource_name(name)
-            .map_err(|e| format!("invalid name of device plugin socket: {e}"))
+        validation::validate_resource_name(name).map_err(HandlerError::InvalidName)
     }
 
     fn register(
@@ -88,14 +123,14 @@ impl PluginHandler for DevicePluginHandler {
         name: String,
         endpoint: PathBuf,
         _versions: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), String>> {
+    ) -> BoxFuture<'static, Result<(), HandlerError>> {
         let manager = self.manager.clone();
         let registered = Arc::clone(&self.registered);
         async move {
             let id = manager
                 .connect_plugin(&name, endpoint.clone(), RegistrationSource::PluginWatcher)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(HandlerError::DevicePlugin)?;
             registered
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
