@@ -23,14 +23,19 @@ import (
 
 const gpu = "example.com/gpu"
 
-// podSpec is a one-container pod pinned to `nodeName` by label, asking for `gpus` devices.
+// podSpec is a one-container pod asking for `gpus` devices, pinned to `nodeName` by label unless
+// it is empty.
 func podSpec(nodeName string, gpus int64) corev1.PodSpec {
 	limits := corev1.ResourceList{}
 	if gpus > 0 {
 		limits[corev1.ResourceName(gpu)] = *resource.NewQuantity(gpus, resource.DecimalSI)
 	}
+	var selector map[string]string
+	if nodeName != "" {
+		selector = map[string]string{"kubernetes.io/hostname": nodeName}
+	}
 	return corev1.PodSpec{
-		NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},
+		NodeSelector:                  selector,
 		TerminationGracePeriodSeconds: ptr.To[int64](5),
 		Containers: []corev1.Container{{
 			Name:      "main",
@@ -89,16 +94,25 @@ func namespace(t *testing.T, name string) string {
 	return name
 }
 
-// podPhases lists the pods of app `app` in ns as name -> phase (pods being deleted included).
-func podPhases(t *testing.T, ns, app string) (map[string]corev1.PodPhase, []corev1.Pod) {
+// podPhases lists the pods of app `app` in ns as name -> phase (with "/not-ready" and
+// "/deleting" marks); pods being deleted included. A failed list (a busy or restarting API
+// server) is reported in the map and retried by the caller's poll.
+func podPhases(t *testing.T, ns, app string) (map[string]string, []corev1.Pod) {
 	t.Helper()
 	list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil {
-		t.Fatal(err)
+		return map[string]string{"list error": err.Error()}, nil
 	}
-	phases := map[string]corev1.PodPhase{}
+	phases := map[string]string{}
 	for _, p := range list.Items {
-		phases[p.Name] = p.Status.Phase
+		phase := string(p.Status.Phase)
+		if !podReady(&p) {
+			phase += "/not-ready"
+		}
+		if p.DeletionTimestamp != nil {
+			phase += "/deleting"
+		}
+		phases[p.Name] = phase
 	}
 	return phases, list.Items
 }
@@ -117,7 +131,7 @@ func waitForRunning(t *testing.T, ns, app string, n int, timeout time.Duration) 
 			}
 		}
 		pods = items
-		return running == n && len(items) == n, fmt.Sprint(phases)
+		return running == n && len(items) == n && phases["list error"] == "", fmt.Sprint(phases)
 	})
 	return pods
 }

@@ -8,12 +8,15 @@
 //!   (`pkg/kubelet/kubelet_node_status.go`, `nodestatus/setters.go`);
 //! - [`lease`]: renews the node's Lease in `kube-node-lease` (`pkg/kubelet/nodelease`);
 //! - [`pods`]: watches the pods bound to the node, admits them through [`NodeCore`],
-//!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them.
+//!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them;
+//! - [`claims`]: the pods' ResourceClaims read from the API server (one GET each, node
+//!   identity) for the node's DRA preparation.
 //!
 //! Everything the node decides goes through [`NodeCore`]; this crate holds no device state.
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod claims;
 pub mod client;
 pub mod core;
 pub mod error;
@@ -31,11 +34,14 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::claims::ApiClaimSource;
 pub use crate::client::{ClusterSource, connect};
 pub use crate::core::{NodeCore, Rejection, ReleaseError};
 pub use crate::error::ClusterError;
 pub use crate::metrics::ClusterMetrics;
 pub use crate::node_status::{DeviceCapacity, MachineInfo, Readiness};
+/// The API client cluster mode runs on (from [`connect`]).
+pub use kube::Client;
 
 /// What runs the pods' containers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -91,6 +91,32 @@ pub fn running(
     json!({ "status": status })
 }
 
+/// Whether the pod's status in the API agrees with the status patch `desired` on what others may
+/// overwrite: the phase and each condition's status. The node lifecycle controller marks a
+/// node's pods not Ready when its Lease lapsed (e.g. while the API server restarted); the
+/// kubelet's status manager then finds its cached status differs from the API's and writes it
+/// again (`needsReconcile`), and so does devicelet.
+pub fn agrees(pod: &Pod, desired: &Value) -> bool {
+    let Some(status) = pod.status.as_ref() else {
+        return false;
+    };
+    let want = &desired["status"];
+    if want["phase"].as_str() != status.phase.as_deref() {
+        return false;
+    }
+    let have = status.conditions.as_deref().unwrap_or_default();
+    want["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|c| {
+            have.iter().any(|h| {
+                Some(h.type_.as_str()) == c["type"].as_str()
+                    && Some(h.status.as_str()) == c["status"].as_str()
+            })
+        })
+}
+
 /// The container ID devicelet reports: a scheme that says no real runtime ran it.
 pub fn container_id(pod_uid: &str, container: &str) -> String {
     format!("devicelet-sim://{pod_uid}/{container}")
@@ -181,6 +207,25 @@ mod tests {
             v["status"]["message"],
             "Pod was rejected: Resources cannot be allocated with Topology locality"
         );
+    }
+
+    #[test]
+    fn a_status_overwritten_by_others_is_not_in_agreement() {
+        let mut p = pod();
+        let desired = running(&p, "10.0.0.1", "2026-01-01T00:00:00Z", &BTreeMap::new());
+        assert!(!agrees(&p, &desired), "no status yet");
+        p.status = serde_json::from_value(desired["status"].clone()).expect("status");
+        assert!(agrees(&p, &desired));
+        // The node lifecycle controller marks the pod not Ready.
+        if let Some(c) = p
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+        {
+            c.status = "False".into();
+        }
+        assert!(!agrees(&p, &desired));
     }
 
     #[test]

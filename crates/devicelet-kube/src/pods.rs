@@ -35,7 +35,7 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::core::NodeCore;
 use crate::metrics::ClusterMetrics;
@@ -61,6 +61,10 @@ pub trait PodWrites: Send + 'static {
     fn set(&self, uid: &str, namespace: &str, name: &str, desired: Desired);
     /// Pod `uid`'s object is gone.
     fn forget(&self, uid: &str);
+    /// Like `set`, but sent even if it was sent before (the API object lost it).
+    fn resend(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
+        self.set(uid, namespace, name, desired);
+    }
 }
 
 impl PodWrites for StatusManager {
@@ -70,6 +74,10 @@ impl PodWrites for StatusManager {
 
     fn forget(&self, uid: &str) {
         StatusManager::forget(self, uid);
+    }
+
+    fn resend(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
+        StatusManager::resend(self, uid, namespace, name, desired);
     }
 }
 
@@ -262,7 +270,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         }
         if let Some(known) = self.admitted.get_mut(&uid) {
             known.pod = pod;
-            self.report(&uid);
+            self.reconcile(&uid);
             return;
         }
         if self.node.is_admitted(&uid) {
@@ -337,6 +345,16 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
 
     /// Sends the current status of admitted pod `uid`.
     fn report(&self, uid: &str) {
+        self.send_status(uid, false);
+    }
+
+    /// Reports pod `uid` again after a watch event, re-sending the status if the API object no
+    /// longer agrees with it (the node lifecycle controller marked the pod not Ready).
+    fn reconcile(&self, uid: &str) {
+        self.send_status(uid, true);
+    }
+
+    fn send_status(&self, uid: &str, check_api: bool) {
         let Some(known) = self.admitted.get(uid) else {
             return;
         };
@@ -344,8 +362,15 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let status = pod_status::running(&known.pod, &self.host_ip, &known.started, &health);
         let namespace = known.pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = known.pod.metadata.name.as_deref().unwrap_or_default();
-        self.statuses
-            .set(uid, namespace, name, Desired::Status(status));
+        if check_api && !pod_status::agrees(&known.pod, &status) {
+            debug!(pod = %format!("{namespace}/{name}"), pod_uid = %uid,
+                   "pod status in the API differs from what this node reports; sending it again");
+            self.statuses
+                .resend(uid, namespace, name, Desired::Status(status));
+        } else {
+            self.statuses
+                .set(uid, namespace, name, Desired::Status(status));
+        }
     }
 
     /// Re-reports every admitted pod (device health may have changed).

@@ -93,6 +93,18 @@ impl StatusManager {
         let _ = self.queue.send(uid.to_owned());
     }
 
+    /// Sends `desired` for pod `uid` even if it was sent before: the API object no longer
+    /// shows it (someone else wrote the pod's status).
+    pub fn resend(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
+        if let Some(entry) = self.entries().get_mut(uid) {
+            // A write in flight is the answer already; its completion re-checks.
+            if !entry.in_flight {
+                entry.sent = None;
+            }
+        }
+        self.set(uid, namespace, name, desired);
+    }
+
     /// Forgets pod `uid` (its object is gone).
     pub fn forget(&self, uid: &str) {
         self.entries().remove(uid);

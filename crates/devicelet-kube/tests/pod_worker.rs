@@ -131,6 +131,13 @@ impl PodWrites for Recorder {
             .expect("lock")
             .push((uid.to_owned(), "forget".to_owned()));
     }
+
+    fn resend(&self, uid: &str, _namespace: &str, _name: &str, _desired: Desired) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((uid.to_owned(), "resend".to_owned()));
+    }
 }
 
 fn pod(uid: &str, created: i64) -> Pod {
@@ -304,4 +311,44 @@ async fn the_plugin_wait_is_bounded() {
     w.handle(Event::InitApply(pod("c", 3))).await;
     w.handle(Event::InitDone).await;
     assert!(started.elapsed() < std::time::Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_status_overwritten_by_the_node_lifecycle_controller_is_sent_again() {
+    let node = FakeNode::new(1, &[]);
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Init).await;
+    w.handle(Event::InitDone).await;
+    w.handle(Event::Apply(pod("a", 1))).await;
+    let sent = rec.writes();
+    assert_eq!(sent.last(), Some(&("a".into(), "Running".into())));
+
+    // The watch shows the status devicelet wrote: nothing is forced.
+    let mut reported = pod("a", 1);
+    let mut status: k8s_openapi::api::core::v1::PodStatus =
+        serde_json::from_value(serde_json::json!({
+            "phase": "Running",
+            "conditions": [
+                {"type": "PodReadyToStartContainers", "status": "True"},
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": "True"},
+                {"type": "ContainersReady", "status": "True"},
+            ],
+        }))
+        .expect("status");
+    reported.status = Some(status.clone());
+    w.handle(Event::Apply(reported.clone())).await;
+    assert!(!rec.writes().iter().any(|(_, w)| w == "resend"));
+
+    // The node lifecycle controller marks it not Ready (the node's Lease lapsed): sent again.
+    if let Some(c) = status
+        .conditions
+        .as_mut()
+        .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+    {
+        c.status = "False".into();
+    }
+    reported.status = Some(status);
+    w.handle(Event::Apply(reported)).await;
+    assert_eq!(rec.writes().last(), Some(&("a".into(), "resend".into())));
 }

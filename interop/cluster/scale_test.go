@@ -1,0 +1,177 @@
+package cluster
+
+// Many nodes on one machine: N devicelet processes, each with its own root, node identity and
+// example plugin, against the same control plane. Pods go from creation to Running through the
+// real kube-scheduler; the test reports pods/s, devicelet's own admission time (p50/p99, from each
+// node's "pod admitted ... admission_ms" log line) and RSS/CPU per devicelet process.
+//
+//   CLUSTER_SCALE_NODES=100 CLUSTER_SCALE_DEVICES=8 CLUSTER_SCALE_PODS=1000 \
+//     DEVICELET_BIN=$PWD/target/release/devicelet bash interop/cluster/run.sh -run TestScale -v
+//
+// CI runs a small instance (the defaults) so that the path stays exercised.
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// procStats reads a process's resident set (bytes) and user+system CPU time.
+func procStats(pid int) (rss int64, cpu time.Duration) {
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				f := strings.Fields(line)
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				rss = kb * 1024
+			}
+		}
+	}
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name (which may hold spaces) start after the last ')'.
+		f := strings.Fields(string(data)[strings.LastIndexByte(string(data), ')')+2:])
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		cpu = time.Duration(utime+stime) * (time.Second / 100) // USER_HZ is 100 on Linux
+	}
+	return rss, cpu
+}
+
+// admissionTimes collects admission_ms from a devicelet log.
+func admissionTimes(output string) []float64 {
+	var out []float64
+	for _, line := range strings.Split(output, "\n") {
+		if !strings.Contains(line, "devicelet_kube::pods: pod admitted pod=") {
+			continue
+		}
+		if i := strings.Index(line, "admission_ms="); i >= 0 {
+			if v, err := strconv.ParseFloat(strings.Fields(line[i+len("admission_ms="):])[0], 64); err == nil {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted)-1) + 0.5)
+	return sorted[i]
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func TestScaleManyNodes(t *testing.T) {
+	nodes := envInt("CLUSTER_SCALE_NODES", 5)
+	devices := envInt("CLUSTER_SCALE_DEVICES", 8)
+	pods := envInt("CLUSTER_SCALE_PODS", 60)
+	ns := namespace(t, "scale")
+
+	started := time.Now()
+	var all []*node
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := 0; i < nodes; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			n := startNode(t, fmt.Sprintf("scale-%03d", i))
+			n.plugin(t, "--devices", itoa(devices))
+			mu.Lock()
+			all = append(all, n)
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	for _, n := range all {
+		waitForResource(t, n.name, gpu, int64(devices), int64(devices))
+	}
+	t.Logf("%d nodes x %d devices registered and Ready in %s", nodes, devices, time.Since(started).Round(time.Millisecond))
+	time.Sleep(3 * time.Second) // let start-up work settle before the idle reading
+	var idleRSS []float64
+	cpuBefore := map[int]time.Duration{}
+	for _, n := range all {
+		rss, cpu := procStats(n.devicelet.cmd.Process.Pid)
+		idleRSS = append(idleRSS, mib(rss))
+		cpuBefore[n.devicelet.cmd.Process.Pid] = cpu
+	}
+	sort.Float64s(idleRSS)
+
+	// Pods in waves as large as the cluster's devices allow; each wave is created, waited for
+	// Running, then deleted (devicelet releases and deletes the pods) before the next.
+	capacity := nodes * devices
+	var running time.Duration
+	done := 0
+	for wave := 0; done < pods; wave++ {
+		size := min(capacity, pods-done)
+		name := fmt.Sprintf("wave-%d", wave)
+		createdAt := time.Now()
+		createDeploymentAnyNode(t, ns, name, int32(size))
+		waitForRunning(t, ns, name, size, 15*time.Minute)
+		elapsed := time.Since(createdAt)
+		running += elapsed
+		t.Logf("wave %d: %d pods created -> Running in %s (%.1f pods/s)", wave, size, elapsed.Round(time.Millisecond), float64(size)/elapsed.Seconds())
+		if err := controlPlane.admin.AppsV1().Deployments(ns).Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Minute, "wave "+name+" deleted", func() (bool, string) {
+			phases, items := podPhases(t, ns, name)
+			return len(items) == 0 && phases["list error"] == "", fmt.Sprint(len(items), " pods left ", phases["list error"])
+		})
+		done += size
+	}
+
+	var times []float64
+	var busyRSS []float64
+	var cpus []float64
+	for _, n := range all {
+		times = append(times, admissionTimes(n.devicelet.output.String())...)
+		pid := n.devicelet.cmd.Process.Pid
+		rss, cpu := procStats(pid)
+		busyRSS = append(busyRSS, mib(rss))
+		cpus = append(cpus, (cpu - cpuBefore[pid]).Seconds())
+	}
+	sort.Float64s(times)
+	sort.Float64s(busyRSS)
+	sort.Float64s(cpus)
+	if len(times) != pods {
+		t.Fatalf("%d admissions logged, want %d", len(times), pods)
+	}
+	t.Logf("SCALE nodes=%d devices/node=%d pods=%d: %.1f pods/s creation->Running; devicelet admission p50 %.2f ms p99 %.2f ms max %.2f ms; RSS per devicelet idle median %.1f MiB max %.1f MiB, after the pods median %.1f MiB max %.1f MiB; CPU per devicelet during the pods median %.2f s max %.2f s",
+		nodes, devices, pods, float64(pods)/running.Seconds(),
+		quantile(times, 0.5), quantile(times, 0.99), times[len(times)-1],
+		quantile(idleRSS, 0.5), idleRSS[len(idleRSS)-1], quantile(busyRSS, 0.5), busyRSS[len(busyRSS)-1],
+		quantile(cpus, 0.5), cpus[len(cpus)-1])
+	// No device held twice, none leaked: every node is back to all devices free.
+	for _, n := range all {
+		if held := podResources(t, n); len(held) != 0 {
+			t.Fatalf("node %s still holds %v after every pod was deleted", n.name, held)
+		}
+	}
+}
+
+// createDeploymentAnyNode is createDeployment without a node selector: the scheduler spreads the
+// pods over every node with a free device.
+func createDeploymentAnyNode(t *testing.T, ns, name string, replicas int32) {
+	t.Helper()
+	createDeployment(t, ns, name, "", replicas, 1)
+}
