@@ -32,6 +32,17 @@ struct Term {
     fields: Vec<FieldReq>,
 }
 
+/// Why a node selector does not parse: the selector and each invalid field, as
+/// `nodeaffinity.NewNodeSelector`'s aggregated `field.ErrorList` prints them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{selector}: [{}]", .problems.join(", "))]
+pub struct NodeSelectorError {
+    /// The selector as JSON.
+    pub selector: String,
+    /// One `<field path>: <reason>` text per invalid field.
+    pub problems: Vec<String>,
+}
+
 /// A parsed node selector: terms are ORed, requirements inside a term are ANDed.
 #[derive(Clone, Debug)]
 pub struct CompiledNodeSelector {
@@ -45,8 +56,8 @@ pub enum NodeMatchSpec {
     Name(String),
     /// `allNodes: true`.
     All,
-    /// `nodeSelector`, compiled, or the parse error text.
-    Selector(Result<CompiledNodeSelector, String>),
+    /// `nodeSelector`, compiled, or why it does not parse.
+    Selector(Result<CompiledNodeSelector, NodeSelectorError>),
     /// Nothing set: matches no node.
     Nothing,
 }
@@ -75,8 +86,8 @@ impl NodeMatchSpec {
         !matches!(self, NodeMatchSpec::Nothing)
     }
 
-    /// Go's `NodeMatches`. The error is the text after "failed to parse node selector ".
-    pub fn matches(&self, node: &Node) -> Result<bool, String> {
+    /// Go's `NodeMatches`. The error's text is what Go prints after "failed to parse node selector ".
+    pub fn matches(&self, node: &Node) -> Result<bool, NodeSelectorError> {
         match self {
             NodeMatchSpec::Name(n) => Ok(node.metadata.name.as_deref() == Some(n.as_str())),
             NodeMatchSpec::All => Ok(true),
@@ -93,7 +104,7 @@ fn values(req: &NodeSelectorRequirement) -> &[String] {
 
 impl CompiledNodeSelector {
     /// Parses a selector the way `nodeaffinity.NewNodeSelector` validates it.
-    pub fn compile(sel: &NodeSelector) -> Result<CompiledNodeSelector, String> {
+    pub fn compile(sel: &NodeSelector) -> Result<CompiledNodeSelector, NodeSelectorError> {
         let mut terms = Vec::with_capacity(sel.node_selector_terms.len());
         let mut errors = Vec::new();
         for (ti, term) in sel.node_selector_terms.iter().enumerate() {
@@ -171,7 +182,10 @@ impl CompiledNodeSelector {
         if errors.is_empty() {
             Ok(CompiledNodeSelector { terms })
         } else {
-            Err(format!("{}: [{}]", debug_selector(sel), errors.join(", ")))
+            Err(NodeSelectorError {
+                selector: debug_selector(sel),
+                problems: errors,
+            })
         }
     }
 

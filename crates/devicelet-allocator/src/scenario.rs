@@ -1169,18 +1169,32 @@ pub enum OutputFormat {
     Table,
 }
 
+/// An `-o` value that is not one of the [`OutputFormat`]s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown output format {0:?} (json, yaml or table)")]
+pub struct UnknownOutputFormat(pub String);
+
 impl std::str::FromStr for OutputFormat {
-    type Err = String;
+    type Err = UnknownOutputFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "json" => Ok(OutputFormat::Json),
             "yaml" => Ok(OutputFormat::Yaml),
             "table" => Ok(OutputFormat::Table),
-            other => Err(format!(
-                "unknown output format {other:?} (json, yaml or table)"
-            )),
+            other => Err(UnknownOutputFormat(other.to_owned())),
         }
     }
+}
+
+/// Why an outcome could not be rendered (the serializer's message).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// JSON encoding failed.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// YAML encoding failed.
+    #[error(transparent)]
+    Yaml(#[from] serde_yaml::Error),
 }
 
 /// Renders an outcome (and, if given, its explanation) for the CLI: the whole
@@ -1189,27 +1203,21 @@ pub fn render_outcome(
     outcome: &AllocationOutcome,
     explanation: Option<&Explanation>,
     format: OutputFormat,
-) -> Result<String, String> {
+) -> Result<String, RenderError> {
     match format {
         OutputFormat::Json => {
-            let mut v = serde_json::to_value(outcome).map_err(|e| e.to_string())?;
+            let mut v = serde_json::to_value(outcome)?;
             if let (Some(ex), Value::Object(o)) = (explanation, &mut v) {
-                o.insert(
-                    "explanation".into(),
-                    serde_json::to_value(ex).map_err(|e| e.to_string())?,
-                );
+                o.insert("explanation".into(), serde_json::to_value(ex)?);
             }
-            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
+            Ok(serde_json::to_string_pretty(&v)?)
         }
         OutputFormat::Yaml => {
-            let mut v = serde_json::to_value(outcome).map_err(|e| e.to_string())?;
+            let mut v = serde_json::to_value(outcome)?;
             if let (Some(ex), Value::Object(o)) = (explanation, &mut v) {
-                o.insert(
-                    "explanation".into(),
-                    serde_json::to_value(ex).map_err(|e| e.to_string())?,
-                );
+                o.insert("explanation".into(), serde_json::to_value(ex)?);
             }
-            serde_yaml::to_string(&v).map_err(|e| e.to_string())
+            Ok(serde_yaml::to_string(&v)?)
         }
         OutputFormat::Table => {
             let mut out = render_outcome_table(outcome);

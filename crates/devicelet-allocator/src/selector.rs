@@ -10,7 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use devicelet_cel::{CelOptions, CompiledSelector, DeviceView, SelectorCompiler};
+use devicelet_cel::{
+    CelCompileError, CelEvalError, CelOptions, CompiledSelector, DeviceView, SelectorCompiler,
+};
 use k8s_openapi::api::resource::v1::Device;
 
 /// Kubernetes' per-evaluation CEL cost limit (`resourceapi.CELSelectorExpressionMaxCost`).
@@ -50,17 +52,17 @@ impl SelectorCache {
         }
     }
 
-    /// Compiles (or returns the cached) program; the error is the engine's message.
-    pub fn get_or_compile(&self, expression: &str) -> Result<Arc<CompiledSelector>, String> {
+    /// Compiles (or returns the cached) program.
+    pub fn get_or_compile(
+        &self,
+        expression: &str,
+    ) -> Result<Arc<CompiledSelector>, CelCompileError> {
         if let Ok(map) = self.compiled.lock()
             && let Some(p) = map.get(expression)
         {
             return Ok(Arc::clone(p));
         }
-        let program = self
-            .compiler
-            .compile(expression)
-            .map_err(|e| e.to_string())?;
+        let program = self.compiler.compile(expression)?;
         if let Ok(mut map) = self.compiled.lock() {
             map.insert(expression.to_string(), Arc::clone(&program));
         }
@@ -68,13 +70,17 @@ impl SelectorCache {
     }
 }
 
-/// Evaluates one selector on one device; the error is the engine's runtime message.
-pub fn evaluate(program: &CompiledSelector, driver: &str, device: &Device) -> Result<bool, String> {
+/// Evaluates one selector on one device.
+pub fn evaluate(
+    program: &CompiledSelector,
+    driver: &str,
+    device: &Device,
+) -> Result<bool, CelEvalError> {
     let view = DeviceView {
         driver,
         attributes: device.attributes.as_ref(),
         capacity: device.capacity.as_ref(),
         allow_multiple_allocations: device.allow_multiple_allocations,
     };
-    program.matches(&view).map_err(|e| e.to_string())
+    program.matches(&view)
 }

@@ -79,16 +79,17 @@ impl std::fmt::Debug for ClusterSnapshot<'_> {
 /// Why a selector did not produce a boolean.
 #[derive(Clone, Debug)]
 pub(crate) enum ExprError {
-    Compile(String),
-    Runtime(String),
+    Compile(devicelet_cel::CelCompileError),
+    Runtime(devicelet_cel::CelEvalError),
 }
 
 /// One compiled selector expression and its outcome per device instance
 /// (0 = not evaluated, 1 = false, 2 = true, 3 = runtime error kept in `errors`).
 pub(crate) struct ExprSlot {
-    program: std::result::Result<Arc<devicelet_cel::CompiledSelector>, String>,
+    program:
+        std::result::Result<Arc<devicelet_cel::CompiledSelector>, devicelet_cel::CelCompileError>,
     results: Vec<AtomicU8>,
-    errors: Mutex<HashMap<u32, String>>,
+    errors: Mutex<HashMap<u32, devicelet_cel::CelEvalError>>,
 }
 
 impl ExprSlot {
