@@ -960,27 +960,68 @@ impl Const {
 /// failed: ..."): conversions of constants that fail (`int("x")`, `bool(dyn(1))`),
 /// constant null / list / map index keys, and invalid constant regular expressions.
 /// Planning is depth first and stops at the first error.
-pub(crate) fn planning_error(e: &IdedExpr) -> Option<String> {
+pub(crate) fn planning_error(e: &IdedExpr) -> Option<PlanError> {
     fold(e).err()
 }
 
-fn conversion_error(kind: &str, to: &str) -> String {
-    format!("type conversion error from '{kind}' to '{to}'")
+/// Why cel-go's planner refuses an expression: the text after "program instantiation failed: ".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PlanError {
+    /// A conversion function applied to a constant of a type it does not take.
+    #[error("no such overload: {function}({arg})")]
+    NoOverload {
+        /// The conversion function.
+        function: String,
+        /// The constant's type.
+        arg: &'static str,
+    },
+    /// A constant string that does not parse as the target type.
+    #[error("type conversion error from '{from}' to '{to}'")]
+    Conversion {
+        /// The constant's type.
+        from: &'static str,
+        /// The target type.
+        to: &'static str,
+    },
+    /// A constant out of `int` range.
+    #[error("integer overflow")]
+    IntegerOverflow,
+    /// A constant out of `uint` range.
+    #[error("unsigned integer overflow")]
+    UnsignedOverflow,
+    /// Constant bytes that are not UTF-8, converted to a string.
+    #[error("invalid UTF-8 in bytes, cannot convert to string")]
+    InvalidUtf8,
+    /// A constant null, list or map used as an index key.
+    #[error("invalid qualifier type: {0}")]
+    InvalidQualifier(&'static str),
+    /// A constant regular expression that does not compile (the regex crate's last line).
+    #[error("error parsing regexp: {0}")]
+    Regexp(String),
 }
 
-fn convert(function: &str, v: &Const) -> Result<Option<Const>, String> {
-    let no_overload = || Err(format!("no such overload: {function}({})", v.type_name()));
-    let converted: Result<Const, String> = match (function, v) {
+fn conversion_error(from: &'static str, to: &'static str) -> PlanError {
+    PlanError::Conversion { from, to }
+}
+
+fn convert(function: &str, v: &Const) -> Result<Option<Const>, PlanError> {
+    let no_overload = || {
+        Err(PlanError::NoOverload {
+            function: function.to_owned(),
+            arg: v.type_name(),
+        })
+    };
+    let converted: Result<Const, PlanError> = match (function, v) {
         ("dyn", _) => Ok(v.clone()),
         ("int", Const::Int(_)) => Ok(v.clone()),
         ("int", Const::Uint(u)) => i64::try_from(*u)
             .map(Const::Int)
-            .map_err(|_| "integer overflow".into()),
+            .map_err(|_| PlanError::IntegerOverflow),
         ("int", Const::Double(d)) => {
             if d.is_finite() && *d > i64::MIN as f64 && *d < i64::MAX as f64 {
                 Ok(Const::Int(*d as i64))
             } else {
-                Err("integer overflow".into())
+                Err(PlanError::IntegerOverflow)
             }
         }
         ("int", Const::Str(s)) => s
@@ -990,12 +1031,12 @@ fn convert(function: &str, v: &Const) -> Result<Option<Const>, String> {
         ("uint", Const::Uint(_)) => Ok(v.clone()),
         ("uint", Const::Int(i)) => u64::try_from(*i)
             .map(Const::Uint)
-            .map_err(|_| "unsigned integer overflow".into()),
+            .map_err(|_| PlanError::UnsignedOverflow),
         ("uint", Const::Double(d)) => {
             if d.is_finite() && *d >= 0.0 && *d < u64::MAX as f64 {
                 Ok(Const::Uint(*d as u64))
             } else {
-                Err("unsigned integer overflow".into())
+                Err(PlanError::UnsignedOverflow)
             }
         }
         ("uint", Const::Str(s)) => s
@@ -1020,7 +1061,7 @@ fn convert(function: &str, v: &Const) -> Result<Option<Const>, String> {
         ("string", Const::Double(_) | Const::Bool) => return Ok(None),
         ("string", Const::Bytes(b)) => String::from_utf8(b.clone())
             .map(Const::Str)
-            .map_err(|_| "invalid UTF-8 in bytes, cannot convert to string".into()),
+            .map_err(|_| PlanError::InvalidUtf8),
         ("bool", Const::Bool) => Ok(Const::Bool),
         ("bool", Const::Str(s)) => {
             if matches!(
@@ -1050,7 +1091,7 @@ fn convert(function: &str, v: &Const) -> Result<Option<Const>, String> {
 }
 
 /// Folds `e` like cel-go's planner: `Ok(Some)` for a constant, `Ok(None)` otherwise.
-fn fold(e: &IdedExpr) -> Result<Option<Const>, String> {
+fn fold(e: &IdedExpr) -> Result<Option<Const>, PlanError> {
     match &e.expr {
         Expr::Literal(l) => Ok(Some(match l {
             LiteralValue::Boolean(_) => Const::Bool,
@@ -1124,7 +1165,7 @@ fn fold(e: &IdedExpr) -> Result<Option<Const>, String> {
                     _ => None,
                 };
                 if let Some(q) = qualifier {
-                    return Err(format!("invalid qualifier type: {q}"));
+                    return Err(PlanError::InvalidQualifier(q));
                 }
             }
             // Constant patterns are compiled when the program is planned (global
@@ -1145,7 +1186,7 @@ fn fold(e: &IdedExpr) -> Result<Option<Const>, String> {
                     .unwrap_or("")
                     .trim()
                     .to_string();
-                return Err(format!("error parsing regexp: {detail}"));
+                return Err(PlanError::Regexp(detail));
             }
             Ok(None)
         }

@@ -202,8 +202,8 @@ fn compile_on_big_stack(
     if !result_ok {
         return Err(CelCompileError::ResultType(checked.ty.result_name()));
     }
-    if let Some(message) = planning_error {
-        return Err(CelCompileError::ProgramInstantiation(message));
+    if let Some(error) = planning_error {
+        return Err(CelCompileError::ProgramInstantiation(error.to_string()));
     }
     let mut program = rewriter.program;
     program.depth = ast_depth(&expr);
@@ -842,19 +842,21 @@ impl Rewriter<'_> {
     /// Literal-only lists and maps become constants; others are metered.
     fn fold_or_meter(&mut self, e: IdedExpr) -> IdedExpr {
         if is_literal_tree(&e)
-            && let Ok(v) = self.evaluate_constant(&e)
+            && let Some(v) = self.evaluate_constant(&e)
         {
             return self.constant(v);
         }
         call(functions::SIZED, vec![e])
     }
 
-    fn evaluate_constant(&self, e: &IdedExpr) -> Result<Value, String> {
+    /// The value of a literal-only expression; `None` if evaluating it fails or panics, and the
+    /// expression is then metered like any other instead of folded.
+    fn evaluate_constant(&self, e: &IdedExpr) -> Option<Value> {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Value::resolve(e, &self.env.ctx)
         }))
-        .map_err(|_| "panic".to_string())?
-        .map_err(|err| err.to_string())
+        .ok()?
+        .ok()
     }
 
     fn rewrite_select(&mut self, id: u64, s: SelectExpr) -> Result<IdedExpr, CelCompileError> {

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use kube_cel::KubeCelExt;
 use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue};
-use kube_cel::cel::{Context, Value};
+use kube_cel::cel::{Context, ExecutionError, Value};
 
 use crate::functions;
 
@@ -143,13 +143,32 @@ const DEVICELET: &[&str] = &["dyn", "bool"];
 /// (quantities and versions of real slices repeat a lot, so this is rarely reached).
 const VALUE_CACHE_CAPACITY: usize = 16 * 1024;
 
+/// Why a value could not be built from a literal (a quantity, a version, a constant call).
+/// The texts are the CEL library's and the semver crate's.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum LiteralError {
+    /// The CEL function refused the literal.
+    #[error(transparent)]
+    Execution(ExecutionError),
+    /// The CEL library panicked (caught, never propagated).
+    #[error("{function}: internal error")]
+    Panic {
+        /// The function called.
+        function: String,
+    },
+    /// Not a semantic version (strict parsing, as Go's `semver.Parse`); shared because
+    /// failures are cached and `semver::Error` is not `Clone`.
+    #[error("{0}")]
+    Semver(Arc<semver::Error>),
+}
+
 pub(crate) struct Env {
     pub(crate) ctx: Context<'static>,
     known_functions: HashSet<&'static str>,
     /// DRAListTypeAttributes: attribute values are typed `dyn` instead of `any`.
     pub(crate) list_type_attributes: bool,
     quantities: RwLock<HashMap<String, Value>>,
-    versions: RwLock<HashMap<String, Result<Value, String>>>,
+    versions: RwLock<HashMap<String, Result<Value, LiteralError>>>,
 }
 
 impl Env {
@@ -186,7 +205,7 @@ impl Env {
         &self,
         function: &str,
         args: Vec<IdedExpr>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, LiteralError> {
         let call = IdedExpr {
             id: 0,
             expr: Expr::Call(CallExpr {
@@ -200,13 +219,15 @@ impl Env {
         }));
         match result {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("{function}: internal error")),
+            Ok(Err(e)) => Err(LiteralError::Execution(e)),
+            Err(_) => Err(LiteralError::Panic {
+                function: function.to_owned(),
+            }),
         }
     }
 
     /// A capacity value as a kube-cel `kubernetes.Quantity`, cached by its text.
-    pub(crate) fn quantity(&self, text: &str) -> Result<Value, String> {
+    pub(crate) fn quantity(&self, text: &str) -> Result<Value, LiteralError> {
         if let Ok(cache) = self.quantities.read()
             && let Some(v) = cache.get(text)
         {
@@ -224,7 +245,7 @@ impl Env {
 
     /// Whether a version attribute parses (the check Go's conversion makes on every
     /// evaluation), answered from the cache without cloning the value.
-    pub(crate) fn check_version(&self, text: &str) -> Result<(), String> {
+    pub(crate) fn check_version(&self, text: &str) -> Result<(), LiteralError> {
         if let Ok(cache) = self.versions.read()
             && let Some(v) = cache.get(text)
         {
@@ -237,7 +258,7 @@ impl Env {
     /// `semver.Parse`), cached by its text, failures included. Build metadata is dropped
     /// from the value: blang/semver's comparisons (and so Kubernetes' `==`, `compareTo`,
     /// `isGreaterThan`) ignore it, while the Rust `semver` crate orders by it.
-    pub(crate) fn version(&self, text: &str) -> Result<Value, String> {
+    pub(crate) fn version(&self, text: &str) -> Result<Value, LiteralError> {
         if let Ok(cache) = self.versions.read()
             && let Some(v) = cache.get(text)
         {
@@ -247,7 +268,7 @@ impl Env {
             Ok(_) => {
                 self.call_on_literal("semver", vec![string_literal(strip_build_metadata(text))])
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(LiteralError::Semver(Arc::new(e))),
         };
         if let Ok(mut cache) = self.versions.write() {
             if cache.len() >= VALUE_CACHE_CAPACITY {
