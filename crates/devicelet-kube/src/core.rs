@@ -52,4 +52,9 @@ pub trait NodeCore: Send + Sync + 'static {
 
     /// `allocatedResourcesStatus` per container name of an admitted pod (KEP-4680).
     fn resource_health(&self, uid: &str) -> BTreeMap<String, Vec<ResourceStatus>>;
+
+    /// Names of the DRA drivers with at least one connected plugin instance.
+    fn dra_drivers(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

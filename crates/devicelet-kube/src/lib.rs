@@ -9,6 +9,8 @@
 //! - [`lease`]: renews the node's Lease in `kube-node-lease` (`pkg/kubelet/nodelease`);
 //! - [`pods`]: watches the pods bound to the node, admits them through [`NodeCore`],
 //!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them;
+//! - [`slices`]: deletes the ResourceSlices of DRA drivers that stay disconnected (30 s delay,
+//!   also at start) as the kubelet's DRA plugin manager does;
 //! - [`claims`]: the pods' ResourceClaims read from the API server (one GET each, node
 //!   identity) for the node's DRA preparation.
 //!
@@ -27,6 +29,7 @@ pub mod node;
 pub mod node_status;
 pub mod pod_status;
 pub mod pods;
+pub mod slices;
 pub mod status_manager;
 
 use std::sync::Arc;
@@ -108,12 +111,19 @@ impl Cluster {
         let pods = pods::PodWorker::new(
             &config.node_name,
             &config.machine.internal_ip,
-            node,
+            node.clone(),
             statuses,
+        );
+        let janitor = slices::SliceJanitor::new(
+            node,
+            slices::KubeSlices::new(client.clone(), &config.node_name),
+            &config.node_name,
+            Some(metrics.clone()),
         );
         let tasks = vec![
             tokio::spawn(reporter.run(stop.clone())),
             tokio::spawn(lease.run(stop.clone())),
+            tokio::spawn(janitor.run(stop.clone())),
             tokio::spawn(pods.run(client, metrics, stop)),
         ];
         Cluster { shutdown, tasks }

@@ -55,6 +55,21 @@ impl NodeCore for ClusterNode {
         }
     }
 
+    fn dra_drivers(&self) -> Vec<String> {
+        let Some(dra) = self.pods.dra() else {
+            return Vec::new();
+        };
+        let mut drivers: Vec<String> = dra
+            .registry()
+            .list()
+            .into_iter()
+            .map(|(d, _, _)| d)
+            .collect();
+        drivers.sort();
+        drivers.dedup();
+        drivers
+    }
+
     fn is_admitted(&self, uid: &str) -> bool {
         self.pods.snapshot().iter().any(|p| p.pod.uid == uid)
     }
