@@ -64,7 +64,8 @@ async fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Errors quote plugin and driver data (device IDs, resource names): escaped.
+            eprintln!("error: {}", output::terminal_safe(&format!("{err:#}")));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,6 +1,9 @@
 //! Rendering of command results as `table`, `json` or `yaml` (DESIGN.md: every data command
 //! takes `-o`). JSON and YAML use the same serde keys.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
 use serde::Serialize;
 
 use crate::cli::OutputFormat;
@@ -18,14 +21,50 @@ pub fn print<T: Serialize>(
             text
         }
         OutputFormat::Yaml => serde_yaml::to_string(value)?,
-        OutputFormat::Table => table(value),
+        // Device IDs, resource names and CDI names come from plugins and drivers: data, not
+        // terminal input (smarter-device-manager names its devices "\x00", "\x01", ...).
+        OutputFormat::Table => terminal_safe(&table(value)).into_owned(),
     };
     print!("{text}");
     Ok(())
 }
 
-/// Left-aligned columns separated by two spaces.
+/// Whether `c` must not reach a terminal raw: C0 controls other than newline, DEL, C1 controls
+/// (some terminals act on them), and the bidirectional formatting characters that reorder what
+/// is shown ("Trojan Source").
+fn is_unsafe(c: char) -> bool {
+    (c.is_control() && c != '\n')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with every character a terminal would act on written as a visible escape (`\x00`,
+/// `\x1b`, `\u{202e}`); other text, newlines included, is unchanged. JSON and YAML output is
+/// never passed through this: it stays exact.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !is_unsafe(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Left-aligned columns separated by two spaces; cells are made terminal-safe first so the
+/// columns line up with what is shown.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| terminal_safe(c).into_owned()).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -53,4 +92,28 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
         line(row.iter().map(String::as_str).collect());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_become_visible_escapes() {
+        assert_eq!(terminal_safe("gpu-0"), "gpu-0");
+        assert!(matches!(terminal_safe("a\nb"), Cow::Borrowed(_)));
+        assert_eq!(
+            terminal_safe("\u{0}\u{1}\u{1b}[2J\u{7f}"),
+            "\\x00\\x01\\x1b[2J\\x7f"
+        );
+        assert_eq!(terminal_safe("\u{9b}x\u{202e}y"), "\\u{9b}x\\u{202e}y");
+        assert_eq!(terminal_safe("\t"), "\\x09");
+    }
+
+    #[test]
+    fn tables_line_up_with_escaped_cells() {
+        let t = render_table(&["ID", "HEALTH"], &[vec!["\u{0}".into(), "Healthy".into()]]);
+        assert_eq!(t, "ID    HEALTH\n\\x00  Healthy\n");
+        assert!(!t.bytes().any(|b| b < 0x20 && b != b'\n'));
+    }
 }
