@@ -213,6 +213,13 @@ fn pod_error(err: &PodError) -> Response {
         | PodError::Claims(_) => StatusCode::UNPROCESSABLE_ENTITY,
         PodError::Durable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
+    if status == StatusCode::UNPROCESSABLE_ENTITY {
+        // A refused pod: the kubelet's reason and message beside the detail.
+        let (reason, message) = err.kubelet_rejection();
+        let body =
+            serde_json::json!({ "error": err.to_string(), "reason": reason, "message": message });
+        return (status, Json(body)).into_response();
+    }
     error_response(status, &err.to_string())
 }
 
@@ -405,10 +412,21 @@ impl ControlClient {
             Ok(bytes)
         } else {
             // Prefer the `{"error": ...}` message over the raw body.
-            let message = serde_json::from_slice::<serde_json::Value>(&bytes)
-                .ok()
-                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            let json = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+            let field = |name: &str| {
+                json.as_ref()
+                    .and_then(|v| v.get(name).and_then(|e| e.as_str()).map(str::to_owned))
+            };
+            let message =
+                field("error").unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            tracing::debug!(path, status = status.as_u16(), error = %message, "control API answered an error");
+            if let (Some(reason), Some(kubelet_message)) = (field("reason"), field("message")) {
+                return Err(ControlError::Rejected {
+                    reason,
+                    message: kubelet_message,
+                    detail: message,
+                });
+            }
             Err(ControlError::Status {
                 path: path.to_owned(),
                 status: status.as_u16(),

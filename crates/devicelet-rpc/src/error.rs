@@ -90,6 +90,17 @@ pub enum ControlError {
         /// Response body.
         body: String,
     },
+    /// The daemon refused a pod: the kubelet's reason and message (what a user reads); the
+    /// daemon's detail is logged at debug level.
+    #[error("{reason}: {message}")]
+    Rejected {
+        /// CamelCase reason (`UnexpectedAdmissionError`, `TopologyAffinityError`).
+        reason: String,
+        /// The kubelet's message.
+        message: String,
+        /// The daemon's own error text.
+        detail: String,
+    },
     /// The body was not the expected JSON.
     #[error("control API {path} returned invalid JSON: {source}")]
     Json {

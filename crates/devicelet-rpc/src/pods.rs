@@ -70,6 +70,24 @@ pub enum PodError {
 }
 
 impl PodError {
+    /// The reason and message the kubelet gives a pod it refuses for this error
+    /// (`topologymanager` / `lifecycle` admit results): `TopologyAffinityError` for a Topology
+    /// Manager refusal, `UnexpectedAdmissionError` with "Allocate failed due to ..., which is
+    /// unexpected" for every other failure. Cluster mode writes these into the pod's status;
+    /// the CLI prints them.
+    pub fn kubelet_rejection(&self) -> (&'static str, String) {
+        if self.reason() == "TopologyAffinityError" {
+            return (
+                "TopologyAffinityError",
+                "Resources cannot be allocated with Topology locality".to_owned(),
+            );
+        }
+        (
+            "UnexpectedAdmissionError",
+            format!("Allocate failed due to {self}, which is unexpected"),
+        )
+    }
+
     /// A short CamelCase reason for `devicelet_pod_rejections_total{reason}`.
     pub fn reason(&self) -> &'static str {
         match self {

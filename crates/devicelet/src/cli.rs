@@ -21,6 +21,11 @@ pub struct Cli {
     )]
     pub root_dir: PathBuf,
 
+    /// More detail on stderr: `-v` logs at debug level (e.g. the daemon's own detail behind a
+    /// refused pod's kubelet-style reason). `RUST_LOG` overrides it.
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,

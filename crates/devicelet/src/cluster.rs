@@ -23,19 +23,12 @@ impl ClusterNode {
     }
 }
 
-/// The kubelet's reason and message for a refused pod (`topologymanager` `GetPodAdmitResult`):
-/// `TopologyAffinityError` for a Topology Manager refusal, `UnexpectedAdmissionError` with
-/// "Allocate failed due to ..., which is unexpected" for every other failure.
+/// The kubelet's reason and message for a refused pod ([`PodError::kubelet_rejection`]).
 pub fn rejection(err: &PodError) -> Rejection {
-    if err.reason() == "TopologyAffinityError" {
-        return Rejection {
-            reason: "TopologyAffinityError".to_owned(),
-            message: "Resources cannot be allocated with Topology locality".to_owned(),
-        };
-    }
+    let (reason, message) = err.kubelet_rejection();
     Rejection {
-        reason: "UnexpectedAdmissionError".to_owned(),
-        message: format!("Allocate failed due to {err}, which is unexpected"),
+        reason: reason.to_owned(),
+        message,
     }
 }
 

@@ -38,8 +38,12 @@ async fn main() -> std::process::ExitCode {
         | Command::Allocate(_)
         | Command::State(_) => "warn",
     };
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let level = if cli.verbose > 0 {
+        "debug"
+    } else {
+        default_level
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -176,7 +176,9 @@ async fn worker(control: ControlClient, model: Arc<Mutex<Model>>, seed: u64) {
                 m.acked.insert(uid, devices_of(&admitted));
                 m.admitted_total += 1;
             }
-            Err(ControlError::Status { body, .. }) => {
+            Err(
+                ControlError::Status { body, .. } | ControlError::Rejected { detail: body, .. },
+            ) => {
                 // Rejected (plugin not back yet, no free device): nothing was admitted.
                 {
                     let mut m = model.lock().unwrap();

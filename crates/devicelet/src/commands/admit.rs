@@ -33,10 +33,7 @@ pub async fn run(root_dir: &Path, args: AdmitArgs) -> anyhow::Result<()> {
     }
     let body = serde_json::to_vec(&pod).context("encode pod")?;
     let client = ControlClient::new(RootPaths::new(root_dir).control_socket);
-    let admitted = client
-        .admit(body.into())
-        .await
-        .context("admission rejected")?;
+    let admitted = client.admit(body.into()).await.context("pod rejected")?;
     output::print(args.output.output, &admitted, |p| {
         pods_table(std::slice::from_ref(p))
     })
