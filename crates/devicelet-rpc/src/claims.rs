@@ -21,6 +21,10 @@
 //! The seam that replaces the API server: drivers publish their ResourceSlices with
 //! `POST /v1/resourceslices` on the control socket and read claims with
 //! `GET /v1/resourceclaims/{namespace}/{name}` (see docs/dra.md).
+//!
+//! In cluster mode ([`ClaimOrigin::Api`]) there is an API server: claims are read from it (one
+//! GET per claim), the scheduler allocates and reserves them and kube-controller-manager
+//! creates template claims, so admission only checks and prepares (spec cluster.md §3).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -108,6 +112,31 @@ pub enum DraNodeError {
         /// The quarantine marker.
         marker: PathBuf,
     },
+}
+
+// ------------------------------------------------------------------------------ origin
+
+/// Where the node's ResourceClaims come from.
+#[derive(Clone, Default)]
+pub enum ClaimOrigin {
+    /// The local store (`devicelet apply`): admission creates template claims, allocates
+    /// with the structured allocator and reserves claims for the pod, as the control plane
+    /// would.
+    #[default]
+    Local,
+    /// The API server (cluster mode): claims are read through the source, one uncached GET
+    /// each, and only checked (allocated, reserved for the pod, same UID as the checkpoint)
+    /// and prepared; allocation, reservation and template claims belong to the control plane.
+    Api(Arc<dyn ClaimSource>),
+}
+
+impl std::fmt::Debug for ClaimOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimOrigin::Local => f.write_str("Local"),
+            ClaimOrigin::Api(_) => f.write_str("Api"),
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------- store
@@ -473,6 +502,8 @@ pub struct DraNode {
     admission: tokio::sync::Mutex<()>,
     /// Removed pods whose claims are not unprepared yet.
     pending: Mutex<BTreeSet<String>>,
+    /// Where claims come from.
+    origin: ClaimOrigin,
 }
 
 impl std::fmt::Debug for DraNode {
@@ -491,13 +522,15 @@ impl DraNode {
     /// Opens the node's DRA state under the kubelet root `root`: the local store in
     /// `R/devicelet/dra_objects.json` and the claim cache `R/dra_manager_state` (restart
     /// recovery: claims prepared on this boot stay prepared; after a reboot they are prepared
-    /// again).
+    /// again). `origin` says where claims come from; the store also keeps the admitted pods
+    /// with [`ClaimOrigin::Api`].
     pub fn open(
         root: &Path,
         node_name: &str,
         registry: DraPluginRegistry,
         boot: &dyn BootIdSource,
         wipe_delay: Duration,
+        origin: ClaimOrigin,
     ) -> Result<Arc<Self>, DraNodeError> {
         let store = LocalStore::open(root.join("devicelet").join(OBJECTS_FILE))?;
         let cache = ClaimCache::open(root, registry.clone(), boot)?;
@@ -529,7 +562,13 @@ impl DraNode {
             next_wipe: std::sync::atomic::AtomicU64::new(0),
             admission: tokio::sync::Mutex::new(()),
             pending: Mutex::new(pending),
+            origin,
         }))
+    }
+
+    /// Where claims come from.
+    pub fn origin(&self) -> &ClaimOrigin {
+        &self.origin
     }
 
     /// The node name slices are matched against.
@@ -557,6 +596,12 @@ impl DraNode {
     /// re-applied claim keeps its UID and status (the spec is immutable in Kubernetes, so a
     /// changed spec of an allocated claim is refused). Returns `kind/name` per object.
     pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>, DraNodeError> {
+        if let ClaimOrigin::Api(_) = self.origin {
+            // Objects stored here would never be used: admission reads the API server.
+            return Err(DraNodeError::Invalid(
+                "cluster mode: DRA objects come from the API server (use kubectl), not devicelet apply".to_owned(),
+            ));
+        }
         enum Obj {
             Class(Box<DeviceClass>),
             Slice(Box<ResourceSlice>),
@@ -723,6 +768,9 @@ impl DraNode {
         if !has_claims {
             return Ok(None);
         }
+        if let ClaimOrigin::Api(source) = &self.origin {
+            return self.admit_from_api(pod, source.as_ref()).await.map(Some);
+        }
         // Fail-closed before anything is allocated or reserved (a prepare refused afterwards
         // would leave a reservation that cannot be undone until recovery).
         self.store.check_quarantine()?;
@@ -743,6 +791,49 @@ impl DraNode {
         }
         info!(pod_uid = %uid, "claims prepared");
         Ok(Some(resolved))
+    }
+
+    /// Cluster mode admission (spec cluster.md §3): claim names from `spec.resourceClaims`
+    /// (template claims through `status.resourceClaimStatuses`, written by
+    /// kube-controller-manager; a missing entry is "ResourceClaim not created yet"), one GET per
+    /// claim through `source`, which must be allocated, reserved for the pod and, when the
+    /// claim is already prepared, have the checkpointed UID (a replaced claim is refused and
+    /// nothing is prepared; the claim cache does these checks before any driver call). Nothing
+    /// is created, allocated or reserved here. The pod is recorded before the driver is called,
+    /// so a failure leaves nothing behind for a new pod; a re-admitted pod keeps what it had.
+    async fn admit_from_api(
+        &self,
+        pod: &Pod,
+        source: &dyn ClaimSource,
+    ) -> Result<Pod, DraNodeError> {
+        self.store.check_quarantine()?;
+        self.cache.check_quarantine()?;
+        let _serial = self.admission.lock().await;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut resolved = pod.clone();
+        resolved.metadata.namespace = Some(ns_of(&pod.metadata));
+        // Resolved before anything is recorded: an unresolvable pod leaves no trace.
+        pod_claim_names(&resolved)?;
+        let readmission = self.store.lock().pods.contains_key(&uid);
+        let record = resolved.clone();
+        self.store.update(|o| {
+            o.pods.insert(uid.clone(), record);
+        })?;
+        if let Err(err) = self.cache.prepare_resources(&resolved, source).await {
+            if readmission {
+                // A running pod's claims stay prepared; the failure is reported only.
+                warn!(pod_uid = %uid, error = %err, "preparing claims of an admitted pod again failed");
+                return Err(err.into());
+            }
+            warn!(pod_uid = %uid, error = %err, "preparing claims failed; unpreparing them");
+            if let Err(e) = self.release_pod_locked(&uid).await {
+                warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
+                lock(&self.pending).insert(uid);
+            }
+            return Err(err.into());
+        }
+        info!(pod_uid = %uid, "claims from the API server prepared");
+        Ok(resolved)
     }
 
     /// Steps before prepare, in one store update: template claims, allocation, reservation.
@@ -1109,6 +1200,15 @@ impl DraNode {
 
     async fn release_pod_locked(&self, uid: &str) -> Result<(), DraNodeError> {
         self.cache.unprepare_resources(uid).await?;
+        if let ClaimOrigin::Api(_) = self.origin {
+            // From the checkpoint only (no API call, so a force-deleted pod's claims are
+            // released too); reservations and deallocation are the control plane's.
+            self.store.update(|o| {
+                o.pods.remove(uid);
+            })?;
+            info!(pod_uid = %uid, "claims unprepared");
+            return Ok(());
+        }
         self.store.update(|o| {
             o.pods.remove(uid);
             let mut drop = Vec::new();

@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::alignment::{Alignment, AlignmentConfig};
-use crate::claims::{DraHandler, DraNode, UNPREPARE_RETRY_PERIOD};
+use crate::claims::{ClaimOrigin, DraHandler, DraNode, UNPREPARE_RETRY_PERIOD};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
 use crate::durable::DurableState;
@@ -99,6 +99,9 @@ pub struct DaemonConfig {
     pub boot_id_file: PathBuf,
     /// How long published ResourceSlices survive their driver (kubelet: 30 s).
     pub dra_wipe_delay: Duration,
+    /// Where DRA claims come from: the local store (default) or, in cluster mode, the API
+    /// server.
+    pub dra_claims: ClaimOrigin,
 }
 
 impl DaemonConfig {
@@ -115,6 +118,7 @@ impl DaemonConfig {
             node_name: host_name(),
             boot_id_file: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             dra_wipe_delay: crate::claims::DEFAULT_WIPE_DELAY,
+            dra_claims: ClaimOrigin::Local,
         }
     }
 }
@@ -255,6 +259,7 @@ impl Daemon {
             DraPluginRegistry::new(Arc::new(GrpcDraDialer)),
             &ProcBootId::at(&config.boot_id_file),
             config.dra_wipe_delay,
+            config.dra_claims.clone(),
         )
         .map_err(|e| RpcError::Server {
             path: paths.root.clone(),

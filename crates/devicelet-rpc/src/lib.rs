@@ -23,7 +23,7 @@ pub mod test_utils;
 pub mod transport;
 
 pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
-pub use claims::{DraHandler, DraNode, DraNodeError};
+pub use claims::{ClaimOrigin, DraHandler, DraNode, DraNodeError};
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use devicelet_metrics::Metrics;

@@ -12,14 +12,16 @@ use std::path::Path;
 use anyhow::Context;
 use devicelet_devicemanager::DeviceManager;
 use devicelet_rpc::{
-    AlignmentConfig, DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer,
+    AlignmentConfig, ClaimOrigin, DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer,
 };
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::cli::{MetricsAddress, RuntimeArg, ServeArgs};
 use crate::cluster::ClusterNode;
-use devicelet_kube::{Cluster, ClusterConfig, ClusterMetrics, ClusterSource, Runtime};
+use devicelet_kube::{
+    ApiClaimSource, Cluster, ClusterConfig, ClusterMetrics, ClusterSource, Runtime,
+};
 use std::sync::Arc;
 
 /// Runs `serve`.
@@ -39,14 +41,23 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
     let node_name = config.node_name.clone();
+    // Cluster mode: the client exists before the daemon, whose DRA admission reads the pods'
+    // ResourceClaims from the API server instead of the local store.
+    let client = match cluster_source(&args) {
+        Some(source) => {
+            let client = devicelet_kube::connect(&source)
+                .await
+                .context("cluster mode: connect to the API server")?;
+            config.dra_claims = ClaimOrigin::Api(Arc::new(ApiClaimSource::new(client.clone())));
+            Some(client)
+        }
+        None => None,
+    };
     let mut daemon = Daemon::start(config)
         .await
         .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
     let metrics = start_metrics(args.metrics_address, daemon.manager()).await?;
-    let cluster = match cluster_source(&args) {
-        Some(source) => Some(start_cluster(&daemon, source, &node_name, &args).await?),
-        None => None,
-    };
+    let cluster = client.map(|client| start_cluster(&daemon, client, &node_name, &args));
     info!(root = %root_dir.display(), cluster = cluster.is_some(), "devicelet serving");
 
     let failure = tokio::select! {
@@ -76,16 +87,13 @@ fn cluster_source(args: &ServeArgs) -> Option<ClusterSource> {
     }
 }
 
-/// Connects to the API server and starts the cluster front end on the daemon's node.
-async fn start_cluster(
+/// Starts the cluster front end on the daemon's node.
+fn start_cluster(
     daemon: &Daemon,
-    source: ClusterSource,
+    client: devicelet_kube::Client,
     node_name: &str,
     args: &ServeArgs,
-) -> anyhow::Result<Cluster> {
-    let client = devicelet_kube::connect(&source)
-        .await
-        .context("cluster mode: connect to the API server")?;
+) -> Cluster {
     let runtime = match args.runtime {
         RuntimeArg::Simulated => Runtime::Simulated,
     };
@@ -101,7 +109,7 @@ async fn start_cluster(
         runtime = runtime.name(),
         "cluster mode: joining the cluster"
     );
-    Ok(Cluster::start(client, config, node, metrics))
+    Cluster::start(client, config, node, metrics)
 }
 
 /// Reads `--config`: YAML or JSON with KubeletConfiguration field names.

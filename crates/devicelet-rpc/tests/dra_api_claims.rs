@@ -1,0 +1,268 @@
+//! Cluster mode DRA admission ([`ClaimOrigin::Api`]): claims come from the API server (here a
+//! fake claim source), are checked and prepared but never created, allocated or reserved by
+//! the node.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use devicelet_dra::fake::{
+    FakeDialer, FakeDraDriver, add_template_claim, allocated_claim, owned_by_pod, pod_with_claims,
+};
+use devicelet_dra::{
+    ClaimSource, ClaimSourceError, DraPluginRegistry, FixedBootId, InMemoryClaimSource,
+};
+use devicelet_rpc::{ClaimOrigin, DraNode};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
+
+const GPU: &str = "gpu.example.com";
+
+/// The API server as the node sees it: GETs only; a status update fails the test.
+#[derive(Default)]
+struct FakeApi {
+    claims: InMemoryClaimSource,
+    gets: AtomicUsize,
+    updates: AtomicUsize,
+}
+
+impl ClaimSource for FakeApi {
+    fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.claims.get_claim(namespace, name)
+    }
+
+    fn update_status(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        _status: ResourceClaimStatus,
+    ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        self.updates.fetch_add(1, Ordering::SeqCst);
+        futures::future::ready(Err(ClaimSourceError::Other("no writes".to_owned()))).boxed()
+    }
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    api: Arc<FakeApi>,
+    gpu: FakeDraDriver,
+    node: Arc<DraNode>,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dialer = FakeDialer::new();
+    let gpu = FakeDraDriver::new(GPU);
+    dialer.add(&gpu);
+    let registry = DraPluginRegistry::with_call_timeout(Arc::new(dialer), Duration::from_secs(2));
+    registry
+        .register(
+            GPU,
+            Path::new("/plugins/gpu/dra.sock"),
+            &["v1.DRAPlugin".to_owned()],
+        )
+        .expect("register gpu");
+    let api = Arc::new(FakeApi::default());
+    let node = DraNode::open(
+        dir.path(),
+        "node-a",
+        registry,
+        &FixedBootId("boot-1".to_owned()),
+        Duration::from_secs(30),
+        ClaimOrigin::Api(api.clone()),
+    )
+    .expect("open DRA node");
+    Env {
+        _dir: dir,
+        api,
+        gpu,
+        node,
+    }
+}
+
+#[tokio::test]
+async fn allocated_reserved_claim_is_prepared_without_writes() {
+    let e = env();
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-1"]));
+    let pod = pod_with_claims("ns", "p1", "pod-1", &["c1"]);
+    e.node.admit(&pod).await.expect("admitted");
+    assert_eq!(e.gpu.prepared(), vec!["uid-c1".to_owned()]);
+    assert_eq!(e.api.gets.load(Ordering::SeqCst), 1, "one GET per claim");
+    assert_eq!(e.api.updates.load(Ordering::SeqCst), 0, "no status writes");
+    assert!(e.node.has_pod("pod-1"));
+    assert_eq!(
+        e.node.container_cdi_devices("pod-1", "ctr").expect("cdi"),
+        vec![e.gpu.cdi_id("uid-c1")]
+    );
+    // Unprepare from the checkpoint only: the claim is gone from the API already.
+    e.api.claims.remove("ns", "c1");
+    let gets = e.api.gets.load(Ordering::SeqCst);
+    e.node.remove("pod-1").await.expect("removed");
+    assert!(e.gpu.prepared().is_empty());
+    assert_eq!(
+        e.api.gets.load(Ordering::SeqCst),
+        gets,
+        "no API call on remove"
+    );
+    assert!(!e.node.has_pod("pod-1"));
+}
+
+#[tokio::test]
+async fn unallocated_claim_is_refused() {
+    let e = env();
+    let mut claim = allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-1"]);
+    if let Some(s) = claim.status.as_mut() {
+        s.allocation = None;
+    }
+    e.api.claims.insert(claim);
+    let pod = pod_with_claims("ns", "p1", "pod-1", &["c1"]);
+    let err = e.node.admit(&pod).await.expect_err("refused");
+    assert!(err.to_string().contains("not allocated"), "{err}");
+    assert!(e.gpu.prepared().is_empty());
+    assert_eq!(
+        e.api.updates.load(Ordering::SeqCst),
+        0,
+        "never allocated here"
+    );
+    assert!(
+        !e.node.has_pod("pod-1"),
+        "nothing recorded for a refused pod"
+    );
+}
+
+#[tokio::test]
+async fn claim_not_reserved_for_the_pod_is_refused() {
+    let e = env();
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "c1",
+        "uid-c1",
+        &[GPU],
+        &["other-pod"],
+    ));
+    let pod = pod_with_claims("ns", "p1", "pod-1", &["c1"]);
+    let err = e.node.admit(&pod).await.expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("is not allowed to use ResourceClaim c1"),
+        "{err}"
+    );
+    assert!(e.gpu.prepared().is_empty());
+    assert_eq!(
+        e.api.updates.load(Ordering::SeqCst),
+        0,
+        "never reserved here"
+    );
+}
+
+#[tokio::test]
+async fn replaced_claim_is_refused_and_not_prepared() {
+    let e = env();
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "shared",
+        "uid-old",
+        &[GPU],
+        &["pod-1", "pod-2"],
+    ));
+    let pod1 = pod_with_claims("ns", "p1", "pod-1", &["shared"]);
+    e.node.admit(&pod1).await.expect("first pod admitted");
+    // Deleted and recreated with the same name: another UID.
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "shared",
+        "uid-new",
+        &[GPU],
+        &["pod-1", "pod-2"],
+    ));
+    let pod2 = pod_with_claims("ns", "p2", "pod-2", &["shared"]);
+    let err = e.node.admit(&pod2).await.expect_err("refused");
+    assert!(err.to_string().contains("different UID uid-old"), "{err}");
+    assert_eq!(e.gpu.prepared(), vec!["uid-old".to_owned()]);
+    assert_eq!(
+        e.gpu.count("prepare"),
+        1,
+        "the new claim never reached the driver"
+    );
+    assert!(!e.node.has_pod("pod-2"));
+    assert!(e.node.has_pod("pod-1"), "the first pod keeps its claim");
+}
+
+#[tokio::test]
+async fn shared_claim_is_prepared_once() {
+    let e = env();
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "shared",
+        "uid-s",
+        &[GPU],
+        &["pod-1", "pod-2"],
+    ));
+    for (name, uid) in [("p1", "pod-1"), ("p2", "pod-2")] {
+        let pod = pod_with_claims("ns", name, uid, &["shared"]);
+        e.node.admit(&pod).await.expect("admitted");
+    }
+    assert_eq!(e.gpu.count("prepare"), 1);
+    e.node.remove("pod-1").await.expect("removed");
+    assert_eq!(e.gpu.count("unprepare"), 0, "still used by pod-2");
+    e.node.remove("pod-2").await.expect("removed");
+    assert_eq!(e.gpu.count("unprepare"), 1);
+}
+
+#[tokio::test]
+async fn template_claim_is_resolved_through_pod_status() {
+    let e = env();
+    let mut pod = pod_with_claims("ns", "p1", "pod-1", &[]);
+    add_template_claim(&mut pod, "gpu", "gpu-template", Some("p1-gpu-x7k2q"));
+    let claim = allocated_claim("ns", "p1-gpu-x7k2q", "uid-t", &[GPU], &["pod-1"]);
+    e.api.claims.insert(owned_by_pod(claim, "p1", "pod-1"));
+    let admitted = e.node.admit(&pod).await.expect("admitted").expect("pod");
+    assert_eq!(e.gpu.prepared(), vec!["uid-t".to_owned()]);
+    assert_eq!(e.api.gets.load(Ordering::SeqCst), 1);
+    assert_eq!(e.api.claims.list().len(), 1, "no claim created by the node");
+    assert_eq!(admitted.metadata.uid.as_deref(), Some("pod-1"));
+}
+
+#[tokio::test]
+async fn template_claim_not_created_yet_is_refused() {
+    let e = env();
+    let mut pod = pod_with_claims("ns", "p1", "pod-1", &[]);
+    add_template_claim(&mut pod, "gpu", "gpu-template", None);
+    // No status entry at all: kube-controller-manager has not created the claim.
+    if let Some(status) = pod.status.as_mut() {
+        status.resource_claim_statuses = None;
+    }
+    let err = e.node.admit(&pod).await.expect_err("refused");
+    assert!(
+        err.to_string().contains("ResourceClaim not created yet"),
+        "{err}"
+    );
+    assert_eq!(e.api.gets.load(Ordering::SeqCst), 0);
+    assert!(
+        e.api.claims.list().is_empty(),
+        "no claim created by the node"
+    );
+    assert!(!e.node.has_pod("pod-1"));
+}
+
+#[tokio::test]
+async fn apply_is_refused_in_cluster_mode() {
+    let e = env();
+    let doc = serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {}
+    });
+    let err = e.node.apply(vec![doc]).expect_err("refused");
+    assert!(err.to_string().contains("cluster mode"), "{err}");
+}
