@@ -7,6 +7,14 @@
 //! as upstream does. Init containers (including sidecars) are left alone: upstream only looks
 //! at `status.containerStatuses`. Resources are in name order (upstream: map order).
 //!
+//! Deliberate difference: while the resource's plugin is not connected (stopped inside the
+//! grace period, not back after a restart, or gone), its devices are `Unknown`. The 1.36
+//! kubelet keeps reporting the last health the plugin sent (`allDevices` is not touched on
+//! disconnect), so a pod keeps showing `Healthy` for a device nobody watches any more; and an
+//! earlier devicelet reported `Unhealthy`, which claims a fault nobody observed. `Unknown` is
+//! the API's own value for "no current information" (core/v1 `ResourceHealthStatus`) and what
+//! the kubelet reports for DRA devices whose health stream ended.
+//!
 //! The status is computed when pods are shown (`GET /v1/pods`, the watch), from the live
 //! inventory, so a health change reaches the next answer without any bookkeeping.
 
@@ -37,14 +45,30 @@ pub struct ResourceHealth {
     pub health: String,
 }
 
-/// Current health of every device, by resource and device ID.
+/// `ResourceHealthStatus` for a device whose plugin is not connected.
+pub const UNKNOWN: &str = "Unknown";
+
+/// Current health of every device, by resource and device ID; [`UNKNOWN`] for every device of
+/// a resource whose plugin is not serving.
 fn device_health(manager: &DeviceManager) -> HashMap<String, HashMap<String, String>> {
     manager
         .snapshot()
         .resources
         .into_iter()
         .map(|r| {
-            let devices = r.devices.into_iter().map(|d| (d.id, d.health)).collect();
+            let serving = r.endpoint.as_ref().is_some_and(|e| e.state == "Serving");
+            let devices = r
+                .devices
+                .into_iter()
+                .map(|d| {
+                    let health = if serving {
+                        d.health
+                    } else {
+                        UNKNOWN.to_owned()
+                    };
+                    (d.id, health)
+                })
+                .collect();
             (r.name, devices)
         })
         .collect()
@@ -64,10 +88,14 @@ pub fn container_status(
                 .iter()
                 .map(|id| {
                     let current = health.get(resource).and_then(|devices| devices.get(id));
-                    let healthy = current.is_none_or(|h| h == HEALTHY);
+                    let health = match current.map(String::as_str) {
+                        None | Some(HEALTHY) => HEALTHY,
+                        Some(UNKNOWN) => UNKNOWN,
+                        Some(_) => UNHEALTHY,
+                    };
                     ResourceHealth {
                         resource_id: id.clone(),
-                        health: if healthy { HEALTHY } else { UNHEALTHY }.to_owned(),
+                        health: health.to_owned(),
                     }
                 })
                 .collect(),
@@ -121,6 +149,22 @@ mod tests {
             [("d0", "Healthy"), ("d1", "Unhealthy"), ("gone", "Healthy")]
         );
         let json = serde_json::to_value(&status).unwrap();
+
+        // The plugin is not connected: Unknown, not the last report and not Unhealthy.
+        let health = HashMap::from([(
+            "r/a".to_owned(),
+            HashMap::from([
+                ("d0".to_owned(), UNKNOWN.to_owned()),
+                ("d1".to_owned(), UNKNOWN.to_owned()),
+            ]),
+        )]);
+        let status = container_status(&devices, &health);
+        let got: Vec<&str> = status[0]
+            .resources
+            .iter()
+            .map(|r| r.health.as_str())
+            .collect();
+        assert_eq!(got, ["Unknown", "Unknown", "Healthy"]);
         assert_eq!(json[0]["name"], "r/a");
         assert_eq!(json[0]["resources"][1]["resourceID"], "d1");
     }

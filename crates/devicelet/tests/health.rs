@@ -131,3 +131,32 @@ async fn e1_device_health_change_reaches_the_pod_status_watch_and_top() {
     watch.kill().await.unwrap();
     let _ = tokio::time::timeout(Duration::from_secs(5), plugin.terminate()).await;
 }
+
+/// Issue 18 item 5: a plugin that dies leaves its devices' health `Unknown` in the pod status
+/// (the 1.36 kubelet keeps the last reported health; an earlier devicelet said `Unhealthy`),
+/// and the plugin coming back reports them `Healthy` again.
+#[tokio::test]
+async fn a_dead_plugin_leaves_its_devices_unknown_until_it_returns() {
+    let root = Root::new();
+    let _serve = root.serve(&["--metrics-address", "off"]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "4"]);
+    root.wait_counts(GPU, 4, 4).await;
+    let manifest = root.path().join("pod.yaml");
+    std::fs::write(&manifest, POD).unwrap();
+    let (code, _, stderr) = cli(root.path(), &["admit", "-f", manifest.to_str().unwrap()]).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    plugin.kill().await;
+    root.wait_counts(GPU, 4, 0).await;
+    let (_, stdout, _) = cli(root.path(), &["get", "pods", "-o", "json"]).await;
+    let health = health_of(&serde_json::from_str(&stdout).unwrap());
+    assert!(health.iter().all(|(_, h)| h == "Unknown"), "{health:?}");
+    let (_, table, _) = cli(root.path(), &["get", "pods"]).await;
+    assert!(table.contains("Unknown: "), "{table}");
+
+    let _back = root.example_plugin(&["--resource", GPU, "--devices", "4"]);
+    root.wait_counts(GPU, 4, 4).await;
+    let (_, stdout, _) = cli(root.path(), &["get", "pods", "-o", "json"]).await;
+    let health = health_of(&serde_json::from_str(&stdout).unwrap());
+    assert!(health.iter().all(|(_, h)| h == "Healthy"), "{health:?}");
+}

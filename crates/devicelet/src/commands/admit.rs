@@ -124,19 +124,38 @@ fn claim_cell(claim: &serde_json::Value) -> String {
     )
 }
 
-/// `Healthy`, `Unhealthy: id,id` naming the unhealthy devices, or `-` without a status
-/// (no devices, or an init container).
+/// `Healthy`, `Unhealthy: id,id` / `Unknown: id,id` naming the devices that are not healthy
+/// (unhealthy first), or `-` without a status (no devices, or an init container).
 fn health_cell(status: &[devicelet_rpc::health::ResourceStatus]) -> String {
-    let unhealthy: Vec<&str> = status
-        .iter()
-        .flat_map(|s| &s.resources)
-        .filter(|r| r.health != devicelet_devicemanager::HEALTHY)
-        .map(|r| r.resource_id.as_str())
-        .collect();
-    match (status.is_empty(), unhealthy.is_empty()) {
-        (true, _) => "-".to_owned(),
-        (false, true) => "Healthy".to_owned(),
-        (false, false) => format!("Unhealthy: {}", unhealthy.join(",")),
+    if status.is_empty() {
+        return "-".to_owned();
+    }
+    let ids = |health: &str| -> Vec<&str> {
+        status
+            .iter()
+            .flat_map(|s| &s.resources)
+            .filter(|r| r.health == health)
+            .map(|r| r.resource_id.as_str())
+            .collect()
+    };
+    let parts: Vec<String> = [
+        (
+            devicelet_devicemanager::UNHEALTHY,
+            ids(devicelet_devicemanager::UNHEALTHY),
+        ),
+        (
+            devicelet_rpc::health::UNKNOWN,
+            ids(devicelet_rpc::health::UNKNOWN),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, ids)| !ids.is_empty())
+    .map(|(health, ids)| format!("{health}: {}", ids.join(",")))
+    .collect();
+    if parts.is_empty() {
+        "Healthy".to_owned()
+    } else {
+        parts.join("; ")
     }
 }
 
