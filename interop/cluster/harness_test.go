@@ -272,6 +272,12 @@ func (n *node) cli(t *testing.T, args ...string) string {
 // last state cond reported.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	waitForEvery(t, timeout, 200*time.Millisecond, what, cond)
+}
+
+// waitForEvery is waitFor polling every `interval` (large lists poll less often).
+func waitForEvery(t *testing.T, timeout, interval time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
@@ -283,7 +289,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 

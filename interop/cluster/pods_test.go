@@ -121,8 +121,13 @@ func podPhases(t *testing.T, ns, app string) (map[string]string, []corev1.Pod) {
 // exists.
 func waitForRunning(t *testing.T, ns, app string, n int, timeout time.Duration) []corev1.Pod {
 	t.Helper()
+	// Hundreds of pods are listed every second, not five times a second.
+	interval := 200 * time.Millisecond
+	if n > 50 {
+		interval = time.Second
+	}
 	var pods []corev1.Pod
-	waitFor(t, timeout, fmt.Sprintf("%d running pods of %s", n, app), func() (bool, string) {
+	waitForEvery(t, timeout, interval, fmt.Sprintf("%d running pods of %s", n, app), func() (bool, string) {
 		phases, items := podPhases(t, ns, app)
 		running := 0
 		for _, p := range items {
@@ -131,7 +136,11 @@ func waitForRunning(t *testing.T, ns, app string, n int, timeout time.Duration) 
 			}
 		}
 		pods = items
-		return running == n && len(items) == n && phases["list error"] == "", fmt.Sprint(phases)
+		state := fmt.Sprint(phases)
+		if len(state) > 2000 {
+			state = fmt.Sprintf("%d of %d running (%d pods)", running, n, len(items))
+		}
+		return running == n && len(items) == n && phases["list error"] == "", state
 	})
 	return pods
 }

@@ -133,7 +133,7 @@ func TestScaleManyNodes(t *testing.T) {
 		if err := controlPlane.admin.AppsV1().Deployments(ns).Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Minute, "wave "+name+" deleted", func() (bool, string) {
+		waitForEvery(t, 10*time.Minute, time.Second, "wave "+name+" deleted", func() (bool, string) {
 			phases, items := podPhases(t, ns, name)
 			return len(items) == 0 && phases["list error"] == "", fmt.Sprint(len(items), " pods left ", phases["list error"])
 		})
