@@ -504,6 +504,8 @@ pub struct DraNode {
     pending: Mutex<BTreeSet<String>>,
     /// Where claims come from.
     origin: ClaimOrigin,
+    /// Cluster mode after a reboot: pods whose claims are to be prepared again.
+    reprepare: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for DraNode {
@@ -549,6 +551,14 @@ impl DraNode {
                 .cloned()
                 .collect()
         };
+        // After a reboot the kubelet's pod sync prepares every pod's claims again; in cluster
+        // mode nothing admits a resumed pod again, so the node does it (see `run`).
+        let reprepare: BTreeSet<String> = match origin {
+            ClaimOrigin::Api(_) if cache.rebooted() && store.quarantine().is_none() => {
+                store.lock().pods.keys().cloned().collect()
+            }
+            _ => BTreeSet::new(),
+        };
         Ok(Arc::new(DraNode {
             node_name: node_name.to_owned(),
             store: Arc::new(store),
@@ -561,6 +571,7 @@ impl DraNode {
             wipes: Mutex::default(),
             next_wipe: std::sync::atomic::AtomicU64::new(0),
             admission: tokio::sync::Mutex::new(()),
+            reprepare: Mutex::new(reprepare),
             pending: Mutex::new(pending),
             origin,
         }))
@@ -1279,7 +1290,39 @@ impl DraNode {
             if !lock(&self.pending).is_empty() {
                 self.retry_pending().await;
             }
+            if !lock(&self.reprepare).is_empty() {
+                self.prepare_again().await;
+            }
         }
+    }
+
+    /// Cluster mode after a reboot: prepares the claims of the recorded pods again, once each.
+    /// A pod whose driver has not registered again yet is retried on the next call; any other
+    /// failure is logged and the pod dropped (its claims stay as the checkpoint says). Returns
+    /// how many pods still wait.
+    pub async fn prepare_again(&self) -> usize {
+        let ClaimOrigin::Api(source) = &self.origin else {
+            return 0;
+        };
+        let uids: Vec<String> = lock(&self.reprepare).iter().cloned().collect();
+        for uid in uids {
+            let Some(pod) = self.pod(&uid) else {
+                // Removed meanwhile.
+                lock(&self.reprepare).remove(&uid);
+                continue;
+            };
+            match self.admit_from_api(&pod, source.as_ref()).await {
+                Ok(_) => {
+                    info!(pod_uid = %uid, "claims prepared again after a reboot");
+                }
+                Err(DraNodeError::Dra(e)) if e.is_driver_unavailable() => continue,
+                Err(e) => {
+                    warn!(pod_uid = %uid, error = %e, "preparing claims again after a reboot failed");
+                }
+            }
+            lock(&self.reprepare).remove(&uid);
+        }
+        lock(&self.reprepare).len()
     }
 
     /// `GET /v1/dra`.

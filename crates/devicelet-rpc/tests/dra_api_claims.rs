@@ -50,7 +50,7 @@ impl ClaimSource for FakeApi {
 }
 
 struct Env {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     api: Arc<FakeApi>,
     gpu: FakeDraDriver,
     node: Arc<DraNode>,
@@ -80,7 +80,7 @@ fn env() -> Env {
     )
     .expect("open DRA node");
     Env {
-        _dir: dir,
+        dir,
         api,
         gpu,
         node,
@@ -265,4 +265,50 @@ async fn apply_is_refused_in_cluster_mode() {
     });
     let err = e.node.apply(vec![doc]).expect_err("refused");
     assert!(err.to_string().contains("cluster mode"), "{err}");
+}
+
+#[tokio::test]
+async fn claims_are_prepared_again_after_a_reboot() {
+    let e = env();
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-1"]));
+    let pod = pod_with_claims("ns", "p1", "pod-1", &["c1"]);
+    e.node.admit(&pod).await.expect("admitted");
+    assert_eq!(
+        e.node.prepare_again().await,
+        0,
+        "nothing to do on the same boot"
+    );
+    assert_eq!(e.gpu.count("prepare"), 1);
+
+    // Same root, new boot ID: the driver lost its state; the pod is not admitted again by
+    // anyone, so the node prepares its claims once more.
+    e.gpu.wipe();
+    let dialer = FakeDialer::new();
+    dialer.add(&e.gpu);
+    let registry = DraPluginRegistry::with_call_timeout(Arc::new(dialer), Duration::from_secs(2));
+    let rebooted = DraNode::open(
+        e.dir.path(),
+        "node-a",
+        registry.clone(),
+        &FixedBootId("boot-2".to_owned()),
+        Duration::from_secs(30),
+        ClaimOrigin::Api(e.api.clone()),
+    )
+    .expect("reopen");
+    // The driver has not registered again yet: the pod waits.
+    assert_eq!(rebooted.prepare_again().await, 1);
+    assert!(e.gpu.prepared().is_empty());
+    registry
+        .register(
+            GPU,
+            Path::new("/plugins/gpu/dra.sock"),
+            &["v1.DRAPlugin".to_owned()],
+        )
+        .expect("register gpu");
+    assert_eq!(rebooted.prepare_again().await, 0);
+    assert_eq!(e.gpu.prepared(), vec!["uid-c1".to_owned()]);
+    assert_eq!(rebooted.prepare_again().await, 0, "once");
+    assert_eq!(e.gpu.count("prepare"), 2);
 }
