@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -60,10 +61,23 @@ func runWithControlPlane(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "cluster: up.sh failed:", err)
 		return 1
 	}
-	defer func() {
+	stopAll := func() {
+		children.killAll()
 		down := exec.Command("bash", "down.sh", state)
 		down.Stdout, down.Stderr = os.Stderr, os.Stderr
 		_ = down.Run()
+	}
+	defer stopAll()
+	// An outer timeout (run.sh, CI) sends SIGTERM: stop the control plane and every child
+	// instead of leaving them running (the control plane runs in its own sessions).
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-signals
+		fmt.Fprintf(os.Stderr, "cluster: %v: stopping the control plane and every devicelet\n", s)
+		stopAll()
+		os.RemoveAll(state)
+		os.Exit(2)
 	}()
 	controlPlane.state = state
 	controlPlane.bin = os.Getenv("DEVICELET_TEST_CONTROLPLANE_BIN")
@@ -128,6 +142,34 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// childSet holds every child process the tests started, so a signal can stop them all.
+type childSet struct {
+	mu    sync.Mutex
+	procs map[*exec.Cmd]struct{}
+}
+
+var children = childSet{procs: map[*exec.Cmd]struct{}{}}
+
+func (c *childSet) add(cmd *exec.Cmd) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.procs[cmd] = struct{}{}
+}
+
+func (c *childSet) remove(cmd *exec.Cmd) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.procs, cmd)
+}
+
+func (c *childSet) killAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for cmd := range c.procs {
+		_ = cmd.Process.Kill()
+	}
+}
+
 // process is a child (devicelet serve, an example plugin) with its output kept.
 type process struct {
 	name   string
@@ -145,8 +187,10 @@ func startProcess(t *testing.T, name string, args ...string) *process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
+	children.add(p.cmd)
 	go func() {
 		_ = p.cmd.Wait()
+		children.remove(p.cmd)
 		close(p.exited)
 	}()
 	t.Cleanup(func() {

@@ -16,7 +16,7 @@ name="node-$node"
 openssl req -newkey rsa:2048 -nodes -subj "/O=system:nodes/CN=system:node:$node" \
   -keyout "$pki/$name.key" -out "$pki/$name.csr" 2>/dev/null
 printf 'extendedKeyUsage=clientAuth\n' > "$pki/$name.ext"
-openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 12)" \
   -days 2 -extfile "$pki/$name.ext" -out "$pki/$name.crt" 2>/dev/null
 cat > "$state/$name.kubeconfig" <<KC
 apiVersion: v1

@@ -23,6 +23,20 @@ DEVICELET_TEST_CONTROLPLANE_BIN="$(bash "$here/build.sh")"
 export DEVICELET_TEST_CONTROLPLANE_BIN
 cd "$here"
 go vet ./...
-go test -count=1 -run '^$' ./... >/dev/null
-timeout --kill-after=30s "${CLUSTER_E2E_TIMEOUT:-900}s" \
-  go test -count=1 -p 1 -timeout "${CLUSTER_E2E_TIMEOUT:-900}s" "$@" ./...
+# The test binary runs under the timeout itself (not under `go test`, which would not pass the
+# SIGTERM on): on timeout it stops the control plane and every devicelet it started.
+bin_dir="$(mktemp -d)"
+trap 'rm -rf "$bin_dir"' EXIT
+go test -c -o "$bin_dir/cluster.test" .
+limit="${CLUSTER_E2E_TIMEOUT:-900}"
+# `go test` flags for the test binary: -v, -run X become -test.v, -test.run X.
+args=()
+for a in "$@"; do
+  case "$a" in
+    -test.*) args+=("$a") ;;
+    -*) args+=("-test.${a#-}") ;;
+    *) args+=("$a") ;;
+  esac
+done
+timeout --kill-after=30s "${limit}s" \
+  "$bin_dir/cluster.test" -test.count=1 -test.timeout "$((limit + 60))s" ${args[@]+"${args[@]}"}

@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,23 +84,11 @@ func TestScaleManyNodes(t *testing.T) {
 
 	started := time.Now()
 	var all []*node
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
 	for i := 0; i < nodes; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			n := startNode(t, fmt.Sprintf("scale-%03d", i))
-			n.plugin(t, "--devices", itoa(devices))
-			mu.Lock()
-			all = append(all, n)
-			mu.Unlock()
-		}(i)
+		n := startNode(t, fmt.Sprintf("scale-%03d", i))
+		n.plugin(t, "--devices", itoa(devices))
+		all = append(all, n)
 	}
-	wg.Wait()
 	for _, n := range all {
 		waitForResource(t, n.name, gpu, int64(devices), int64(devices))
 	}

@@ -34,14 +34,14 @@ client_cert() {
   [ -z "$org" ] || subj="/O=$org/CN=$cn"
   openssl_quiet req -newkey rsa:2048 -nodes -subj "$subj" -keyout "$pki/$name.key" -out "$pki/$name.csr"
   printf 'extendedKeyUsage=clientAuth\n' > "$pki/$name.ext"
-  openssl_quiet x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+  openssl_quiet x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 12)" \
     -days 2 -extfile "$pki/$name.ext" -out "$pki/$name.crt"
 }
 openssl_quiet req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
   -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr"
 printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' \
   > "$pki/apiserver.ext"
-openssl_quiet x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+openssl_quiet x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -set_serial "0x$(openssl rand -hex 12)" \
   -days 2 -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt"
 client_cert admin admin system:masters
 client_cert controller-manager system:kube-controller-manager

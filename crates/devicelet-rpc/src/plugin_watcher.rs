@@ -221,7 +221,12 @@ impl PluginWatcher {
         let (event_tx, mut event_rx) = mpsc::unbounded_channel::<()>();
         let mut watcher =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-                if event.is_ok() {
+                // Access events (open, close-without-write) are ignored: listing the directory
+                // below opens it, and waking on that made every idle daemon list it in a loop
+                // (~40 times a second, ~8% of a core each).
+                if let Ok(event) = event
+                    && !matches!(event.kind, notify::EventKind::Access(_))
+                {
                     let _ = event_tx.send(());
                 }
             })
