@@ -16,8 +16,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
@@ -228,18 +228,22 @@ func TestNodeDeletedAndRecreated(t *testing.T) {
 	if err := controlPlane.admin.CoreV1().Nodes().Delete(ctx(t), n.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Recreated by someone else (or by devicelet, whichever is first), then given a stale
+	// extended resource as a manifest restored from an old backup would carry.
 	stale := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name,
 		Labels: map[string]string{"kubernetes.io/hostname": n.name}}}
-	created, err := controlPlane.admin.CoreV1().Nodes().Create(ctx(t), stale, metav1.CreateOptions{})
-	if err != nil {
-		// devicelet may have registered it again first: that is fine too.
-		t.Logf("recreating the Node: %v", err)
-	} else {
-		created.Status.Capacity = corev1.ResourceList{"example.com/stale": resource.MustParse("5")}
-		created.Status.Allocatable = corev1.ResourceList{"example.com/stale": resource.MustParse("5")}
-		if _, err := controlPlane.admin.CoreV1().Nodes().UpdateStatus(ctx(t), created, metav1.UpdateOptions{}); err != nil {
-			t.Logf("setting a stale resource: %v", err)
-		}
+	if _, err := controlPlane.admin.CoreV1().Nodes().Create(ctx(t), stale, metav1.CreateOptions{}); err != nil {
+		t.Logf("recreating the Node: %v (devicelet registered it again first)", err)
+	}
+	waitFor(t, 30*time.Second, "the Node to exist again", func() (bool, string) {
+		nd, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), n.name, metav1.GetOptions{})
+		return err == nil && nd.UID != old.UID, fmt.Sprint(err)
+	})
+	// A patch, not an update: devicelet may have written the new object's status already.
+	stalePatch := []byte(`{"status":{"capacity":{"example.com/stale":"5"},"allocatable":{"example.com/stale":"5"}}}`)
+	if _, err := controlPlane.admin.CoreV1().Nodes().Patch(ctx(t), n.name, types.StrategicMergePatchType,
+		stalePatch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("setting a stale resource: %v", err)
 	}
 	waitForResource(t, n.name, gpu, 3, 3)
 	nd, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), n.name, metav1.GetOptions{})
@@ -249,7 +253,5 @@ func TestNodeDeletedAndRecreated(t *testing.T) {
 	if nd.UID == old.UID {
 		t.Fatal("the Node has its old UID: it was not recreated")
 	}
-	if created != nil {
-		waitForResource(t, n.name, "example.com/stale", 0, 0)
-	}
+	waitForResource(t, n.name, "example.com/stale", 0, 0)
 }
