@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -280,14 +281,19 @@ func (n *node) start(t *testing.T) {
 	args := append([]string{"serve", "--root-dir", n.root, "--kubeconfig", n.kubeconfig,
 		"--node-name", n.name, "--metrics-address", "off"}, n.serveArgs...)
 	n.devicelet = startProcess(t, "devicelet "+n.name, args...)
-	sock := filepath.Join(n.root, "device-plugins", "kubelet.sock")
-	waitFor(t, 30*time.Second, "devicelet's kubelet.sock", func() (bool, string) {
+	// The control socket is bound last (after kubelet.sock and PodResources); after a SIGKILL
+	// the old socket files are still there, so only a successful connect means this run is up.
+	sock := filepath.Join(n.root, "devicelet", "devicelet.sock")
+	waitFor(t, 30*time.Second, "devicelet's control socket", func() (bool, string) {
 		select {
 		case <-n.devicelet.exited:
 			t.Fatalf("devicelet %s exited:\n%s", n.name, lastLines(n.devicelet.output.String(), 40))
 		default:
 		}
-		_, err := os.Stat(sock)
+		conn, err := net.Dial("unix", sock)
+		if err == nil {
+			conn.Close()
+		}
 		return err == nil, fmt.Sprint(err)
 	})
 }
