@@ -31,6 +31,13 @@ const testDriver = "test-driver.cdi.k8s.io"
 // directory. It waits until the driver's ResourceSlice for the node exists.
 func startTestDriver(t *testing.T, n *node, devices int) string {
 	t.Helper()
+	cdiDir, _ := startTestDriverProcess(t, n, devices)
+	return cdiDir
+}
+
+// startTestDriverProcess is startTestDriver returning the driver's process too.
+func startTestDriverProcess(t *testing.T, n *node, devices int) (string, *process) {
+	t.Helper()
 	cdiDir := filepath.Join(shortTempDir(t), "cdi")
 	// The driver creates only the parent of its socket directory (a kubelet's DaemonSet would
 	// mount it).
@@ -51,8 +58,10 @@ func startTestDriver(t *testing.T, n *node, devices int) string {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting dra-test-driver: %v", err)
 	}
+	children.add(p.cmd)
 	go func() {
 		_ = p.cmd.Wait()
+		children.remove(p.cmd)
 		close(p.exited)
 	}()
 	t.Cleanup(func() {
@@ -79,7 +88,7 @@ func startTestDriver(t *testing.T, n *node, devices int) string {
 		}
 		return count == devices, fmt.Sprintf("%d slices, %d devices", len(list.Items), count)
 	})
-	return cdiDir
+	return cdiDir, p
 }
 
 // deviceClass creates a DeviceClass selecting the test driver's devices (deleted at the end).
@@ -334,4 +343,50 @@ func TestDRASharedClaim(t *testing.T) {
 		return c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0,
 			fmt.Sprintf("allocated %v reserved for %v", c.Status.Allocation != nil, strings.Join(reservedFor(c), ","))
 	})
+}
+
+// sliceDevices counts the devices in the test driver's ResourceSlices on the node.
+func sliceDevices(t *testing.T, nodeName string) int {
+	t.Helper()
+	list, err := controlPlane.admin.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + nodeName + ",spec.driver=" + testDriver,
+	})
+	if err != nil {
+		t.Fatalf("list ResourceSlices: %v", err)
+	}
+	count := 0
+	for _, s := range list.Items {
+		count += len(s.Spec.Devices)
+	}
+	return count
+}
+
+// TestDRASlicesOfAGoneDriverAreWipedAfterTheDelay: the kubelet's DRA plugin manager behaviour
+// with the node identity (list and deletecollection of its own node's slices): a driver that
+// comes back within the 30 s wiping delay keeps its ResourceSlices; one that stays away loses
+// them after the delay, not before.
+func TestDRASlicesOfAGoneDriverAreWipedAfterTheDelay(t *testing.T) {
+	n := startNode(t, "node-slices")
+	_, driver := startTestDriverProcess(t, n, 2)
+
+	driver.stop()
+	time.Sleep(10 * time.Second)
+	if got := sliceDevices(t, n.name); got != 2 {
+		t.Fatalf("10 s after the driver stopped its slices list %d devices, want 2 (kept within the delay)", got)
+	}
+	_, driver = startTestDriverProcess(t, n, 2)
+	time.Sleep(25 * time.Second) // past the first deadline
+	if got := sliceDevices(t, n.name); got != 2 {
+		t.Fatalf("the driver came back within the delay, but its slices list %d devices", got)
+	}
+
+	driver.stop()
+	stopped := time.Now()
+	waitFor(t, 90*time.Second, "the gone driver's slices to be deleted", func() (bool, string) {
+		got := sliceDevices(t, n.name)
+		return got == 0, fmt.Sprintf("%d devices", got)
+	})
+	if after := time.Since(stopped); after < 25*time.Second {
+		t.Fatalf("slices deleted %s after the driver stopped, before the 30 s delay", after)
+	}
 }
