@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,8 +43,7 @@ func startTestDriverProcess(t *testing.T, n *node, devices int) (string, *proces
 	if err := os.MkdirAll(filepath.Join(n.root, "plugins", testDriver), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{name: "dra-test-driver " + n.name, output: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(filepath.Join(controlPlane.bin, "dra-test-driver"),
+	p := startProgram(t, "dra-test-driver "+n.name, filepath.Join(controlPlane.bin, "dra-test-driver"),
 		"--kubeconfig", n.kubeconfig, "-v", "4",
 		"kubelet-plugin",
 		"--node-name", n.name,
@@ -54,22 +52,6 @@ func startTestDriverProcess(t *testing.T, n *node, devices int) (string, *proces
 		"--plugin-registration-path", filepath.Join(n.root, "plugins_registry"),
 		"--cdi-dir", cdiDir,
 		"--num-devices", fmt.Sprint(devices))
-	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting dra-test-driver: %v", err)
-	}
-	children.add(p.cmd)
-	go func() {
-		_ = p.cmd.Wait()
-		children.remove(p.cmd)
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("--- output of %s:\n%s", p.name, lastLines(p.output.String(), 60))
-		}
-	})
 	waitFor(t, 60*time.Second, "the test driver's ResourceSlice", func() (bool, string) {
 		select {
 		case <-p.exited:

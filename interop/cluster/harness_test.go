@@ -118,11 +118,7 @@ func tailLog(path string, n int) {
 	if err != nil {
 		return
 	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	fmt.Fprintf(os.Stderr, "--- last lines of %s\n%s\n", path, strings.Join(lines, "\n"))
+	fmt.Fprintf(os.Stderr, "--- last lines of %s\n%s\n", path, lastLines(string(data), n))
 }
 
 // lockedBuffer collects a child's output for failure messages.
@@ -181,8 +177,15 @@ type process struct {
 
 func startProcess(t *testing.T, name string, args ...string) *process {
 	t.Helper()
+	return startProgram(t, name, os.Getenv("DEVICELET_BIN"), args...)
+}
+
+// startProgram runs `bin` as a tracked child: output kept, stopped at the end of the test (and
+// on a signal), its last lines logged if the test failed.
+func startProgram(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, output: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Getenv("DEVICELET_BIN"), args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
 	p.cmd.Env = append(os.Environ(), "RUST_LOG=info", "NO_COLOR=1")
 	if err := p.cmd.Start(); err != nil {
