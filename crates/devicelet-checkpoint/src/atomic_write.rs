@@ -8,8 +8,10 @@
 //! durable once this function returns.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+
+use crate::fault::{self, Op};
 
 /// Why an atomic write failed. The target is unchanged in every case except
 /// [`AtomicWriteError::SyncDirectory`], where the new content is in place but may not survive a
@@ -19,11 +21,12 @@ pub enum AtomicWriteError {
     /// The target has no parent directory or no file name.
     #[error("invalid checkpoint path {0}")]
     InvalidPath(PathBuf),
-    /// Creating, writing or syncing the temporary file failed (e.g. `ENOSPC`).
-    #[error("writing temporary file in {dir}: {source}")]
+    /// Creating, writing or syncing the temporary file failed (e.g. `ENOSPC`); the temporary
+    /// file is removed.
+    #[error("writing a temporary file for {target}: {source}")]
     WriteTemp {
-        /// The directory.
-        dir: PathBuf,
+        /// The file that was to be replaced.
+        target: PathBuf,
         /// The I/O error.
         #[source]
         source: io::Error,
@@ -38,8 +41,10 @@ pub enum AtomicWriteError {
         source: io::Error,
     },
     /// The directory fsync failed after the rename.
-    #[error("fsync of directory {dir}: {source}")]
+    #[error("fsync of directory {dir} after replacing {target}: {source}")]
     SyncDirectory {
+        /// The replaced file.
+        target: PathBuf,
         /// The directory.
         dir: PathBuf,
         /// The I/O error.
@@ -67,7 +72,7 @@ pub fn write_file_atomic(target: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
         .file_name()
         .ok_or_else(|| AtomicWriteError::InvalidPath(target.to_path_buf()))?;
     let wrap = |source| AtomicWriteError::WriteTemp {
-        dir: dir.to_path_buf(),
+        target: target.to_path_buf(),
         source,
     };
     let mut prefix = std::ffi::OsString::from(".");
@@ -79,20 +84,33 @@ pub fn write_file_atomic(target: &Path, bytes: &[u8]) -> Result<(), AtomicWriteE
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(wrap)?;
-    tmp.write_all(bytes).map_err(wrap)?;
-    tmp.as_file().sync_all().map_err(wrap)?;
+    fault::write_all(&mut tmp, bytes, target).map_err(wrap)?;
+    fault::check(Op::Fsync, target)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(wrap)?;
+    // On a failed rename `tempfile` removes the temporary file: nothing is left behind.
+    if let Err(source) = fault::check(Op::Rename, target) {
+        return Err(AtomicWriteError::Rename {
+            target: target.to_path_buf(),
+            source,
+        });
+    }
     tmp.persist(target).map_err(|e| AtomicWriteError::Rename {
         target: target.to_path_buf(),
         source: e.error,
     })?;
-    sync_dir(dir).map_err(|source| AtomicWriteError::SyncDirectory {
-        dir: dir.to_path_buf(),
-        source,
-    })
+    fault::check(Op::SyncDir, target)
+        .and_then(|()| File::open(dir)?.sync_all())
+        .map_err(|source| AtomicWriteError::SyncDirectory {
+            target: target.to_path_buf(),
+            dir: dir.to_path_buf(),
+            source,
+        })
 }
 
 /// fsyncs a directory so that entries created, renamed or removed in it are durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    fault::check(Op::SyncDir, dir)?;
     File::open(dir)?.sync_all()
 }
 
@@ -148,6 +166,64 @@ mod tests {
             let mode = fs::metadata(&target).expect("stat").permissions().mode() & 0o777;
             assert_eq!(mode, 0o600);
         }
+    }
+
+    fn names(dir: &Path) -> Vec<std::ffi::OsString> {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a2_12_a_failed_write_fsync_or_rename_keeps_the_previous_file_and_leaves_no_temporary_file() {
+        use crate::fault::{EIO, ENOSPC, Fault, Op};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("cpu_manager_state");
+        write_file_atomic(&target, b"previous").expect("first write");
+        for (op, errno) in [
+            (Op::Write, ENOSPC),
+            (Op::Write, EIO),
+            (Op::Fsync, EIO),
+            (Op::Fsync, ENOSPC),
+            (Op::Rename, EIO),
+        ] {
+            let fault = Fault::arm(dir.path(), op, errno);
+            let err = write_file_atomic(&target, b"next").expect_err("the fault fails the write");
+            assert_eq!(fault.hits(), 1, "{op:?}");
+            assert_eq!(
+                err.io_error().and_then(io::Error::raw_os_error),
+                Some(errno),
+                "{op:?}: {err}"
+            );
+            assert!(
+                err.to_string().contains(&target.display().to_string()),
+                "{op:?}: the error names the file: {err}"
+            );
+            assert_eq!(fs::read(&target).expect("read"), b"previous", "{op:?}");
+            assert_eq!(names(dir.path()), vec!["cpu_manager_state"], "{op:?}");
+        }
+        // The fault is gone: writing works again.
+        write_file_atomic(&target, b"next").expect("write after the fault");
+        assert_eq!(fs::read(&target).expect("read"), b"next");
+    }
+
+    #[test]
+    fn a_failed_directory_fsync_is_reported_with_the_new_content_in_place() {
+        use crate::fault::{EIO, Fault, Op};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("f");
+        write_file_atomic(&target, b"previous").expect("first write");
+        let _fault = Fault::arm(dir.path(), Op::SyncDir, EIO);
+        let err = write_file_atomic(&target, b"next").expect_err("dir fsync fails");
+        assert!(
+            matches!(err, AtomicWriteError::SyncDirectory { .. }),
+            "{err}"
+        );
+        assert_eq!(fs::read(&target).expect("read"), b"next");
+        assert_eq!(names(dir.path()), vec!["f"]);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! * [`cpu`] — `cpu_manager_state` v1/v2, and [`cpuset`] strings such as `0-3,8`.
 //! * [`atomic_write`] — durable whole-file replacement; [`aside`] — moving a damaged file aside
 //!   (`<name>.corrupt-<UTC>[.n]`), never over an earlier one.
+//! * [`fault`] — injectable write faults (`EIO`, `ENOSPC`) for tests, compiled only with the
+//!   `fault-injection` feature.
 //! * [`store`] — [`store::DeviceStore`]: a journal with per-commit fsync, compacted into the
 //!   kubelet-format file, so an admission costs the same with 10 or 10 000 pods admitted.
 //! * [`inspect`] — recognises and verifies any of these files for `devicelet state inspect`.
@@ -24,6 +26,7 @@ pub mod cpuset;
 pub mod device;
 pub mod dra;
 pub mod error;
+pub mod fault;
 pub mod gojson;
 pub mod hash;
 pub mod inspect;

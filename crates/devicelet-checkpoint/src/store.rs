@@ -38,7 +38,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
@@ -50,6 +50,7 @@ use crate::aside::{self, move_aside};
 use crate::atomic_write::{self, AtomicWriteError, sync_dir, write_file_atomic};
 use crate::device::{self, DEVICE_CHECKPOINT_FILE, DeviceCheckpointFormat};
 use crate::error::DecodeError;
+use crate::fault::{self, Op};
 use crate::journal::{self, JournalError, JournalHeader, JournalRecord, TornTail, encode_record};
 use crate::state::{Change, DeviceState, InvalidChange};
 
@@ -747,12 +748,11 @@ impl Shared {
                 limit: journal::MAX_PAYLOAD,
             }));
         }
-        let written = w.file.write_all(&bytes).and_then(|()| w.file.sync_data());
-        if let Err(e) = written {
+        if let Err(e) = append_synced(&mut w.file, &bytes, &self.paths.journal) {
             // Roll the journal back to the last acknowledged record so the failed batch can
             // never be replayed.
             let good = w.len;
-            if let Err(e2) = w.file.set_len(good).and_then(|()| w.file.sync_all()) {
+            if let Err(e2) = truncate_synced(&w.file, good, &self.paths.journal) {
                 let reason = format!("append failed ({e}) and truncating back failed ({e2})");
                 tracing::error!(journal = %self.paths.journal.display(), "{reason}");
                 w.poisoned = Some(reason);
@@ -854,9 +854,9 @@ impl Shared {
             };
             let bytes = encode_record(&marker)
                 .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
-            if let Err(e) = w.file.write_all(&bytes).and_then(|()| w.file.sync_data()) {
+            if let Err(e) = append_synced(&mut w.file, &bytes, &self.paths.journal) {
                 let good = w.len;
-                if let Err(e2) = w.file.set_len(good).and_then(|()| w.file.sync_all()) {
+                if let Err(e2) = truncate_synced(&w.file, good, &self.paths.journal) {
                     w.poisoned = Some(format!(
                         "marker append failed ({e}) and truncating back failed ({e2})"
                     ));
@@ -911,6 +911,20 @@ impl Shared {
         s.uncompacted_records = w.uncompacted_records;
         Ok(true)
     }
+}
+
+/// Appends one record to the journal and fsyncs it (the acknowledgement point).
+fn append_synced(file: &mut File, bytes: &[u8], path: &Path) -> io::Result<()> {
+    fault::write_all(file, bytes, path)?;
+    fault::check(Op::Fsync, path)?;
+    file.sync_data()
+}
+
+/// Cuts the journal back to `len` bytes (the last acknowledged record) and fsyncs it.
+fn truncate_synced(file: &File, len: u64, path: &Path) -> io::Result<()> {
+    fault::check(Op::Truncate, path)?;
+    file.set_len(len)?;
+    file.sync_all()
 }
 
 fn compactor_loop(shared: &Shared) {

@@ -190,3 +190,200 @@ proptest! {
         }
     }
 }
+
+/// Files in a directory, sorted, without the `*.corrupt-*` evidence.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn fault_store() -> (tempfile::TempDir, StorePaths, DeviceStore, DeviceState) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let paths = StorePaths::new(
+        &dir.path().join("device-plugins"),
+        &dir.path().join("devicelet"),
+    );
+    let (store, _) = DeviceStore::open_with(paths.clone(), manual()).expect("open");
+    let mut acknowledged = DeviceState::default();
+    for i in 0..2 {
+        let change = add(&format!("pod-{i}"), "c", &format!("d-{i}"), 32);
+        store
+            .commit(std::slice::from_ref(&change))
+            .expect("commit before the fault");
+        acknowledged.apply(&change);
+    }
+    store.compact().expect("compaction before the fault");
+    let change = add("pod-2", "c", "d-2", 32);
+    store
+        .commit(std::slice::from_ref(&change))
+        .expect("commit before the fault");
+    acknowledged.apply(&change);
+    (dir, paths, store, acknowledged)
+}
+
+/// EIO or ENOSPC on the journal append or its fsync: the commit fails naming the journal, the
+/// half-written record is cut off, memory holds only acknowledged commits, and once the fault
+/// is gone commits work and a restart recovers exactly what was acknowledged.
+#[test]
+fn a2_12_eio_and_enospc_on_journal_append_or_fsync_fail_the_commit_and_roll_it_back() {
+    use devicelet_checkpoint::fault::{EIO, ENOSPC, Fault, Op};
+    for (op, errno) in [
+        (Op::Fsync, EIO),
+        (Op::Fsync, ENOSPC),
+        (Op::Write, EIO),
+        (Op::Write, ENOSPC),
+    ] {
+        let (dir, paths, store, mut acknowledged) = fault_store();
+        let journal_before = fs::read(&paths.journal).expect("journal");
+        let kubelet_before = fs::read(&paths.kubelet_file).expect("kubelet file");
+        let fault = Fault::arm(&paths.journal, op, errno);
+        let err = store
+            .commit(&[add("pod-x", "c", "d-x", 32)])
+            .expect_err("the fault fails the commit");
+        assert_eq!(fault.hits(), 1, "{op:?}");
+        let text = err.to_string();
+        assert!(
+            text.contains(&paths.journal.display().to_string()),
+            "{op:?}: the error names the journal: {text}"
+        );
+        assert_eq!(err.is_disk_full(), errno == ENOSPC, "{op:?}: {text}");
+        assert!(!err.ownership_unknown(), "{op:?}");
+        assert_eq!(
+            store.snapshot(),
+            acknowledged,
+            "{op:?}: memory is not ahead"
+        );
+        assert_eq!(
+            fs::read(&paths.journal).expect("journal"),
+            journal_before,
+            "{op:?}: the failed record is cut off"
+        );
+        assert_eq!(
+            fs::read(&paths.kubelet_file).expect("kubelet file"),
+            kubelet_before
+        );
+        drop(fault);
+
+        let change = add("pod-y", "c", "d-y", 32);
+        store
+            .commit(std::slice::from_ref(&change))
+            .expect("commit after the fault");
+        acknowledged.apply(&change);
+        drop(store);
+        assert_eq!(
+            listing(paths.journal.parent().expect("dir")),
+            vec!["device-allocations.journal"]
+        );
+        let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
+        assert_eq!(*recovered.state, acknowledged, "{op:?}");
+        assert!(recovered.torn_tail.is_none(), "{op:?}");
+        drop(dir);
+    }
+}
+
+/// The append fails and so does truncating back: the store refuses every later commit
+/// (poisoned) rather than appending after a half-written record, and a restart drops the torn
+/// record and recovers exactly what was acknowledged.
+#[test]
+fn a2_12_a_failed_rollback_poisons_the_store_and_restart_recovers_the_acknowledged_state() {
+    use devicelet_checkpoint::fault::{EIO, Fault, Op};
+    use devicelet_checkpoint::store::StoreError;
+    let (_dir, paths, store, acknowledged) = fault_store();
+    let write = Fault::arm(&paths.journal, Op::Write, EIO);
+    let truncate = Fault::arm(&paths.journal, Op::Truncate, EIO);
+    store
+        .commit(&[add("pod-x", "c", "d-x", 32)])
+        .expect_err("append fails");
+    drop((write, truncate));
+    let err = store
+        .commit(&[add("pod-y", "c", "d-y", 32)])
+        .expect_err("poisoned");
+    assert!(matches!(err, StoreError::Poisoned(_)), "{err}");
+    assert!(err.to_string().contains("truncating back failed"), "{err}");
+    assert!(
+        store.compact().is_err(),
+        "no compaction over a torn journal"
+    );
+    assert_eq!(store.snapshot(), acknowledged);
+    drop(store);
+    let (store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
+    assert_eq!(*recovered.state, acknowledged);
+    assert!(recovered.torn_tail.is_some(), "the half record was dropped");
+    store
+        .commit(&[add("pod-z", "c", "d-z", 32)])
+        .expect("commits work after the restart");
+}
+
+/// EIO or ENOSPC while compaction writes the kubelet file or the new journal: compaction fails,
+/// the kubelet file and the journal stay valid, no temporary file is left, commits keep working
+/// and a later compaction succeeds.
+#[test]
+fn a2_12_eio_and_enospc_during_compaction_keep_both_files_valid() {
+    use devicelet_checkpoint::fault::{EIO, ENOSPC, Fault, Op};
+    let cases = [
+        ("kubelet", Op::Write, ENOSPC),
+        ("kubelet", Op::Fsync, EIO),
+        ("kubelet", Op::Rename, EIO),
+        ("kubelet", Op::SyncDir, EIO),
+        ("journal-marker", Op::Fsync, EIO),
+        ("journal-new", Op::Rename, EIO),
+    ];
+    for (what, op, errno) in cases {
+        let (_dir, paths, store, mut acknowledged) = fault_store();
+        let kubelet_before = fs::read(&paths.kubelet_file).expect("kubelet file");
+        let target = if what == "kubelet" {
+            paths.kubelet_file.clone()
+        } else {
+            paths.journal.clone()
+        };
+        let fault = Fault::arm(&target, op, errno);
+        let err = store.compact().expect_err("compaction fails");
+        assert!(fault.hits() >= 1, "{what} {op:?}");
+        assert!(
+            err.to_string().contains(&target.display().to_string()),
+            "{what} {op:?}: the error names the file: {err}"
+        );
+        assert!(
+            store
+                .stats()
+                .last_compaction_error
+                .is_some_and(|e| e == err.to_string()),
+            "{what} {op:?}"
+        );
+        drop(fault);
+        let kubelet_now = fs::read(&paths.kubelet_file).expect("kubelet file");
+        assert!(device::decode(&kubelet_now).is_ok(), "{what} {op:?}");
+        // Only a failure after the kubelet file's rename (its directory fsync, or the new
+        // journal) leaves the new file in place; the journal's marker matches it.
+        if what != "journal-new" && op != Op::SyncDir {
+            assert_eq!(kubelet_now, kubelet_before, "{what} {op:?}");
+        }
+        for dir in [&paths.kubelet_file, &paths.journal] {
+            let dir = dir.parent().expect("dir");
+            assert!(
+                listing(dir).iter().all(|n| !n.ends_with(".tmp")),
+                "{what} {op:?}: {:?}",
+                listing(dir)
+            );
+        }
+        assert_eq!(store.snapshot(), acknowledged, "{what} {op:?}");
+        let change = add("pod-y", "c", "d-y", 32);
+        store
+            .commit(std::slice::from_ref(&change))
+            .expect("commits keep working");
+        acknowledged.apply(&change);
+        // A crash now recovers from what is on disk.
+        let (_crashed, recovered) =
+            DeviceStore::open_with(paths.clone(), manual()).expect("recover after a crash");
+        assert_eq!(*recovered.state, acknowledged, "{what} {op:?}");
+        drop(_crashed);
+        assert!(store.compact().expect("compaction after the fault"));
+        drop(store);
+        let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
+        assert_eq!(*recovered.state, acknowledged, "{what} {op:?}");
+    }
+}
