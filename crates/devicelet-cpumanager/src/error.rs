@@ -138,7 +138,9 @@ pub enum CpuManagerError {
     /// The restored state does not fit the machine or the reserved set (`validateState`).
     #[error("[cpumanager] invalid state: {0}, please drain node and remove policy state file")]
     InvalidState(String),
-    /// Writing the checkpoint failed; the in-memory change was rolled back.
+    /// Writing the checkpoint failed (the file keeps its previous content, no temporary file
+    /// is left). An allocation did not happen; a removal happened in memory and reaches the
+    /// file with the next successful write.
     #[error("cannot write CPU manager checkpoint {path}: {detail}")]
     Write {
         /// The file.

@@ -452,7 +452,9 @@ impl CpuManager {
     }
 
     /// `RemoveContainer`: gives the container's CPUs back to the shared pool, except those a
-    /// sibling in the same pod still holds (app containers reusing init-container CPUs).
+    /// sibling in the same pod still holds (app containers reusing init-container CPUs). When
+    /// the file cannot be written the CPUs are still freed in memory and the error returned
+    /// (the kubelet panics instead, `state_checkpoint.go` `storeState`).
     pub fn remove_container(&self, pod_uid: &str, container: &str) -> Result<(), CpuManagerError> {
         let mut inner = self.lock();
         let Some(set) = inner.state.get(pod_uid, container).cloned() else {
@@ -467,12 +469,17 @@ impl CpuManager {
                 next.assignments.remove(pod_uid);
             }
         }
-        self.checkpoint.store(&next)?;
+        let stored = self.checkpoint.store(&next);
+        // The CPUs are freed in memory even when the write fails (EIO, a full disk): the file
+        // then still lists them, an over-reservation but never a second owner, and the next
+        // successful write (always of the whole state) drops them. Keeping them would leak them
+        // for good, because a failed admission is rolled back on the same failing disk.
         inner.state = next;
-        Ok(())
+        stored
     }
 
-    /// Removes every container of a pod and forgets the pod.
+    /// Removes every container of a pod and forgets the pod. Every container's CPUs are freed
+    /// even when writing the file fails; the first write error is returned.
     pub fn remove_pod(&self, pod_uid: &str) -> Result<(), CpuManagerError> {
         let names: Vec<String> = self
             .lock()
@@ -481,13 +488,16 @@ impl CpuManager {
             .get(pod_uid)
             .map(|c| c.keys().cloned().collect())
             .unwrap_or_default();
+        let mut first_error = None;
         for name in names {
-            self.remove_container(pod_uid, &name)?;
+            if let Err(e) = self.remove_container(pod_uid, &name) {
+                first_error.get_or_insert(e);
+            }
         }
         let mut inner = self.lock();
         inner.pods.remove(pod_uid);
         inner.cpus_to_reuse.remove(pod_uid);
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// `generateCPUTopologyHints` as a family: a mask is a hint when every reusable CPU's node
