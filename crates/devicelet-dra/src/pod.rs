@@ -79,7 +79,25 @@ pub fn resolve_pod_claim(pod: &Pod, pod_claim: &str) -> Result<Option<PodClaimNa
     ))
 }
 
-/// All claims of the pod in spec order (B1), skipping intentionally absent template claims.
+/// The claim kube-scheduler created for the pod's extended resources backed by DRA
+/// (`status.extendedResourceClaimStatus`, KEP-5004, beta and on by default in 1.36). It has no
+/// `spec.resourceClaims` entry, so its pod claim name is empty, as upstream's synthetic
+/// `PodResourceClaim`; the owner check does not apply.
+pub fn extended_resource_claim(pod: &Pod) -> Option<PodClaimName> {
+    let status = pod
+        .status
+        .as_ref()?
+        .extended_resource_claim_status
+        .as_ref()?;
+    Some(PodClaimName {
+        pod_claim: String::new(),
+        claim_name: status.resource_claim_name.clone(),
+        from_template: false,
+    })
+}
+
+/// All claims of the pod in spec order (B1), skipping intentionally absent template claims,
+/// then the extended-resource claim (`pkg/kubelet/cm/dra/manager.go` `PrepareResources`).
 pub fn pod_claim_names(pod: &Pod) -> Result<Vec<PodClaimName>, DraError> {
     let names: Vec<String> = pod
         .spec
@@ -93,11 +111,14 @@ pub fn pod_claim_names(pod: &Pod) -> Result<Vec<PodClaimName>, DraError> {
             out.push(resolved);
         }
     }
+    out.extend(extended_resource_claim(pod));
     Ok(out)
 }
 
 /// `(claim object name, request)` pairs a container references through `resources.claims`
-/// (B13). `request = None` means the whole claim.
+/// (B13), then the requests of the extended-resource claim that
+/// `status.extendedResourceClaimStatus.requestMappings` maps to the container for a resource it
+/// requests (upstream `GetResources`). `request = None` means the whole claim.
 pub fn container_claim_requests(
     pod: &Pod,
     container: &Container,
@@ -115,6 +136,30 @@ pub fn container_claim_requests(
                 resolved.claim_name,
                 r.request.clone().filter(|s| !s.is_empty()),
             ));
+        }
+    }
+    if let Some(status) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+    {
+        let requested = |resource: &str| {
+            container
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get(resource))
+                .is_some_and(|q| {
+                    devicelet_quantity::Quantity::parse(q.0.trim()).is_ok_and(|q| q.sign() != 0)
+                })
+        };
+        for m in &status.request_mappings {
+            if m.container_name == container.name && requested(&m.resource_name) {
+                out.push((
+                    status.resource_claim_name.clone(),
+                    Some(m.request_name.clone()),
+                ));
+            }
         }
     }
     Ok(out)
@@ -164,4 +209,84 @@ pub fn template_claim_name(pod_name: &str, pod_claim: &str, seed: &str) -> Strin
         h /= ALPHABET.len() as u64;
     }
     base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(json: &str) -> Pod {
+        serde_json::from_str(json).expect("pod")
+    }
+
+    const EXTENDED: &str = r#"{
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "direct"}],
+            "containers": [
+                {"name": "app", "resources": {
+                    "requests": {"example.com/gpu": "2", "example.com/fpga": "0"},
+                    "claims": [{"name": "gpu"}]}},
+                {"name": "other", "resources": {"requests": {"example.com/gpu": "1"}}}
+            ]
+        },
+        "status": {"extendedResourceClaimStatus": {
+            "resourceClaimName": "p-extended-resources-x",
+            "requestMappings": [
+                {"containerName": "app", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"},
+                {"containerName": "app", "resourceName": "example.com/fpga", "requestName": "container-0-request-1"},
+                {"containerName": "other", "resourceName": "example.com/gpu", "requestName": "container-1-request-0"}
+            ]}}
+    }"#;
+
+    #[test]
+    fn the_extended_resource_claim_follows_the_pods_own_claims() {
+        let p = pod(EXTENDED);
+        let names: Vec<(String, String)> = pod_claim_names(&p)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.pod_claim, c.claim_name))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("gpu".to_owned(), "direct".to_owned()),
+                (String::new(), "p-extended-resources-x".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn containers_get_the_requests_mapped_to_resources_they_request() {
+        let p = pod(EXTENDED);
+        let containers = &p.spec.as_ref().unwrap().containers;
+        let app = container_claim_requests(&p, &containers[0]).unwrap();
+        // The zero request for example.com/fpga gets nothing, as upstream's GetResources.
+        assert_eq!(
+            app,
+            [
+                ("direct".to_owned(), None),
+                (
+                    "p-extended-resources-x".to_owned(),
+                    Some("container-0-request-0".to_owned())
+                )
+            ]
+        );
+        let other = container_claim_requests(&p, &containers[1]).unwrap();
+        assert_eq!(
+            other,
+            [(
+                "p-extended-resources-x".to_owned(),
+                Some("container-1-request-0".to_owned())
+            )]
+        );
+    }
+
+    #[test]
+    fn a_pod_without_the_status_has_no_extended_claim() {
+        let mut p = pod(EXTENDED);
+        p.status = None;
+        assert!(extended_resource_claim(&p).is_none());
+        assert_eq!(pod_claim_names(&p).unwrap().len(), 1);
+    }
 }

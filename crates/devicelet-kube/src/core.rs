@@ -53,6 +53,12 @@ pub trait NodeCore: Send + Sync + 'static {
     /// `allocatedResourcesStatus` per container name of an admitted pod (KEP-4680).
     fn resource_health(&self, uid: &str) -> BTreeMap<String, Vec<ResourceStatus>>;
 
+    /// Bumped whenever DRA device health from the drivers' health streams changes; `None`
+    /// without DRA.
+    fn claim_health_changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
+
     /// Names of the DRA drivers with at least one connected plugin instance.
     fn dra_drivers(&self) -> Vec<String> {
         Vec::new()

@@ -171,11 +171,17 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             watcher::Config::default().fields(&format!("spec.nodeName={}", self.node_name));
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
         let mut inventory = self.node.inventory_changes();
+        let mut claim_health = self.node.claim_health_changes();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 changed = inventory.changed() => {
                     if changed.is_err() { return; }
+                    self.report_health();
+                }
+                // DRA health (KEP-4680): the drivers' streams feed allocatedResourcesStatus.
+                changed = changed_or_pending(&mut claim_health) => {
+                    if changed.is_err() { claim_health = None; }
                     self.report_health();
                 }
                 event = events.next() => match event {
@@ -378,5 +384,15 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         for uid in self.admitted.keys() {
             self.report(uid);
         }
+    }
+}
+
+/// Waits for the next change of an optional watch; never completes for `None`.
+async fn changed_or_pending(
+    rx: &mut Option<watch::Receiver<u64>>,
+) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
     }
 }

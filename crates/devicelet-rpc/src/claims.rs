@@ -44,8 +44,8 @@ use devicelet_allocator::{
 use devicelet_checkpoint::aside::{self, move_aside};
 use devicelet_checkpoint::atomic_write::write_file_atomic;
 use devicelet_dra::pod::{
-    POD_CLAIM_NAME_ANNOTATION, container_claim_requests, pod_claim_names, resolve_pod_claim,
-    template_claim_name,
+    POD_CLAIM_NAME_ANNOTATION, container_claim_requests, extended_resource_claim, pod_claim_names,
+    resolve_pod_claim, template_claim_name,
 };
 use devicelet_dra::{
     BootIdSource, ClaimCache, ClaimSource, ClaimSourceError, DeviceHealthReport, DraError,
@@ -374,12 +374,27 @@ struct HealthEntry {
 
 /// Device health from the drivers' `v1alpha1` streams, keyed by driver name (E20: an ended
 /// stream clears the driver).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct HealthCache {
     devices: Mutex<HashMap<(String, String, String), HealthEntry>>,
+    /// Bumped when a device's health or message changes, so pod statuses are reported again.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for HealthCache {
+    fn default() -> Self {
+        HealthCache {
+            devices: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
 }
 
 impl HealthCache {
+    fn changed(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<(String, String, String), HealthEntry>> {
         self.devices.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -388,22 +403,42 @@ impl HealthCache {
     /// ignored); devices not reported go stale by their own timeout.
     fn update(&self, driver: &str, reports: Vec<DeviceHealthReport>) {
         let now = Instant::now();
-        let mut devices = self.lock();
-        for r in reports {
-            devices.insert(
-                (driver.to_owned(), r.pool_name, r.device_name),
-                HealthEntry {
+        let mut changed = false;
+        {
+            let mut devices = self.lock();
+            for r in reports {
+                let entry = HealthEntry {
                     health: r.health,
                     message: r.message,
                     updated: now,
                     timeout: r.timeout,
-                },
-            );
+                };
+                // A stale entry read as Unknown, so its refresh is a change too.
+                let differs = |o: &HealthEntry| {
+                    o.health != entry.health
+                        || o.message != entry.message
+                        || o.updated.elapsed() > o.timeout
+                };
+                let key = (driver.to_owned(), r.pool_name, r.device_name);
+                changed |= devices.get(&key).is_none_or(differs);
+                devices.insert(key, entry);
+            }
+        }
+        if changed {
+            self.changed();
         }
     }
 
     fn clear_driver(&self, driver: &str) {
-        self.lock().retain(|(d, _, _), _| d != driver);
+        let removed = {
+            let mut devices = self.lock();
+            let before = devices.len();
+            devices.retain(|(d, _, _), _| d != driver);
+            devices.len() != before
+        };
+        if removed {
+            self.changed();
+        }
     }
 
     /// Health and message; stale or absent = Unknown.
@@ -776,7 +811,11 @@ impl DraNode {
             .as_ref()
             .and_then(|s| s.resource_claims.as_ref())
             .is_some_and(|c| !c.is_empty());
-        if !has_claims {
+        // The scheduler's claim for extended resources backed by DRA exists only in a cluster
+        // (local mode has no scheduler to create it; the device manager skips those resources).
+        let extended =
+            matches!(self.origin, ClaimOrigin::Api(_)) && extended_resource_claim(pod).is_some();
+        if !has_claims && !extended {
             return Ok(None);
         }
         if let ClaimOrigin::Api(source) = &self.origin {
@@ -821,6 +860,9 @@ impl DraNode {
         self.cache.check_quarantine()?;
         let _serial = self.admission.lock().await;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // Claims of deleted pods whose driver was away are unprepared before anything new is
+        // prepared: the control plane may have given their devices to this pod's claims.
+        self.unprepare_pending_locked().await;
         let mut resolved = pod.clone();
         resolved.metadata.namespace = Some(ns_of(&pod.metadata));
         // Resolved before anything is recorded: an unresolvable pod leaves no trace.
@@ -1265,14 +1307,32 @@ impl DraNode {
         let pending: Vec<String> = lock(&self.pending).iter().cloned().collect();
         for uid in pending {
             let _serial = self.admission.lock().await;
-            match self.release_pod_locked(&uid).await {
-                Ok(()) => {
-                    lock(&self.pending).remove(&uid);
-                }
-                Err(e) => warn!(pod_uid = %uid, error = %e, "unprepare still failing; will retry"),
-            }
+            self.retry_unprepare_locked(&uid).await;
         }
         lock(&self.pending).len()
+    }
+
+    /// [`Self::retry_pending`] with the admission lock already held.
+    async fn unprepare_pending_locked(&self) {
+        let pending: Vec<String> = lock(&self.pending).iter().cloned().collect();
+        for uid in pending {
+            self.retry_unprepare_locked(&uid).await;
+        }
+    }
+
+    async fn retry_unprepare_locked(&self, uid: &str) {
+        match self.release_pod_locked(uid).await {
+            Ok(()) => {
+                lock(&self.pending).remove(uid);
+            }
+            Err(e) => warn!(pod_uid = %uid, error = %e, "unprepare still failing; will retry"),
+        }
+    }
+
+    /// Bumped whenever a driver's health stream changes a device's health (or a stream ends),
+    /// so front ends report the affected pods' `allocatedResourcesStatus` again.
+    pub fn health_changes(&self) -> watch::Receiver<u64> {
+        self.health.changes.subscribe()
     }
 
     /// Pods waiting for a driver to unprepare them.

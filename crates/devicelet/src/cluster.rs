@@ -63,6 +63,10 @@ impl NodeCore for ClusterNode {
         drivers
     }
 
+    fn claim_health_changes(&self) -> Option<watch::Receiver<u64>> {
+        self.pods.dra().map(|d| d.health_changes())
+    }
+
     fn is_admitted(&self, uid: &str) -> bool {
         self.pods.snapshot().iter().any(|p| p.pod.uid == uid)
     }
