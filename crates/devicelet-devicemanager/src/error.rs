@@ -77,6 +77,19 @@ pub enum PluginError {
     /// The plugin answered with a response the kubelet cannot use.
     #[error("invalid response: {0}")]
     InvalidResponse(String),
+    /// The plugin sent more than devicelet accepts: a message, a device list or a device ID
+    /// beyond one of the bounds in [`crate::validation`].
+    #[error("{what} has {found} {unit}, more than devicelet's limit of {limit}")]
+    OverLimit {
+        /// What was too large, for the reader ("ListAndWatch snapshot", "Allocate answer").
+        what: String,
+        /// Its size.
+        found: usize,
+        /// The bound.
+        limit: usize,
+        /// The unit of `found` and `limit` ("devices", "bytes").
+        unit: &'static str,
+    },
 }
 
 /// An error of an operation on a registered endpoint (allocation time).

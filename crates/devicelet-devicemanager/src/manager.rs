@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use devicelet_metrics::Metrics;
 
@@ -27,7 +27,9 @@ use crate::plugin::{DevicePluginClient, PluginDialer};
 use crate::pod_devices::{PodDevices, ReusePool};
 use crate::snapshot::{DeviceView, EndpointView, ResourceView, ResourcesSnapshot};
 use crate::types::{Device, DevicePluginOptions, Health, RegisterRequest};
-use crate::validation::{validate_endpoint, validate_resource_name, validate_version};
+use crate::validation::{
+    validate_endpoint, validate_resource_name, validate_snapshot, validate_version,
+};
 
 /// `endpointStopGracePeriod` in `dm/types.go`.
 pub const DEFAULT_ENDPOINT_GRACE_PERIOD: Duration = Duration::from_secs(5 * 60);
@@ -793,14 +795,25 @@ async fn run_list_and_watch(
     let reason = match client.list_and_watch().await {
         Err(err) => format!("ListAndWatch could not be opened: {err}"),
         Ok(mut stream) => loop {
-            match stream.next().await {
-                Some(Ok(devices)) => {
-                    let Some(inner) = inner.upgrade() else { return };
-                    inner.apply_device_update(&resource, id, devices);
-                }
+            let refused = match stream.next().await {
+                Some(Ok(devices)) => match validate_snapshot(&devices) {
+                    Ok(()) => {
+                        let Some(inner) = inner.upgrade() else { return };
+                        inner.apply_device_update(&resource, id, devices);
+                        continue;
+                    }
+                    Err(err) => err,
+                },
+                Some(Err(err @ PluginError::OverLimit { .. })) => err,
                 Some(Err(err)) => break format!("ListAndWatch failed: {err}"),
                 None => break "ListAndWatch stream ended".to_owned(),
-            }
+            };
+            // A plugin beyond a size bound is broken, not slow: its stream is closed (as an
+            // oversized message closes it upstream) and it is served again once it registers
+            // again with data within the bounds.
+            error!(resource, endpoint = %id, error = %refused,
+                "device plugin sent more than devicelet accepts; closing its ListAndWatch stream");
+            break format!("ListAndWatch refused: {refused}");
         },
     };
     drop(client);

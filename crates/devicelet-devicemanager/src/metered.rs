@@ -52,6 +52,7 @@ pub(crate) fn error_code(err: &PluginError) -> &str {
         PluginError::DeadlineExceeded(_) => "DeadlineExceeded",
         PluginError::Connect(_) => "Unavailable",
         PluginError::InvalidResponse(_) => "InvalidResponse",
+        PluginError::OverLimit { .. } => "OverLimit",
     }
 }
 

@@ -386,3 +386,27 @@ async fn snapshot_json_uses_design_keys() {
     assert_eq!(r["devices"][0]["health"], "Healthy");
     assert_eq!(r["devices"][0]["numaNodes"][0], 1);
 }
+
+#[tokio::test]
+async fn a_snapshot_beyond_a_size_bound_closes_the_stream_and_a_new_registration_serves_again() {
+    let h = harness();
+    let plugin = h.plugin("gpu.sock");
+    h.manager.register(&request("gpu.sock")).await.unwrap();
+    plugin.send(devs(2));
+    settle_until(|| h.counts() == Some((2, 2))).await;
+    // A 64 KB ID: the snapshot is refused whole, the stream closed, the devices unhealthy.
+    let mut hostile = devs(3);
+    hostile.push(Device::healthy("x".repeat(64 * 1024)));
+    plugin.send(hostile);
+    settle_until(|| h.counts() == Some((2, 0))).await;
+    settle_until(|| plugin.live_streams() == 0).await;
+    let view = h.manager.snapshot();
+    let endpoint = view.resource(RES).unwrap().endpoint.clone().unwrap();
+    assert_eq!(endpoint.state, "Stopped");
+
+    // The plugin comes back within the bounds.
+    let back = h.plugin("back.sock");
+    h.manager.register(&request("back.sock")).await.unwrap();
+    back.send(devs(4));
+    settle_until(|| h.counts() == Some((4, 4))).await;
+}

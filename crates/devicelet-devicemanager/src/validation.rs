@@ -4,12 +4,34 @@
 //!
 //! The endpoint check is ours: upstream joins `endpoint` with the device-plugin directory
 //! unchecked, so `../x` escapes it (spec §1.2). We require a plain file name.
+//!
+//! So are the size bounds on what a plugin sends ([`validate_snapshot`]): upstream accepts any
+//! device ID and any number of devices that fit into a gRPC message. A snapshot beyond a bound
+//! is refused as a whole and its stream closed, as an oversized message closes it upstream. The
+//! message-size bounds live with the gRPC client (`devicelet-rpc` `plugin_client`).
 
-use crate::error::RegistrationError;
-use crate::types::DEVICE_PLUGIN_API_VERSION;
+use crate::error::{PluginError, RegistrationError};
+use crate::types::{DEVICE_PLUGIN_API_VERSION, Device};
 
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 const QUALIFIED_NAME_MAX: usize = 63;
+
+/// Longest device ID accepted from a plugin, in bytes. Real IDs are short: NVIDIA GPU and MIG
+/// UUIDs are at most ~60 bytes, PCI addresses 12, smarter-device-manager and
+/// generic-device-plugin names a few dozen. An ID is copied into every `Allocate` request, the
+/// checkpoint, PodResources answers and `get resources`, so a 64 KB ID costs everywhere.
+/// 4096 is `PATH_MAX`: even an ID that is a device path fits.
+pub const MAX_DEVICE_ID_BYTES: usize = 4096;
+
+/// Most devices one resource may advertise in a `ListAndWatch` snapshot. Upstream's bound is
+/// implicit: gRPC's 4 MiB default message size, about 100 000 devices with short IDs (more
+/// breaks the stream, spec §1.9). Real plugins advertise at most a few thousand (SR-IOV VFs,
+/// GPU shares, one device per GiB of GPU memory); 2^18 is 2.6 times what fits through the
+/// kubelet and bounds what one plugin can make devicelet hold and rescan on every update.
+pub const MAX_DEVICES_PER_RESOURCE: usize = 262_144;
+
+/// How much of an oversized ID an error shows (escaped): enough to find the device.
+const SHOWN_ID_CHARS: usize = 32;
 
 /// Checks the API version exactly as the kubelet does.
 pub fn validate_version(version: &str) -> Result<(), RegistrationError> {
@@ -63,6 +85,47 @@ pub fn validate_endpoint(endpoint: &str) -> Result<(), RegistrationError> {
             reason,
         }),
     }
+}
+
+/// Checks a `ListAndWatch` snapshot against [`MAX_DEVICES_PER_RESOURCE`] and
+/// [`MAX_DEVICE_ID_BYTES`]; the error names the bound and what exceeded it.
+pub fn validate_snapshot(devices: &[Device]) -> Result<(), PluginError> {
+    if devices.len() > MAX_DEVICES_PER_RESOURCE {
+        return Err(too_many_devices(devices.len()));
+    }
+    match devices.iter().find(|d| d.id.len() > MAX_DEVICE_ID_BYTES) {
+        None => Ok(()),
+        Some(device) => Err(PluginError::OverLimit {
+            what: format!("device ID {}", shown_id(&device.id)),
+            found: device.id.len(),
+            limit: MAX_DEVICE_ID_BYTES,
+            unit: "bytes",
+        }),
+    }
+}
+
+/// The error for a snapshot of `count` devices, more than [`MAX_DEVICES_PER_RESOURCE`] (also
+/// raised by the gRPC client, which counts before it decodes).
+pub fn too_many_devices(count: usize) -> PluginError {
+    PluginError::OverLimit {
+        what: "ListAndWatch snapshot".to_owned(),
+        found: count,
+        limit: MAX_DEVICES_PER_RESOURCE,
+        unit: "devices",
+    }
+}
+
+/// The start of an ID, quoted and escaped: plugin data is not terminal input.
+fn shown_id(id: &str) -> String {
+    let mut shown: String = id
+        .chars()
+        .take(SHOWN_ID_CHARS)
+        .flat_map(char::escape_debug)
+        .collect();
+    if id.chars().nth(SHOWN_ID_CHARS).is_some() {
+        shown.push_str("...");
+    }
+    format!("\"{shown}\"")
 }
 
 /// `IsQualifiedName`: an optional DNS-1123 subdomain prefix and `/`, then a name of 1-63
@@ -155,6 +218,31 @@ mod tests {
                 "requested API version \"v1alpha\" is not supported by kubelet. Supported version is [\"v1beta1\"]"
             )
         );
+    }
+
+    #[test]
+    fn snapshots_beyond_the_bounds_are_refused_with_the_bound_named() {
+        let ok = vec![Device::healthy("a".repeat(MAX_DEVICE_ID_BYTES)); 3];
+        assert!(validate_snapshot(&ok).is_ok());
+        let long = vec![
+            Device::healthy("ok"),
+            Device::healthy(format!("\u{1b}[2J{}", "x".repeat(64 * 1024))),
+        ];
+        let err = validate_snapshot(&long).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "device ID \"\\u{1b}[2Jxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\" has 65540 bytes, \
+                 more than devicelet's limit of 4096"
+            )
+        );
+        let many = vec![Device::healthy("d"); MAX_DEVICES_PER_RESOURCE + 1];
+        let err = validate_snapshot(&many).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some("ListAndWatch snapshot has 262145 devices, more than devicelet's limit of 262144")
+        );
+        assert!(validate_snapshot(&many[1..]).is_ok());
     }
 
     #[test]
