@@ -50,6 +50,16 @@ pub enum TransportError {
         #[source]
         source: tonic::transport::Error,
     },
+    #[error(
+        "cannot connect to Unix socket {path:?}: permission denied (connecting needs write permission on the socket and search permission on its directories)"
+    )]
+    ConnectPermission {
+        path: PathBuf,
+        #[source]
+        source: tonic::transport::Error,
+    },
+    #[error("cannot connect to {path:?}: it is {kind}, not a Unix socket")]
+    ConnectNotASocket { path: PathBuf, kind: &'static str },
     #[error("connecting to Unix socket {path:?} timed out after {timeout:?}")]
     ConnectTimeout {
         path: PathBuf,

@@ -145,13 +145,57 @@ pub async fn dial_unix(path: &Path, connect_timeout: Duration) -> Result<Channel
     // The outer timeout also covers the HTTP/2 handshake, which connect_timeout does not.
     match tokio::time::timeout(connect_timeout, endpoint.connect_with_connector(connector)).await {
         Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(source)) => Err(TransportError::Connect {
-            path: path.to_path_buf(),
-            source,
-        }),
+        Ok(Err(source)) => Err(connect_error(path, source)),
         Err(_) => Err(TransportError::ConnectTimeout {
             path: path.to_path_buf(),
             timeout: connect_timeout,
         }),
+    }
+}
+
+/// Names the two causes a bare errno hides: EACCES (permissions of the socket or a directory
+/// above it) and ECONNREFUSED from a path that is not a socket at all (a plugin's socket
+/// replaced by a regular file or a directory refuses like a socket nobody listens on).
+fn connect_error(path: &Path, source: tonic::transport::Error) -> TransportError {
+    let path = path.to_path_buf();
+    match io_error_kind(&source) {
+        Some(io::ErrorKind::PermissionDenied) => TransportError::ConnectPermission { path, source },
+        Some(io::ErrorKind::ConnectionRefused) => match std::fs::metadata(&path) {
+            Ok(meta) if !meta.file_type().is_socket() => TransportError::ConnectNotASocket {
+                kind: file_kind(&meta.file_type()),
+                path,
+            },
+            _ => TransportError::Connect { path, source },
+        },
+        _ => TransportError::Connect { path, source },
+    }
+}
+
+/// The kind of the first `io::Error` in `err`'s source chain.
+fn io_error_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// "a regular file", "a directory", ... for error messages.
+pub fn file_kind(file_type: &std::fs::FileType) -> &'static str {
+    if file_type.is_file() {
+        "a regular file"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a Unix socket"
+    } else {
+        "a device or other special file"
     }
 }

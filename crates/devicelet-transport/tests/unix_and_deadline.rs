@@ -109,6 +109,30 @@ async fn c1_dial_unix_to_a_missing_socket_fails_with_the_path() {
 }
 
 #[tokio::test]
+async fn a3_dial_unix_to_a_regular_file_or_directory_names_what_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file.sock");
+    std::fs::write(&file, b"").unwrap();
+    let sub = dir.path().join("dir.sock");
+    std::fs::create_dir(&sub).unwrap();
+    for (path, kind) in [(&file, "a regular file"), (&sub, "a directory")] {
+        let err = dial_unix(path, Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, TransportError::ConnectNotASocket { .. }),
+            "unexpected {err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("it is {kind}, not a Unix socket"))
+                && text.contains(&*path.to_string_lossy()),
+            "{text}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a5_request_with_deadline_sends_grpc_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), "plugin.sock", true).await;
