@@ -44,6 +44,8 @@ mod imp {
         prefix: PathBuf,
         op: Op,
         errno: i32,
+        /// Matching steps to let through before failing.
+        skip: u64,
         /// Failures left; `None` = until disarmed.
         remaining: Option<u64>,
         hits: u64,
@@ -72,12 +74,23 @@ mod imp {
 
         /// Like [`Fault::arm`], but only the next `times` matching steps fail.
         pub fn arm_times(prefix: &Path, op: Op, errno: i32, times: Option<u64>) -> Fault {
+            Self::arm_with(prefix, op, errno, 0, times)
+        }
+
+        /// Like [`Fault::arm`], but the first `after` matching steps succeed (e.g. the second
+        /// write of a file fails, not the first).
+        pub fn arm_after(prefix: &Path, op: Op, errno: i32, after: u64) -> Fault {
+            Self::arm_with(prefix, op, errno, after, None)
+        }
+
+        fn arm_with(prefix: &Path, op: Op, errno: i32, skip: u64, times: Option<u64>) -> Fault {
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
             faults().push(Armed {
                 id,
                 prefix: prefix.to_path_buf(),
                 op,
                 errno,
+                skip,
                 remaining: times,
                 hits: 0,
             });
@@ -103,6 +116,10 @@ mod imp {
         let mut all = faults();
         for f in all.iter_mut() {
             if f.op != op || !path.starts_with(&f.prefix) || f.remaining == Some(0) {
+                continue;
+            }
+            if f.skip > 0 {
+                f.skip -= 1;
                 continue;
             }
             if let Some(n) = &mut f.remaining {

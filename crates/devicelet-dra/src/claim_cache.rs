@@ -20,7 +20,9 @@
 //!   The mark is cleared durably *before* NodeUnprepareResources is sent.
 //! - E11: removing a shared claim's pod reference is written at once.
 //! - Durability: the checkpoint is written with fsync of file and directory; the pod reference is
-//!   durable before NodePrepareResources is sent, the devices before success is reported.
+//!   durable before NodePrepareResources is sent, the devices before success is reported. A
+//!   change whose write fails (EIO, a full disk) is undone in memory, so memory is never ahead
+//!   of the file: no pod reference, devices or prepared mark exist only in memory.
 //! - Corrupt checkpoint: instead of refusing to start, the file is moved aside to
 //!   `dra_manager_state.corrupt-<UTC>` (never overwritten), a marker
 //!   `R/devicelet/dra_manager_state.quarantine` is written, and every prepare/unprepare fails with
@@ -529,6 +531,44 @@ impl ClaimCache {
         }
     }
 
+    /// The cached entries of `keys` as they are now, for [`ClaimCache::restore_entries`].
+    fn save_entries<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<(String, Option<CachedClaim>)> {
+        let st = self.state();
+        keys.into_iter()
+            .map(|k| (k.clone(), st.entries.get(k).cloned()))
+            .collect()
+    }
+
+    /// Puts entries back as saved: a change whose write failed must not stay in memory only
+    /// (the caller holds the claims' locks, so nobody else changed them meanwhile).
+    fn restore_entries(&self, saved: Vec<(String, Option<CachedClaim>)>) {
+        let mut st = self.state();
+        for (k, entry) in saved {
+            match entry {
+                Some(entry) => st.entries.insert(k, entry),
+                None => st.entries.remove(&k),
+            };
+        }
+    }
+
+    /// [`ClaimCache::persist`]; when it fails, the entries are put back as `saved`.
+    fn persist_or_restore(
+        &self,
+        checkpoint: bool,
+        prepared: bool,
+        saved: Vec<(String, Option<CachedClaim>)>,
+    ) -> Result<(), DraError> {
+        let result = self.persist(checkpoint, prepared);
+        if let Err(e) = &result {
+            warn!(error = %e, "DRA state could not be written; the change is undone in memory");
+            self.restore_entries(saved);
+        }
+        result
+    }
+
     /// Writes the checkpoint and/or the prepared marks from the current state, durably.
     fn persist(&self, checkpoint: bool, prepared: bool) -> Result<(), DraError> {
         let _w = self
@@ -701,6 +741,7 @@ impl ClaimCache {
         // B3: record the intent. All UID checks first, so nothing is recorded on mismatch.
         let mut batches: BTreeMap<String, (DraPluginInstance, Vec<ClaimRef>)> = BTreeMap::new();
         let mut changed = false;
+        let before = self.save_entries(validated.iter().map(|v| &v.key));
         {
             let mut st = self.state();
             for v in validated {
@@ -744,9 +785,10 @@ impl ClaimCache {
                 }
             }
         }
-        // E10: the pod reference is durable before any driver is called.
+        // E10: the pod reference is durable before any driver is called; if it cannot be
+        // written it is not kept in memory either (a retry must write it again).
         if changed {
-            self.persist(true, false)?;
+            self.persist_or_restore(true, false, before)?;
         }
         if batches.is_empty() {
             return Ok(());
@@ -773,6 +815,7 @@ impl ClaimCache {
         let mut errors = Vec::new();
         // claim UID -> all of its drivers answered successfully so far
         let mut ok_drivers: HashMap<String, usize> = HashMap::new();
+        let intended = self.save_entries(validated.iter().map(|v| &v.key));
         {
             let mut st = self.state();
             for (driver, claims, result) in answers {
@@ -829,17 +872,10 @@ impl ClaimCache {
                 }
             }
         }
-        // B5: durable before success is reported.
-        if let Err(e) = self.persist(true, true) {
-            // Not durable: do not claim the preparation; the next attempt re-prepares.
-            let mut st = self.state();
-            for v in validated {
-                if let Some(entry) = st.entries.get_mut(&v.key) {
-                    entry.prepared = false;
-                }
-            }
-            return Err(e);
-        }
+        // B5: durable before success is reported. Not durable: the devices are not kept in
+        // memory only and the preparation is not claimed; the durable pod reference makes the
+        // next attempt (or an unprepare) reach the drivers again.
+        self.persist_or_restore(true, true, intended)?;
         match errors.len() {
             0 => Ok(()),
             1 => Err(errors.remove(0)),
@@ -888,6 +924,7 @@ impl ClaimCache {
         let mut to_unprepare: Vec<CachedClaim> = Vec::new();
         let mut refs_dropped = false;
         let mut marks_cleared = false;
+        let before = self.save_entries(keys);
         {
             let mut st = self.state();
             for k in keys {
@@ -913,7 +950,7 @@ impl ClaimCache {
         // E11: the dropped shared reference is durable at once; the "prepared" mark is gone
         // durably before any driver starts tearing the claim down.
         if refs_dropped || marks_cleared {
-            self.persist(refs_dropped, marks_cleared)?;
+            self.persist_or_restore(refs_dropped, marks_cleared, before)?;
         }
         if to_unprepare.is_empty() {
             return Ok(());
@@ -987,6 +1024,7 @@ impl ClaimCache {
             }
         }
         let mut removed = false;
+        let unprepared = self.save_entries(keys);
         {
             let mut st = self.state();
             for c in &to_unprepare {
@@ -996,8 +1034,9 @@ impl ClaimCache {
                 }
             }
         }
+        // Not durable: the claims stay cached and referenced, so the unprepare is retried.
         if removed {
-            self.persist(true, false)?;
+            self.persist_or_restore(true, false, unprepared)?;
         }
         match errors.len() {
             0 => Ok(()),
