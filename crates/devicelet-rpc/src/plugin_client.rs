@@ -1,19 +1,28 @@
 //! The tonic implementation of the manager's plugin seam: [`TonicPluginDialer`] dials a plugin
 //! socket like `dm/plugin/v1beta1/client.go` (`:authority` = `localhost`, 10 s dial timeout) and
 //! [`TonicDevicePluginClient`] issues the v1beta1 `DevicePlugin` RPCs.
+//!
+//! Answers are bounded in size ([`MAX_LIST_AND_WATCH_MESSAGE_BYTES`], [`MAX_ANSWER_BYTES`]) and
+//! a `ListAndWatch` message is counted before it is decoded
+//! ([`validation::MAX_DEVICES_PER_RESOURCE`]): protobuf encodes an empty device in 2 bytes, so
+//! a 64 MiB message could otherwise decode into some 33 million devices (~2.4 GB).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Buf;
 use devicelet_devicemanager::{
     ContainerAllocateResponse, DevicePluginClient, DevicePluginOptions, DeviceUpdateStream,
-    PluginDialer, PluginError, PreferredAllocationRequest,
+    PluginDialer, PluginError, PreferredAllocationRequest, validation,
 };
 use devicelet_proto::deviceplugin::v1beta1 as pb;
 use devicelet_proto::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient as PbClient;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
+use prost::Message;
+use tonic::Status;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
 
 use crate::convert;
@@ -21,8 +30,17 @@ use crate::transport;
 
 /// Largest `ListAndWatch` message we accept. Upstream keeps gRPC's 4 MiB default, and a larger
 /// snapshot breaks the stream (looks like a disconnect, spec §1.9); 100 000 devices with
-/// topology are about 3-4 MiB, so we allow 64 MiB (roughly two million devices).
+/// topology are about 3-4 MiB, so we allow 64 MiB: the most devices we accept
+/// ([`validation::MAX_DEVICES_PER_RESOURCE`]) with IDs of 200 bytes.
 pub const MAX_LIST_AND_WATCH_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest answer to the unary calls (`Allocate`, `GetPreferredAllocation`,
+/// `GetDevicePluginOptions`): gRPC's 4 MiB default, the kubelet's own limit, so every plugin
+/// that works with the kubelet fits. An `Allocate` answer is kept per container in memory, in
+/// the journal and in the checkpoint; real ones are a few KB (envs, mounts, CDI names).
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+const LIST_AND_WATCH_PATH: &str = "/v1beta1.DevicePlugin/ListAndWatch";
 
 /// Dials device plugins over Unix sockets.
 #[derive(Debug, Clone)]
@@ -45,9 +63,10 @@ impl PluginDialer for TonicPluginDialer {
         let socket = socket.to_path_buf();
         let timeout = self.connect_timeout;
         async move {
-            let channel = transport::dial(&socket, timeout).await.map_err(|e| {
-                PluginError::Connect(format!("{}: {}", socket.display(), error_chain(&e)))
-            })?;
+            // The transport error names the socket.
+            let channel = transport::dial(&socket, timeout)
+                .await
+                .map_err(|e| PluginError::Connect(error_chain(&e)))?;
             Ok(Arc::new(TonicDevicePluginClient::new(channel)) as Arc<dyn DevicePluginClient>)
         }
         .boxed()
@@ -70,16 +89,129 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
 #[derive(Debug, Clone)]
 pub struct TonicDevicePluginClient {
     client: PbClient<Channel>,
+    /// `ListAndWatch` goes through [`ListAndWatchCodec`], which the generated client cannot use.
+    streams: tonic::client::Grpc<Channel>,
 }
 
 impl TonicDevicePluginClient {
     /// Wraps a connected channel.
     pub fn new(channel: Channel) -> Self {
         TonicDevicePluginClient {
-            client: PbClient::new(channel)
+            client: PbClient::new(channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES),
+            streams: tonic::client::Grpc::new(channel)
                 .max_decoding_message_size(MAX_LIST_AND_WATCH_MESSAGE_BYTES),
         }
     }
+}
+
+/// A failed call → [`PluginError`]; an answer beyond the message-size bound (tonic checks the
+/// length prefix before it reads the message) becomes [`PluginError::OverLimit`] naming it.
+fn call_error(status: Status, what: &str, limit: usize) -> PluginError {
+    if status.code() == tonic::Code::OutOfRange
+        && let Some(found) = oversized_length(status.message())
+    {
+        return PluginError::OverLimit {
+            what: what.to_owned(),
+            found,
+            limit,
+            unit: "bytes",
+        };
+    }
+    convert::plugin_error_from_status(status)
+}
+
+/// The length in tonic's "decoded message length too large: found N bytes, ..." status.
+fn oversized_length(message: &str) -> Option<usize> {
+    let rest = message
+        .split_once("decoded message length too large: found ")?
+        .1;
+    rest.split_once(' ')?.0.parse().ok()
+}
+
+/// One decoded `ListAndWatch` message, or the device count of one beyond the bound.
+enum Snapshot {
+    Devices(pb::ListAndWatchResponse),
+    TooMany(usize),
+}
+
+/// Encodes `Empty` and decodes `ListAndWatchResponse` after counting its devices.
+#[derive(Debug, Clone, Copy, Default)]
+struct ListAndWatchCodec;
+
+impl Codec for ListAndWatchCodec {
+    type Encode = pb::Empty;
+    type Decode = Snapshot;
+    type Encoder = ListAndWatchCodec;
+    type Decoder = ListAndWatchCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ListAndWatchCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ListAndWatchCodec
+    }
+}
+
+impl Encoder for ListAndWatchCodec {
+    type Item = pb::Empty;
+    type Error = Status;
+
+    fn encode(&mut self, item: pb::Empty, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding ListAndWatch request: {e}")))
+    }
+}
+
+impl Decoder for ListAndWatchCodec {
+    type Item = Snapshot;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Snapshot>, Status> {
+        // The buffer holds exactly one whole message, in one contiguous chunk.
+        let count = count_devices(src.chunk());
+        if count > validation::MAX_DEVICES_PER_RESOURCE {
+            src.advance(src.remaining());
+            return Ok(Some(Snapshot::TooMany(count)));
+        }
+        pb::ListAndWatchResponse::decode(src)
+            .map(|m| Some(Snapshot::Devices(m)))
+            .map_err(|e| Status::internal(format!("decoding ListAndWatch message: {e}")))
+    }
+}
+
+/// Counts the `devices` entries (field 1, length-delimited) of an encoded
+/// `ListAndWatchResponse` without decoding them; stops at the first malformed field (the
+/// decoder then reports it).
+fn count_devices(mut bytes: &[u8]) -> usize {
+    use prost::encoding::decode_varint;
+    let mut count = 0;
+    while bytes.has_remaining() {
+        let Ok(key) = decode_varint(&mut bytes) else {
+            break;
+        };
+        let skip = match key & 7 {
+            0 => match decode_varint(&mut bytes) {
+                Ok(_) => 0,
+                Err(_) => break,
+            },
+            1 => 8,
+            2 => match decode_varint(&mut bytes).map(usize::try_from) {
+                Ok(Ok(len)) => len,
+                _ => break,
+            },
+            5 => 4,
+            _ => break,
+        };
+        if key == (1 << 3 | 2) {
+            count += 1;
+        }
+        match bytes.get(skip..) {
+            Some(rest) => bytes = rest,
+            None => break,
+        }
+    }
+    count
 }
 
 impl DevicePluginClient for TonicDevicePluginClient {
@@ -89,29 +221,36 @@ impl DevicePluginClient for TonicDevicePluginClient {
             let response = client
                 .get_device_plugin_options(pb::Empty {})
                 .await
-                .map_err(convert::plugin_error_from_status)?;
+                .map_err(|s| call_error(s, "GetDevicePluginOptions answer", MAX_ANSWER_BYTES))?;
             Ok(convert::options_from_proto(response.into_inner()))
         }
         .boxed()
     }
 
     fn list_and_watch(&self) -> BoxFuture<'_, Result<DeviceUpdateStream, PluginError>> {
-        let mut client = self.client.clone();
+        let mut grpc = self.streams.clone();
         async move {
-            let stream = client
-                .list_and_watch(pb::Empty {})
+            grpc.ready()
+                .await
+                .map_err(|e| PluginError::Connect(error_chain(&e)))?;
+            let path = http::uri::PathAndQuery::from_static(LIST_AND_WATCH_PATH);
+            let stream = grpc
+                .server_streaming(tonic::Request::new(pb::Empty {}), path, ListAndWatchCodec)
                 .await
                 .map_err(convert::plugin_error_from_status)?
                 .into_inner();
-            let updates = stream.map(|message| {
-                message
-                    .map(|m| {
-                        m.devices
-                            .into_iter()
-                            .map(convert::device_from_proto)
-                            .collect()
-                    })
-                    .map_err(convert::plugin_error_from_status)
+            let updates = stream.map(|message| match message {
+                Ok(Snapshot::Devices(m)) => Ok(m
+                    .devices
+                    .into_iter()
+                    .map(convert::device_from_proto)
+                    .collect()),
+                Ok(Snapshot::TooMany(count)) => Err(validation::too_many_devices(count)),
+                Err(status) => Err(call_error(
+                    status,
+                    "ListAndWatch message",
+                    MAX_LIST_AND_WATCH_MESSAGE_BYTES,
+                )),
             });
             Ok(updates.boxed())
         }
@@ -133,7 +272,7 @@ impl DevicePluginClient for TonicDevicePluginClient {
             let response = client
                 .allocate(request)
                 .await
-                .map_err(convert::plugin_error_from_status)?;
+                .map_err(|s| call_error(s, "Allocate answer", MAX_ANSWER_BYTES))?;
             Ok(response
                 .into_inner()
                 .container_responses
@@ -159,7 +298,7 @@ impl DevicePluginClient for TonicDevicePluginClient {
             let response = client
                 .get_preferred_allocation(request)
                 .await
-                .map_err(convert::plugin_error_from_status)?;
+                .map_err(|s| call_error(s, "GetPreferredAllocation answer", MAX_ANSWER_BYTES))?;
             Ok(response
                 .into_inner()
                 .container_responses
@@ -185,5 +324,49 @@ impl DevicePluginClient for TonicDevicePluginClient {
             Ok(())
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_are_counted_without_decoding() {
+        let message = pb::ListAndWatchResponse {
+            devices: vec![
+                pb::Device::default(),
+                pb::Device {
+                    id: "gpu-0".into(),
+                    health: "Healthy".into(),
+                    topology: Some(pb::TopologyInfo {
+                        nodes: vec![pb::NumaNode { id: 1 }],
+                    }),
+                },
+                pb::Device::default(),
+            ],
+        };
+        assert_eq!(count_devices(&message.encode_to_vec()), 3);
+        assert_eq!(count_devices(&[]), 0);
+        // Truncated or malformed input stops the count; the decoder reports the error.
+        let bytes = message.encode_to_vec();
+        assert_eq!(count_devices(&bytes[..bytes.len() - 1]), 2);
+        assert_eq!(count_devices(&[0x0b, 0x0c]), 0);
+        // Unknown fields are skipped, not counted.
+        assert_eq!(count_devices(&[0x10, 0x96, 0x01, 0x0a, 0x00]), 1);
+    }
+
+    #[test]
+    fn an_oversized_answer_names_the_call_and_the_bound() {
+        let status = Status::out_of_range(
+            "Error, decoded message length too large: found 104857605 bytes, the limit is: 4194304 bytes",
+        );
+        let err = call_error(status, "Allocate answer", MAX_ANSWER_BYTES);
+        assert_eq!(
+            err.to_string(),
+            "Allocate answer has 104857605 bytes, more than devicelet's limit of 4194304"
+        );
+        let other = call_error(Status::out_of_range("index 7"), "Allocate answer", 1);
+        assert!(matches!(other, PluginError::Rpc { .. }), "{other}");
     }
 }

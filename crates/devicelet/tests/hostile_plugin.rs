@@ -1,12 +1,28 @@
 //! Hostile device data (issue 18 item 3): device IDs from a plugin are data, not terminal input.
 //! smarter-device-manager names its devices "\x00", "\x01", ...: the table output shows them as
 //! visible escapes, JSON keeps them exact, and another plugin keeps being served.
+//!
+//! Sizes are bounded: a 64 KB device ID, a million devices and a 100 MB `ListAndWatch` or
+//! `Allocate` answer are refused with an error naming the plugin and the bound, while the
+//! example plugin beside them keeps being served. The hostile plugin is a tonic server in the
+//! test process on a real Unix socket.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
+use std::pin::Pin;
+use std::sync::Arc;
+
 use common::test_plugin::{TestPlugin, TestPluginConfig, device, register};
-use common::{Root, cli};
+use common::{Proc, Root, cli};
+use devicelet_proto::deviceplugin::v1beta1 as pb;
+use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
+    DevicePlugin, DevicePluginServer,
+};
+use futures::Stream;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
 
 #[tokio::test]
 async fn control_characters_in_device_ids_reach_the_terminal_escaped_and_json_exact() {
@@ -73,6 +89,254 @@ async fn control_characters_in_device_ids_reach_the_terminal_escaped_and_json_ex
     assert_eq!(got, want, "JSON keeps the IDs exact");
 
     plugin.stop().await;
+    assert_eq!(good.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+/// A device plugin that sends one fixed `ListAndWatch` message (then keeps the stream open) and
+/// answers `Allocate` with an environment variable of `allocate_bytes` bytes.
+#[derive(Clone)]
+struct Hostile {
+    devices: Arc<Vec<pb::Device>>,
+    allocate_bytes: usize,
+}
+
+#[tonic::async_trait]
+impl DevicePlugin for Hostile {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
+        Ok(Response::new(pb::DevicePluginOptions::default()))
+    }
+
+    type ListAndWatchStream =
+        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<pb::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        use futures::StreamExt;
+        let message = pb::ListAndWatchResponse {
+            devices: self.devices.as_ref().clone(),
+        };
+        let stream =
+            futures::stream::once(async move { Ok(message) }).chain(futures::stream::pending());
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        _: Request<pb::PreferredAllocationRequest>,
+    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
+        Err(Status::unimplemented("hostile plugin"))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<pb::AllocateRequest>,
+    ) -> Result<Response<pb::AllocateResponse>, Status> {
+        let container_responses = request
+            .into_inner()
+            .container_requests
+            .iter()
+            .map(|_| pb::ContainerAllocateResponse {
+                envs: [("BIG".to_owned(), "x".repeat(self.allocate_bytes))].into(),
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(pb::AllocateResponse {
+            container_responses,
+        }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<pb::PreStartContainerRequest>,
+    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
+        Ok(Response::new(pb::PreStartContainerResponse {}))
+    }
+}
+
+/// Serves `plugin` on `R/device-plugins/NAME.sock` and registers it as `resource`.
+async fn start_hostile(root: &Root, resource: &str, plugin: Hostile) {
+    let sock_name = format!("{}.sock", resource.replace('/', "_"));
+    let socket = root.paths.device_plugins.join(&sock_name);
+    let listener = UnixListener::bind(&socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(DevicePluginServer::new(plugin))
+            .serve_with_incoming(UnixListenerStream::new(listener)),
+    );
+    register(&root.paths.kubelet_socket, "v1beta1", &sock_name, resource)
+        .await
+        .unwrap();
+}
+
+/// Starts the daemon and the example plugin, registers `hostile` as `resource`, waits until
+/// devicelet refused its snapshot (endpoint stopped, nothing allocatable) and checks the log
+/// names the resource and `bound`, and the example plugin is still served.
+async fn refused_snapshot(resource: &str, hostile: Hostile, bound: &str) -> (Root, Proc, Proc) {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let good = root.example_plugin(&["--resource", "example.com/gpu", "--devices", "2"]);
+    root.wait_counts("example.com/gpu", 2, 2).await;
+    start_hostile(&root, resource, hostile).await;
+    root.wait_for(&format!("{resource} refused"), |s| {
+        s.resource(resource).is_some_and(|r| {
+            r.allocatable == 0 && r.endpoint.as_ref().is_some_and(|e| e.state == "Stopped")
+        })
+    })
+    .await;
+    let log = serve.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("device plugin sent more than devicelet accepts"))
+        .unwrap_or_else(|| panic!("no refusal logged:\n{log}"));
+    assert!(
+        line.contains(resource) && line.contains(bound),
+        "the refusal names neither {resource} nor {bound}: {line}"
+    );
+    root.wait_counts("example.com/gpu", 2, 2).await;
+    let (code, table, stderr) = cli(root.path(), &["get", "resources"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(table.contains("example.com/gpu"), "{table}");
+    (root, serve, good)
+}
+
+/// Peak resident memory of a process, from `/proc/PID/status`.
+fn peak_rss_kib(proc: &Proc) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", proc.child.id().unwrap())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_64_kb_device_id_is_refused_naming_the_plugin_and_the_bound() {
+    let id = format!("\u{1b}[2J{}", "x".repeat(64 * 1024));
+    let hostile = Hostile {
+        devices: Arc::new(vec![
+            device("ok-0", "Healthy", None),
+            device(&id, "Healthy", None),
+        ]),
+        allocate_bytes: 0,
+    };
+    let resource = "example.com/long-ids";
+    let (root, serve, good) =
+        refused_snapshot(resource, hostile, "more than devicelet's limit of 4096").await;
+    let log = serve.log();
+    assert!(
+        log.contains(r#"device ID "\u{1b}[2Jxxx"#),
+        "the ID is shown escaped"
+    );
+    assert!(!log.contains("\u{1b}[2J"), "a raw escape reached the log");
+    let (_, table, _) = cli(root.path(), &["get", "resources"]).await;
+    assert!(!table.contains('\u{1b}'), "{table}");
+    assert_eq!(good.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn a_million_devices_are_refused_before_they_are_decoded() {
+    let hostile = Hostile {
+        devices: Arc::new(
+            (0..1_000_000)
+                .map(|i| device(&format!("d{i}"), "Healthy", None))
+                .collect(),
+        ),
+        allocate_bytes: 0,
+    };
+    let (_root, serve, good) = refused_snapshot(
+        "example.com/million",
+        hostile,
+        "ListAndWatch snapshot has 1000000 devices, more than devicelet's limit of 262144",
+    )
+    .await;
+    // Counted in the encoded message (~20 MB), never decoded into a million devices.
+    let peak = peak_rss_kib(&serve);
+    assert!(
+        peak < 120 * 1024,
+        "devicelet's peak RSS reached {peak} KiB for a refused message"
+    );
+    assert_eq!(good.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn a_100_mb_list_and_watch_answer_is_refused_naming_the_plugin_and_the_bound() {
+    // 102 400 devices with 1 KiB IDs: within the count and ID bounds, over the message bound.
+    let hostile = Hostile {
+        devices: Arc::new(
+            (0..102_400)
+                .map(|i| device(&format!("{i:01024}"), "Healthy", None))
+                .collect(),
+        ),
+        allocate_bytes: 0,
+    };
+    let (_root, serve, good) = refused_snapshot(
+        "example.com/huge-list",
+        hostile,
+        "more than devicelet's limit of 67108864",
+    )
+    .await;
+    assert!(
+        serve.log().contains("ListAndWatch message has 10"),
+        "the size is named"
+    );
+    let peak = peak_rss_kib(&serve);
+    assert!(
+        peak < 120 * 1024,
+        "devicelet's peak RSS reached {peak} KiB for a refused message"
+    );
+    assert_eq!(good.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn a_100_mb_allocate_answer_refuses_the_pod_and_other_pods_are_admitted() {
+    let root = Root::new();
+    let serve = root.serve(&[]).await;
+    let good = root.example_plugin(&["--resource", "example.com/gpu", "--devices", "2"]);
+    let resource = "example.com/huge-allocate";
+    let hostile = Hostile {
+        devices: Arc::new(vec![device("h0", "Healthy", None)]),
+        allocate_bytes: 100 * 1024 * 1024,
+    };
+    start_hostile(&root, resource, hostile).await;
+    root.wait_counts(resource, 1, 1).await;
+    root.wait_counts("example.com/gpu", 2, 2).await;
+
+    let pod = |name: &str, resource: &str| {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: uid-{name}\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n        {resource}: \"1\"\n"
+        );
+        let path = root.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, yaml).unwrap();
+        path.display().to_string()
+    };
+    let (code, _, err) = cli(root.path(), &["admit", "-f", &pod("big", resource)]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("UnexpectedAdmissionError")
+            && err.contains("Allocate answer has")
+            && err.contains("more than devicelet's limit of 4194304"),
+        "{err}"
+    );
+    // Nothing half-allocated, and the other plugin's pods are admitted.
+    let snapshot = root.control().resources().await.unwrap();
+    assert_eq!(snapshot.resource(resource).unwrap().allocated, 0);
+    let (code, out, err) = cli(root.path(), &["admit", "-f", &pod("ok", "example.com/gpu")]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    let peak = peak_rss_kib(&serve);
+    assert!(
+        peak < 120 * 1024,
+        "devicelet's peak RSS reached {peak} KiB for a refused answer"
+    );
     assert_eq!(good.terminate().await, 0);
     assert_eq!(serve.terminate().await, 0);
 }
