@@ -55,7 +55,27 @@ pub struct SelectorRejection {
     pub selector: String,
     pub expression: String,
     pub rejected: usize,
+    /// Up to [`NEAREST_SAMPLES`] of the devices this selector rejected, with the attribute
+    /// values the expression reads (every attribute when none could be picked out): what the
+    /// expression saw. A device counted here passed every selector before this one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nearest: Vec<DeviceSample>,
 }
+
+/// A device a selector rejected and the attribute values it had.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSample {
+    /// `driver/pool/device`.
+    pub device: String,
+    /// Attribute (or capacity) name → value, as the expression reads them.
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// Devices named per selector rejection.
+pub const NEAREST_SAMPLES: usize = 3;
+/// Devices named per request in [`RequestExplanation::in_use_devices`].
+pub const IN_USE_SAMPLES: usize = 32;
 
 /// One request (or subrequest) of one claim.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -82,6 +102,13 @@ pub struct RequestExplanation {
     pub tainted: usize,
     /// Devices that pass every per-device check.
     pub usable: usize,
+    /// The first [`IN_USE_SAMPLES`] devices counted in `in_use` (`driver/pool/device`), so a
+    /// caller that knows the allocated claims can say which claims hold them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_use_devices: Vec<String>,
+    /// The distinct taints (`key=value:effect`) that the request does not tolerate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub untolerated_taints: Vec<String>,
     /// One-line summary.
     pub verdict: String,
 }
@@ -184,6 +211,194 @@ fn counters_fit(avail: &[(&str, Vec<(&str, i128)>)], dev: &DeviceData<'_>) -> bo
     true
 }
 
+/// The one-line summary of a request: what is missing and the main reasons.
+fn request_verdict(
+    r: &RequestExplanation,
+    v: &RequestView<'_>,
+    needed: i64,
+    node: &NodeExplanation,
+) -> String {
+    let selected = r.candidates
+        - r.rejected_by_selector
+            .iter()
+            .map(|x| x.rejected)
+            .sum::<usize>();
+    if r.candidates == 0 {
+        return if node.pools == 0 {
+            "no devices: no ResourceSlice is visible from this node (is the driver running on it?)"
+                .into()
+        } else if node.incomplete_pools.len() + node.invalid_pools.len() == node.pools {
+            "no devices: every pool visible from this node is incomplete or invalid".into()
+        } else {
+            "no devices in the usable pools visible from this node".into()
+        };
+    }
+    let mut reasons: Vec<String> = Vec::new();
+    if !r.selector_errors.is_empty() {
+        reasons.push("selector error".into());
+    }
+    let rejected: usize = r.rejected_by_selector.iter().map(|x| x.rejected).sum();
+    let counts = [
+        (rejected, "rejected by selectors"),
+        (r.in_use, "allocated to other claims"),
+        (r.tainted, "tainted (not tolerated)"),
+        (r.insufficient_counters, "out of shared counters"),
+        (r.insufficient_capacity, "out of capacity"),
+        (r.lacks_requested_capacity, "lack the requested capacity"),
+        (r.not_for_this_node, "not for this node"),
+        (
+            r.binding_conditions_unsupported,
+            "binding conditions unsupported",
+        ),
+        (
+            r.consumes_counters_feature_off,
+            "consume counters (feature off)",
+        ),
+    ];
+    for (n, label) in counts {
+        if n > 0 {
+            reasons.push(format!("{n} {label}"));
+        }
+    }
+    let why = if reasons.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", reasons.join(", "))
+    };
+    if v.mode == "All" && r.usable != selected {
+        format!("All mode: some selected devices are unusable{why}")
+    } else if (r.usable as i64) < needed {
+        format!("needs {needed} device(s), only {} usable{why}", r.usable)
+    } else {
+        format!(
+            "{} usable device(s) for {needed}; failure comes from other requests, constraints or shared counters/capacity",
+            r.usable
+        )
+    }
+}
+
+fn taint_text(t: &k8s_openapi::api::resource::v1::DeviceTaint) -> String {
+    match t.value.as_deref().filter(|v| !v.is_empty()) {
+        Some(v) => format!("{}={v}:{}", t.key, t.effect),
+        None => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// Attribute and capacity names a CEL expression reads: `device.attributes["D"].id`,
+/// `device.attributes["D"]["id"]`, `device.capacity["D"].id` (as `D/id`), in order, without
+/// duplicates. A textual scan: enough to pick the values worth showing.
+pub fn referenced_names(expression: &str) -> Vec<(bool, String)> {
+    let mut out: Vec<(bool, String)> = Vec::new();
+    for (is_attr, marker) in [(true, "attributes["), (false, "capacity[")] {
+        let mut rest = expression;
+        while let Some(pos) = rest.find(marker) {
+            rest = &rest[pos + marker.len()..];
+            let Some(domain) = quoted(rest) else { continue };
+            let after = &rest[domain.len() + 2..];
+            let after = after.trim_start_matches(']');
+            let id = if let Some(field) = after.strip_prefix('.') {
+                field
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            } else if let Some(idx) = after.strip_prefix('[') {
+                quoted(idx).unwrap_or("").to_string()
+            } else {
+                String::new()
+            };
+            if id.is_empty() {
+                continue;
+            }
+            let name = (is_attr, format!("{domain}/{id}"));
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// The text of a leading `"..."` or `'...'` literal (no escapes).
+fn quoted(s: &str) -> Option<&str> {
+    let q = s.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let body = &s[1..];
+    body.find(q).map(|end| &body[..end])
+}
+
+fn attribute_text(a: &k8s_openapi::api::resource::v1::DeviceAttribute) -> String {
+    if let Some(v) = &a.string {
+        format!("{v:?}")
+    } else if let Some(v) = a.int {
+        v.to_string()
+    } else if let Some(v) = a.bool {
+        v.to_string()
+    } else if let Some(v) = &a.version {
+        format!("version {v}")
+    } else if let Some(v) = &a.strings {
+        format!("{v:?}")
+    } else if let Some(v) = &a.ints {
+        format!("{v:?}")
+    } else if let Some(v) = &a.bools {
+        format!("{v:?}")
+    } else if let Some(v) = &a.versions {
+        format!("versions {v:?}")
+    } else {
+        "(empty)".into()
+    }
+}
+
+/// Most attributes shown for a device when the expression names none.
+const SAMPLE_ATTRIBUTES: usize = 8;
+
+fn sample(
+    expression: &str,
+    driver: &str,
+    pool: &str,
+    dev: &k8s_openapi::api::resource::v1::Device,
+) -> DeviceSample {
+    let mut attributes = BTreeMap::new();
+    let names = referenced_names(expression);
+    for (is_attr, name) in &names {
+        let value = if *is_attr {
+            // Go's lookupAttribute: the full name, then the bare id in the driver's domain.
+            dev.attributes.as_ref().and_then(|attrs| {
+                attrs
+                    .get(name.as_str())
+                    .or_else(|| {
+                        let (domain, id) = name.split_once('/')?;
+                        (domain == driver).then(|| attrs.get(id)).flatten()
+                    })
+                    .map(attribute_text)
+            })
+        } else {
+            dev.capacity.as_ref().and_then(|caps| {
+                caps.get(name.as_str())
+                    .or_else(|| {
+                        let (domain, id) = name.split_once('/')?;
+                        (domain == driver).then(|| caps.get(id)).flatten()
+                    })
+                    .map(|c| c.value.0.clone())
+            })
+        };
+        let key = if *is_attr {
+            name.clone()
+        } else {
+            format!("capacity {name}")
+        };
+        attributes.insert(key, value.unwrap_or_else(|| "(not set)".into()));
+    }
+    if names.is_empty() {
+        for (k, a) in dev.attributes.iter().flatten().take(SAMPLE_ATTRIBUTES) {
+            attributes.insert(k.clone(), attribute_text(a));
+        }
+    }
+    DeviceSample {
+        device: format!("{driver}/{pool}/{}", dev.name),
+        attributes,
+    }
+}
+
 /// Explains one node. `error` is the allocation error, if any.
 pub fn explain_node(
     allocator: &Allocator<'_>,
@@ -248,6 +463,7 @@ pub fn explain_node(
                             .map(|c| c.expression.clone())
                             .unwrap_or_default(),
                         rejected: 0,
+                        nearest: Vec::new(),
                     })
                     .chain(v.selectors.iter().enumerate().map(|(i, s)| {
                         SelectorRejection {
@@ -258,6 +474,7 @@ pub fn explain_node(
                                 .map(|c| c.expression.clone())
                                 .unwrap_or_default(),
                             rejected: 0,
+                            nearest: Vec::new(),
                         }
                     }))
                     .collect();
@@ -288,6 +505,14 @@ pub fn explain_node(
                                     Ok(true) => {}
                                     Ok(false) => {
                                         rej.rejected += 1;
+                                        if rej.nearest.len() < NEAREST_SAMPLES {
+                                            rej.nearest.push(sample(
+                                                &rej.expression,
+                                                slice.driver,
+                                                slice.pool,
+                                                dev.raw,
+                                            ));
+                                        }
                                         rejected = true;
                                         break;
                                     }
@@ -313,6 +538,12 @@ pub fn explain_node(
                             }
                             if !v.admin && allocator.is_allocated_exclusive(dev.gid) {
                                 r.in_use += 1;
+                                if r.in_use_devices.len() < IN_USE_SAMPLES {
+                                    r.in_use_devices.push(format!(
+                                        "{}/{}/{}",
+                                        slice.driver, slice.pool, dev.raw.name
+                                    ));
+                                }
                                 continue;
                             }
                             if !f.partitionable_devices && !dev.consumes.is_empty() {
@@ -346,6 +577,14 @@ pub fn explain_node(
                             }
                             if f.device_taints && taint_blocks(dev.taints, v.tolerations) {
                                 r.tainted += 1;
+                                for t in dev.taints {
+                                    let text = taint_text(t);
+                                    if taint_blocks(std::slice::from_ref(t), v.tolerations)
+                                        && !r.untolerated_taints.contains(&text)
+                                    {
+                                        r.untolerated_taints.push(text);
+                                    }
+                                }
                                 continue;
                             }
                             r.usable += 1;
@@ -356,23 +595,7 @@ pub fn explain_node(
                 r.rejected_by_selector =
                     rejections.into_iter().filter(|x| x.rejected > 0).collect();
                 let needed = if v.mode == "All" { 1 } else { v.count };
-                r.verdict = if v.mode == "All"
-                    && r.usable
-                        != r.candidates
-                            - r.rejected_by_selector
-                                .iter()
-                                .map(|x| x.rejected)
-                                .sum::<usize>()
-                {
-                    "All mode: some selected devices are unusable (in use, tainted, out of counters or capacity)".into()
-                } else if (r.usable as i64) < needed {
-                    format!("needs {needed} device(s), only {} usable", r.usable)
-                } else {
-                    format!(
-                        "{} usable device(s) for {needed}; failure comes from other requests, constraints or shared counters/capacity",
-                        r.usable
-                    )
-                };
+                r.verdict = request_verdict(&r, &v, needed, &ex);
                 usable_by_request.push((base.clone(), v.name.clone(), needed, usable));
                 ex.requests.push(r);
             }
@@ -397,6 +620,10 @@ pub fn explain_node(
                 ..Default::default()
             };
             let mut seen_base = Vec::new();
+            // A device usable by several covered requests is still one device: counted once
+            // (two requests cannot both take it, multi-allocatable devices aside).
+            let mut counted: std::collections::HashSet<(u32, u32)> =
+                std::collections::HashSet::new();
             for (base, full, needed, usable) in &usable_by_request {
                 let covered = names.is_empty()
                     || names.contains(&base.as_str())
@@ -409,6 +636,9 @@ pub fn explain_node(
                     ce.needed += needed;
                 }
                 for (sl, di) in usable {
+                    if !counted.insert((*sl, *di)) {
+                        continue;
+                    }
                     let slice = &allocator.snap.slices[*sl as usize];
                     let dev = &slice.devices[*di as usize];
                     match lookup_attribute(dev.raw, slice.driver, attr) {
@@ -437,4 +667,99 @@ pub fn explain_node(
         }
     }
     ex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{RunOptions, parse_scenario, run_scenario_with};
+
+    const SCENARIO: &str = r#"
+features: {DeviceTaints: true}
+nodes: [{metadata: {name: node-1}}]
+deviceClasses:
+- metadata: {name: class-a}
+  spec: {selectors: [{cel: {expression: 'device.driver == "driver-a"'}}]}
+allocated: {state: {devices: [{driver: driver-a, pool: pool-1, device: d0}]}}
+resourceSlices:
+- metadata: {name: s}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 1}
+    devices:
+    - {name: d0, attributes: {model: {string: h100}, numa: {int: 0}}}
+    - {name: d1, attributes: {model: {string: a100}, numa: {int: 0}}}
+    - {name: d2, attributes: {model: {string: a100}, numa: {int: 1}}, taints: [{key: k, value: v, effect: NoSchedule}]}
+    - {name: d3, attributes: {model: {string: a100}, numa: {int: 1}}}
+claims:
+- metadata: {name: c, namespace: ns}
+  spec:
+    devices:
+      requests:
+      - {name: h, exactly: {deviceClassName: class-a, selectors: [{cel: {expression: 'device.attributes["driver-a"].model == "h100"'}}]}}
+      - {name: a, exactly: {deviceClassName: class-a}}
+      - {name: b, exactly: {deviceClassName: class-a}}
+      constraints: [{requests: [a, b], matchAttribute: driver-a/numa}]
+"#;
+
+    fn explained() -> NodeExplanation {
+        let s = parse_scenario(SCENARIO.as_bytes()).expect("scenario");
+        let options = RunOptions {
+            explain: true,
+            ..RunOptions::default()
+        };
+        let (_, ex) = run_scenario_with(&s, &options);
+        ex.expect("explained").nodes.remove(0)
+    }
+
+    #[test]
+    fn rejections_show_the_values_the_selector_read() {
+        let n = explained();
+        let h = &n.requests[0];
+        assert_eq!(h.rejected_by_selector[0].rejected, 3);
+        let nearest = &h.rejected_by_selector[0].nearest;
+        assert_eq!(nearest.len(), NEAREST_SAMPLES);
+        assert_eq!(nearest[0].device, "driver-a/pool-1/d1");
+        assert_eq!(
+            nearest[0].attributes,
+            BTreeMap::from([("driver-a/model".to_string(), "\"a100\"".to_string())])
+        );
+        assert_eq!(h.in_use_devices, ["driver-a/pool-1/d0"]);
+        assert!(
+            h.verdict
+                .contains("3 rejected by selectors, 1 allocated to other claims"),
+            "{}",
+            h.verdict
+        );
+        assert_eq!(n.requests[1].untolerated_taints, ["k=v:NoSchedule"]);
+    }
+
+    #[test]
+    fn a_device_usable_by_two_requests_counts_once_for_match_attribute() {
+        let n = explained();
+        // a and b may each take d1 or d3 (d0 in use, d2 tainted): one device per NUMA node.
+        let c = &n.constraints[0];
+        assert_eq!(c.needed, 2);
+        assert_eq!(c.values.values().copied().collect::<Vec<_>>(), [1, 1]);
+        assert!(
+            c.verdict.starts_with("no value is shared by 2"),
+            "{}",
+            c.verdict
+        );
+    }
+
+    #[test]
+    fn referenced_names_are_found_in_both_spellings() {
+        assert_eq!(
+            referenced_names(
+                r#"device.attributes["d.io"].model == "x" && device.attributes['d.io']['numa'] > 0 && device.capacity["d.io"].memory.compareTo(quantity("1Gi")) >= 0"#
+            ),
+            [
+                (true, "d.io/model".to_string()),
+                (true, "d.io/numa".to_string()),
+                (false, "d.io/memory".to_string())
+            ]
+        );
+    }
 }
