@@ -17,8 +17,9 @@ use std::path::Path;
 /// One durable-write step that can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
-    /// Writing bytes (the temporary file of an atomic write, or a journal append). A failing
-    /// write first writes half of its bytes, as a real `ENOSPC` in the middle of a write does.
+    /// Writing bytes (the temporary file of an atomic write, or a journal append). A write that
+    /// fails with [`ENOSPC`] first writes half of its bytes, as a real full disk does in the
+    /// middle of a write; with any other error nothing is written (`EROFS`, `EIO`).
     Write,
     /// `fsync`/`fdatasync` of a file (the temporary file, or the journal after an append).
     Fsync,
@@ -154,10 +155,15 @@ pub(crate) fn check(_op: Op, _path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// `write_all` that a [`Op::Write`] fault cuts in half.
+/// `EROFS` on Linux: the file system is read-only (remounted so after an error).
+pub const EROFS: i32 = 30;
+
+/// `write_all` that a [`Op::Write`] fault fails (after half of the bytes for [`ENOSPC`]).
 pub(crate) fn write_all(w: &mut impl io::Write, bytes: &[u8], path: &Path) -> io::Result<()> {
     if let Err(e) = check(Op::Write, path) {
-        w.write_all(&bytes[..bytes.len() / 2])?;
+        if e.raw_os_error() == Some(ENOSPC) {
+            w.write_all(&bytes[..bytes.len() / 2])?;
+        }
         return Err(e);
     }
     w.write_all(bytes)

@@ -752,7 +752,7 @@ impl Shared {
             // Roll the journal back to the last acknowledged record so the failed batch can
             // never be replayed.
             let good = w.len;
-            if let Err(e2) = truncate_synced(&w.file, good, &self.paths.journal) {
+            if let Err(e2) = roll_back(&w.file, good, &self.paths.journal) {
                 let reason = format!("append failed ({e}) and truncating back failed ({e2})");
                 tracing::error!(journal = %self.paths.journal.display(), "{reason}");
                 w.poisoned = Some(reason);
@@ -856,7 +856,7 @@ impl Shared {
                 .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
             if let Err(e) = append_synced(&mut w.file, &bytes, &self.paths.journal) {
                 let good = w.len;
-                if let Err(e2) = truncate_synced(&w.file, good, &self.paths.journal) {
+                if let Err(e2) = roll_back(&w.file, good, &self.paths.journal) {
                     w.poisoned = Some(format!(
                         "marker append failed ({e}) and truncating back failed ({e2})"
                     ));
@@ -920,8 +920,14 @@ fn append_synced(file: &mut File, bytes: &[u8], path: &Path) -> io::Result<()> {
     file.sync_data()
 }
 
-/// Cuts the journal back to `len` bytes (the last acknowledged record) and fsyncs it.
-fn truncate_synced(file: &File, len: u64, path: &Path) -> io::Result<()> {
+/// Cuts the journal back to `len` bytes (the last acknowledged record) after a failed append,
+/// and fsyncs it. When no byte of the record reached the file (a read-only file system, a disk
+/// full before the first block) there is nothing to cut: the store stays usable, where
+/// truncating (which fails on a read-only file system too) would poison it.
+fn roll_back(file: &File, len: u64, path: &Path) -> io::Result<()> {
+    if file.metadata()?.len() == len {
+        return Ok(());
+    }
     fault::check(Op::Truncate, path)?;
     file.set_len(len)?;
     file.sync_all()

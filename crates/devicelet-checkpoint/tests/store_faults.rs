@@ -290,10 +290,11 @@ fn a2_12_eio_and_enospc_on_journal_append_or_fsync_fail_the_commit_and_roll_it_b
 /// record and recovers exactly what was acknowledged.
 #[test]
 fn a2_12_a_failed_rollback_poisons_the_store_and_restart_recovers_the_acknowledged_state() {
-    use devicelet_checkpoint::fault::{EIO, Fault, Op};
+    use devicelet_checkpoint::fault::{EIO, ENOSPC, Fault, Op};
     use devicelet_checkpoint::store::StoreError;
     let (_dir, paths, store, acknowledged) = fault_store();
-    let write = Fault::arm(&paths.journal, Op::Write, EIO);
+    // A full disk writes half the record before it fails.
+    let write = Fault::arm(&paths.journal, Op::Write, ENOSPC);
     let truncate = Fault::arm(&paths.journal, Op::Truncate, EIO);
     store
         .commit(&[add("pod-x", "c", "d-x", 32)])
@@ -386,4 +387,31 @@ fn a2_12_eio_and_enospc_during_compaction_keep_both_files_valid() {
         let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
         assert_eq!(*recovered.state, acknowledged, "{what} {op:?}");
     }
+}
+
+/// A read-only file system (EROFS: remounted so after an error) refuses the append before any
+/// byte is written and refuses the truncation too: nothing needs cutting, so the store stays
+/// usable and commits work again once writes do (before, it was poisoned until a restart).
+#[test]
+fn a2_12_a_read_only_journal_fails_the_commit_without_poisoning_the_store() {
+    use devicelet_checkpoint::fault::{EROFS, Fault, Op};
+    let (_dir, paths, store, mut acknowledged) = fault_store();
+    let journal_before = fs::read(&paths.journal).expect("journal");
+    let write = Fault::arm(&paths.journal, Op::Write, EROFS);
+    let truncate = Fault::arm(&paths.journal, Op::Truncate, EROFS);
+    let err = store
+        .commit(&[add("pod-x", "c", "d-x", 32)])
+        .expect_err("read-only");
+    assert!(err.to_string().contains("Read-only file system"), "{err}");
+    assert_eq!(truncate.hits(), 0, "nothing to cut");
+    assert_eq!(fs::read(&paths.journal).expect("journal"), journal_before);
+    drop((write, truncate));
+    let change = add("pod-y", "c", "d-y", 32);
+    store
+        .commit(std::slice::from_ref(&change))
+        .expect("commits work again");
+    acknowledged.apply(&change);
+    drop(store);
+    let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
+    assert_eq!(*recovered.state, acknowledged);
 }
