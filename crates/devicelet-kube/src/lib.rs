@@ -12,7 +12,10 @@
 //! - [`slices`]: deletes the ResourceSlices of DRA drivers that stay disconnected (30 s delay,
 //!   also at start) as the kubelet's DRA plugin manager does;
 //! - [`claims`]: the pods' ResourceClaims read from the API server (one GET each, node
-//!   identity) for the node's DRA preparation.
+//!   identity) for the node's DRA preparation;
+//! - [`snapshot`] and [`explain`]: read-only tools for users, not part of the node: the
+//!   cluster's DRA state as a replayable `AllocationScenario`, and why a pod's claims do not
+//!   allocate (`devicelet snapshot`, `devicelet explain`).
 //!
 //! Everything the node decides goes through [`NodeCore`]; this crate holds no device state.
 #![forbid(unsafe_code)]
@@ -22,6 +25,7 @@ pub mod claims;
 pub mod client;
 pub mod core;
 pub mod error;
+pub mod explain;
 pub mod lease;
 pub mod machine;
 pub mod metrics;
@@ -30,6 +34,7 @@ pub mod node_status;
 pub mod pod_status;
 pub mod pods;
 pub mod slices;
+pub mod snapshot;
 pub mod status_manager;
 
 use std::sync::Arc;
