@@ -61,7 +61,44 @@ pub enum Command {
     Allocate(AllocateArgs),
     /// The durable device state: inspect any checkpoint, import a kubelet's, recover.
     State(StateArgs),
+    /// Why a pod's DRA claims do not allocate, on a live cluster (read-only).
+    #[command(long_about = EXPLAIN_ABOUT)]
+    Explain(ExplainArgs),
+    /// The cluster's DRA state as an AllocationScenario that `devicelet allocate` replays.
+    #[command(long_about = SNAPSHOT_ABOUT)]
+    Snapshot(SnapshotArgs),
 }
+
+const EXPLAIN_ABOUT: &str = "Why a pod's DRA claims do not allocate, on a live cluster.
+
+Reads the pod, its ResourceClaims (template claims through status.resourceClaimStatuses, or \
+the template when the claim is not created yet), DeviceClasses, ResourceSlices, \
+DeviceTaintRules and every allocated claim through the API, then runs devicelet's DRA \
+allocator for the claims that are not allocated on each candidate node (every node the pod's \
+nodeSelector admits, or --node) and says per node and request why no device fits: no \
+ResourceSlices from the driver, incomplete pools or outdated generations, CEL selectors that \
+are false (with the attribute values of the nearest devices) or fail, shared counters \
+exhausted, taints not tolerated, every device allocated (and to which claims), matchAttribute \
+constraints that cannot be met. An allocated claim: where, and for whom. A pod that fits: the \
+devices it would get.
+
+Read-only. RBAC needed (get and list only): pods; deviceclasses, resourceslices, \
+resourceclaims (all namespaces), resourceclaimtemplates in resource.k8s.io; nodes; \
+devicetaintrules (resource.k8s.io/v1beta2, optional). Secrets are never read.";
+
+const SNAPSHOT_ABOUT: &str = "The cluster's DRA state as an AllocationScenario file.
+
+Lists DeviceClasses, ResourceSlices (with DeviceTaintRules applied), ResourceClaims (allocated \
+ones as the allocated state; pending ones, and template claims not created yet, as claims to \
+allocate), Nodes (name and labels only) and the pending pods with claims (mode: schedule, oldest \
+first), and writes a scenario that `devicelet allocate -f FILE` (and the Go allocator harness) \
+replays offline: a bug report in one file. Object metadata is reduced to name, namespace, UID \
+and labels; Secrets are never read; --redact-config replaces every opaque configuration \
+parameter by a marker.
+
+Read-only. RBAC needed (get and list only): pods; deviceclasses, resourceslices, \
+resourceclaims (all namespaces), resourceclaimtemplates in resource.k8s.io; nodes; \
+devicetaintrules (resource.k8s.io/v1beta2, optional).";
 
 /// `-o table|json|yaml`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -341,6 +378,56 @@ pub struct AllocateArgs {
     pub output: OutputArgs,
 }
 
+/// Where the cluster is: `--kubeconfig FILE`, else `KUBECONFIG`, `~/.kube/config`, in-cluster.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster service
+    /// account). Read-only access is enough: get and list.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// `devicelet explain`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// `pod/NAME` or `claim/NAME`.
+    pub target: String,
+    /// Namespace of the pod or claim.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+    /// Where the cluster is.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Only this node (default: every node the pod's nodeSelector admits).
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// Give up each node's allocation after this long (default: 10s, the scheduler's DRA
+    /// Filter timeout).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `devicelet snapshot`.
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    /// Only the pods (and templates) of this namespace; allocated claims are read from every
+    /// namespace when allowed, since their devices are in use for everyone.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Where the cluster is.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Replace every opaque configuration parameter (classes, claims, allocations) by a marker.
+    #[arg(long)]
+    pub redact_config: bool,
+    /// The scenario file to write (`.json`: JSON, anything else YAML); `-` writes YAML to stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+}
+
 /// `devicelet state`.
 #[derive(Debug, Clone, Args)]
 pub struct StateArgs {
@@ -464,5 +551,45 @@ mod tests {
             Cli::try_parse_from(["devicelet", "get", "resources", "--root-dir", "/r"]).unwrap();
         assert_eq!(before.root_dir, PathBuf::from("/r"));
         assert_eq!(after.root_dir, PathBuf::from("/r"));
+    }
+
+    #[test]
+    fn explain_and_snapshot_parse() {
+        let cli = Cli::try_parse_from([
+            "devicelet",
+            "explain",
+            "pod/p",
+            "-n",
+            "ns",
+            "--node",
+            "n1",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        let Command::Explain(args) = cli.command else {
+            panic!("not explain")
+        };
+        assert_eq!(
+            (args.target.as_str(), args.namespace.as_str()),
+            ("pod/p", "ns")
+        );
+        assert_eq!(args.node.as_deref(), Some("n1"));
+        assert_eq!(args.output.output, OutputFormat::Json);
+        let cli = Cli::try_parse_from([
+            "devicelet",
+            "snapshot",
+            "--kubeconfig",
+            "k",
+            "--redact-config",
+            "-o",
+            "s.yaml",
+        ])
+        .unwrap();
+        let Command::Snapshot(args) = cli.command else {
+            panic!("not snapshot")
+        };
+        assert!(args.redact_config && args.namespace.is_none());
+        assert_eq!(args.output, PathBuf::from("s.yaml"));
     }
 }

@@ -36,7 +36,9 @@ async fn main() -> std::process::ExitCode {
         | Command::Demo(_)
         | Command::Apply(_)
         | Command::Allocate(_)
-        | Command::State(_) => "warn",
+        | Command::State(_)
+        | Command::Explain(_)
+        | Command::Snapshot(_) => "warn",
     };
     let level = if cli.verbose > 0 {
         "debug"
@@ -64,6 +66,8 @@ async fn main() -> std::process::ExitCode {
         Command::Demo(args) => commands::demo::run(args).await,
         Command::Allocate(args) => commands::allocate::run(args),
         Command::State(args) => commands::state::run(&root_dir, args).await,
+        Command::Explain(args) => commands::explain::run(args).await,
+        Command::Snapshot(args) => commands::snapshot::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

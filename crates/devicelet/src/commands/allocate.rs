@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::Context;
-use devicelet_allocator::explain::Explanation;
+use devicelet_allocator::explain::{Explanation, NodeExplanation};
 use devicelet_allocator::scenario::{
     AllocationOutcome, RunOptions, SearchLimits, parse_scenario, render_outcome_table,
     run_scenario_with, search_limits,
@@ -138,61 +138,109 @@ fn render_explanation(explanation: &Explanation) -> String {
             "\nwhy not on node {}{pod} ({} pools):\n",
             node.node, node.pools
         ));
-        if let Some(error) = &node.error {
-            out.push_str(&format!("  error: {error}\n"));
-        }
-        for pool in &node.incomplete_pools {
-            out.push_str(&format!("  incomplete pool: {pool}\n"));
-        }
-        for pool in &node.invalid_pools {
-            out.push_str(&format!("  invalid pool: {pool}\n"));
-        }
-        for request in &node.requests {
+        render_node_explanation(node, &mut out);
+    }
+    out
+}
+
+/// The lines of one node's explanation (shared with `devicelet explain`).
+pub(crate) fn render_node_explanation(node: &NodeExplanation, out: &mut String) {
+    if let Some(error) = &node.error {
+        out.push_str(&format!("  error: {error}\n"));
+    }
+    for pool in &node.incomplete_pools {
+        out.push_str(&format!("  incomplete pool: {pool}\n"));
+    }
+    for pool in &node.invalid_pools {
+        out.push_str(&format!("  invalid pool: {pool}\n"));
+    }
+    for request in &node.requests {
+        out.push_str(&format!(
+            "  claim {} request {} (class {}, wants {}): {} of {} candidates usable: {}\n",
+            request.claim,
+            request.request,
+            request.device_class,
+            request.wants,
+            request.usable,
+            request.candidates,
+            request.verdict
+        ));
+        for rejection in &request.rejected_by_selector {
             out.push_str(&format!(
-                "  claim {} request {} (class {}, wants {}): {} of {} candidates usable: {}\n",
-                request.claim,
-                request.request,
-                request.device_class,
-                request.wants,
-                request.usable,
-                request.candidates,
-                request.verdict
+                "    {} rejected {}: {}\n",
+                rejection.selector, rejection.rejected, rejection.expression
             ));
-            for rejection in &request.rejected_by_selector {
+            for sample in &rejection.nearest {
+                let values: Vec<String> = sample
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 out.push_str(&format!(
-                    "    {} rejected {}: {}\n",
-                    rejection.selector, rejection.rejected, rejection.expression
+                    "      {}: {}\n",
+                    sample.device,
+                    if values.is_empty() {
+                        "(no attributes)".into()
+                    } else {
+                        values.join(", ")
+                    }
                 ));
             }
-            for error in &request.selector_errors {
-                out.push_str(&format!("    selector error: {error}\n"));
-            }
-            let counts = [
-                ("in use", request.in_use),
-                ("tainted", request.tainted),
-                ("not for this node", request.not_for_this_node),
-                ("out of counters", request.insufficient_counters),
-                ("out of capacity", request.insufficient_capacity),
-                ("lacks requested capacity", request.lacks_requested_capacity),
-                (
-                    "binding conditions unsupported",
-                    request.binding_conditions_unsupported,
-                ),
-                (
-                    "consumes counters (feature off)",
-                    request.consumes_counters_feature_off,
-                ),
-            ];
-            for (what, count) in counts.iter().filter(|(_, c)| *c > 0) {
-                out.push_str(&format!("    {what}: {count}\n"));
-            }
         }
-        for constraint in &node.constraints {
+        for error in &request.selector_errors {
+            out.push_str(&format!("    selector error: {error}\n"));
+        }
+        let counts = [
+            ("in use", request.in_use),
+            ("tainted", request.tainted),
+            ("not for this node", request.not_for_this_node),
+            ("out of counters", request.insufficient_counters),
+            ("out of capacity", request.insufficient_capacity),
+            ("lacks requested capacity", request.lacks_requested_capacity),
+            (
+                "binding conditions unsupported",
+                request.binding_conditions_unsupported,
+            ),
+            (
+                "consumes counters (feature off)",
+                request.consumes_counters_feature_off,
+            ),
+        ];
+        for (what, count) in counts.iter().filter(|(_, c)| *c > 0) {
+            out.push_str(&format!("    {what}: {count}\n"));
+        }
+        if !request.untolerated_taints.is_empty() {
             out.push_str(&format!(
-                "  claim {} constraint #{} {}: {}\n",
-                constraint.claim, constraint.index, constraint.constraint, constraint.verdict
+                "    taints not tolerated: {}\n",
+                request.untolerated_taints.join(", ")
             ));
         }
     }
-    out
+    for constraint in &node.constraints {
+        let values: Vec<String> = constraint
+            .values
+            .iter()
+            .map(|(v, n)| format!("{v}: {n}"))
+            .collect();
+        out.push_str(&format!(
+            "  claim {} constraint #{} {}: {} (devices per value: {}{})\n",
+            constraint.claim,
+            constraint.index,
+            constraint.constraint,
+            constraint.verdict,
+            if values.is_empty() {
+                "none".into()
+            } else {
+                values.join(", ")
+            },
+            if constraint.devices_without_attribute > 0 {
+                format!(
+                    "; {} without the attribute",
+                    constraint.devices_without_attribute
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
 }
