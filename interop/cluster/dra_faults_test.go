@@ -305,10 +305,11 @@ func TestDRASigkillBetweenPrepareAndCheckpoint(t *testing.T) {
 }
 
 // A ResourceClaim deleted (its finalizer removed by force while a pod still uses it) and
-// created again with the same name: a pod using the new object is refused with the kubelet's
-// message (the old claim with that name is still prepared), and nothing is prepared for it;
-// the first pod keeps its claim.
-func TestDRAClaimRecreatedWithNewUIDIsRefused(t *testing.T) {
+// created again with the same name: a pod using the new object waits (Pending, nothing
+// prepared) with the kubelet's FailedPrepareDynamicResources event naming the cause, the first
+// pod keeps its claim; once the first pod is gone (the old claim unprepared) the waiting pod is
+// admitted with the new claim.
+func TestDRAClaimRecreatedWithNewUIDWaits(t *testing.T) {
 	n := startNode(t, "dra-recreate")
 	driver := startInProcessDriver(t, n, 2, "", app.FileOperations{})
 	ns := namespace(t, "dra-recreate")
@@ -344,21 +345,33 @@ func TestDRAClaimRecreatedWithNewUIDIsRefused(t *testing.T) {
 	if fresh.UID == old.UID {
 		t.Fatal("recreated claim has the old UID")
 	}
-	before := len(driver.GetPreparedResources())
 	claimPod(t, ns, "second", n.name, "", "shared")
-	waitFor(t, 90*time.Second, "the second pod refused", func() (bool, string) {
-		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "second", metav1.GetOptions{})
+	waitFor(t, 90*time.Second, "a FailedPrepareDynamicResources event for the second pod", func() (bool, string) {
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{
+			FieldSelector: "involvedObject.name=second,reason=FailedPrepareDynamicResources",
+		})
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Status.Phase == corev1.PodFailed && strings.Contains(p.Status.Message, "different UID"),
-			fmt.Sprintf("phase %s reason %q message %q", p.Status.Phase, p.Status.Reason, p.Status.Message)
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "different UID") && e.Source.Host == n.name {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(events.Items))
 	})
-	if after := len(driver.GetPreparedResources()); after != before {
-		t.Fatalf("driver prepared claims: %d before, %d after the refused pod", before, after)
+	p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "second", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodPending {
+		t.Fatalf("the second pod: phase %v (%v), want Pending while it waits", p.Status.Phase, err)
 	}
-	if p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "first", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
-		t.Fatalf("the first pod: %v %v", p.Status.Phase, err)
+	if prepared := driver.GetPreparedResources(); len(prepared) != 1 || prepared[0].UID != old.UID {
+		t.Fatalf("driver prepared %v, want only the old claim %s", prepared, old.UID)
+	}
+
+	deletePodAndWait(t, ns, "first")
+	waitForPodRunning(t, ns, "second")
+	if prepared := driver.GetPreparedResources(); len(prepared) != 1 || prepared[0].UID != fresh.UID {
+		t.Fatalf("driver prepared %v, want only the new claim %s", prepared, fresh.UID)
 	}
 }
 

@@ -19,6 +19,10 @@ pub struct Rejection {
     pub reason: String,
     /// What happened, for the pod's status message.
     pub message: String,
+    /// The pod cannot be admitted *yet* (a claim not ready, a DRA driver away, an API error):
+    /// it stays Pending and is tried again with back-off, as the kubelet's pod sync retries
+    /// `PrepareResources`; `false` is a final rejection (the pod is Failed).
+    pub retry: bool,
 }
 
 /// A failure of the node to release a pod (logged and retried by the caller).

@@ -25,6 +25,7 @@ pub mod claims;
 pub mod client;
 pub mod core;
 pub mod error;
+pub mod events;
 pub mod explain;
 pub mod lease;
 pub mod machine;
@@ -118,7 +119,12 @@ impl Cluster {
             &config.machine.internal_ip,
             node.clone(),
             statuses,
-        );
+        )
+        .with_events(events::EventRecorder::new(
+            client.clone(),
+            &config.node_name,
+            metrics.clone(),
+        ));
         let janitor = slices::SliceJanitor::new(
             node,
             slices::KubeSlices::new(client.clone(), &config.node_name),

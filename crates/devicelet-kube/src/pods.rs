@@ -23,6 +23,13 @@
 //!   (k/k#133382, squat/generic-device-plugin#33; ecosystem A1 rows 4 and 8).
 //!
 //! Inventory changes re-report the `allocatedResourcesStatus` of admitted pods (KEP-4680).
+//!
+//! A pod the node cannot admit *yet* ([`Rejection::retry`]: its claims are not ready — the Node
+//! authorizer may not know the pod's claim yet, a DRA driver is away, an API call failed) stays
+//! Pending and is tried again with back-off (0.5 s doubling to 10 s, the kubelet's pod sync
+//! back-off) and on every event for it, with a Warning event `FailedPrepareDynamicResources`
+//! each time the reason changes; the kubelet prepares claims in pod sync, not in admission,
+//! and never fails a pod for it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,7 +44,9 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::core::NodeCore;
+use crate::backoff::Backoff;
+use crate::core::{NodeCore, Rejection};
+use crate::events::EventRecorder;
 use crate::metrics::ClusterMetrics;
 use crate::node::now_rfc3339;
 use crate::pod_status;
@@ -46,6 +55,21 @@ use crate::status_manager::{Desired, StatusManager};
 /// How long the first list after a start waits for the device plugins the node had before
 /// to register again (plugins re-register within seconds of `kubelet.sock` reappearing).
 pub const PLUGIN_REREGISTRATION_WAIT: Duration = Duration::from_secs(30);
+
+/// First and longest pause before a pod that could not be admitted yet is tried again.
+pub const ADMIT_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// See [`ADMIT_RETRY_INITIAL`].
+pub const ADMIT_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// A pod waiting to be admitted again.
+#[derive(Debug)]
+struct Waiting {
+    pod: Pod,
+    backoff: Backoff,
+    due: tokio::time::Instant,
+    /// The last message reported in an event (a new one is sent only when it changes).
+    message: String,
+}
 
 /// A pod the node admitted, as last seen.
 #[derive(Debug, Clone)]
@@ -89,6 +113,8 @@ pub struct PodWorker<N, W = StatusManager> {
     statuses: W,
     admitted: HashMap<String, Admitted>,
     rejected: HashSet<String>,
+    waiting: HashMap<String, Waiting>,
+    events: Option<EventRecorder>,
     /// Pods of a relist in progress (between `Init` and `InitDone`).
     listing: Option<Vec<Pod>>,
     /// Whether the first full list was handled (the plugin wait happens once).
@@ -114,10 +140,41 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             node,
             admitted: HashMap::new(),
             rejected: HashSet::new(),
+            waiting: HashMap::new(),
+            events: None,
             listing: None,
             listed_once: false,
             plugin_wait: PLUGIN_REREGISTRATION_WAIT,
         }
+    }
+
+    /// Sends Warning events about pods that wait (without it nothing is recorded).
+    pub fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// UIDs of pods waiting to be admitted again.
+    pub fn waiting(&self) -> Vec<String> {
+        self.waiting.keys().cloned().collect()
+    }
+
+    /// Tries every waiting pod whose back-off has passed again.
+    pub async fn retry_due(&mut self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<Pod> = self
+            .waiting
+            .values()
+            .filter(|w| w.due <= now)
+            .map(|w| w.pod.clone())
+            .collect();
+        for pod in due {
+            self.apply(pod).await;
+        }
+    }
+
+    fn next_retry(&self) -> Option<tokio::time::Instant> {
+        self.waiting.values().map(|w| w.due).min()
     }
 
     /// Sets how long the first list waits for device plugins to register again.
@@ -173,8 +230,10 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let mut inventory = self.node.inventory_changes();
         let mut claim_health = self.node.claim_health_changes();
         loop {
+            let retry_at = self.next_retry();
             tokio::select! {
                 _ = shutdown.changed() => return,
+                _ = sleep_until_some(retry_at) => self.retry_due().await,
                 changed = inventory.changed() => {
                     if changed.is_err() { return; }
                     self.report_health();
@@ -230,6 +289,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             self.release(&uid, None).await;
         }
         self.rejected.retain(|uid| listed.contains(uid.as_str()));
+        self.waiting.retain(|uid, _| listed.contains(uid.as_str()));
         pods.sort_by(|a, b| {
             let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             t(a).cmp(&t(b)).then_with(|| key(a).cmp(&key(b)))
@@ -257,6 +317,9 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             return;
         };
         let name = key(&pod);
+        if pod.metadata.deletion_timestamp.is_some() || pod_status::is_terminal(&pod) {
+            self.waiting.remove(&uid);
+        }
         if pod.metadata.deletion_timestamp.is_some() {
             self.release(&uid, Some(&name)).await;
             let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -296,6 +359,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let start = Instant::now();
         match self.node.admit(&pod).await {
             Ok(()) => {
+                self.waiting.remove(&uid);
                 let elapsed = start.elapsed();
                 info!(pod = %name, pod_uid = %uid, admission_ms = elapsed.as_secs_f64() * 1e3, "pod admitted");
                 self.admitted.insert(
@@ -307,7 +371,9 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 );
                 self.report(&uid);
             }
+            Err(rejection) if rejection.retry => self.wait(uid, pod, &name, &rejection),
             Err(rejection) => {
+                self.waiting.remove(&uid);
                 warn!(pod = %name, pod_uid = %uid, reason = %rejection.reason,
                       message = %rejection.message, "pod rejected");
                 self.rejected.insert(uid.clone());
@@ -323,10 +389,36 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         }
     }
 
+    /// Pod `uid` cannot be admitted yet: it waits (Pending) and is tried again after a back-off.
+    fn wait(&mut self, uid: String, pod: Pod, name: &str, rejection: &Rejection) {
+        let entry = self.waiting.entry(uid.clone()).or_insert_with(|| Waiting {
+            pod: pod.clone(),
+            backoff: Backoff::new(ADMIT_RETRY_INITIAL, ADMIT_RETRY_MAX),
+            due: tokio::time::Instant::now(),
+            message: String::new(),
+        });
+        entry.pod = pod;
+        let delay = entry.backoff.next_delay();
+        entry.due = tokio::time::Instant::now() + delay;
+        if entry.message != rejection.message {
+            entry.message.clone_from(&rejection.message);
+            warn!(pod = %name, pod_uid = %uid, reason = %rejection.reason,
+                  message = %rejection.message, retry_in_ms = delay.as_millis() as u64,
+                  "pod cannot be admitted yet; retrying");
+            if let Some(events) = &self.events {
+                events.warning(&entry.pod, &rejection.reason, &rejection.message);
+            }
+        } else {
+            debug!(pod = %name, pod_uid = %uid, retry_in_ms = delay.as_millis() as u64,
+                   "pod still cannot be admitted; retrying");
+        }
+    }
+
     async fn deleted(&mut self, pod: Pod) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
+        self.waiting.remove(&uid);
         self.release(&uid, Some(&key(&pod))).await;
         self.rejected.remove(&uid);
         self.statuses.forget(&uid);
@@ -393,6 +485,14 @@ async fn changed_or_pending(
 ) -> Result<(), watch::error::RecvError> {
     match rx {
         Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`; never completes for `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }

@@ -22,6 +22,8 @@ struct FakeNode {
     admitted: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<String>>,
     changes: watch::Sender<u64>,
+    /// How many admissions answer "not yet" (a claim not ready) before they work.
+    not_ready: Mutex<usize>,
 }
 
 impl FakeNode {
@@ -32,6 +34,7 @@ impl FakeNode {
             admitted: Mutex::new(admitted.iter().map(|s| s.to_string()).collect()),
             calls: Mutex::new(Vec::new()),
             changes: watch::channel(0).0,
+            not_ready: Mutex::new(0),
         })
     }
 
@@ -51,10 +54,20 @@ impl NodeCore for FakeNode {
         if admitted.contains(&uid) {
             return Ok(());
         }
+        let mut not_ready = self.not_ready.lock().expect("lock");
+        if *not_ready > 0 {
+            *not_ready -= 1;
+            return Err(Rejection {
+                reason: "FailedPrepareDynamicResources".into(),
+                message: "claim not reserved for the pod yet".into(),
+                retry: true,
+            });
+        }
         if admitted.len() >= self.slots {
             return Err(Rejection {
                 reason: "UnexpectedAdmissionError".into(),
                 message: "no device left".into(),
+                retry: false,
             });
         }
         admitted.insert(uid);
@@ -351,4 +364,39 @@ async fn a_status_overwritten_by_the_node_lifecycle_controller_is_sent_again() {
     reported.status = Some(status);
     w.handle(Event::Apply(reported)).await;
     assert_eq!(rec.writes().last(), Some(&("a".into(), "resend".into())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_claims_are_not_ready_waits_and_is_admitted_on_a_later_try() {
+    let node = FakeNode::new(1, &[]);
+    *node.not_ready.lock().expect("lock") = 2;
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    assert_eq!(node.calls(), ["admit x"]);
+    assert!(rec.writes().is_empty(), "a waiting pod is not failed");
+    assert_eq!(w.waiting(), ["x"]);
+
+    w.retry_due().await;
+    assert_eq!(node.calls().len(), 1, "not before the back-off");
+    tokio::time::advance(std::time::Duration::from_millis(600)).await;
+    w.retry_due().await;
+    assert_eq!(node.calls().len(), 2, "tried again after 0.5 s");
+    // The back-off doubles; an event for the pod tries at once.
+    w.handle(Event::Apply(pod("x", 1))).await;
+    assert_eq!(node.calls(), ["admit x", "admit x", "admit x"]);
+    assert_eq!(rec.writes(), [("x".into(), "Running".into())]);
+    assert!(w.waiting().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_pod_that_is_deleted_is_not_tried_again() {
+    let node = FakeNode::new(1, &[]);
+    *node.not_ready.lock().expect("lock") = 5;
+    let (mut w, _rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    w.handle(Event::Delete(pod("x", 1))).await;
+    assert!(w.waiting().is_empty());
+    tokio::time::advance(std::time::Duration::from_secs(20)).await;
+    w.retry_due().await;
+    assert_eq!(node.calls(), ["admit x"]);
 }

@@ -24,11 +24,24 @@ impl ClusterNode {
 }
 
 /// The kubelet's reason and message for a refused pod ([`PodError::kubelet_rejection`]).
+///
+/// A claim that cannot be prepared is not a rejection: the kubelet prepares claims in pod
+/// sync, after admission, and retries until it works (the claim may not be allocated or
+/// reserved yet, the Node authorizer may not have linked it to the pod yet, the driver may be
+/// restarting). The pod waits with the kubelet's `FailedPrepareDynamicResources` event.
 pub fn rejection(err: &PodError) -> Rejection {
+    if let PodError::Claims(e) = err {
+        return Rejection {
+            reason: "FailedPrepareDynamicResources".to_owned(),
+            message: format!("Failed to prepare dynamic resources: {e}"),
+            retry: true,
+        };
+    }
     let (reason, message) = err.kubelet_rejection();
     Rejection {
         reason: reason.to_owned(),
         message,
+        retry: false,
     }
 }
 
