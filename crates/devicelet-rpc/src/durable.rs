@@ -89,10 +89,9 @@ impl std::fmt::Debug for DurableState {
 /// Why an admission or removal could not be made durable.
 #[derive(Debug, thiserror::Error)]
 pub enum DurableError {
-    /// The state is unreadable; nothing is handed out.
-    #[error(
-        "device ownership is unknown ({0}); no devices are handed out until an operator runs `devicelet state recover`"
-    )]
+    /// The state is unreadable; nothing is handed out. The text says why and what to do:
+    /// `devicelet state recover` for damage, fixing the file system for an I/O error.
+    #[error("{0}")]
     OwnershipUnknown(String),
     /// The write failed (e.g. a full disk); nothing changed.
     #[error("cannot record the change durably: {0}")]
@@ -148,8 +147,20 @@ impl DurableState {
             }
             Err(e) => {
                 durable.count_error();
-                error!(error = %e, "device state cannot be read: device ownership is unknown, admission is refused until `devicelet state recover`");
-                durable.unknown = Some(e.to_string());
+                // Damage needs an operator's recovery; an I/O error (a read-only or full file
+                // system, permissions) needs the file system fixed and a restart, and running
+                // `state recover` then would move intact files aside for nothing.
+                let reason = if e.ownership_unknown() {
+                    format!(
+                        "device ownership is unknown ({e}); no devices are handed out until an operator runs `devicelet state recover`"
+                    )
+                } else {
+                    format!(
+                        "device state cannot be opened ({e}); no devices are handed out until the file system is writable again and devicelet restarts (the files are intact: no recovery is needed)"
+                    )
+                };
+                error!("{reason}");
+                durable.unknown = Some(reason);
                 (durable, BTreeMap::new())
             }
         }

@@ -238,6 +238,9 @@ async fn a2_12_read_only_root_at_start_is_a_clear_error_and_nothing_is_lost() {
     assert!(log.contains("Read-only file system"), "{log}");
     assert!(log.contains(&root.display().to_string()), "{log}");
     assert!(!log.contains("panicked"), "{log}");
+    // The files are intact: an operator must not be sent to `state recover`, which would move
+    // them aside.
+    assert!(!log.contains("state recover"), "{log}");
     assert_eq!(state_files(&root), before, "nothing changed on disk");
 
     fs.umount();
