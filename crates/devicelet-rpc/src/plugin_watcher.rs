@@ -7,10 +7,15 @@
 //! with exponential backoff (0.5 s doubling up to 2 min 2 s). A removed or re-created socket
 //! deregisters the plugin.
 //!
+//! Hostile or broken directories cost bounded work: one attempt at a time per path (a socket
+//! re-created while its attempt runs waits for it), at most [`MAX_ATTEMPTS_IN_FLIGHT`] attempts
+//! at all, at most one listing per [`MIN_LISTING_INTERVAL`] however many events arrive, and
+//! one log line per non-socket entry or unreadable directory (not one per listing).
+//!
 //! Handlers are pluggable per type: [`DevicePluginHandler`] serves `"DevicePlugin"`; a DRA
 //! handler registers under `"DRAPlugin"` the same way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +28,7 @@ use devicelet_dra::DraError;
 use devicelet_proto::constants;
 use devicelet_proto::pluginregistration::v1 as pb;
 use devicelet_proto::pluginregistration::v1::registration_client::RegistrationClient;
+use devicelet_transport::unix::file_kind;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use notify::Watcher;
@@ -38,6 +44,14 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(122);
+/// Registration attempts running at once. A plugin needs one for a few milliseconds; the bound
+/// keeps a directory full of sockets that never answer (each attempt may wait for its
+/// deadlines) from holding an unbounded number of tasks and connections.
+pub const MAX_ATTEMPTS_IN_FLIGHT: usize = 64;
+/// Shortest time between two listings of the directory: a storm of inotify events (sockets
+/// created and removed a thousand times a second) costs at most 50 listings a second, and a
+/// new socket waits at most this long.
+pub const MIN_LISTING_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Why a handler refused a plugin. Its text is sent to the plugin in
 /// `NotifyRegistrationStatus`, so the device plugin texts are the kubelet's.
@@ -247,12 +261,22 @@ impl PluginWatcher {
         let mut registered: HashMap<PathBuf, Registered> = HashMap::new();
         let mut retries: HashMap<PathBuf, Retry> = HashMap::new();
         let mut in_flight: HashMap<PathBuf, SocketIdentity> = HashMap::new();
+        let mut reported = Reported::default();
         let mut ticker = tokio::time::interval(RECONCILE_PERIOD);
+        let mut last_listing: Option<Instant> = None;
         loop {
+            if let Some(wait) =
+                last_listing.map(|at| MIN_LISTING_INTERVAL.saturating_sub(at.elapsed()))
+                && !wait.is_zero()
+            {
+                tokio::time::sleep(wait).await;
+            }
+            last_listing = Some(Instant::now());
             // Listing after the watch is installed: nothing created in between is missed.
-            let desired = list_sockets(&self.dir);
+            let listing = list_entries(&self.dir);
+            reported.log_new(&listing);
             reconcile(
-                &desired,
+                &listing,
                 &handlers,
                 &mut registered,
                 &mut retries,
@@ -297,14 +321,15 @@ impl PluginWatcher {
 }
 
 fn reconcile(
-    desired: &HashMap<PathBuf, SocketIdentity>,
+    listing: &Listing,
     handlers: &Arc<HashMap<String, Arc<dyn PluginHandler>>>,
     registered: &mut HashMap<PathBuf, Registered>,
     retries: &mut HashMap<PathBuf, Retry>,
     in_flight: &mut HashMap<PathBuf, SocketIdentity>,
     result_tx: &mpsc::UnboundedSender<(PathBuf, AttemptResult)>,
 ) {
-    // Removed or re-created sockets: deregister.
+    let desired = &listing.sockets;
+    // Removed, re-created or replaced sockets: deregister.
     let gone: Vec<PathBuf> = registered
         .iter()
         .filter(|(path, entry)| desired.get(*path) != Some(&entry.identity))
@@ -312,7 +337,12 @@ fn reconcile(
         .collect();
     for path in gone {
         if let Some(entry) = registered.remove(&path) {
-            info!(socket = %path.display(), plugin = %entry.name, "registration socket removed; deregistering plugin");
+            let what = match (desired.contains_key(&path), listing.other.get(&path)) {
+                (true, _) => "re-created".to_owned(),
+                (false, Some((file_type, _))) => format!("replaced by {}", file_kind(file_type)),
+                (false, None) => "removed".to_owned(),
+            };
+            info!(socket = %path.display(), plugin = %entry.name, "registration socket {what}; deregistering plugin");
             if let Some(handler) = handlers.get(&entry.plugin_type) {
                 handler.deregister(&entry.name, &entry.endpoint);
             }
@@ -322,8 +352,17 @@ fn reconcile(
 
     let now = Instant::now();
     for (path, identity) in desired {
-        if registered.contains_key(path) || in_flight.get(path) == Some(identity) {
+        // One attempt per path at a time: a socket re-created during an attempt is tried once
+        // that attempt reports (its result then no longer matches and is deregistered).
+        if registered.contains_key(path) || in_flight.contains_key(path) {
             continue;
+        }
+        if in_flight.len() >= MAX_ATTEMPTS_IN_FLIGHT {
+            debug!(
+                waiting = %path.display(),
+                "{MAX_ATTEMPTS_IN_FLIGHT} plugin registrations in flight; the rest wait"
+            );
+            break;
         }
         if let Some(retry) = retries.get(path)
             && retry.identity == *identity
@@ -343,27 +382,90 @@ fn reconcile(
     }
 }
 
-/// Lists registration sockets under `dir` (recursively), skipping dot-names.
-fn list_sockets(dir: &Path) -> HashMap<PathBuf, SocketIdentity> {
-    let mut found = HashMap::new();
+/// What one listing of the registry directory found.
+#[derive(Debug, Default)]
+struct Listing {
+    /// Registration sockets.
+    sockets: HashMap<PathBuf, SocketIdentity>,
+    /// Everything else: directories (searched too) and files that are not sockets.
+    other: HashMap<PathBuf, (std::fs::FileType, SocketIdentity)>,
+    /// Directories (or entries) that could not be read, with the error.
+    unreadable: Vec<(PathBuf, std::io::Error)>,
+}
+
+/// Lists everything under `dir` (recursively), skipping dot-names as the kubelet does.
+fn list_entries(dir: &Path) -> Listing {
+    let mut listing = Listing::default();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&current) else {
-            continue;
+        let entries = match std::fs::read_dir(&current) {
+            Ok(entries) => entries,
+            Err(e) => {
+                listing.unreadable.push((current, e));
+                continue;
+            }
         };
         for entry in entries.flatten() {
             if entry.file_name().to_string_lossy().starts_with('.') {
                 continue;
             }
-            let Ok(meta) = entry.metadata() else { continue };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.file_type().is_socket() {
-                found.insert(entry.path(), (meta.dev(), meta.ino()));
+            let path = entry.path();
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                // Removed since read_dir returned it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    listing.unreadable.push((path, e));
+                    continue;
+                }
+            };
+            let identity = (meta.dev(), meta.ino());
+            let file_type = meta.file_type();
+            if file_type.is_socket() {
+                listing.sockets.insert(path, identity);
+            } else {
+                if file_type.is_dir() {
+                    pending.push(path.clone());
+                }
+                listing.other.insert(path, (file_type, identity));
             }
         }
     }
-    found
+    listing
+}
+
+/// Entries already logged, so each non-socket file or unreadable directory is reported once
+/// (again only after it changed), not once per listing.
+#[derive(Debug, Default)]
+struct Reported {
+    ignored: HashSet<(PathBuf, SocketIdentity)>,
+    unreadable: HashSet<(PathBuf, std::io::ErrorKind)>,
+}
+
+impl Reported {
+    fn log_new(&mut self, listing: &Listing) {
+        let mut ignored = HashSet::new();
+        for (path, (file_type, identity)) in &listing.other {
+            if file_type.is_dir() {
+                continue;
+            }
+            let key = (path.clone(), *identity);
+            if !self.ignored.contains(&key) {
+                info!(path = %path.display(), "ignoring {} in the plugin registry: only Unix sockets register plugins", file_kind(file_type));
+            }
+            ignored.insert(key);
+        }
+        self.ignored = ignored;
+        let mut unreadable = HashSet::new();
+        for (path, error) in &listing.unreadable {
+            let key = (path.clone(), error.kind());
+            if !self.unreadable.contains(&key) {
+                warn!(path = %path.display(), %error, "cannot read in the plugin registry; plugins below it are not found");
+            }
+            unreadable.insert(key);
+        }
+        self.unreadable = unreadable;
+    }
 }
 
 async fn register_socket(
