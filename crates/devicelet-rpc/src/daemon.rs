@@ -168,6 +168,39 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), RpcError> {
         .map_err(io_err("create directory", path))
 }
 
+/// How often the root directory's identity is checked.
+const ROOT_WATCH_PERIOD: Duration = Duration::from_secs(1);
+
+/// Fails when the root directory is removed or replaced while the daemon runs. Without it the
+/// daemon ran on unreachable (its sockets were gone: "devicelet is not running"), wrote its
+/// journal into a deleted file and retried compaction forever; stopping with a clear error
+/// lets the supervisor start it again on a fresh root.
+async fn watch_root(root: PathBuf, mut shutdown: watch::Receiver<bool>) -> Result<(), RpcError> {
+    use std::os::unix::fs::MetadataExt;
+    let identity = |m: &std::fs::Metadata| (m.dev(), m.ino());
+    let start = std::fs::metadata(&root)
+        .map(|m| identity(&m))
+        .map_err(io_err("stat", &root))?;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(ROOT_WATCH_PERIOD) => {}
+            _ = shutdown.changed() => return Ok(()),
+        }
+        let what = match std::fs::metadata(&root) {
+            Ok(m) if identity(&m) == start => continue,
+            Ok(_) => "replaced by another directory",
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "removed",
+            Err(e) => {
+                warn!(root = %root.display(), error = %e, "cannot check the root directory");
+                continue;
+            }
+        };
+        let err = RpcError::RootGone { path: root, what };
+        tracing::error!("{err}");
+        return Err(err);
+    }
+}
+
 impl Daemon {
     /// Prepares the root directory and starts every server; returns once all sockets are bound.
     pub async fn start(config: DaemonConfig) -> Result<Daemon, RpcError> {
@@ -326,6 +359,11 @@ impl Daemon {
             )?,
         ));
         info!(socket = %paths.pod_resources_socket.display(), "PodResources API listening");
+
+        tasks.push((
+            "root-watch",
+            tokio::spawn(watch_root(paths.root.clone(), shutdown_rx.clone())),
+        ));
 
         // Control API last: when it answers, everything else is ready.
         // A stale control socket (crashed daemon) is replaced; nobody answered on it above.

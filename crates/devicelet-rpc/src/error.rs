@@ -27,6 +27,19 @@ pub enum RpcError {
         /// The control socket that answered.
         path: PathBuf,
     },
+    /// The root directory was removed or replaced while the daemon ran (`rm -rf R`): its
+    /// sockets and state files are gone, so nothing can reach the daemon and nothing it writes
+    /// would be found after a restart.
+    #[error(
+        "root directory {} was {what} while devicelet was running: its sockets and state files are gone; stopping (started again, devicelet sets up a fresh root)",
+        path.display()
+    )]
+    RootGone {
+        /// The root directory.
+        path: PathBuf,
+        /// "removed" or "replaced by another directory".
+        what: &'static str,
+    },
     /// A gRPC server failed.
     #[error("gRPC server on {} failed: {message}", path.display())]
     Server {

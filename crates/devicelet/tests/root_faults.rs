@@ -302,3 +302,33 @@ async fn a_missing_root_directory_is_created_at_start() {
     assert_eq!(pod_uids(&root).await, vec!["uid-a"]);
     assert_eq!(serve.terminate().await.0, 0);
 }
+
+/// `rm -rf R` while serving: before, the daemon ran on unreachable (the CLI said "devicelet is
+/// not running"), journaled into a deleted file and retried compaction forever. Now it stops
+/// with a clear error naming the root, and started again it sets up a fresh root and serves.
+#[tokio::test]
+async fn a_root_directory_removed_mid_run_stops_serve_with_a_clear_error() {
+    let dir = tempfile::Builder::new()
+        .prefix("dl-")
+        .tempdir_in(common::scratch_dir())
+        .unwrap();
+    let root = dir.path().join("root");
+    let serve = Serve::start(&root, &dir.path().join("serve-1.log")).await;
+    let file = manifest(dir.path(), "uid-a");
+    let (code, _, err) = cli(&root, &["admit", "-f", &file]).await;
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_dir_all(&root).unwrap();
+    let (code, log) = serve.exit().await;
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!("root directory {} was removed", root.display())),
+        "{log}"
+    );
+    assert!(!log.contains("panicked"), "{log}");
+
+    let serve = Serve::start(&root, &dir.path().join("serve-2.log")).await;
+    assert!(pod_uids(&root).await.is_empty(), "a fresh root");
+    let (code, _, err) = cli(&root, &["admit", "-f", &file]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serve.terminate().await.0, 0);
+}
