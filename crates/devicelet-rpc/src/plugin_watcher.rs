@@ -289,21 +289,12 @@ impl PluginWatcher {
                     while event_rx.try_recv().is_ok() {}
                 }
                 Some((path, result)) = result_rx.recv() => {
-                    let Some(identity) = in_flight.remove(&path) else { continue };
-                    match result {
-                        AttemptResult::Registered(entry) => {
-                            retries.remove(&path);
-                            registered.insert(path, entry);
-                        }
-                        AttemptResult::Failed { identity: failed, error } => {
-                            let backoff = retries
-                                .get(&path)
-                                .filter(|r| r.identity == identity)
-                                .map_or(INITIAL_BACKOFF, |r| (r.backoff * 2).min(MAX_BACKOFF));
-                            warn!(socket = %path.display(), %error, retry_in = ?backoff,
-                                "plugin registration failed");
-                            retries.insert(path, Retry { identity: failed, next_attempt: Instant::now() + backoff, backoff });
-                        }
+                    // Every result that is there, not one per listing: a listing may wait
+                    // MIN_LISTING_INTERVAL, and up to MAX_ATTEMPTS_IN_FLIGHT results queue.
+                    let mut next = Some((path, result));
+                    while let Some((path, result)) = next {
+                        record_result(path, result, &mut in_flight, &mut registered, &mut retries);
+                        next = result_rx.try_recv().ok();
                     }
                 }
                 _ = ticker.tick() => {}
@@ -317,6 +308,44 @@ impl PluginWatcher {
         }
         drop(watcher);
         Ok(())
+    }
+}
+
+/// Books the end of a registration attempt: registered, or a retry with back-off.
+fn record_result(
+    path: PathBuf,
+    result: AttemptResult,
+    in_flight: &mut HashMap<PathBuf, SocketIdentity>,
+    registered: &mut HashMap<PathBuf, Registered>,
+    retries: &mut HashMap<PathBuf, Retry>,
+) {
+    let Some(identity) = in_flight.remove(&path) else {
+        return;
+    };
+    match result {
+        AttemptResult::Registered(entry) => {
+            retries.remove(&path);
+            registered.insert(path, entry);
+        }
+        AttemptResult::Failed {
+            identity: failed,
+            error,
+        } => {
+            let backoff = retries
+                .get(&path)
+                .filter(|r| r.identity == identity)
+                .map_or(INITIAL_BACKOFF, |r| (r.backoff * 2).min(MAX_BACKOFF));
+            warn!(socket = %path.display(), %error, retry_in = ?backoff,
+                "plugin registration failed");
+            retries.insert(
+                path,
+                Retry {
+                    identity: failed,
+                    next_attempt: Instant::now() + backoff,
+                    backoff,
+                },
+            );
+        }
     }
 }
 
