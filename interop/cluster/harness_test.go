@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,14 +262,31 @@ func shortTempDir(t *testing.T) string {
 // The Node object is deleted at the end of the test.
 func startNode(t *testing.T, name string, serveArgs ...string) *node {
 	t.Helper()
-	out, err := exec.Command("bash", "node.sh", controlPlane.state, name).Output()
+	return startNodeWith(t, name, mintNodeKubeconfig(t, name, ""), serveArgs...)
+}
+
+// mintNodeKubeconfig runs node.sh: a client certificate for system:node:NAME in `group`
+// ("": system:nodes) and a kubeconfig using it.
+func mintNodeKubeconfig(t *testing.T, name, group string) string {
+	t.Helper()
+	args := []string{"node.sh", controlPlane.state, name}
+	if group != "" {
+		args = append(args, group)
+	}
+	out, err := exec.Command("bash", args...).Output()
 	if err != nil {
 		t.Fatalf("node.sh %s: %v", name, err)
 	}
+	return strings.TrimSpace(string(out))
+}
+
+// startNodeWith runs `devicelet serve` for node `name` with `kubeconfig`.
+func startNodeWith(t *testing.T, name, kubeconfig string, serveArgs ...string) *node {
+	t.Helper()
 	n := &node{
 		name:       name,
 		root:       shortTempDir(t),
-		kubeconfig: strings.TrimSpace(string(out)),
+		kubeconfig: kubeconfig,
 		serveArgs:  serveArgs,
 	}
 	t.Cleanup(func() {
@@ -281,8 +299,11 @@ func startNode(t *testing.T, name string, serveArgs ...string) *node {
 // start runs devicelet serve for the node (again, after a kill).
 func (n *node) start(t *testing.T) {
 	t.Helper()
-	args := append([]string{"serve", "--root-dir", n.root, "--kubeconfig", n.kubeconfig,
-		"--node-name", n.name, "--metrics-address", "off"}, n.serveArgs...)
+	args := []string{"serve", "--root-dir", n.root, "--kubeconfig", n.kubeconfig, "--node-name", n.name}
+	if !slices.Contains(n.serveArgs, "--metrics-address") {
+		args = append(args, "--metrics-address", "off")
+	}
+	args = append(args, n.serveArgs...)
 	n.devicelet = startProcess(t, "devicelet "+n.name, args...)
 	// The control socket is bound last (after kubelet.sock and PodResources); after a SIGKILL
 	// the old socket files are still there, so only a successful connect means this run is up.
