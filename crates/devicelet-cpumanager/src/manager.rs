@@ -500,6 +500,39 @@ impl CpuManager {
         first_error.map_or(Ok(()), Err)
     }
 
+    /// `removeStaleState`: frees the CPUs of every pod that `keep` rejects (pods no longer
+    /// active), in one write; returns their UIDs. Assignments of pods devicelet never
+    /// acknowledged end up here too: a crash between writing `cpu_manager_state` and making the
+    /// admission durable, or a failed admission's rollback that could not be written, leaves
+    /// them in the file, and nothing else would ever free them. As in
+    /// [`CpuManager::remove_container`], memory is updated even when the write fails.
+    pub fn retain_pods(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<String>, CpuManagerError> {
+        let mut inner = self.lock();
+        let stale: Vec<String> = inner
+            .state
+            .assignments
+            .keys()
+            .filter(|uid| !keep(uid))
+            .cloned()
+            .collect();
+        if stale.is_empty() {
+            return Ok(stale);
+        }
+        let mut next = inner.state.clone();
+        for uid in &stale {
+            if let Some(containers) = next.assignments.remove(uid) {
+                for set in containers.values() {
+                    next.default_cpu_set = next.default_cpu_set.union(set);
+                }
+            }
+            inner.pods.remove(uid);
+            inner.cpus_to_reuse.remove(uid);
+        }
+        let stored = self.checkpoint.store(&next);
+        inner.state = next;
+        stored.map(|()| stale)
+    }
+
     /// `generateCPUTopologyHints` as a family: a mask is a hint when every reusable CPU's node
     /// is in it and reusable + available CPUs in it cover the request; preferred when it is
     /// as narrow as the fewest nodes whose CPUs (all of them, free or not) could hold it.

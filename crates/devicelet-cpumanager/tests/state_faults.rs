@@ -169,3 +169,33 @@ fn a2_12_real_full_disk_refuses_the_cpu_allocation_until_space_is_freed() {
     allocate(&m, "b", 2000).expect("works after space is freed");
     assert_eq!(static_manager(dual_socket_ht(), 1, &mnt).state(), m.state());
 }
+
+/// Exclusive CPUs of a pod devicelet never acknowledged (a crash after `cpu_manager_state` was
+/// written and before the admission was durable, or a rollback that could not be written)
+/// are freed once the active pods are known (the kubelet's `removeStaleState`); the file
+/// agrees.
+#[test]
+fn a2_18_cpus_of_pods_that_are_not_active_are_freed_once_the_active_pods_are_known() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let m = static_manager(dual_socket_ht(), 1, dir.path());
+        allocate(&m, "kept", 2000).expect("fits");
+        allocate(&m, "never-acknowledged", 4000).expect("fits");
+    }
+    // Restart: both come back from the file.
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    assert_eq!(m.state().assignments.len(), 2);
+    let freed = m.retain_pods(|uid| uid == "kept").expect("write");
+    assert_eq!(freed, vec!["never-acknowledged"]);
+    assert!(m.state().get("kept", "c").is_some());
+    assert_eq!(m.available_cpus().len(), 11 - 2);
+    assert_eq!(
+        static_manager(dual_socket_ht(), 1, dir.path()).state(),
+        m.state()
+    );
+    assert!(
+        m.retain_pods(|uid| uid == "kept")
+            .expect("no-op")
+            .is_empty()
+    );
+}

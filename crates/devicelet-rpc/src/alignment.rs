@@ -507,6 +507,22 @@ impl Alignment {
         }
     }
 
+    /// Frees the CPUs of every pod not in `active` (the CPU manager's `removeStaleState`).
+    pub fn retain_pods(&self, active: &std::collections::HashSet<String>) {
+        let Some(cpu) = &self.cpu else {
+            return;
+        };
+        match cpu.retain_pods(|uid| active.contains(uid)) {
+            Ok(freed) if freed.is_empty() => {}
+            Ok(freed) => {
+                info!(pods = ?freed, "freed the exclusive CPUs of pods that are not active")
+            }
+            Err(err) => {
+                warn!(error = %err, "freed the CPUs of pods that are not active, but cannot write the CPU state")
+            }
+        }
+    }
+
     /// `cpusetCpus` for a container start: its exclusive CPUs, else the shared pool; `None`
     /// without the static policy (the runtime leaves the cpuset alone).
     pub fn cpuset_for(&self, pod_uid: &str, container: &str) -> Option<String> {

@@ -538,6 +538,10 @@ impl PodAdmitter {
             self.changed();
             info!(pod_uid = %uid, "pod no longer active; devices freed");
         }
+        // Exclusive CPUs of any other pod that is not active (one never acknowledged: a crash
+        // between the CPU state and the journal, a rollback that could not be written) are
+        // freed too, as the kubelet's `removeStaleState` does.
+        self.alignment.retain_pods(active);
         drop(serial);
         let mut pending_unprepare = Vec::new();
         if let Some(dra) = &self.dra {
