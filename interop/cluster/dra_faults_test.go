@@ -94,9 +94,20 @@ func startInProcessDriver(t *testing.T, n *node, devices int, cdiDir string, fil
 	return d
 }
 
-// templatePod creates a ResourceClaimTemplate for class `class` (once per namespace) and a pod
-// on n using it, and waits until it runs. It returns the pod and its generated claim.
-func templatePod(t *testing.T, ns, name string, n *node, class string) (*corev1.Pod, *resourcev1.ResourceClaim) {
+// draTestNode starts node `name` with the in-process test driver (2 devices), a namespace
+// and DeviceClass "<name>-gpu" for the driver's devices.
+func draTestNode(t *testing.T, name string) (*node, *inProcessDriver, string) {
+	t.Helper()
+	n := startNode(t, name)
+	driver := startInProcessDriver(t, n, 2, "", app.FileOperations{})
+	ns := namespace(t, name)
+	deviceClass(t, name+"-gpu")
+	return n, driver, ns
+}
+
+// claimTemplate creates ResourceClaimTemplate "gpu-template" (one request "gpu" of class
+// `class`) in namespace ns, unless it exists.
+func claimTemplate(t *testing.T, ns, class string) {
 	t.Helper()
 	template := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpu-template", Namespace: ns},
@@ -106,6 +117,13 @@ func templatePod(t *testing.T, ns, name string, n *node, class string) (*corev1.
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("create ResourceClaimTemplate: %v", err)
 	}
+}
+
+// templatePod creates a pod on n whose claim "gpu" comes from a template of class `class`,
+// and waits until it runs. It returns the pod and its generated claim.
+func templatePod(t *testing.T, ns, name string, n *node, class string) (*corev1.Pod, *resourcev1.ResourceClaim) {
+	t.Helper()
+	claimTemplate(t, ns, class)
 	claimPod(t, ns, name, n.name, "gpu-template", "")
 	pod := waitForPodRunning(t, ns, name)
 	return pod, podClaim(t, pod)
@@ -182,10 +200,7 @@ func containerHealth(p *corev1.Pod, name string) map[string]string {
 // containerStatuses[].allocatedResourcesStatus ("claim:gpu", resourceID = the device's CDI ID)
 // in the API, and a later report replaces it.
 func TestDRAHealthReachesPodStatus(t *testing.T) {
-	n := startNode(t, "dra-health")
-	driver := startInProcessDriver(t, n, 2, "", app.FileOperations{})
-	ns := namespace(t, "dra-health")
-	deviceClass(t, "dra-health-gpu")
+	n, driver, ns := draTestNode(t, "dra-health")
 	pod, claim := templatePod(t, ns, "consumer", n, "dra-health-gpu")
 	device := claim.Status.Allocation.Devices.Results[0].Device
 	cdiID := fmt.Sprintf("%s/test=claim-%s-gpu", testDriver, claim.UID)
@@ -210,10 +225,7 @@ func TestDRAHealthReachesPodStatus(t *testing.T) {
 // gone can still be deleted. devicelet releases it, the pod object goes, the claim waits in
 // `get dra` (pendingUnprepare) and is unprepared through the driver once it is back.
 func TestDRAPodOfAGoneDriverIsDeleted(t *testing.T) {
-	n := startNode(t, "dra-gone")
-	driver := startInProcessDriver(t, n, 2, "", app.FileOperations{})
-	ns := namespace(t, "dra-gone")
-	deviceClass(t, "dra-gone-gpu")
+	n, driver, ns := draTestNode(t, "dra-gone")
 	pod, claim := templatePod(t, ns, "consumer", n, "dra-gone-gpu")
 	spec := cdiSpecPath(driver.cdiDir, string(claim.UID))
 
@@ -267,13 +279,7 @@ func TestDRASigkillBetweenPrepareAndCheckpoint(t *testing.T) {
 	driver := startInProcessDriver(t, n, 2, "", files)
 	ns := namespace(t, "dra-crash")
 	deviceClass(t, "dra-crash-gpu")
-	template := &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-template", Namespace: ns},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec("dra-crash-gpu")},
-	}
-	if _, err := controlPlane.admin.ResourceV1().ResourceClaimTemplates(ns).Create(ctx(t), template, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimTemplate(t, ns, "dra-crash-gpu")
 	claimPod(t, ns, "consumer", n.name, "gpu-template", "")
 	var spec string
 	select {
@@ -310,10 +316,7 @@ func TestDRASigkillBetweenPrepareAndCheckpoint(t *testing.T) {
 // pod keeps its claim; once the first pod is gone (the old claim unprepared) the waiting pod is
 // admitted with the new claim.
 func TestDRAClaimRecreatedWithNewUIDWaits(t *testing.T) {
-	n := startNode(t, "dra-recreate")
-	driver := startInProcessDriver(t, n, 2, "", app.FileOperations{})
-	ns := namespace(t, "dra-recreate")
-	deviceClass(t, "dra-recreate-gpu")
+	n, driver, ns := draTestNode(t, "dra-recreate")
 	claims := controlPlane.admin.ResourceV1().ResourceClaims(ns)
 	newClaim := func() *resourcev1.ResourceClaim {
 		c, err := claims.Create(ctx(t), &resourcev1.ResourceClaim{

@@ -207,13 +207,7 @@ func TestDRATemplateClaim(t *testing.T) {
 	cdiDir := startTestDriver(t, n, 2)
 	ns := namespace(t, "dra-template")
 	deviceClass(t, "dra-template-gpu")
-	template := &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-template", Namespace: ns},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec("dra-template-gpu")},
-	}
-	if _, err := controlPlane.admin.ResourceV1().ResourceClaimTemplates(ns).Create(ctx(t), template, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create ResourceClaimTemplate: %v", err)
-	}
+	claimTemplate(t, ns, "dra-template-gpu")
 
 	claimPod(t, ns, "consumer", n.name, "gpu-template", "")
 	pod := waitForPodRunning(t, ns, "consumer")

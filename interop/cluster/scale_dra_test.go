@@ -24,7 +24,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/test/e2e/dra/test-driver/app"
 	"k8s.io/utils/ptr"
@@ -52,13 +51,7 @@ func TestScaleDRA(t *testing.T) {
 	pods := envInt("CLUSTER_SCALE_DRA_PODS", 30)
 	ns := namespace(t, "scale-dra")
 	deviceClass(t, "scale-dra-gpu")
-	template := &resourcev1.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpu-template", Namespace: ns},
-		Spec:       resourcev1.ResourceClaimTemplateSpec{Spec: claimSpec("scale-dra-gpu")},
-	}
-	if _, err := controlPlane.admin.ResourceV1().ResourceClaimTemplates(ns).Create(ctx(t), template, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimTemplate(t, ns, "scale-dra-gpu")
 
 	started := time.Now()
 	var all []*node
@@ -69,22 +62,10 @@ func TestScaleDRA(t *testing.T) {
 	}
 	t.Logf("%d nodes x %d DRA devices registered and published in %s", nodes, devices, time.Since(started).Round(time.Millisecond))
 
-	capacity := nodes * devices
-	var running time.Duration
-	done := 0
-	for wave := 0; done < pods; wave++ {
-		size := min(capacity, pods-done)
-		name := fmt.Sprintf("dra-wave-%d", wave)
-		createdAt := time.Now()
-		createClaimDeployment(t, ns, name, int32(size))
-		waitForRunning(t, ns, name, size, time.Duration(envInt("CLUSTER_SCALE_DRA_WAIT_SECONDS", 1200))*time.Second)
-		elapsed := time.Since(createdAt)
-		running += elapsed
-		t.Logf("wave %d: %d pods with a claim each created -> Running in %s (%.1f pods/s)", wave, size, elapsed.Round(time.Millisecond), float64(size)/elapsed.Seconds())
-		if err := controlPlane.admin.AppsV1().Deployments(ns).Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitForEvery(t, 15*time.Minute, time.Second, "wave "+name+" deleted and its claims gone", func() (bool, string) {
+	running := runWaves(t, ns, "dra-wave", pods, nodes*devices,
+		time.Duration(envInt("CLUSTER_SCALE_DRA_WAIT_SECONDS", 1200))*time.Second,
+		func(name string, size int) { createClaimDeployment(t, ns, name, int32(size)) },
+		func(name string) (bool, string) {
 			_, items := podPhases(t, ns, name)
 			claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
 			if err != nil {
@@ -92,8 +73,6 @@ func TestScaleDRA(t *testing.T) {
 			}
 			return len(items) == 0 && len(claims.Items) == 0, fmt.Sprintf("%d pods, %d claims left", len(items), len(claims.Items))
 		})
-		done += size
-	}
 
 	var prepare, admission []float64
 	for _, n := range all {

@@ -105,29 +105,13 @@ func TestScaleManyNodes(t *testing.T) {
 	}
 	sort.Float64s(idleRSS)
 
-	// Pods in waves as large as the cluster's devices allow; each wave is created, waited for
-	// Running, then deleted (devicelet releases and deletes the pods) before the next.
-	capacity := nodes * devices
-	var running time.Duration
-	done := 0
-	for wave := 0; done < pods; wave++ {
-		size := min(capacity, pods-done)
-		name := fmt.Sprintf("wave-%d", wave)
-		createdAt := time.Now()
-		createDeploymentAnyNode(t, ns, name, int32(size))
-		waitForRunning(t, ns, name, size, 15*time.Minute)
-		elapsed := time.Since(createdAt)
-		running += elapsed
-		t.Logf("wave %d: %d pods created -> Running in %s (%.1f pods/s)", wave, size, elapsed.Round(time.Millisecond), float64(size)/elapsed.Seconds())
-		if err := controlPlane.admin.AppsV1().Deployments(ns).Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		waitForEvery(t, 10*time.Minute, time.Second, "wave "+name+" deleted", func() (bool, string) {
+	// Pods in waves as large as the cluster's devices allow.
+	running := runWaves(t, ns, "wave", pods, nodes*devices, 15*time.Minute,
+		func(name string, size int) { createDeploymentAnyNode(t, ns, name, int32(size)) },
+		func(name string) (bool, string) {
 			phases, items := podPhases(t, ns, name)
 			return len(items) == 0 && phases["list error"] == "", fmt.Sprint(len(items), " pods left ", phases["list error"])
 		})
-		done += size
-	}
 
 	var times []float64
 	var busyRSS []float64
@@ -163,4 +147,29 @@ func TestScaleManyNodes(t *testing.T) {
 func createDeploymentAnyNode(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
 	createDeployment(t, ns, name, "", replicas, 1)
+}
+
+// runWaves creates `pods` pods in Deployments of at most `capacity` (create(name, size)); each
+// wave is waited for Running (at most `wait`), then deleted and waited for until gone(name)
+// holds, before the next. It returns the time from creation to Running, summed over the waves.
+func runWaves(t *testing.T, ns, prefix string, pods, capacity int, wait time.Duration,
+	create func(name string, size int), gone func(name string) (bool, string)) time.Duration {
+	t.Helper()
+	var running time.Duration
+	for wave, done := 0, 0; done < pods; wave++ {
+		size := min(capacity, pods-done)
+		name := fmt.Sprintf("%s-%d", prefix, wave)
+		createdAt := time.Now()
+		create(name, size)
+		waitForRunning(t, ns, name, size, wait)
+		elapsed := time.Since(createdAt)
+		running += elapsed
+		t.Logf("%s: %d pods created -> Running in %s (%.1f pods/s)", name, size, elapsed.Round(time.Millisecond), float64(size)/elapsed.Seconds())
+		if err := controlPlane.admin.AppsV1().Deployments(ns).Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForEvery(t, 15*time.Minute, time.Second, name+" deleted", func() (bool, string) { return gone(name) })
+		done += size
+	}
+	return running
 }
