@@ -4,12 +4,12 @@
 //! A full disk can be made real (a small tmpfs), but an `EIO` from `fsync` cannot be made real
 //! cheaply. Like youki's fakeable `Syscall` trait, the few I/O steps that make state durable —
 //! writing, fsyncing and renaming a temporary file, fsyncing its directory, appending to and
-//! fsyncing the journal, truncating it back — ask [`check`] first; a test arms a [`Fault`] for a
+//! fsyncing the journal, truncating it back — ask `check` first; a test arms a `Fault` for a
 //! directory and an [`Op`], and the step fails with the chosen error instead of running. Faults
 //! match by path prefix, so parallel tests with their own temporary directories do not see each
 //! other's faults.
 //!
-//! Without the feature [`check`] is an empty inline function: production builds pay nothing.
+//! Without the feature `check` is an empty inline function: production builds pay nothing.
 
 use std::io;
 use std::path::Path;
