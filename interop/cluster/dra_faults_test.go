@@ -45,6 +45,9 @@ func nodeClient(t *testing.T, n *node) kubernetes.Interface {
 	if err != nil {
 		t.Fatalf("node kubeconfig: %v", err)
 	}
+	// The test driver binary's defaults (--kube-api-qps 50, --kube-api-burst 100), not
+	// client-go's 5/10, which would make the driver's own claim GETs the bottleneck.
+	config.QPS, config.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		t.Fatal(err)
