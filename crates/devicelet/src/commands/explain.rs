@@ -39,7 +39,7 @@ fn state_word(s: ClaimState) -> &'static str {
 
 /// The table form: the target, its claims, one block per candidate node, the summary.
 pub fn render(r: &Report) -> String {
-    let mut out = format!("{}", r.target);
+    let mut out = r.target.clone();
     if let Some(p) = &r.phase {
         out.push_str(&format!(": {p}"));
     }

@@ -2,8 +2,6 @@
 //! `devicelet allocate -f FILE` replays offline (issue 19, item 2). Read-only; the API part is
 //! `devicelet_kube::snapshot`.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use devicelet_kube::ClusterSource;
 use devicelet_kube::snapshot::{ScenarioOptions, read_state, scenario_value, to_scenario};
@@ -60,7 +58,7 @@ pub async fn run(args: SnapshotArgs) -> anyhow::Result<()> {
         scenario.pods.len(),
         scenario.claims.len()
     );
-    if args.output == PathBuf::from("-") {
+    if args.output.as_os_str() == "-" {
         print!("{text}");
         eprintln!("{summary}");
     } else {
