@@ -30,6 +30,12 @@ pub const MAX_DEVICE_ID_BYTES: usize = 4096;
 /// kubelet and bounds what one plugin can make devicelet hold and rescan on every update.
 pub const MAX_DEVICES_PER_RESOURCE: usize = 262_144;
 
+/// Most NUMA node entries (`TopologyInfo.nodes`) all devices of one snapshot may list together:
+/// four per device at the most devices we accept. A real device names one NUMA node, rarely
+/// two. Protobuf encodes an entry in 2 bytes, so without a bound a 64 MiB message would decode
+/// into 33 million of them (~0.5 GB with their copies).
+pub const MAX_NUMA_NODES_PER_SNAPSHOT: usize = 4 * MAX_DEVICES_PER_RESOURCE;
+
 /// How much of an oversized ID an error shows (escaped): enough to find the device.
 const SHOWN_ID_CHARS: usize = 32;
 
@@ -93,6 +99,13 @@ pub fn validate_snapshot(devices: &[Device]) -> Result<(), PluginError> {
     if devices.len() > MAX_DEVICES_PER_RESOURCE {
         return Err(too_many_devices(devices.len()));
     }
+    let numa_nodes: usize = devices
+        .iter()
+        .map(|d| d.numa_nodes.as_ref().map_or(0, Vec::len))
+        .sum();
+    if numa_nodes > MAX_NUMA_NODES_PER_SNAPSHOT {
+        return Err(too_many_numa_nodes(numa_nodes));
+    }
     match devices.iter().find(|d| d.id.len() > MAX_DEVICE_ID_BYTES) {
         None => Ok(()),
         Some(device) => Err(PluginError::OverLimit {
@@ -112,6 +125,17 @@ pub fn too_many_devices(count: usize) -> PluginError {
         found: count,
         limit: MAX_DEVICES_PER_RESOURCE,
         unit: "devices",
+    }
+}
+
+/// The error for a snapshot listing `count` NUMA node entries, more than
+/// [`MAX_NUMA_NODES_PER_SNAPSHOT`] (also raised by the gRPC client before decoding).
+pub fn too_many_numa_nodes(count: usize) -> PluginError {
+    PluginError::OverLimit {
+        what: "ListAndWatch snapshot".to_owned(),
+        found: count,
+        limit: MAX_NUMA_NODES_PER_SNAPSHOT,
+        unit: "NUMA node entries",
     }
 }
 
@@ -243,6 +267,14 @@ mod tests {
             Some("ListAndWatch snapshot has 262145 devices, more than devicelet's limit of 262144")
         );
         assert!(validate_snapshot(&many[1..]).is_ok());
+        let wide = vec![Device::healthy("w").on_numa(0..1025); 1024];
+        let err = validate_snapshot(&wide).err().map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "ListAndWatch snapshot has 1049600 NUMA node entries, more than devicelet's limit of 1048576"
+            )
+        );
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! [`TonicDevicePluginClient`] issues the v1beta1 `DevicePlugin` RPCs.
 //!
 //! Answers are bounded in size ([`MAX_LIST_AND_WATCH_MESSAGE_BYTES`], [`MAX_ANSWER_BYTES`]) and
-//! a `ListAndWatch` message is counted before it is decoded
-//! ([`validation::MAX_DEVICES_PER_RESOURCE`]): protobuf encodes an empty device in 2 bytes, so
-//! a 64 MiB message could otherwise decode into some 33 million devices (~2.4 GB).
+//! the devices and NUMA node entries of a `ListAndWatch` message are counted before it is
+//! decoded ([`validation::MAX_DEVICES_PER_RESOURCE`],
+//! [`validation::MAX_NUMA_NODES_PER_SNAPSHOT`]): protobuf encodes an empty device in 2 bytes,
+//! so a 64 MiB message could otherwise decode into some 33 million devices (~2.4 GB).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -128,10 +129,10 @@ fn oversized_length(message: &str) -> Option<usize> {
     rest.split_once(' ')?.0.parse().ok()
 }
 
-/// One decoded `ListAndWatch` message, or the device count of one beyond the bound.
+/// One decoded `ListAndWatch` message, or the error for one beyond a count bound.
 enum Snapshot {
     Devices(pb::ListAndWatchResponse),
-    TooMany(usize),
+    OverLimit(PluginError),
 }
 
 /// Encodes `Empty` and decodes `ListAndWatchResponse` after counting its devices.
@@ -169,10 +170,17 @@ impl Decoder for ListAndWatchCodec {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Snapshot>, Status> {
         // The buffer holds exactly one whole message, in one contiguous chunk.
-        let count = count_devices(src.chunk());
-        if count > validation::MAX_DEVICES_PER_RESOURCE {
+        let counts = count_entries(src.chunk());
+        let over = if counts.devices > validation::MAX_DEVICES_PER_RESOURCE {
+            Some(validation::too_many_devices(counts.devices))
+        } else if counts.numa_nodes > validation::MAX_NUMA_NODES_PER_SNAPSHOT {
+            Some(validation::too_many_numa_nodes(counts.numa_nodes))
+        } else {
+            None
+        };
+        if let Some(err) = over {
             src.advance(src.remaining());
-            return Ok(Some(Snapshot::TooMany(count)));
+            return Ok(Some(Snapshot::OverLimit(err)));
         }
         pb::ListAndWatchResponse::decode(src)
             .map(|m| Some(Snapshot::Devices(m)))
@@ -180,38 +188,66 @@ impl Decoder for ListAndWatchCodec {
     }
 }
 
-/// Counts the `devices` entries (field 1, length-delimited) of an encoded
-/// `ListAndWatchResponse` without decoding them; stops at the first malformed field (the
+/// Entries of an encoded `ListAndWatchResponse`, counted without decoding it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Counts {
+    /// `devices` (field 1).
+    devices: usize,
+    /// `devices[].topology.nodes` (fields 1 / 3 / 1).
+    numa_nodes: usize,
+}
+
+/// Keys of length-delimited fields 1 and 3 (protobuf: number << 3 | wire type 2).
+const FIELD_1_BYTES: u64 = 1 << 3 | 2;
+const FIELD_3_BYTES: u64 = 3 << 3 | 2;
+
+fn count_entries(message: &[u8]) -> Counts {
+    let mut counts = Counts::default();
+    for_each_field(message, |key, device| {
+        if key == FIELD_1_BYTES {
+            counts.devices += 1;
+            for_each_field(device, |key, topology| {
+                if key == FIELD_3_BYTES {
+                    for_each_field(topology, |key, _| {
+                        if key == FIELD_1_BYTES {
+                            counts.numa_nodes += 1;
+                        }
+                    });
+                }
+            });
+        }
+    });
+    counts
+}
+
+/// Calls `f` with the key of every field of an encoded message and, for a length-delimited
+/// field, its bytes (empty for other wire types); stops at the first malformed field (the
 /// decoder then reports it).
-fn count_devices(mut bytes: &[u8]) -> usize {
+fn for_each_field(mut bytes: &[u8], mut f: impl FnMut(u64, &[u8])) {
     use prost::encoding::decode_varint;
-    let mut count = 0;
     while bytes.has_remaining() {
         let Ok(key) = decode_varint(&mut bytes) else {
-            break;
+            return;
         };
-        let skip = match key & 7 {
+        let (skip, delimited) = match key & 7 {
             0 => match decode_varint(&mut bytes) {
-                Ok(_) => 0,
-                Err(_) => break,
+                Ok(_) => (0, false),
+                Err(_) => return,
             },
-            1 => 8,
+            1 => (8, false),
             2 => match decode_varint(&mut bytes).map(usize::try_from) {
-                Ok(Ok(len)) => len,
-                _ => break,
+                Ok(Ok(len)) => (len, true),
+                _ => return,
             },
-            5 => 4,
-            _ => break,
+            5 => (4, false),
+            _ => return,
         };
-        if key == (1 << 3 | 2) {
-            count += 1;
-        }
-        match bytes.get(skip..) {
-            Some(rest) => bytes = rest,
-            None => break,
-        }
+        let (Some(value), Some(rest)) = (bytes.get(..skip), bytes.get(skip..)) else {
+            return;
+        };
+        f(key, if delimited { value } else { &[] });
+        bytes = rest;
     }
-    count
 }
 
 impl DevicePluginClient for TonicDevicePluginClient {
@@ -245,7 +281,7 @@ impl DevicePluginClient for TonicDevicePluginClient {
                     .into_iter()
                     .map(convert::device_from_proto)
                     .collect()),
-                Ok(Snapshot::TooMany(count)) => Err(validation::too_many_devices(count)),
+                Ok(Snapshot::OverLimit(err)) => Err(err),
                 Err(status) => Err(call_error(
                     status,
                     "ListAndWatch message",
@@ -346,14 +382,28 @@ mod tests {
                 pb::Device::default(),
             ],
         };
-        assert_eq!(count_devices(&message.encode_to_vec()), 3);
-        assert_eq!(count_devices(&[]), 0);
+        let counts = |bytes: &[u8]| {
+            let c = count_entries(bytes);
+            (c.devices, c.numa_nodes)
+        };
+        assert_eq!(counts(&message.encode_to_vec()), (3, 1));
+        assert_eq!(counts(&[]), (0, 0));
         // Truncated or malformed input stops the count; the decoder reports the error.
         let bytes = message.encode_to_vec();
-        assert_eq!(count_devices(&bytes[..bytes.len() - 1]), 2);
-        assert_eq!(count_devices(&[0x0b, 0x0c]), 0);
+        assert_eq!(counts(&bytes[..bytes.len() - 1]), (2, 1));
+        assert_eq!(counts(&[0x0b, 0x0c]), (0, 0));
         // Unknown fields are skipped, not counted.
-        assert_eq!(count_devices(&[0x10, 0x96, 0x01, 0x0a, 0x00]), 1);
+        assert_eq!(counts(&[0x10, 0x96, 0x01, 0x0a, 0x00]), (1, 0));
+        // Many NUMA entries in one device (each empty NumaNode is 2 bytes).
+        let wide = pb::ListAndWatchResponse {
+            devices: vec![pb::Device {
+                topology: Some(pb::TopologyInfo {
+                    nodes: vec![pb::NumaNode::default(); 5000],
+                }),
+                ..Default::default()
+            }],
+        };
+        assert_eq!(counts(&wide.encode_to_vec()), (1, 5000));
     }
 
     #[test]

@@ -2,10 +2,10 @@
 //! smarter-device-manager names its devices "\x00", "\x01", ...: the table output shows them as
 //! visible escapes, JSON keeps them exact, and another plugin keeps being served.
 //!
-//! Sizes are bounded: a 64 KB device ID, a million devices and a 100 MB `ListAndWatch` or
-//! `Allocate` answer are refused with an error naming the plugin and the bound, while the
-//! example plugin beside them keeps being served. The hostile plugin is a tonic server in the
-//! test process on a real Unix socket.
+//! Sizes are bounded: a 64 KB device ID, a million devices, two million NUMA node entries and a
+//! 100 MB `ListAndWatch` or `Allocate` answer are refused with an error naming the plugin and
+//! the bound, while the example plugin beside them keeps being served. The hostile plugin is a
+//! tonic server in the test process on a real Unix socket.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -337,6 +337,29 @@ async fn a_100_mb_allocate_answer_refuses_the_pod_and_other_pods_are_admitted() 
         peak < 120 * 1024,
         "devicelet's peak RSS reached {peak} KiB for a refused answer"
     );
+    assert_eq!(good.terminate().await, 0);
+    assert_eq!(serve.terminate().await, 0);
+}
+
+#[tokio::test]
+async fn two_million_numa_entries_are_refused_before_they_are_decoded() {
+    let wide = pb::Device {
+        id: "wide".into(),
+        health: "Healthy".into(),
+        topology: Some(pb::TopologyInfo {
+            nodes: vec![pb::NumaNode { id: 0 }; 2_000_000],
+        }),
+    };
+    let hostile = Hostile {
+        devices: Arc::new(vec![wide]),
+        allocate_bytes: 0,
+    };
+    let (_root, serve, good) = refused_snapshot(
+        "example.com/wide",
+        hostile,
+        "ListAndWatch snapshot has 2000000 NUMA node entries, more than devicelet's limit of 1048576",
+    )
+    .await;
     assert_eq!(good.terminate().await, 0);
     assert_eq!(serve.terminate().await, 0);
 }
