@@ -531,38 +531,28 @@ func TestExplainAllocatableAndSnapshotReplay(t *testing.T) {
 	// The snapshot replays offline to the same decisions.
 	file := filepath.Join(shortTempDir(t), "scenario.yaml")
 	devicelet(t, "snapshot", "-n", ns, "--kubeconfig", adminKubeconfig(), "--redact-config", "-o", file)
-	var outcome struct {
-		Pods []struct {
-			Pod     string `json:"pod"`
-			Node    string `json:"node"`
-			Outcome string `json:"outcome"`
-			Results []struct {
-				Devices struct {
-					Results []struct{ Driver, Pool, Device string } `json:"results"`
-				} `json:"devices"`
-			} `json:"results"`
-		} `json:"pods"`
-	}
-	out := devicelet(t, "allocate", "-f", file, "-o", "json")
-	if err := json.Unmarshal([]byte(out), &outcome); err != nil {
-		t.Fatalf("allocate output %q: %v", out, err)
-	}
-	decisions := map[string]string{}
-	for _, p := range outcome.Pods {
-		d := p.Outcome
-		if p.Outcome == "Allocated" {
-			res := p.Results[0].Devices.Results[0]
-			d = fmt.Sprintf("Allocated %s %s/%s/%s", p.Node, res.Driver, res.Pool, res.Device)
-		}
-		decisions[p.Pod] = d
-	}
 	want := map[string]string{
 		ns + "/fits":   "Allocated " + n.name + " " + predicted,
 		ns + "/toobig": "Unschedulable",
 	}
-	if fmt.Sprint(decisions) != fmt.Sprint(want) {
+	replayed := replayDecisions(t, devicelet(t, "allocate", "-f", file, "-o", "json"))
+	if fmt.Sprint(replayed) != fmt.Sprint(want) {
 		text, _ := os.ReadFile(file)
-		t.Fatalf("replayed decisions %v, want %v\nscenario:\n%s", decisions, want, text)
+		t.Fatalf("devicelet allocate replayed %v, want %v\nscenario:\n%s", replayed, want, text)
+	}
+	// And the Go oracle (the upstream structured allocator, interop/allocator) agrees.
+	oracle := filepath.Join(shortTempDir(t), "oracle")
+	build := exec.Command("go", "build", "-o", oracle, "./cmd/oracle")
+	build.Dir = filepath.Join("..", "allocator")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the Go oracle: %v\n%s", err, out)
+	}
+	out, err := exec.Command(oracle, "-f", file, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("Go oracle on the snapshot: %v", err)
+	}
+	if got := replayDecisions(t, string(out)); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the Go oracle replayed %v, want %v", got, want)
 	}
 
 	// The scheduler agrees. There is no driver, so devicelet refuses the bound pod and the
@@ -677,4 +667,35 @@ func TestExplainCountersExhausted(t *testing.T) {
 	if len(node.InUseBy) != 1 || len(node.InUseBy[0].HeldBy) != 1 || node.InUseBy[0].HeldBy[0] != ns+"/hog (reserved for nobody)" {
 		t.Fatalf("in use by = %+v", node.InUseBy)
 	}
+}
+
+// replayDecisions reads an AllocationOutcome (schedule mode) as pod -> "Allocated NODE
+// DRIVER/POOL/DEVICE" or its outcome.
+func replayDecisions(t *testing.T, out string) map[string]string {
+	t.Helper()
+	var outcome struct {
+		Pods []struct {
+			Pod     string `json:"pod"`
+			Node    string `json:"node"`
+			Outcome string `json:"outcome"`
+			Results []struct {
+				Devices struct {
+					Results []struct{ Driver, Pool, Device string } `json:"results"`
+				} `json:"devices"`
+			} `json:"results"`
+		} `json:"pods"`
+	}
+	if err := json.Unmarshal([]byte(out), &outcome); err != nil {
+		t.Fatalf("allocation outcome %q: %v", out, err)
+	}
+	decisions := map[string]string{}
+	for _, p := range outcome.Pods {
+		d := p.Outcome
+		if p.Outcome == "Allocated" && len(p.Results) > 0 && len(p.Results[0].Devices.Results) > 0 {
+			res := p.Results[0].Devices.Results[0]
+			d = fmt.Sprintf("Allocated %s %s/%s/%s", p.Node, res.Driver, res.Pool, res.Device)
+		}
+		decisions[p.Pod] = d
+	}
+	return decisions
 }
