@@ -699,3 +699,55 @@ func replayDecisions(t *testing.T, out string) map[string]string {
 	}
 	return decisions
 }
+
+// Explain at cluster size: N nodes (default 500, CLUSTER_EXPLAIN_NODES), each with a
+// ResourceSlice of 8 GPUs, and a pod whose claim fits none of them. `devicelet explain` reads
+// everything through the API server and explains every node; the test reports the wall time
+// (the goal is under 1 s with a release build: CLUSTER_EXPLAIN_BUDGET_MS=1000 enforces it).
+func TestExplainAtClusterSize(t *testing.T) {
+	const driver = "big.explain.example.com"
+	nodes := envInt("CLUSTER_EXPLAIN_NODES", 500)
+	ns := namespace(t, "ex-big")
+	explainClass(t, "ex-big", driver)
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("ex-big-%03d", i)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+		if _, err := controlPlane.admin.CoreV1().Nodes().Create(ctx(t), node, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create node %s: %v", name, err)
+		}
+		t.Cleanup(func() {
+			_ = controlPlane.admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+		var devices []resourcev1.Device
+		for d := 0; d < 8; d++ {
+			devices = append(devices, gpuDevice(fmt.Sprintf("gpu-%d", d), "a100", int64(d/4)))
+		}
+		createSlice(t, name, name, driver, 1, 1, devices...)
+	}
+	createClaim(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+		Requests: []resourcev1.DeviceRequest{request("gpu", "ex-big", 1, `device.attributes["`+driver+`"].model == "h100"`)},
+	}})
+	waitingPod(t, ns, "wants-h100", "", "", "h100", true)
+
+	started := time.Now()
+	out := devicelet(t, "explain", "pod/wants-h100", "-n", ns, "--kubeconfig", adminKubeconfig(), "-o", "json")
+	elapsed := time.Since(started)
+	var r explainReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("explain output: %v", err)
+	}
+	explained := 0
+	for _, node := range r.Nodes {
+		if strings.HasPrefix(node.Node, "ex-big-") {
+			explained++
+		}
+	}
+	if explained != nodes {
+		t.Fatalf("explained %d of the %d nodes; summary %q", explained, nodes, r.Summary)
+	}
+	t.Logf("EXPLAIN nodes=%d slices=%d devices=%d: devicelet explain (API reads, conversion, allocator on every node) took %s",
+		nodes, nodes, nodes*8, elapsed.Round(time.Millisecond))
+	if budget := envInt("CLUSTER_EXPLAIN_BUDGET_MS", 0); budget > 0 && elapsed > time.Duration(budget)*time.Millisecond {
+		t.Fatalf("explain took %s, over the %d ms budget", elapsed, budget)
+	}
+}
