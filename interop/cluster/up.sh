@@ -106,7 +106,9 @@ launch etcd "$bin/etcd" --name devicelet-test --data-dir "$state/etcd" \
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
 # ResourceHealthStatus (alpha) keeps containerStatuses[].allocatedResourcesStatus in pod status
-# (KEP-4680); without it the API server drops the field the node reports.
+# (KEP-4680); without it the API server drops the field the node reports. DRADeviceTaintRules
+# (beta, off by default: its API, resource.k8s.io/v1beta2 DeviceTaintRule, is off by default)
+# lets `devicelet explain` be tested against taints the scheduler applies from rules.
 launch kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
@@ -116,7 +118,8 @@ launch kube-apiserver "$bin/kube-apiserver" \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-cluster-ip-range 10.0.0.0/24 \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-  --feature-gates "ResourceHealthStatus=true" \
+  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true" \
+  --runtime-config resource.k8s.io/v1beta2=true \
   --allow-privileged=true --endpoint-reconciler-type none
 wait_for kube-apiserver curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server/readyz"
 
@@ -131,12 +134,13 @@ launch kube-controller-manager "$bin/kube-controller-manager" \
   --use-service-account-credentials=true --service-account-private-key-file "$pki/sa.key" \
   --kube-api-qps 100 --kube-api-burst 200 \
   --root-ca-file "$pki/ca.crt" --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --feature-gates "ResourceHealthStatus=true"
+  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true"
 launch kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig "$state/scheduler.kubeconfig" \
   --authentication-kubeconfig "$state/scheduler.kubeconfig" \
   --authorization-kubeconfig "$state/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
+  --feature-gates "DRADeviceTaintRules=true" \
   --kube-api-qps 100 --kube-api-burst 200
 wait_for kube-controller-manager curl -skf "https://127.0.0.1:$kcm_port/healthz"
 wait_for kube-scheduler curl -skf "https://127.0.0.1:$sched_port/healthz"
