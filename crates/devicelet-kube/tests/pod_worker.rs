@@ -400,3 +400,22 @@ async fn a_waiting_pod_that_is_deleted_is_not_tried_again() {
     w.retry_due().await;
     assert_eq!(node.calls(), ["admit x"]);
 }
+
+/// A1 row 3: a pod that completed before the node restarted is listed again after the restart;
+/// it is neither admitted nor given a new status (the kubelet turned such pods into
+/// `UnexpectedAdmissionError`).
+#[tokio::test]
+async fn a1_3_a_completed_pod_listed_after_a_restart_is_not_admitted_again() {
+    let node = FakeNode::new(1, &[]);
+    let (mut w, rec) = worker(&node);
+    let mut done = pod("x", 1);
+    done.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        ..PodStatus::default()
+    });
+    w.handle(Event::Init).await;
+    w.handle(Event::InitApply(done)).await;
+    w.handle(Event::InitDone).await;
+    assert!(node.calls().is_empty(), "{:?}", node.calls());
+    assert!(rec.writes().is_empty(), "{:?}", rec.writes());
+}

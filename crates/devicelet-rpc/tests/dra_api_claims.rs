@@ -312,3 +312,52 @@ async fn claims_are_prepared_again_after_a_reboot() {
     assert_eq!(rebooted.prepare_again().await, 0, "once");
     assert_eq!(e.gpu.count("prepare"), 2);
 }
+
+/// A7 row 48 (force delete: a device prepared for a new claim before the old one was
+/// unprepared). A pod whose driver was away when it was deleted leaves its claim waiting to be
+/// unprepared; the control plane may give the claim's device to another claim at once, so the
+/// waiting unprepare reaches the driver before the next prepare on the node.
+#[tokio::test]
+async fn a7_48_a_waiting_unprepare_reaches_the_driver_before_the_next_prepare() {
+    let e = env();
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-1"]));
+    e.node
+        .admit(&pod_with_claims("ns", "p1", "pod-1", &["c1"]))
+        .await
+        .expect("first pod admitted");
+    e.gpu.set_mode(devicelet_dra::fake::FakeMode::Unavailable);
+    e.node.remove("pod-1").await.expect_err("driver away");
+    assert_eq!(e.node.pending_unprepare(), ["pod-1"]);
+
+    e.gpu.set_mode(devicelet_dra::fake::FakeMode::Ok);
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "c2", "uid-c2", &[GPU], &["pod-2"]));
+    e.node
+        .admit(&pod_with_claims("ns", "p2", "pod-2", &["c2"]))
+        .await
+        .expect("second pod admitted");
+    let order: Vec<(&str, String)> = e
+        .gpu
+        .calls()
+        .into_iter()
+        .skip(1) // the first prepare
+        .filter(|c| !c.claims.is_empty())
+        .map(|c| (c.method, c.claims[0].uid.clone()))
+        .collect();
+    // The failed attempt while the driver was away is not recorded by the fake.
+    let unprepare = order
+        .iter()
+        .position(|(m, u)| *m == "unprepare" && u == "uid-c1");
+    let prepare = order
+        .iter()
+        .position(|(m, u)| *m == "prepare" && u == "uid-c2");
+    assert!(
+        matches!((unprepare, prepare), (Some(u), Some(p)) if u < p),
+        "calls after the first prepare: {order:?}"
+    );
+    assert!(e.node.pending_unprepare().is_empty());
+    assert_eq!(e.gpu.prepared(), ["uid-c2".to_owned()]);
+}
