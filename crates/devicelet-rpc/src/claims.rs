@@ -362,6 +362,54 @@ impl ClaimSource for LocalStore {
     }
 }
 
+/// A claim source that adds up the time its GETs take (for the admission log line: how much
+/// of a prepare is the API server's).
+struct TimedSource {
+    inner: Arc<dyn ClaimSource>,
+    spent_us: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl TimedSource {
+    fn new(inner: Arc<dyn ClaimSource>) -> Self {
+        TimedSource {
+            inner,
+            spent_us: Arc::default(),
+        }
+    }
+
+    fn spent(&self) -> Duration {
+        Duration::from_micros(self.spent_us.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl ClaimSource for TimedSource {
+    fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> futures::future::BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        let call = self.inner.get_claim(namespace, name);
+        let spent = Arc::clone(&self.spent_us);
+        async move {
+            let started = Instant::now();
+            let result = call.await;
+            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            spent.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
+            result
+        }
+        .boxed()
+    }
+
+    fn update_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: ResourceClaimStatus,
+    ) -> futures::future::BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        self.inner.update_status(namespace, name, status)
+    }
+}
+
 // ------------------------------------------------------------------------------ health
 
 #[derive(Debug, Clone)]
@@ -819,7 +867,7 @@ impl DraNode {
             return Ok(None);
         }
         if let ClaimOrigin::Api(source) = &self.origin {
-            return self.admit_from_api(pod, source.as_ref()).await.map(Some);
+            return self.admit_from_api(pod, source).await.map(Some);
         }
         // Fail-closed before anything is allocated or reserved (a prepare refused afterwards
         // would leave a reservation that cannot be undone until recovery).
@@ -854,8 +902,9 @@ impl DraNode {
     async fn admit_from_api(
         &self,
         pod: &Pod,
-        source: &dyn ClaimSource,
+        source: &Arc<dyn ClaimSource>,
     ) -> Result<Pod, DraNodeError> {
+        let source = TimedSource::new(Arc::clone(source));
         self.store.check_quarantine()?;
         self.cache.check_quarantine()?;
         let _serial = self.admission.lock().await;
@@ -873,7 +922,7 @@ impl DraNode {
             o.pods.insert(uid.clone(), record);
         })?;
         let started = Instant::now();
-        if let Err(err) = self.cache.prepare_resources(&resolved, source).await {
+        if let Err(err) = self.cache.prepare_resources(&resolved, &source).await {
             if readmission {
                 // A running pod's claims stay prepared; the failure is reported only.
                 warn!(pod_uid = %uid, error = %err, "preparing claims of an admitted pod again failed");
@@ -886,8 +935,9 @@ impl DraNode {
             }
             return Err(err.into());
         }
-        // prepare_ms: claim GETs, the drivers' NodePrepareResources and the checkpoint.
+        // prepare_ms: claim GETs (fetch_ms), the drivers' NodePrepareResources and the checkpoint.
         info!(pod_uid = %uid, prepare_ms = started.elapsed().as_secs_f64() * 1e3,
+              fetch_ms = source.spent().as_secs_f64() * 1e3,
               "claims from the API server prepared");
         Ok(resolved)
     }
@@ -1374,7 +1424,7 @@ impl DraNode {
                 lock(&self.reprepare).remove(&uid);
                 continue;
             };
-            match self.admit_from_api(&pod, source.as_ref()).await {
+            match self.admit_from_api(&pod, source).await {
                 Ok(_) => {
                     info!(pod_uid = %uid, "claims prepared again after a reboot");
                 }
