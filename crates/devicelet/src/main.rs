@@ -73,7 +73,10 @@ async fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             // Errors quote plugin and driver data (device IDs, resource names): escaped.
-            eprintln!("error: {}", output::terminal_safe(&format!("{err:#}")));
+            eprintln!(
+                "error: {}",
+                output::terminal_safe(&output::error_chain(&err))
+            );
             std::process::ExitCode::FAILURE
         }
     }

@@ -94,6 +94,24 @@ pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// An error and its causes as one line, `outer: cause: cause`, leaving out a cause whose text
+/// the message already holds (many library errors print their source in their own message as
+/// well as returning it as `source()`, which `{:#}` would print twice).
+pub fn error_chain(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,5 +133,37 @@ mod tests {
         let t = render_table(&["ID", "HEALTH"], &[vec!["\u{0}".into(), "Healthy".into()]]);
         assert_eq!(t, "ID    HEALTH\n\\x00  Healthy\n");
         assert!(!t.bytes().any(|b| b < 0x20 && b != b'\n'));
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_printed_twice() {
+        // The shape thiserror gives `#[error("cannot bind {path}: {source}")]`.
+        #[derive(Debug)]
+        struct Bind {
+            path: String,
+            source: std::io::Error,
+        }
+        impl std::fmt::Display for Bind {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "cannot bind {}: {}", self.path, self.source)
+            }
+        }
+        impl std::error::Error for Bind {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.source)
+            }
+        }
+        let io = std::io::Error::from_raw_os_error(13);
+        let err = anyhow::Error::new(Bind {
+            path: "/r/kubelet.sock".to_owned(),
+            source: io,
+        })
+        .context("starting devicelet");
+        let text = super::error_chain(&err);
+        assert_eq!(text.matches("os error 13").count(), 1, "{text}");
+        assert!(
+            text.starts_with("starting devicelet: cannot bind /r/kubelet.sock: "),
+            "{text}"
+        );
     }
 }
