@@ -107,6 +107,7 @@ fn mode_name(mode: AllocateMode) -> &'static str {
         AllocateMode::Garbage => "garbage",
         AllocateMode::Echo => "echo",
         AllocateMode::Unimplemented => "unimplemented",
+        AllocateMode::BigEnv(_) => "big-env",
     }
 }
 

@@ -4,25 +4,15 @@
 //!
 //! Sizes are bounded: a 64 KB device ID, a million devices, two million NUMA node entries and a
 //! 100 MB `ListAndWatch` or `Allocate` answer are refused with an error naming the plugin and
-//! the bound, while the example plugin beside them keeps being served. The hostile plugin is a
-//! tonic server in the test process on a real Unix socket.
+//! the bound, while the example plugin beside them keeps being served. The hostile plugin is the
+//! scriptable test plugin (`common::test_plugin`) in the test process on a real Unix socket.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use std::pin::Pin;
-use std::sync::Arc;
-
-use common::test_plugin::{TestPlugin, TestPluginConfig, device, register};
+use common::test_plugin::{AllocateMode, TestPlugin, TestPluginConfig, device, register};
 use common::{Proc, Root, cli};
 use devicelet_proto::deviceplugin::v1beta1 as pb;
-use devicelet_proto::deviceplugin::v1beta1::device_plugin_server::{
-    DevicePlugin, DevicePluginServer,
-};
-use futures::Stream;
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status};
 
 #[tokio::test]
 async fn control_characters_in_device_ids_reach_the_terminal_escaped_and_json_exact() {
@@ -93,96 +83,34 @@ async fn control_characters_in_device_ids_reach_the_terminal_escaped_and_json_ex
     assert_eq!(serve.terminate().await, 0);
 }
 
-/// A device plugin that sends one fixed `ListAndWatch` message (then keeps the stream open) and
-/// answers `Allocate` with an environment variable of `allocate_bytes` bytes.
-#[derive(Clone)]
-struct Hostile {
-    devices: Arc<Vec<pb::Device>>,
-    allocate_bytes: usize,
-}
-
-#[tonic::async_trait]
-impl DevicePlugin for Hostile {
-    async fn get_device_plugin_options(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<pb::DevicePluginOptions>, Status> {
-        Ok(Response::new(pb::DevicePluginOptions::default()))
-    }
-
-    type ListAndWatchStream =
-        Pin<Box<dyn Stream<Item = Result<pb::ListAndWatchResponse, Status>> + Send>>;
-
-    async fn list_and_watch(
-        &self,
-        _: Request<pb::Empty>,
-    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        use futures::StreamExt;
-        let message = pb::ListAndWatchResponse {
-            devices: self.devices.as_ref().clone(),
-        };
-        let stream =
-            futures::stream::once(async move { Ok(message) }).chain(futures::stream::pending());
-        Ok(Response::new(Box::pin(stream)))
-    }
-
-    async fn get_preferred_allocation(
-        &self,
-        _: Request<pb::PreferredAllocationRequest>,
-    ) -> Result<Response<pb::PreferredAllocationResponse>, Status> {
-        Err(Status::unimplemented("hostile plugin"))
-    }
-
-    async fn allocate(
-        &self,
-        request: Request<pb::AllocateRequest>,
-    ) -> Result<Response<pb::AllocateResponse>, Status> {
-        let container_responses = request
-            .into_inner()
-            .container_requests
-            .iter()
-            .map(|_| pb::ContainerAllocateResponse {
-                envs: [("BIG".to_owned(), "x".repeat(self.allocate_bytes))].into(),
-                ..Default::default()
-            })
-            .collect();
-        Ok(Response::new(pb::AllocateResponse {
-            container_responses,
-        }))
-    }
-
-    async fn pre_start_container(
-        &self,
-        _: Request<pb::PreStartContainerRequest>,
-    ) -> Result<Response<pb::PreStartContainerResponse>, Status> {
-        Ok(Response::new(pb::PreStartContainerResponse {}))
-    }
-}
-
-/// Serves `plugin` on `R/device-plugins/NAME.sock` and registers it as `resource`.
-async fn start_hostile(root: &Root, resource: &str, plugin: Hostile) {
+/// Serves a test plugin with `config` on `R/device-plugins/NAME.sock` and registers it as
+/// `resource`; the plugin is served as long as the returned handle lives.
+async fn start_hostile(root: &Root, resource: &str, config: TestPluginConfig) -> TestPlugin {
     let sock_name = format!("{}.sock", resource.replace('/', "_"));
-    let socket = root.paths.device_plugins.join(&sock_name);
-    let listener = UnixListener::bind(&socket).unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(DevicePluginServer::new(plugin))
-            .serve_with_incoming(UnixListenerStream::new(listener)),
-    );
+    let plugin = TestPlugin::start(&root.paths.device_plugins.join(&sock_name), config);
     register(&root.paths.kubelet_socket, "v1beta1", &sock_name, resource)
         .await
         .unwrap();
+    plugin
 }
 
 /// Starts the daemon and the example plugin, registers `hostile` as `resource`, waits until
 /// devicelet refused its snapshot (endpoint stopped, nothing allocatable) and checks the log
 /// names the resource and `bound`, and the example plugin is still served.
-async fn refused_snapshot(resource: &str, hostile: Hostile, bound: &str) -> (Root, Proc, Proc) {
+async fn refused_snapshot(
+    resource: &str,
+    devices: Vec<pb::Device>,
+    bound: &str,
+) -> (Root, Proc, Proc, TestPlugin) {
     let root = Root::new();
     let serve = root.serve(&[]).await;
     let good = root.example_plugin(&["--resource", "example.com/gpu", "--devices", "2"]);
     root.wait_counts("example.com/gpu", 2, 2).await;
-    start_hostile(&root, resource, hostile).await;
+    let config = TestPluginConfig {
+        devices,
+        ..Default::default()
+    };
+    let hostile = start_hostile(&root, resource, config).await;
     root.wait_for(&format!("{resource} refused"), |s| {
         s.resource(resource).is_some_and(|r| {
             r.allocatable == 0 && r.endpoint.as_ref().is_some_and(|e| e.state == "Stopped")
@@ -202,7 +130,7 @@ async fn refused_snapshot(resource: &str, hostile: Hostile, bound: &str) -> (Roo
     let (code, table, stderr) = cli(root.path(), &["get", "resources"]).await;
     assert_eq!(code, 0, "{stderr}");
     assert!(table.contains("example.com/gpu"), "{table}");
-    (root, serve, good)
+    (root, serve, good, hostile)
 }
 
 /// Peak resident memory of a process, from `/proc/PID/status`.
@@ -219,16 +147,13 @@ fn peak_rss_kib(proc: &Proc) -> u64 {
 #[tokio::test]
 async fn a_64_kb_device_id_is_refused_naming_the_plugin_and_the_bound() {
     let id = format!("\u{1b}[2J{}", "x".repeat(64 * 1024));
-    let hostile = Hostile {
-        devices: Arc::new(vec![
-            device("ok-0", "Healthy", None),
-            device(&id, "Healthy", None),
-        ]),
-        allocate_bytes: 0,
-    };
+    let devices = vec![
+        device("ok-0", "Healthy", None),
+        device(&id, "Healthy", None),
+    ];
     let resource = "example.com/long-ids";
-    let (root, serve, good) =
-        refused_snapshot(resource, hostile, "more than devicelet's limit of 4096").await;
+    let (root, serve, good, _hostile) =
+        refused_snapshot(resource, devices, "more than devicelet's limit of 4096").await;
     let log = serve.log();
     assert!(
         log.contains(r#"device ID "\u{1b}[2Jxxx"#),
@@ -243,17 +168,12 @@ async fn a_64_kb_device_id_is_refused_naming_the_plugin_and_the_bound() {
 
 #[tokio::test]
 async fn a_million_devices_are_refused_before_they_are_decoded() {
-    let hostile = Hostile {
-        devices: Arc::new(
-            (0..1_000_000)
-                .map(|i| device(&format!("d{i}"), "Healthy", None))
-                .collect(),
-        ),
-        allocate_bytes: 0,
-    };
-    let (_root, serve, good) = refused_snapshot(
+    let devices: Vec<pb::Device> = (0..1_000_000)
+        .map(|i| device(&format!("d{i}"), "Healthy", None))
+        .collect();
+    let (_root, serve, good, _hostile) = refused_snapshot(
         "example.com/million",
-        hostile,
+        devices,
         "ListAndWatch snapshot has 1000000 devices, more than devicelet's limit of 262144",
     )
     .await;
@@ -270,17 +190,12 @@ async fn a_million_devices_are_refused_before_they_are_decoded() {
 #[tokio::test]
 async fn a_100_mb_list_and_watch_answer_is_refused_naming_the_plugin_and_the_bound() {
     // 102 400 devices with 1 KiB IDs: within the count and ID bounds, over the message bound.
-    let hostile = Hostile {
-        devices: Arc::new(
-            (0..102_400)
-                .map(|i| device(&format!("{i:01024}"), "Healthy", None))
-                .collect(),
-        ),
-        allocate_bytes: 0,
-    };
-    let (_root, serve, good) = refused_snapshot(
+    let devices: Vec<pb::Device> = (0..102_400)
+        .map(|i| device(&format!("{i:01024}"), "Healthy", None))
+        .collect();
+    let (_root, serve, good, _hostile) = refused_snapshot(
         "example.com/huge-list",
-        hostile,
+        devices,
         "more than devicelet's limit of 67108864",
     )
     .await;
@@ -303,11 +218,12 @@ async fn a_100_mb_allocate_answer_refuses_the_pod_and_other_pods_are_admitted() 
     let serve = root.serve(&[]).await;
     let good = root.example_plugin(&["--resource", "example.com/gpu", "--devices", "2"]);
     let resource = "example.com/huge-allocate";
-    let hostile = Hostile {
-        devices: Arc::new(vec![device("h0", "Healthy", None)]),
-        allocate_bytes: 100 * 1024 * 1024,
+    let config = TestPluginConfig {
+        devices: vec![device("h0", "Healthy", None)],
+        allocate: AllocateMode::BigEnv(100 * 1024 * 1024),
+        ..Default::default()
     };
-    start_hostile(&root, resource, hostile).await;
+    let _hostile = start_hostile(&root, resource, config).await;
     root.wait_counts(resource, 1, 1).await;
     root.wait_counts("example.com/gpu", 2, 2).await;
 
@@ -350,13 +266,10 @@ async fn two_million_numa_entries_are_refused_before_they_are_decoded() {
             nodes: vec![pb::NumaNode { id: 0 }; 2_000_000],
         }),
     };
-    let hostile = Hostile {
-        devices: Arc::new(vec![wide]),
-        allocate_bytes: 0,
-    };
-    let (_root, serve, good) = refused_snapshot(
+    let devices = vec![wide];
+    let (_root, serve, good, _hostile) = refused_snapshot(
         "example.com/wide",
-        hostile,
+        devices,
         "ListAndWatch snapshot has 2000000 NUMA node entries, more than devicelet's limit of 1048576",
     )
     .await;

@@ -44,6 +44,8 @@ pub enum AllocateMode {
     Short,
     /// An OK gRPC answer whose message bytes are not protobuf.
     Garbage,
+    /// One response per container request with an environment variable of this many bytes.
+    BigEnv(usize),
 }
 
 #[derive(Clone, Default)]
@@ -115,6 +117,15 @@ impl DevicePlugin for Service {
                 .into_iter()
                 .map(|c| pb::ContainerAllocateResponse {
                     envs: [("DEVICES".to_owned(), c.devices_ids.join(","))].into(),
+                    ..Default::default()
+                })
+                .collect(),
+            AllocateMode::BigEnv(bytes) => request
+                .into_inner()
+                .container_requests
+                .iter()
+                .map(|_| pb::ContainerAllocateResponse {
+                    envs: [("BIG".to_owned(), "x".repeat(bytes))].into(),
                     ..Default::default()
                 })
                 .collect(),
