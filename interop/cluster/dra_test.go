@@ -76,11 +76,17 @@ func startTestDriverProcess(t *testing.T, n *node, devices int) (string, *proces
 // deviceClass creates a DeviceClass selecting the test driver's devices (deleted at the end).
 func deviceClass(t *testing.T, name string) {
 	t.Helper()
+	driverClass(t, name, testDriver)
+}
+
+// driverClass creates a DeviceClass selecting the devices of `driver` (deleted at the end).
+func driverClass(t *testing.T, name, driver string) {
+	t.Helper()
 	class := &resourcev1.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourcev1.DeviceClassSpec{
 			Selectors: []resourcev1.DeviceSelector{{
-				CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + testDriver + `"`},
+				CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`},
 			}},
 		},
 	}

@@ -125,25 +125,6 @@ func explainPod(t *testing.T, ns, target string, extra ...string) explainReport 
 	return r
 }
 
-// explainDriver is a DeviceClass for `driver` (deleted at the end).
-func explainClass(t *testing.T, name, driver string) {
-	t.Helper()
-	class := &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: resourcev1.DeviceClassSpec{
-			Selectors: []resourcev1.DeviceSelector{{
-				CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "` + driver + `"`},
-			}},
-		},
-	}
-	if _, err := controlPlane.admin.ResourceV1().DeviceClasses().Create(ctx(t), class, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create DeviceClass: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = controlPlane.admin.ResourceV1().DeviceClasses().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-}
-
 // gpuDevice is a device with a string model and an int numa attribute.
 func gpuDevice(name, model string, numa int64) resourcev1.Device {
 	return resourcev1.Device{
@@ -282,7 +263,7 @@ func contains(list []string, part string) bool {
 func TestExplainNoSlicesFromTheDriver(t *testing.T) {
 	n := startNode(t, "ex-noslices")
 	ns := namespace(t, "ex-noslices")
-	explainClass(t, "ex-noslices", "absent.explain.example.com")
+	driverClass(t, "ex-noslices", "absent.explain.example.com")
 	createTemplate(t, ns, "one", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 		Requests: []resourcev1.DeviceRequest{request("gpu", "ex-noslices", 1)},
 	}})
@@ -314,7 +295,7 @@ func TestExplainSelectorFalse(t *testing.T) {
 	const driver = "sel.explain.example.com"
 	n := startNode(t, "ex-selector")
 	ns := namespace(t, "ex-selector")
-	explainClass(t, "ex-selector", driver)
+	driverClass(t, "ex-selector", driver)
 	createSlice(t, "ex-selector", n.name, driver, 1, 1, gpuDevice("gpu-0", "a100", 0), gpuDevice("gpu-1", "a100", 1))
 	expr := `device.attributes["` + driver + `"].model == "h100"`
 	createClaim(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
@@ -342,7 +323,7 @@ func TestExplainSelectorError(t *testing.T) {
 	const driver = "err.explain.example.com"
 	n := startNode(t, "ex-selerr")
 	ns := namespace(t, "ex-selerr")
-	explainClass(t, "ex-selerr", driver)
+	driverClass(t, "ex-selerr", driver)
 	createSlice(t, "ex-selerr", n.name, driver, 1, 1, gpuDevice("gpu-0", "a100", 0))
 	createClaim(t, ns, "bad", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 		Requests: []resourcev1.DeviceRequest{request("gpu", "ex-selerr", 1, `device.attributes["`+driver+`"].memory > 10`)},
@@ -402,7 +383,7 @@ func TestExplainTaintsNotTolerated(t *testing.T) {
 	const driver = "taint.explain.example.com"
 	n := startNode(t, "ex-taints")
 	ns := namespace(t, "ex-taints")
-	explainClass(t, "ex-taints", driver)
+	driverClass(t, "ex-taints", driver)
 	tainted := gpuDevice("gpu-0", "a100", 0)
 	tainted.Taints = []resourcev1.DeviceTaint{{Key: "example.com/broken", Value: "yes", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
 	createSlice(t, "ex-taints", n.name, driver, 1, 1, tainted, gpuDevice("gpu-1", "a100", 1))
@@ -450,7 +431,7 @@ func TestExplainMatchAttributeUnsatisfiable(t *testing.T) {
 	const driver = "match.explain.example.com"
 	n := startNode(t, "ex-match")
 	ns := namespace(t, "ex-match")
-	explainClass(t, "ex-match", driver)
+	driverClass(t, "ex-match", driver)
 	createSlice(t, "ex-match", n.name, driver, 1, 1, gpuDevice("gpu-0", "a100", 0), gpuDevice("gpu-1", "a100", 1))
 	createClaim(t, ns, "pair", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 		Requests: []resourcev1.DeviceRequest{request("a", "ex-match", 1), request("b", "ex-match", 1)},
@@ -477,7 +458,7 @@ func TestExplainIncompletePoolOutdatedGeneration(t *testing.T) {
 	const driver = "gen.explain.example.com"
 	n := startNode(t, "ex-gen")
 	ns := namespace(t, "ex-gen")
-	explainClass(t, "ex-gen", driver)
+	driverClass(t, "ex-gen", driver)
 	createSlice(t, "ex-gen-old", n.name, driver, 1, 1, gpuDevice("gpu-0", "a100", 0))
 	createSlice(t, "ex-gen-new", n.name, driver, 2, 2, gpuDevice("gpu-1", "a100", 0))
 	createClaim(t, ns, "c", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
@@ -503,7 +484,7 @@ func TestExplainAllocatableAndSnapshotReplay(t *testing.T) {
 	const driver = "fit.explain.example.com"
 	n := startNode(t, "ex-fit")
 	ns := namespace(t, "ex-fit")
-	explainClass(t, "ex-fit", driver)
+	driverClass(t, "ex-fit", driver)
 	createSlice(t, "ex-fit", n.name, driver, 1, 1, gpuDevice("gpu-0", "a100", 0), gpuDevice("gpu-1", "h100", 1))
 	createClaim(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 		Requests: []resourcev1.DeviceRequest{request("gpu", "ex-fit", 1, `device.attributes["`+driver+`"].model == "h100"`)},
@@ -594,7 +575,7 @@ func TestExplainCountersExhausted(t *testing.T) {
 	const driver = "counters.explain.example.com"
 	n := startNode(t, "ex-counters")
 	ns := namespace(t, "ex-counters")
-	explainClass(t, "ex-counters", driver)
+	driverClass(t, "ex-counters", driver)
 	counters := &resourcev1.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "ex-counters-set"},
 		Spec: resourcev1.ResourceSliceSpec{
@@ -708,7 +689,7 @@ func TestExplainAtClusterSize(t *testing.T) {
 	const driver = "big.explain.example.com"
 	nodes := envInt("CLUSTER_EXPLAIN_NODES", 500)
 	ns := namespace(t, "ex-big")
-	explainClass(t, "ex-big", driver)
+	driverClass(t, "ex-big", driver)
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("ex-big-%03d", i)
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}

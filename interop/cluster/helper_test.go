@@ -130,18 +130,7 @@ func runHelperDriver(t *testing.T, name string, v1 bool, wantService string) {
 
 	ns := namespace(t, name)
 	class := "helper-" + name
-	classObj := &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: class},
-		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + helperDriver + `"`},
-		}}},
-	}
-	if _, err := controlPlane.admin.ResourceV1().DeviceClasses().Create(ctx(t), classObj, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = controlPlane.admin.ResourceV1().DeviceClasses().Delete(context.Background(), class, metav1.DeleteOptions{})
-	})
+	driverClass(t, class, helperDriver)
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "interop-claim", Namespace: ns}, Spec: claimSpec(class)}
 	created, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).Create(ctx(t), claim, metav1.CreateOptions{})
 	if err != nil {
