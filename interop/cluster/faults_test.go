@@ -198,6 +198,22 @@ func TestAPIServerRestart(t *testing.T) {
 	if !ready {
 		t.Fatal("node not Ready after the API server restart")
 	}
+	// While the Lease lapsed the node lifecycle controller may have tainted the node
+	// (node.kubernetes.io/unreachable or not-ready, NoSchedule); kube-controller-manager, itself
+	// recovering from the restart, removes the taint once it sees the node Ready again. Until
+	// then kube-scheduler rightly leaves new pods unscheduled, which is not devicelet's doing.
+	waitFor(t, 90*time.Second, "the node's not-ready/unreachable taints removed", func() (bool, string) {
+		node, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), n.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, taint := range node.Spec.Taints {
+			if strings.HasPrefix(taint.Key, "node.kubernetes.io/") {
+				return false, taint.ToString()
+			}
+		}
+		return true, ""
+	})
 	scaleDeployment(t, ns, "steady", 3)
 	waitForRunning(t, ns, "steady", 3, 90*time.Second)
 	after := podResources(t, n)
