@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use devicelet_node::PodAdmitter;
 use devicelet_rpc::test_utils::{StaticDevicePlugin, register_and_wait};
-use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter};
+use devicelet_rpc::{Daemon, DaemonConfig};
 use k8s_openapi::api::core::v1::Pod;
 
 // The `devicelet` binary's allocator, so the figures are the daemon's.

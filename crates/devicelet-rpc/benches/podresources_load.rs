@@ -32,9 +32,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use devicelet_node::PodAdmitter;
 use devicelet_proto::podresources::v1;
 use devicelet_rpc::test_utils::{StaticDevicePlugin, register_and_wait};
-use devicelet_rpc::{Daemon, DaemonConfig, PodAdmitter, PodResourcesService, transport};
+use devicelet_rpc::{Daemon, DaemonConfig, PodResourcesService, transport};
 use k8s_openapi::api::core::v1::Pod;
 
 // The `devicelet` binary's allocator, so the figures are the daemon's.

@@ -6,6 +6,7 @@ use devicelet_devicemanager::{
     PreferredAllocationRequest, RegisterRequest,
 };
 use devicelet_proto::deviceplugin::v1beta1 as pb;
+use prost::Message;
 
 /// `v1beta1.Device` → [`Device`]; health uses the exact-`"Healthy"` rule.
 pub fn device_from_proto(device: pb::Device) -> Device {
@@ -134,6 +135,23 @@ pub fn plugin_error_from_status(status: tonic::Status) -> PluginError {
     PluginError::Rpc {
         code: format!("{:?}", status.code()),
         message: status.message().to_owned(),
+    }
+}
+
+/// The checkpoint's `AllocResp` encoding for the node core: the plugin's
+/// `v1beta1.ContainerAllocateResponse` protobuf, as the kubelet stores it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProtoAllocResp;
+
+impl devicelet_node::AllocRespCodec for ProtoAllocResp {
+    fn encode(&self, response: &ContainerAllocateResponse) -> Vec<u8> {
+        allocate_response_to_proto(response).encode_to_vec()
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Option<ContainerAllocateResponse> {
+        pb::ContainerAllocateResponse::decode(bytes)
+            .ok()
+            .map(allocate_response_from_proto)
     }
 }
 

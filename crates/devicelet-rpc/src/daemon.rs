@@ -21,18 +21,19 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::alignment::{Alignment, AlignmentConfig};
-use crate::claims::{ClaimOrigin, DraHandler, DraNode, UNPREPARE_RETRY_PERIOD};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
-use crate::durable::DurableState;
+use crate::dra_handler::DraHandler;
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;
 use crate::plugin_watcher::{DevicePluginHandler, PluginWatcher};
 use crate::podresources::PodResourcesService;
-use crate::pods::PodAdmitter;
 use crate::registration::RegistrationService;
 use crate::transport;
+use devicelet_node::alignment::{Alignment, AlignmentConfig};
+use devicelet_node::dra::{ClaimOrigin, DraNode, UNPREPARE_RETRY_PERIOD};
+use devicelet_node::durable::DurableState;
+use devicelet_node::pods::PodAdmitter;
 
 /// Every path devicelet uses under its root directory (DESIGN.md "Files on disk").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +118,7 @@ impl DaemonConfig {
             alignment: AlignmentConfig::default(),
             node_name: host_name(),
             boot_id_file: PathBuf::from("/proc/sys/kernel/random/boot_id"),
-            dra_wipe_delay: crate::claims::DEFAULT_WIPE_DELAY,
+            dra_wipe_delay: devicelet_node::dra::DEFAULT_WIPE_DELAY,
             dra_claims: ClaimOrigin::Local,
         }
     }
@@ -255,8 +256,9 @@ impl Daemon {
         // Durable state before any server takes requests (spec §3.4: read the checkpoint in
         // Start, before the registration server; plugins re-register into restored resources).
         let (durable, restored) = DurableState::open_and_restore(
-            crate::durable::store_paths(&paths.device_plugins, &paths.control_dir),
+            devicelet_node::durable::store_paths(&paths.device_plugins, &paths.control_dir),
             &manager,
+            Arc::new(crate::convert::ProtoAllocResp),
         );
         let durable = Arc::new(durable);
         let (shutdown, shutdown_rx) = watch::channel(false);

@@ -20,7 +20,7 @@ pub enum RpcError {
     Bind(#[from] devicelet_transport::TransportError),
     /// The Topology Manager / CPU manager configuration or state is unusable.
     #[error(transparent)]
-    Alignment(#[from] crate::alignment::AlignmentError),
+    Alignment(#[from] devicelet_node::alignment::AlignmentError),
     /// Another daemon already serves this root directory.
     #[error("another devicelet is already serving {} (control socket answers)", path.display())]
     AlreadyRunning {

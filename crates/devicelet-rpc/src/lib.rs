@@ -1,36 +1,32 @@
 //! devicelet-rpc: the one place that translates between gRPC (and the HTTP control API) and the
-//! managers: the v1beta1 Registration server on `kubelet.sock`, the tonic device-plugin client,
-//! the plugin watcher on `plugins_registry`, stale-socket cleanup, the PodResources API, the control API on
-//! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them for one root directory.
+//! node core (`devicelet-node`) and managers: the v1beta1 Registration server on `kubelet.sock`,
+//! the tonic device-plugin client, the plugin watcher on `plugins_registry` (with the device
+//! plugin and DRA handlers), stale-socket cleanup, the PodResources API, the control API on
+//! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them
+//! for one root directory. Servers decode, call the node, encode; they decide nothing.
 
-pub mod alignment;
-pub mod claims;
 pub mod cleanup;
 pub mod control;
 pub mod convert;
 pub mod daemon;
-pub mod durable;
+pub mod dra_handler;
 pub mod error;
-pub mod health;
 pub mod metrics;
 pub mod plugin_client;
 pub mod plugin_watcher;
 pub mod podresources;
-pub mod pods;
 pub mod registration;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod transport;
 
-pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
-pub use claims::{ClaimOrigin, DraHandler, DraNode, DraNodeError};
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use devicelet_metrics::Metrics;
+pub use dra_handler::DraHandler;
 pub use error::{ControlError, RpcError};
 pub use metrics::{DEFAULT_METRICS_ADDRESS, MetricsServer};
 pub use plugin_client::{TonicDevicePluginClient, TonicPluginDialer};
 pub use plugin_watcher::{DevicePluginHandler, HandlerError, PluginHandler, PluginWatcher};
 pub use podresources::{PodResourcesService, TokenBucket};
-pub use pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 pub use registration::RegistrationService;

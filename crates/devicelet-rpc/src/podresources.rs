@@ -32,17 +32,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::claims::DraNode;
 use crate::error::RpcError;
 use devicelet_devicemanager::{ContainerKind, Device, PodAllocations, ResourceAllocation};
 use devicelet_metrics::{PodResourcesMethod, PodResourcesVersion};
+use devicelet_node::dra::DraNode;
 use devicelet_proto::constants::podresources::{
     RATE_LIMIT_BURST, RATE_LIMIT_MESSAGE, RATE_LIMIT_QPS,
 };
 use devicelet_proto::podresources::{v1, v1alpha1};
 use tonic::{Request, Response, Status};
 
-use crate::pods::{AdmittedPod, PodAdmitter};
+use devicelet_node::pods::{AdmittedPod, PodAdmitter};
 
 /// A token bucket with the semantics of Go's `rate.Limiter.Allow`: it starts full, refills
 /// continuously at `rate` tokens per second up to `burst`, and each call takes one token.

@@ -97,7 +97,7 @@ async fn main() {
         ],
     );
     loop {
-        let dra: devicelet_rpc::claims::DraSnapshot = control.get_json("/v1/dra").await.unwrap();
+        let dra: devicelet_node::dra::DraSnapshot = control.get_json("/v1/dra").await.unwrap();
         if dra.published_slices.contains_key("gpu.example.com") {
             break;
         }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use devicelet_kube::{DeviceCapacity, NodeCore, Rejection, ReleaseError};
-use devicelet_rpc::pods::{PodAdmitter, PodError};
+use devicelet_node::pods::{PodAdmitter, PodError};
 use k8s_openapi::api::core::v1::{Pod, ResourceHealth, ResourceStatus};
 use tokio::sync::watch;
 
@@ -113,8 +113,8 @@ impl NodeCore for ClusterNode {
         let Some(pod) = self.pods.snapshot().into_iter().find(|p| p.pod.uid == uid) else {
             return BTreeMap::new();
         };
-        let mut pods = [devicelet_rpc::pods::AdmittedPod::clone(&pod)];
-        devicelet_rpc::health::annotate(self.pods.manager(), &mut pods);
+        let mut pods = [devicelet_node::pods::AdmittedPod::clone(&pod)];
+        devicelet_node::health::annotate(self.pods.manager(), &mut pods);
         self.pods.annotate_claim_health(&mut pods);
         let [pod] = pods;
         pod.containers

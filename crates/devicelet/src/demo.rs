@@ -169,7 +169,7 @@ async fn dra_demo(exe: &Path, control: &ControlClient, root: &Path) -> anyhow::R
     );
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
-        let dra: devicelet_rpc::claims::DraSnapshot = control.get_json("/v1/dra").await?;
+        let dra: devicelet_node::dra::DraSnapshot = control.get_json("/v1/dra").await?;
         if dra.published_slices.get("gpu.example.com") == Some(&1) {
             println!(
                 "registered: {} ({}), ResourceSlice published",

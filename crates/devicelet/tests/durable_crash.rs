@@ -58,7 +58,7 @@ fn pod_json(uid: &str, count: u64) -> bytes::Bytes {
 }
 
 /// Devices of one pod in `get pods`.
-fn devices_of(pod: &devicelet_rpc::AdmittedPod) -> Vec<String> {
+fn devices_of(pod: &devicelet_node::AdmittedPod) -> Vec<String> {
     pod.containers
         .iter()
         .flat_map(|c| c.devices.get(RESOURCE).cloned().unwrap_or_default())

@@ -6,7 +6,8 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use devicelet_rpc::{AdmittedPod, ControlClient, RootPaths};
+use devicelet_node::AdmittedPod;
+use devicelet_rpc::{ControlClient, RootPaths};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cli::AdmitArgs;
@@ -126,7 +127,7 @@ fn claim_cell(claim: &serde_json::Value) -> String {
 
 /// `Healthy`, `Unhealthy: id,id` / `Unknown: id,id` naming the devices that are not healthy
 /// (unhealthy first), or `-` without a status (no devices, or an init container).
-fn health_cell(status: &[devicelet_rpc::health::ResourceStatus]) -> String {
+fn health_cell(status: &[devicelet_node::health::ResourceStatus]) -> String {
     if status.is_empty() {
         return "-".to_owned();
     }
@@ -144,8 +145,8 @@ fn health_cell(status: &[devicelet_rpc::health::ResourceStatus]) -> String {
             ids(devicelet_devicemanager::UNHEALTHY),
         ),
         (
-            devicelet_rpc::health::UNKNOWN,
-            ids(devicelet_rpc::health::UNKNOWN),
+            devicelet_node::health::UNKNOWN,
+            ids(devicelet_node::health::UNKNOWN),
         ),
     ]
     .into_iter()

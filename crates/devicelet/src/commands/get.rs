@@ -29,7 +29,7 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
             })
         }
         GetWhat::Dra(out) => {
-            let dra: devicelet_rpc::claims::DraSnapshot =
+            let dra: devicelet_node::dra::DraSnapshot =
                 client.get_json("/v1/dra").await.context("get dra")?;
             output::print(out.output, &dra, |d| {
                 let mut rows: Vec<Vec<String>> = d

@@ -11,9 +11,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use devicelet_devicemanager::DeviceManager;
-use devicelet_rpc::{
-    AlignmentConfig, ClaimOrigin, DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer,
-};
+use devicelet_node::{AlignmentConfig, ClaimOrigin};
+use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 

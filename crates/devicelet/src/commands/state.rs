@@ -11,7 +11,7 @@ use devicelet_checkpoint::atomic_write::write_file_atomic;
 use devicelet_checkpoint::device;
 use devicelet_checkpoint::inspect::{self, InspectReport};
 use devicelet_checkpoint::store::{RecoverAction, RecoverReport, StorePaths, recover};
-use devicelet_rpc::durable::CheckpointStatus;
+use devicelet_node::durable::CheckpointStatus;
 use devicelet_rpc::{ControlClient, RootPaths};
 
 use crate::cli::{OutputFormat, RecoverFrom, StateArgs, StateWhat};
@@ -20,7 +20,7 @@ use crate::output;
 /// Runs `state ...`.
 pub async fn run(root_dir: &Path, args: StateArgs) -> anyhow::Result<()> {
     let paths = RootPaths::new(root_dir);
-    let store = devicelet_rpc::durable::store_paths(&paths.device_plugins, &paths.control_dir);
+    let store = devicelet_node::durable::store_paths(&paths.device_plugins, &paths.control_dir);
     match args.what {
         StateWhat::Inspect { file, output } => {
             let file = file.unwrap_or_else(|| store.kubelet_file.clone());
@@ -48,7 +48,7 @@ pub async fn run(root_dir: &Path, args: StateArgs) -> anyhow::Result<()> {
                     Some(recover(&store, action).context("recover the device state")?)
                 }
             };
-            let dra = devicelet_rpc::claims::recover_dra(&paths.root)
+            let dra = devicelet_node::dra::recover_dra(&paths.root)
                 .context("clear the DRA quarantine")?;
             print_recover(output.output, report.as_ref(), &dra)
         }

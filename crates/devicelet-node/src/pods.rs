@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tracing::info;
 
 use crate::alignment::{Alignment, AlignmentRejection};
-use crate::claims::DraNode;
+use crate::dra::DraNode;
 use crate::durable::{DurableError, DurableState};
 
 /// Why a pod was not admitted (or a pod operation failed).
@@ -49,7 +49,7 @@ pub enum PodError {
     Alignment(AlignmentRejection),
     /// A DRA claim of the pod could not be allocated, reserved or prepared.
     #[error("claims: {0}")]
-    Claims(#[from] crate::claims::DraNodeError),
+    Claims(#[from] crate::dra::DraNodeError),
     /// No pod with this UID is admitted.
     #[error("pod {uid} is not admitted")]
     NotFound {
@@ -107,7 +107,7 @@ impl PodError {
             PodError::Alignment(AlignmentRejection::Cpus { .. }) => "UnexpectedAdmissionError",
             PodError::Durable(DurableError::OwnershipUnknown(_)) => "DeviceOwnershipUnknown",
             PodError::Durable(DurableError::Write(_)) => "CheckpointWriteFailed",
-            PodError::Claims(crate::claims::DraNodeError::Allocation(_)) => "ClaimAllocationFailed",
+            PodError::Claims(crate::dra::DraNodeError::Allocation(_)) => "ClaimAllocationFailed",
             PodError::Claims(_) => "ClaimPreparationFailed",
             PodError::NotFound { .. } => "NotFound",
             PodError::NoSuchContainer { .. } => "NoSuchContainer",
@@ -133,7 +133,7 @@ pub struct ContainerView {
     pub name: String,
     /// Device IDs per resource.
     pub devices: BTreeMap<String, Vec<String>>,
-    /// DRA claims: one [`crate::claims::ClaimDeviceView`] per prepared device.
+    /// DRA claims: one [`crate::dra::ClaimDeviceView`] per prepared device.
     pub claims: Vec<serde_json::Value>,
     /// KEP-4680 health of the container's devices (app containers; filled from the live
     /// inventory when pods are shown, see [`crate::health`]).

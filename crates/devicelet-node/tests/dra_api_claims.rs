@@ -13,7 +13,7 @@ use devicelet_dra::fake::{
 use devicelet_dra::{
     ClaimSource, ClaimSourceError, DraPluginRegistry, FixedBootId, InMemoryClaimSource,
 };
-use devicelet_rpc::{ClaimOrigin, DraNode};
+use devicelet_node::{ClaimOrigin, DraNode};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};

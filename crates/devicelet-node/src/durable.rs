@@ -20,15 +20,26 @@ use std::time::{Duration, Instant};
 
 use devicelet_checkpoint::state::{Change, ContainerRecord, DeviceState, PodRecord};
 use devicelet_checkpoint::store::{DeviceStore, StoreError, StoreOptions, StorePaths};
-use devicelet_devicemanager::{ContainerKind, DeviceManager, ResourceAllocation};
-use devicelet_proto::deviceplugin::v1beta1 as pb;
-use prost::Message;
+use devicelet_devicemanager::{
+    ContainerAllocateResponse, ContainerKind, DeviceManager, ResourceAllocation,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::convert::{allocate_response_from_proto, allocate_response_to_proto};
 use crate::pods::{AdmittedPod, ContainerView, PodRef};
+
+/// Encodes and decodes the plugin's `Allocate` answer that the checkpoint keeps per
+/// (container, resource) as `AllocResp`. The kubelet stores the device plugin API's protobuf
+/// bytes there; the node holds no wire types, so the front end that speaks the device plugin
+/// API supplies the encoding (devicelet-rpc's `ProtoAllocResp`).
+pub trait AllocRespCodec: Send + Sync + 'static {
+    /// The bytes stored for `response`.
+    fn encode(&self, response: &ContainerAllocateResponse) -> Vec<u8>;
+    /// The answer stored as `bytes`; `None` when they do not decode. Empty bytes are the empty
+    /// answer, as Go's `proto.Unmarshal` reads them.
+    fn decode(&self, bytes: &[u8]) -> Option<ContainerAllocateResponse>;
+}
 
 /// Health of the durable state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,6 +82,8 @@ pub struct CheckpointStatus {
 /// The daemon's durable device state (see the module docs).
 pub struct DurableState {
     store: Option<Arc<DeviceStore>>,
+    /// How `AllocResp` is stored; `None` only without a store.
+    codec: Option<Arc<dyn AllocRespCodec>>,
     unknown: Option<String>,
     errors: AtomicU64,
     restored_pods: usize,
@@ -109,6 +122,7 @@ impl DurableState {
     pub fn disabled() -> Self {
         DurableState {
             store: None,
+            codec: None,
             unknown: None,
             errors: AtomicU64::new(0),
             restored_pods: 0,
@@ -124,14 +138,16 @@ impl DurableState {
     pub fn open_and_restore(
         paths: StorePaths,
         manager: &DeviceManager,
+        codec: Arc<dyn AllocRespCodec>,
     ) -> (Self, BTreeMap<String, AdmittedPod>) {
         let started = Instant::now();
         let mut durable = Self::disabled();
         durable.metrics = Some(manager.metrics().clone());
+        durable.codec = Some(Arc::clone(&codec));
         match DeviceStore::open_with(paths, StoreOptions::default()) {
             Ok((store, recovered)) => {
                 let read_ms = started.elapsed().as_secs_f64() * 1000.0;
-                let pods = restore(manager, &recovered.state);
+                let pods = restore(manager, &recovered.state, codec.as_ref());
                 durable.restored_pods = pods.len();
                 durable.open_ms = started.elapsed().as_secs_f64() * 1000.0;
                 info!(
@@ -319,8 +335,12 @@ impl DurableState {
     /// allocation with the cached `Allocate` answer, and the registration of any resource it
     /// uses that the checkpoint does not list yet (so a restart knows the resource, §3.4).
     pub fn admission_changes(&self, pod: &AdmittedPod, manager: &DeviceManager) -> Vec<Change> {
-        let mut changes = pod_changes(pod, manager);
-        if let Some(store) = &self.store {
+        // Without a store nothing is recorded (`commit` is a no-op).
+        let (Some(store), Some(codec)) = (&self.store, &self.codec) else {
+            return Vec::new();
+        };
+        let mut changes = pod_changes(pod, manager, codec.as_ref());
+        {
             let missing: Vec<String> = store.read(|s| {
                 pod.containers
                     .iter()
@@ -344,7 +364,11 @@ impl DurableState {
     }
 }
 
-fn pod_changes(pod: &AdmittedPod, manager: &DeviceManager) -> Vec<Change> {
+fn pod_changes(
+    pod: &AdmittedPod,
+    manager: &DeviceManager,
+    codec: &dyn AllocRespCodec,
+) -> Vec<Change> {
     let uid = &pod.pod.uid;
     let mut changes = vec![Change::SetPod {
         pod_uid: uid.clone(),
@@ -375,7 +399,7 @@ fn pod_changes(pod: &AdmittedPod, manager: &DeviceManager) -> Vec<Change> {
                 alloc_resp: allocation
                     .response
                     .as_ref()
-                    .map(|r| allocate_response_to_proto(r).encode_to_vec())
+                    .map(|r| codec.encode(r))
                     .unwrap_or_default(),
             });
         }
@@ -384,7 +408,11 @@ fn pod_changes(pod: &AdmittedPod, manager: &DeviceManager) -> Vec<Change> {
 }
 
 /// Restores `manager` from `state` and returns the admitted pods (spec §3.4, §1.7).
-pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String, AdmittedPod> {
+pub fn restore(
+    manager: &DeviceManager,
+    state: &DeviceState,
+    codec: &dyn AllocRespCodec,
+) -> BTreeMap<String, AdmittedPod> {
     manager.restore_registered(state.registered.keys().cloned());
     // The pods (devicelet's records) and the Device Manager's allocations are built from
     // different parts of the state: build them on two threads (restart to ready is judged
@@ -393,7 +421,7 @@ pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String,
         let pods = std::thread::Builder::new()
             .name("devicelet-restore-pods".into())
             .spawn_scoped(scope, || pods_from_records(state));
-        restore_device_allocations(manager, state);
+        restore_device_allocations(manager, state, codec);
         match pods {
             Ok(builder) => builder
                 .join()
@@ -443,7 +471,11 @@ pub fn restore(manager: &DeviceManager, state: &DeviceState) -> BTreeMap<String,
 }
 
 /// Gives `manager` the allocations and cached `Allocate` answers of `state`.
-fn restore_device_allocations(manager: &DeviceManager, state: &DeviceState) {
+fn restore_device_allocations(
+    manager: &DeviceManager,
+    state: &DeviceState,
+    codec: &dyn AllocRespCodec,
+) {
     let mut entries = Vec::with_capacity(state.entry_count());
     for (uid, containers) in &state.pods {
         let record = state.pod_records.get(uid);
@@ -453,9 +485,7 @@ fn restore_device_allocations(manager: &DeviceManager, state: &DeviceState) {
                 .and_then(|r| r.containers.iter().find(|c| &c.name == container))
                 .map(|c| &c.devices);
             for (resource, devices) in resources {
-                // Empty bytes decode to the empty response, as in Go's proto.Unmarshal.
-                let response =
-                    pb::ContainerAllocateResponse::decode(devices.alloc_resp.as_slice()).ok();
+                let response = codec.decode(devices.alloc_resp.as_slice());
                 if response.is_none() {
                     warn!(pod_uid = %uid, container, resource, "cached Allocate response in the checkpoint does not decode; the devices stay allocated");
                 }
@@ -478,7 +508,7 @@ fn restore_device_allocations(manager: &DeviceManager, state: &DeviceState) {
                     ResourceAllocation {
                         device_ids,
                         devices_per_numa: devices.device_ids_by_numa.clone(),
-                        response: response.map(allocate_response_from_proto),
+                        response,
                     },
                 ));
             }

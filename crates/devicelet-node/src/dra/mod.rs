@@ -31,11 +31,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use devicelet_allocator::explain::{Explanation, explain_node};
 use devicelet_allocator::scenario::{apply_api_defaults, render_explanation_table};
 use devicelet_allocator::{
@@ -64,7 +59,6 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::health::{ResourceHealth, ResourceStatus};
-use crate::plugin_watcher::{HandlerError, PluginHandler};
 
 /// File of the local DRA objects, in `R/devicelet`.
 pub const OBJECTS_FILE: &str = "dra_objects.json";
@@ -1513,7 +1507,7 @@ impl DraNode {
                             }
                         }
                     },
-                    Err(e) if e.code == tonic::Code::Unimplemented => {}
+                    Err(e) if devicelet_dra::grpc_code_name(e.code) == "Unimplemented" => {}
                     Err(e) => warn!(driver, error = %e.message, "cannot open health stream"),
                 }
                 health.clear_driver(&driver);
@@ -1575,6 +1569,28 @@ impl DraNode {
     }
 
     /// An instance of `driver` registered: a pending wipe is cancelled.
+    /// A driver instance registered with the plugin watcher (`RegisterPlugin`): recorded in
+    /// the registry, a pending wipe of its slices cancelled, its health stream started.
+    pub fn register_driver(
+        &self,
+        driver: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), DraError> {
+        self.registry.register(driver, endpoint, versions)?;
+        self.cancel_wipe(driver);
+        self.start_health(driver, endpoint);
+        Ok(())
+    }
+
+    /// A driver instance's socket went away: its health stream stops, it leaves the registry,
+    /// and its slices are wiped unless an instance comes back within the wipe delay (§1.11).
+    pub fn deregister_driver(self: &Arc<Self>, driver: &str, endpoint: &Path) {
+        self.stop_health(driver, endpoint);
+        self.registry.deregister(driver, endpoint);
+        self.schedule_wipe(driver);
+    }
+
     fn cancel_wipe(&self, driver: &str) {
         if lock(&self.wipes).remove(driver).is_some() {
             info!(
@@ -1582,19 +1598,6 @@ impl DraNode {
                 "driver back within the wipe delay; its ResourceSlices are kept"
             );
         }
-    }
-
-    /// The `/v1/dra`, `/v1/draobjects`, `/v1/resourceslices` and `/v1/resourceclaims` routes.
-    pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route("/v1/dra", get(get_dra))
-            .route("/v1/draobjects", post(apply_objects).get(list_objects))
-            .route("/v1/resourceslices/{driver}", post(publish_slices))
-            .route(
-                "/v1/resourceclaims/{namespace}/{name}",
-                get(get_claim).delete(delete_claim),
-            )
-            .with_state(Arc::clone(self))
     }
 }
 
@@ -1606,111 +1609,4 @@ fn find_container(pod: &Pod, name: &str) -> Option<k8s_openapi::api::core::v1::C
         .chain(spec.containers.iter())
         .find(|c| c.name == name)
         .cloned()
-}
-
-fn err_json(status: StatusCode, message: &str) -> Response {
-    crate::control::error_response(status, message)
-}
-
-async fn get_dra(State(dra): State<Arc<DraNode>>) -> Json<DraSnapshot> {
-    Json(dra.snapshot())
-}
-
-async fn apply_objects(
-    State(dra): State<Arc<DraNode>>,
-    Json(docs): Json<Vec<serde_json::Value>>,
-) -> Response {
-    match dra.apply(docs) {
-        Ok(names) => Json(names).into_response(),
-        Err(e) => err_json(StatusCode::BAD_REQUEST, &e.to_string()),
-    }
-}
-
-async fn list_objects(State(dra): State<Arc<DraNode>>) -> Json<Objects> {
-    Json(dra.store.snapshot())
-}
-
-async fn publish_slices(
-    State(dra): State<Arc<DraNode>>,
-    UrlPath(driver): UrlPath<String>,
-    Json(slices): Json<Vec<ResourceSlice>>,
-) -> Response {
-    match dra.publish(&driver, slices) {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => err_json(StatusCode::BAD_REQUEST, &e.to_string()),
-    }
-}
-
-async fn get_claim(
-    State(dra): State<Arc<DraNode>>,
-    UrlPath((namespace, name)): UrlPath<(String, String)>,
-) -> Response {
-    match dra.store.claim(&namespace, &name) {
-        Some(c) => Json(c).into_response(),
-        None => err_json(
-            StatusCode::NOT_FOUND,
-            &format!(
-                "resourceclaims.resource.k8s.io \"{name}\" not found in namespace {namespace}"
-            ),
-        ),
-    }
-}
-
-async fn delete_claim(
-    State(dra): State<Arc<DraNode>>,
-    UrlPath((namespace, name)): UrlPath<(String, String)>,
-) -> Response {
-    match dra.delete_claim(&namespace, &name) {
-        Ok(true) => StatusCode::NO_CONTENT.into_response(),
-        Ok(false) => err_json(StatusCode::NOT_FOUND, "no such ResourceClaim"),
-        Err(e) => err_json(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-    }
-}
-
-// ----------------------------------------------------------------------------- handler
-
-/// The plugin watcher's handler for `"DRAPlugin"` registrations.
-#[derive(Debug, Clone)]
-pub struct DraHandler {
-    node: Arc<DraNode>,
-}
-
-impl DraHandler {
-    /// A handler registering drivers into `node`'s registry.
-    pub fn new(node: Arc<DraNode>) -> Self {
-        DraHandler { node }
-    }
-}
-
-impl PluginHandler for DraHandler {
-    fn validate(
-        &self,
-        name: &str,
-        endpoint: &Path,
-        versions: &[String],
-    ) -> Result<(), HandlerError> {
-        Ok(self.node.registry.validate(name, endpoint, versions)?)
-    }
-
-    fn register(
-        &self,
-        name: String,
-        endpoint: PathBuf,
-        versions: Vec<String>,
-    ) -> BoxFuture<'static, Result<(), HandlerError>> {
-        let node = Arc::clone(&self.node);
-        async move {
-            node.registry.register(&name, &endpoint, &versions)?;
-            node.cancel_wipe(&name);
-            node.start_health(&name, &endpoint);
-            Ok(())
-        }
-        .boxed()
-    }
-
-    fn deregister(&self, name: &str, endpoint: &Path) {
-        self.node.stop_health(name, endpoint);
-        self.node.registry.deregister(name, endpoint);
-        self.node.schedule_wipe(name);
-    }
 }

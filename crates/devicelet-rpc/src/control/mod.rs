@@ -13,12 +13,14 @@
 //! - `POST /v1/pods/sync` (body: [`ActivePods`]) → [`PodSync`] (`sync-pods`): every admitted
 //!   pod not listed is removed (the kubelet's `UpdateAllocatedDevices`)
 //! - `POST /v1/pods/{uid}/containers/{name}/start` → [`RunContainerOptions`] (`start`)
-//! - DRA (when enabled, [`crate::claims`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
+//! - DRA (when enabled, [`devicelet_node::dra`], routes in [`dra`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
 //!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET|DELETE
 //!   /v1/resourceclaims/{namespace}/{name}`
 //! - `GET /healthz` → `ok`
 //!
 //! Errors are JSON `{"error": "..."}` with a fitting status code.
+
+pub mod dra;
 
 use std::path::{Path, PathBuf};
 
@@ -41,8 +43,8 @@ use serde::{Deserialize, Serialize};
 use tokio::net::UnixStream;
 
 use crate::error::ControlError;
-use crate::health;
-use crate::pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
+use devicelet_node::health;
+use devicelet_node::pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 
 /// Shared state of the control API handlers.
 #[derive(Debug, Clone)]
@@ -55,7 +57,7 @@ pub struct ControlState {
 
 /// The control API router.
 pub fn router(state: ControlState) -> Router {
-    let dra = state.pods.dra().map_or_else(Router::new, |d| d.router());
+    let dra = state.pods.dra().map_or_else(Router::new, dra::router);
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/resources", get(get_resources))

@@ -1,0 +1,29 @@
+//! devicelet-node: the node core. Everything the node *decides* lives here, and every front
+//! end drives it: the local control API and PodResources (devicelet-rpc) and the cluster
+//! watcher (devicelet-kube, through the binary's `ClusterNode`).
+//!
+//! - [`pods`]: pod admission (the kubelet's admit path over the Topology, Device and CPU
+//!   managers, then DRA claims), start, removal, sync and listing, idempotent by UID.
+//! - [`alignment`]: the Topology Manager admit handler and the CPU manager as hint providers.
+//! - [`durable`]: the admission's durable commit into the journalled device state, and the
+//!   restore at start.
+//! - [`dra`]: DRA claims on the node ([`DraNode`]): the local object store, admission of a
+//!   pod's claims, the drivers' health, unprepare retries.
+//! - [`health`]: KEP-4680 resource health for pod status.
+//!
+//! This crate holds no wire types: no tonic, prost, axum or hyper (`cargo tree -p
+//! devicelet-node`). Its API is typed domain calls; the servers in devicelet-rpc only decode,
+//! call the node and encode. Where the node must store a wire encoding (the plugin's `Allocate`
+//! answer inside the kubelet's checkpoint), the front end passes it in
+//! ([`durable::AllocRespCodec`]).
+
+pub mod alignment;
+pub mod dra;
+pub mod durable;
+pub mod health;
+pub mod pods;
+
+pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
+pub use dra::{ClaimOrigin, DraNode, DraNodeError};
+pub use durable::{AllocRespCodec, DurableState};
+pub use pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};

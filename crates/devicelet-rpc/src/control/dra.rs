@@ -1,0 +1,86 @@
+//! The control API's DRA routes (`/v1/dra`, `/v1/draobjects`, `/v1/resourceslices`,
+//! `/v1/resourceclaims`): the seam that stands in for the API server in local mode (drivers
+//! publish their ResourceSlices and read claims here; docs/dra.md). Each handler decodes,
+//! calls the node's [`DraNode`] and encodes.
+
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use devicelet_node::dra::{DraNode, DraSnapshot, Objects};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+
+/// The DRA routes over `dra`.
+pub fn router(dra: &Arc<DraNode>) -> Router {
+    Router::new()
+        .route("/v1/dra", get(get_dra))
+        .route("/v1/draobjects", post(apply_objects).get(list_objects))
+        .route("/v1/resourceslices/{driver}", post(publish_slices))
+        .route(
+            "/v1/resourceclaims/{namespace}/{name}",
+            get(get_claim).delete(delete_claim),
+        )
+        .with_state(Arc::clone(dra))
+}
+
+fn err_json(status: StatusCode, message: &str) -> Response {
+    super::error_response(status, message)
+}
+
+async fn get_dra(State(dra): State<Arc<DraNode>>) -> Json<DraSnapshot> {
+    Json(dra.snapshot())
+}
+
+async fn apply_objects(
+    State(dra): State<Arc<DraNode>>,
+    Json(docs): Json<Vec<serde_json::Value>>,
+) -> Response {
+    match dra.apply(docs) {
+        Ok(names) => Json(names).into_response(),
+        Err(e) => err_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+async fn list_objects(State(dra): State<Arc<DraNode>>) -> Json<Objects> {
+    Json(dra.store().snapshot())
+}
+
+async fn publish_slices(
+    State(dra): State<Arc<DraNode>>,
+    UrlPath(driver): UrlPath<String>,
+    Json(slices): Json<Vec<ResourceSlice>>,
+) -> Response {
+    match dra.publish(&driver, slices) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => err_json(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+async fn get_claim(
+    State(dra): State<Arc<DraNode>>,
+    UrlPath((namespace, name)): UrlPath<(String, String)>,
+) -> Response {
+    match dra.store().claim(&namespace, &name) {
+        Some(c) => Json(c).into_response(),
+        None => err_json(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "resourceclaims.resource.k8s.io \"{name}\" not found in namespace {namespace}"
+            ),
+        ),
+    }
+}
+
+async fn delete_claim(
+    State(dra): State<Arc<DraNode>>,
+    UrlPath((namespace, name)): UrlPath<(String, String)>,
+) -> Response {
+    match dra.delete_claim(&namespace, &name) {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => err_json(StatusCode::NOT_FOUND, "no such ResourceClaim"),
+        Err(e) => err_json(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
