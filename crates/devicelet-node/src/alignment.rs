@@ -24,7 +24,7 @@ use devicelet_cpumanager::{
     CpuManager, CpuManagerConfig, CpuManagerError, CpuPolicyName, CpuTopology, PodCpuInfo,
     ReservedCpus, pod_from_k8s,
 };
-use devicelet_devicemanager::{ContainerDevices, ContainerRequest, DeviceManager};
+use devicelet_devicemanager::{AdmissionError, ContainerDevices, ContainerRequest, DeviceManager};
 use devicelet_topology::{
     ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, PodAdmission, Policy,
     ProviderHints, ScopeName, TopologyManager, pod_effective_limits, resource_hints,
@@ -32,8 +32,6 @@ use devicelet_topology::{
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
-
-use crate::pods::PodError;
 
 /// The resource-manager part of a KubeletConfiguration file, plus devicelet's own `devicelet`
 /// block. Other KubeletConfiguration fields are accepted and ignored (listed in `ignored`).
@@ -157,6 +155,25 @@ pub enum AlignmentRejection {
     },
 }
 
+/// Why [`Alignment::admit`] failed; `crate::pods` turns it into its `PodError`.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitFailure {
+    /// The pod's CPU requests cannot be read.
+    #[error("invalid pod: {0}")]
+    Invalid(String),
+    /// Device allocation failed for a container.
+    #[error("container {container:?}: {source}")]
+    Admission {
+        /// Container name.
+        container: String,
+        /// Cause.
+        source: AdmissionError,
+    },
+    /// The Topology Manager or the CPU manager refused the pod.
+    #[error(transparent)]
+    Rejected(AlignmentRejection),
+}
+
 /// What one container got.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AlignedContainer {
@@ -270,15 +287,15 @@ impl Alignment {
     }
 
     /// Admits a pod's containers (`requests` in admission order: init, then app containers).
-    /// On any rejection, everything this pod holds is freed.
+    /// What a rejected pod got so far is freed by the caller's admission guard
+    /// ([`crate::pods`]), which owns the rollback of the whole admission.
     pub async fn admit(
         &self,
         manager: &DeviceManager,
         pod: &Pod,
         requests: Vec<ContainerRequest>,
-    ) -> Result<Vec<AlignedContainer>, PodError> {
-        let info = pod_from_k8s(pod).map_err(|e| PodError::Invalid(e.to_string()))?;
-        let uid = info.spec.uid.clone();
+    ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
+        let info = pod_from_k8s(pod).map_err(|e| AdmitFailure::Invalid(e.to_string()))?;
         if let Some(cpu) = &self.cpu {
             cpu.register_pod(&info);
         }
@@ -289,10 +306,6 @@ impl Alignment {
         manager
             .metrics()
             .topology_admission(result.is_err(), start.elapsed());
-        if result.is_err() {
-            manager.remove_pod(&uid);
-            self.remove_pod(&uid);
-        }
         result
     }
 
@@ -301,7 +314,7 @@ impl Alignment {
         manager: &DeviceManager,
         info: &PodCpuInfo,
         requests: Vec<ContainerRequest>,
-    ) -> Result<Vec<AlignedContainer>, PodError> {
+    ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
         let pod = &info.spec;
         // The Topology Manager's scope decides when hints are asked for and merged (none: never;
         // pod: once, here; container: per container, after the previous one allocated).
@@ -382,7 +395,7 @@ impl Alignment {
             let devices = manager
                 .allocate_container(&request)
                 .await
-                .map_err(|source| PodError::Admission {
+                .map_err(|source| AdmitFailure::Admission {
                     container: request.container.clone(),
                     source,
                 })?;
@@ -395,7 +408,7 @@ impl Alignment {
                     manager.metrics().cpu_pinning(allocated.is_err());
                 }
                 allocated.map_err(|source| {
-                    PodError::Alignment(AlignmentRejection::Cpus {
+                    AdmitFailure::Rejected(AlignmentRejection::Cpus {
                         container: request.container.clone(),
                         source,
                     })
@@ -573,7 +586,7 @@ fn reject(
     asked: &str,
     machine: NumaMask,
     unknown: &[String],
-) -> PodError {
+) -> AdmitFailure {
     let name = policy.map_or("none", |p| p.name().as_str());
     let mut detail = format!(
         "{what} asks for {asked}; no placement is admissible under the {name} policy on NUMA nodes {:?}",
@@ -583,7 +596,7 @@ fn reject(
         detail.push_str("; ");
         detail.push_str(u);
     }
-    PodError::Alignment(AlignmentRejection::TopologyAffinity { detail })
+    AdmitFailure::Rejected(AlignmentRejection::TopologyAffinity { detail })
 }
 
 /// Reads the machine: the described one, or sysfs.

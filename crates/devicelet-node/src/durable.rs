@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::pods::{AdmittedPod, ContainerView, PodRef};
+use crate::admitted::{AdmittedPod, ContainerView, PodRef};
 
 /// Encodes and decodes the plugin's `Allocate` answer that the checkpoint keeps per
 /// (container, resource) as `AllocResp`. The kubelet stores the device plugin API's protobuf

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap};
 use devicelet_devicemanager::{ContainerKind, DeviceManager, HEALTHY, UNHEALTHY};
 use serde::{Deserialize, Serialize};
 
-use crate::pods::AdmittedPod;
+use crate::admitted::AdmittedPod;
 
 /// `core/v1.ResourceStatus`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 //! end drives it: the local control API and PodResources (devicelet-rpc) and the cluster
 //! watcher (devicelet-kube, through the binary's `ClusterNode`).
 //!
+//! - [`admitted`]: what the node shows of an admitted pod (`admit` / `get pods` JSON).
 //! - [`pods`]: pod admission (the kubelet's admit path over the Topology, Device and CPU
 //!   managers, then DRA claims), start, removal, sync and listing, idempotent by UID.
 //! - [`alignment`]: the Topology Manager admit handler and the CPU manager as hint providers.
@@ -17,13 +18,15 @@
 //! answer inside the kubelet's checkpoint), the front end passes it in
 //! ([`durable::AllocRespCodec`]).
 
+pub mod admitted;
 pub mod alignment;
 pub mod dra;
 pub mod durable;
 pub mod health;
 pub mod pods;
 
+pub use admitted::{ActivePods, AdmittedPod, PodList, PodSync};
 pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
 pub use dra::{ClaimOrigin, DraNode, DraNodeError};
 pub use durable::{AllocRespCodec, DurableState};
-pub use pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
+pub use pods::{PodAdmitter, PodError};

@@ -15,10 +15,10 @@ use devicelet_devicemanager::{
     AdmissionError, ContainerKind, ContainerRequest, DeviceManager, RunContainerOptions, validation,
 };
 use k8s_openapi::api::core::v1::{Container, Pod};
-use serde::{Deserialize, Serialize};
 use tracing::info;
 
-use crate::alignment::{Alignment, AlignmentRejection};
+pub use crate::admitted::{ActivePods, AdmittedPod, ContainerView, PodList, PodRef, PodSync};
+use crate::alignment::{AdmitFailure, Alignment, AlignmentRejection};
 use crate::dra::DraNode;
 use crate::durable::{DurableError, DurableState};
 
@@ -115,91 +115,16 @@ impl PodError {
     }
 }
 
-/// Identity of an admitted pod.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// UID.
-    pub uid: String,
-}
-
-/// One container's allocation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerView {
-    /// Container name.
-    pub name: String,
-    /// Device IDs per resource.
-    pub devices: BTreeMap<String, Vec<String>>,
-    /// DRA claims: one [`crate::dra::ClaimDeviceView`] per prepared device.
-    pub claims: Vec<serde_json::Value>,
-    /// KEP-4680 health of the container's devices (app containers; filled from the live
-    /// inventory when pods are shown, see [`crate::health`]).
-    #[serde(
-        default,
-        rename = "allocatedResourcesStatus",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub allocated_resources_status: Vec<crate::health::ResourceStatus>,
-    /// Exclusive CPUs (static CPU manager policy); absent for the shared pool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<String>,
-    /// NUMA nodes of the merged topology hint; absent without affinity.
-    #[serde(
-        default,
-        rename = "numaAffinity",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub numa_affinity: Option<Vec<usize>>,
-    /// Device-plugin limits, kept for `start`.
-    #[serde(skip)]
-    pub limits: BTreeMap<String, u64>,
-    /// Init, sidecar or app: PodResources lists sidecars and app containers only.
-    #[serde(skip, default = "app_container")]
-    pub kind: ContainerKind,
-}
-
-fn app_container() -> ContainerKind {
-    ContainerKind::App
-}
-
-/// DESIGN.md `admit` JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AdmittedPod {
-    /// The pod.
-    pub pod: PodRef,
-    /// Containers in admission order (init containers first).
-    pub containers: Vec<ContainerView>,
-}
-
-/// DESIGN.md `get pods` JSON.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PodList {
-    /// Admitted pods by UID.
-    pub pods: Vec<AdmittedPod>,
-}
-
-/// What [`PodAdmitter::retain_active`] did (`devicelet sync-pods` JSON).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodSync {
-    /// Admitted pods that were not active: removed, their devices and CPUs freed.
-    pub removed: Vec<String>,
-    /// How many admitted pods are active and kept.
-    pub kept: usize,
-    /// Removed pods whose claims a driver has not unprepared yet (retried in the background).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending_unprepare: Vec<String>,
-}
-
-/// Body of `POST /v1/pods/sync`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ActivePods {
-    /// UIDs of every pod still active on the node.
-    pub active_pods: Vec<String>,
+impl From<AdmitFailure> for PodError {
+    fn from(failure: AdmitFailure) -> Self {
+        match failure {
+            AdmitFailure::Invalid(m) => PodError::Invalid(m),
+            AdmitFailure::Admission { container, source } => {
+                PodError::Admission { container, source }
+            }
+            AdmitFailure::Rejected(r) => PodError::Alignment(r),
+        }
+    }
 }
 
 /// Admits pods into a [`DeviceManager`] and remembers them.
@@ -313,7 +238,7 @@ impl PodAdmitter {
             if let Some(dra) = &self.dra {
                 dra.admit(pod).await?;
                 for c in &mut existing.containers {
-                    c.claims = claim_values(dra, &uid, &c.name);
+                    c.claims = dra.container_claims(&uid, &c.name);
                 }
                 // Claims may have been prepared again.
                 self.changed();
@@ -374,7 +299,14 @@ impl PodAdmitter {
             .iter()
             .map(|r| (r.container.clone(), r.limits.clone(), r.kind))
             .collect();
-        // Topology Manager + device and CPU allocation; a rejection frees everything.
+        // From here on the pod holds devices and CPUs: the guard gives them back on every
+        // return that is not the commit below.
+        let guard = AdmissionGuard {
+            admitter: self,
+            uid: uid.clone(),
+            committed: false,
+        };
+        // Topology Manager + device and CPU allocation.
         let aligned = self.alignment.admit(&self.manager, pod, requests).await?;
         let mut containers: Vec<ContainerView> = plan
             .into_iter()
@@ -391,14 +323,10 @@ impl PodAdmitter {
             })
             .collect();
         if let Some(dra) = &self.dra {
-            if let Err(err) = dra.admit(pod).await {
-                // All or nothing: free the devices and CPUs the pod just got.
-                self.manager.remove_pod(&uid);
-                self.alignment.remove_pod(&uid);
-                return Err(err.into());
-            }
+            // All or nothing: a claim that cannot be prepared frees the devices and CPUs.
+            dra.admit(pod).await?;
             for c in &mut containers {
-                c.claims = claim_values(dra, &uid, &c.name);
+                c.claims = dra.container_claims(&uid, &c.name);
             }
         }
         let admitted = AdmittedPod {
@@ -413,11 +341,8 @@ impl PodAdmitter {
         // runs after the allocation lock is released.
         let changes = self.durable.admission_changes(&admitted, &self.manager);
         drop(serial);
-        if let Err(e) = self.durable.commit(changes).await {
-            self.manager.remove_pod(&uid);
-            self.alignment.remove_pod(&uid);
-            return Err(e.into());
-        }
+        self.durable.commit(changes).await?;
+        guard.commit();
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
         self.pods().insert(uid, Arc::new(admitted.clone()));
         self.changed();
@@ -640,7 +565,7 @@ impl PodAdmitter {
             // Claims carry live device health.
             for pod in &mut pods {
                 for c in &mut pod.containers {
-                    c.claims = claim_values(dra, &pod.pod.uid, &c.name);
+                    c.claims = dra.container_claims(&pod.pod.uid, &c.name);
                 }
             }
         }
@@ -648,14 +573,36 @@ impl PodAdmitter {
     }
 }
 
-fn claim_values(dra: &DraNode, uid: &str, container: &str) -> Vec<serde_json::Value> {
-    dra.container_claims(uid, container)
-        .into_iter()
-        .filter_map(|v| serde_json::to_value(v).ok())
-        .collect()
+/// (container, resource) pairs that `status.extendedResourceClaimStatus.requestMappings` backs
+/// An admission in progress: the devices and exclusive CPUs the pod got so far. Dropping it
+/// without [`AdmissionGuard::commit`] (a rejection, an error, a failed write, a cancelled
+/// future) gives them back, so every exit of `admit_pod` is all-or-nothing without a rollback
+/// at each `return`. Claims are not part of it: their preparation is durable on its own in
+/// `dra_manager_state`, as in the kubelet (where claims are prepared in pod sync, after
+/// admission), and they are unprepared when the pod is removed.
+struct AdmissionGuard<'a> {
+    admitter: &'a PodAdmitter,
+    uid: String,
+    committed: bool,
 }
 
-/// (container, resource) pairs that `status.extendedResourceClaimStatus.requestMappings` backs
+impl AdmissionGuard<'_> {
+    /// The admission is durable: the pod keeps what it got.
+    fn commit(mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for AdmissionGuard<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        self.admitter.manager.remove_pod(&self.uid);
+        self.admitter.alignment.remove_pod(&self.uid);
+    }
+}
+
 /// with a DRA claim.
 fn dra_backed_resources(pod: &Pod) -> std::collections::HashSet<(&str, &str)> {
     pod.status

@@ -517,17 +517,14 @@ async fn b17_health_stream_shows_in_get_pods() {
     loop {
         let pods = node.root.control().pods().await.unwrap();
         let c = &pods.pods[0].containers[0].claims[0];
-        if c["health"] == "Unhealthy" {
-            assert_eq!(c["healthMessage"], "overheated");
+        if c.health == "Unhealthy" {
+            assert_eq!(c.health_message, "overheated");
             // B17: the pod-status form, `claim:<pod claim>` with the CDI ID as resourceID.
             let status = &pods.pods[0].containers[0].allocated_resources_status;
             let entry = status.iter().find(|s| s.name == "claim:s").unwrap();
             assert_eq!(entry.resources.len(), 1);
             assert_eq!(entry.resources[0].health, "Unhealthy");
-            assert_eq!(
-                entry.resources[0].resource_id,
-                c["cdiDevices"][0].as_str().unwrap()
-            );
+            assert_eq!(entry.resources[0].resource_id, c.cdi_devices[0]);
             break;
         }
         assert!(

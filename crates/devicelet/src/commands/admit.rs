@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use devicelet_node::AdmittedPod;
+use devicelet_node::dra::ClaimDeviceView;
 use devicelet_rpc::{ControlClient, RootPaths};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -110,18 +111,14 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
 
 /// A DRA claim device: `claim:<claim>=<driver>/<pool>/<device>` (health appended unless
 /// Healthy).
-fn claim_cell(claim: &serde_json::Value) -> String {
-    let field = |k: &str| claim.get(k).and_then(|v| v.as_str()).unwrap_or_default();
-    let health = match field("health") {
+fn claim_cell(claim: &ClaimDeviceView) -> String {
+    let health = match claim.health.as_str() {
         "Healthy" => String::new(),
         other => format!("({other})"),
     };
     format!(
         "claim:{}={}/{}/{}{health}",
-        field("claim"),
-        field("driver"),
-        field("pool"),
-        field("device")
+        claim.claim, claim.driver, claim.pool, claim.device
     )
 }
 

@@ -1,0 +1,233 @@
+//! DRA device health (KEP-4680, `v1alpha1` DRAResourceHealth streams, §1.10, E20, E21): the
+//! per-driver cache, the stream per instance and `claim:` entries of `allocatedResourcesStatus`.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use devicelet_dra::pod::resolve_pod_claim;
+use devicelet_dra::{DeviceHealthReport, HealthStatus};
+use futures::StreamExt;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::health::{ResourceHealth, ResourceStatus};
+
+use super::{DraNode, HEALTH_RESTART_DELAY, find_container, lock, ns_of};
+
+#[derive(Debug, Clone)]
+pub(super) struct HealthEntry {
+    health: HealthStatus,
+    message: String,
+    updated: Instant,
+    timeout: Duration,
+}
+
+/// Device health from the drivers' `v1alpha1` streams, keyed by driver name (E20: an ended
+/// stream clears the driver).
+#[derive(Debug)]
+pub(super) struct HealthCache {
+    devices: Mutex<HashMap<(String, String, String), HealthEntry>>,
+    /// Bumped when a device's health or message changes, so pod statuses are reported again.
+    changes: watch::Sender<u64>,
+}
+
+impl Default for HealthCache {
+    fn default() -> Self {
+        HealthCache {
+            devices: Mutex::default(),
+            changes: watch::channel(0).0,
+        }
+    }
+}
+
+impl HealthCache {
+    pub(super) fn changed(&self) {
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<(String, String, String), HealthEntry>> {
+        self.devices.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// B18: every reported device is stored with our receive time (the plugin's timestamp is
+    /// ignored); devices not reported go stale by their own timeout.
+    pub(super) fn update(&self, driver: &str, reports: Vec<DeviceHealthReport>) {
+        let now = Instant::now();
+        let mut changed = false;
+        {
+            let mut devices = self.lock();
+            for r in reports {
+                let entry = HealthEntry {
+                    health: r.health,
+                    message: r.message,
+                    updated: now,
+                    timeout: r.timeout,
+                };
+                // A stale entry read as Unknown, so its refresh is a change too.
+                let differs = |o: &HealthEntry| {
+                    o.health != entry.health
+                        || o.message != entry.message
+                        || o.updated.elapsed() > o.timeout
+                };
+                let key = (driver.to_owned(), r.pool_name, r.device_name);
+                changed |= devices.get(&key).is_none_or(differs);
+                devices.insert(key, entry);
+            }
+        }
+        if changed {
+            self.changed();
+        }
+    }
+
+    pub(super) fn clear_driver(&self, driver: &str) {
+        let removed = {
+            let mut devices = self.lock();
+            let before = devices.len();
+            devices.retain(|(d, _, _), _| d != driver);
+            devices.len() != before
+        };
+        if removed {
+            self.changed();
+        }
+    }
+
+    /// Health and message; stale or absent = Unknown.
+    pub(super) fn get(&self, driver: &str, pool: &str, device: &str) -> (HealthStatus, String) {
+        let devices = self.lock();
+        match devices.get(&(driver.to_owned(), pool.to_owned(), device.to_owned())) {
+            Some(e) if e.updated.elapsed() <= e.timeout => (e.health, e.message.clone()),
+            _ => (HealthStatus::Unknown, String::new()),
+        }
+    }
+}
+
+pub(super) fn health_str(h: HealthStatus) -> &'static str {
+    match h {
+        HealthStatus::Healthy => "Healthy",
+        HealthStatus::Unhealthy => "Unhealthy",
+        HealthStatus::Unknown => "Unknown",
+    }
+}
+
+impl DraNode {
+    /// The container's `allocatedResourcesStatus` entries for its claims (B17,
+    /// `manager.go` `UpdateAllocatedResourcesStatus`): one `claim:<pod claim>` entry (with
+    /// `/<request>` when the container names a request) per reference; resourceID = the
+    /// device's first CDI ID, else `<driver>/<pool>/<device>`; duplicates by resourceID dropped;
+    /// request matching by base request; entries without devices left out.
+    pub fn claim_resource_status(&self, uid: &str, container: &str) -> Vec<ResourceStatus> {
+        let Some(pod) = self.pod(uid) else {
+            return Vec::new();
+        };
+        let Some(c) = find_container(&pod, container) else {
+            return Vec::new();
+        };
+        let namespace = ns_of(&pod.metadata);
+        let mut out = Vec::new();
+        for r in c.resources.iter().flat_map(|r| r.claims.iter().flatten()) {
+            let Ok(Some(resolved)) = resolve_pod_claim(&pod, &r.name) else {
+                continue;
+            };
+            let Some(cached) = self.cache.get(&namespace, &resolved.claim_name) else {
+                continue;
+            };
+            let request = r.request.as_deref().filter(|s| !s.is_empty());
+            let mut resources: Vec<ResourceHealth> = Vec::new();
+            for (driver, devices) in &cached.drivers {
+                for d in devices {
+                    let serves = request.is_none_or(|req| {
+                        let base = req.split('/').next().unwrap_or(req);
+                        d.request_names.is_empty()
+                            || d.request_names
+                                .iter()
+                                .any(|n| n.split('/').next() == Some(base))
+                    });
+                    if !serves {
+                        continue;
+                    }
+                    let id =
+                        d.cdi_device_ids.first().cloned().unwrap_or_else(|| {
+                            format!("{driver}/{}/{}", d.pool_name, d.device_name)
+                        });
+                    if resources.iter().any(|x| x.resource_id == id) {
+                        continue;
+                    }
+                    let (health, _) = self.health.get(driver, &d.pool_name, &d.device_name);
+                    resources.push(ResourceHealth {
+                        resource_id: id,
+                        health: health_str(health).to_owned(),
+                    });
+                }
+            }
+            if resources.is_empty() {
+                continue;
+            }
+            let name = match request {
+                Some(req) => format!("claim:{}/{req}", r.name),
+                None => format!("claim:{}", r.name),
+            };
+            out.push(ResourceStatus { name, resources });
+        }
+        out
+    }
+
+    /// Bumped whenever a driver's health stream changes a device's health (or a stream ends),
+    /// so front ends report the affected pods' `allocatedResourcesStatus` again.
+    pub fn health_changes(&self) -> watch::Receiver<u64> {
+        self.health.changes.subscribe()
+    }
+
+    pub(super) fn start_health(&self, driver: &str, endpoint: &Path) {
+        let Some(instance) = self.registry.instance(driver, endpoint) else {
+            return;
+        };
+        let (stop_tx, mut stop) = watch::channel(false);
+        // Stored before the loop starts, so a deregistration always finds it (E21).
+        if let Some(old) =
+            lock(&self.health_tasks).insert((driver.to_owned(), endpoint.to_path_buf()), stop_tx)
+        {
+            let _ = old.send(true);
+        }
+        let health = Arc::clone(&self.health);
+        let driver = driver.to_owned();
+        tokio::spawn(async move {
+            loop {
+                match instance.client.watch_health().await {
+                    Ok(mut stream) => loop {
+                        tokio::select! {
+                            item = stream.next() => match item {
+                                Some(Ok(list)) => health.update(&driver, list),
+                                Some(Err(e)) => {
+                                    warn!(driver, error = %e.message, "health stream ended");
+                                    break;
+                                }
+                                None => break,
+                            },
+                            _ = stop.changed() => {
+                                health.clear_driver(&driver);
+                                return;
+                            }
+                        }
+                    },
+                    Err(e) if devicelet_dra::grpc_code_name(e.code) == "Unimplemented" => {}
+                    Err(e) => warn!(driver, error = %e.message, "cannot open health stream"),
+                }
+                health.clear_driver(&driver);
+                tokio::select! {
+                    _ = tokio::time::sleep(HEALTH_RESTART_DELAY) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        });
+    }
+
+    pub(super) fn stop_health(&self, driver: &str, endpoint: &Path) {
+        if let Some(stop) =
+            lock(&self.health_tasks).remove(&(driver.to_owned(), endpoint.to_path_buf()))
+        {
+            let _ = stop.send(true);
+        }
+    }
+}
