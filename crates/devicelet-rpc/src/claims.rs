@@ -49,7 +49,7 @@ use devicelet_dra::pod::{
 };
 use devicelet_dra::{
     BootIdSource, ClaimCache, ClaimSource, ClaimSourceError, DeviceHealthReport, DraError,
-    DraPluginRegistry, HealthStatus,
+    DraPluginRegistry, HealthStatus, RpcCode,
 };
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -1513,7 +1513,7 @@ impl DraNode {
                             }
                         }
                     },
-                    Err(e) if e.code == tonic::Code::Unimplemented => {}
+                    Err(e) if e.code == RpcCode::Unimplemented => {}
                     Err(e) => warn!(driver, error = %e.message, "cannot open health stream"),
                 }
                 health.clear_driver(&driver);

@@ -15,7 +15,7 @@ use devicelet_devicemanager::{
     Clock, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
     DeviceManager, DeviceManagerConfig, SystemClock,
 };
-use devicelet_dra::{DraPluginRegistry, GrpcDraDialer, ProcBootId};
+use devicelet_dra::{DraPluginRegistry, ProcBootId};
 use devicelet_proto::constants;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,6 +25,7 @@ use crate::alignment::{Alignment, AlignmentConfig};
 use crate::claims::{ClaimOrigin, DraHandler, DraNode, UNPREPARE_RETRY_PERIOD};
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
+use crate::dra_client::GrpcDraDialer;
 use crate::durable::DurableState;
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;
