@@ -1,7 +1,7 @@
 //! In-process test doubles: a fake DRA driver ([`FakeDraDriver`]) behind a [`FakeDialer`], and
 //! builders for claims and pods. Used by this crate's tests and bench, and by callers that test
-//! the daemon without driver processes. The fake keeps its own prepared set and call log so
-//! tests can check what really reached the driver.
+//! the daemon without driver processes (feature `test-utils`). The fake keeps its own prepared
+//! set and call log so tests can check what really reached the driver.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

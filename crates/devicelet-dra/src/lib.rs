@@ -12,7 +12,8 @@
 //!   per driver, persisted in `R/dra_manager_state` (kubelet format) before success is reported.
 //! - [`ClaimSource`] / [`InMemoryClaimSource`]: where claims are read from.
 //! - [`pod`]: claim name resolution and per-container claim/request references.
-//! - [`fake`]: in-process fake driver and object builders for tests and benches.
+//! - `fake` (feature `test-utils`): in-process fake driver and object builders for tests and
+//!   benches.
 //!
 //! Wiring (the daemon in `devicelet-rpc` owns this; neither its `PluginHandler` nor its dialer is
 //! a dependency here, so that crate may depend on this one):
@@ -44,6 +45,7 @@ pub mod boot;
 pub mod claim_cache;
 pub mod client;
 pub mod error;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod fake;
 pub mod pod;
 pub mod registry;
