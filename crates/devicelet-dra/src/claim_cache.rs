@@ -45,7 +45,7 @@ use tracing::{info, warn};
 
 use crate::boot::BootIdSource;
 use crate::client::{ClaimRef, PreparedDevice, grpc_code_name};
-use crate::error::DraError;
+use crate::error::{DraError, RpcCode};
 use crate::pod::{container_claim_requests, pod_claim_names};
 use crate::registry::{DraPluginInstance, DraPluginRegistry};
 use crate::source::ClaimSource;
@@ -363,7 +363,7 @@ impl ClaimCache {
     }
 
     /// `dra_grpc_operations_duration_seconds{driver_name, method_name, grpc_status_code}`.
-    fn record_rpc(&self, driver: &str, method: &str, code: tonic::Code, took: Duration) {
+    fn record_rpc(&self, driver: &str, method: &str, code: RpcCode, took: Duration) {
         if let Some(m) = self.shared.metrics.get() {
             m.dra_grpc_operation(driver, method, grpc_code_name(code), took);
         }
@@ -801,7 +801,7 @@ impl ClaimCache {
                     .client
                     .node_prepare_resources(claims.clone(), inst.call_timeout)
                     .await;
-                let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
+                let code = result.as_ref().map_or_else(|e| e.code, |_| RpcCode::Ok);
                 self.record_rpc(
                     &driver,
                     inst.service.prepare_method(),
@@ -970,7 +970,7 @@ impl ClaimCache {
                         .client
                         .node_unprepare_resources(claims.clone(), inst.call_timeout)
                         .await;
-                    let code = result.as_ref().map_or_else(|e| e.code, |_| tonic::Code::Ok);
+                    let code = result.as_ref().map_or_else(|e| e.code, |_| RpcCode::Ok);
                     self.record_rpc(
                         &driver,
                         inst.service.unprepare_method(),

@@ -1,26 +1,27 @@
-//! DRA driver clients: the [`DraPluginClient`] / [`DraPluginDialer`] seams and the real tonic
-//! implementation for `k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and `...v1beta1.DRAPlugin`.
+//! DRA driver clients: the [`DraPluginClient`] / [`DraPluginDialer`] seams and the domain types
+//! they speak ([`ClaimRef`], [`PreparedDevice`], [`DeviceHealthReport`], ...).
 //!
-//! Follows `pkg/kubelet/cm/dra/plugin/dra_plugin.go` and `dra/v1beta1/conversion.go`
-//! (spec dra-kubelet.md §1.2, §1.3, §1.9): one long-lived channel per driver instance created
-//! without a blocking dial (registration succeeds even if nothing listens yet), every call
-//! carries a deadline (45 s by default) that is also enforced locally, and the channel
-//! reconnects by itself after the driver restarts. Wire messages are converted into our own
-//! domain types ([`ClaimRef`], [`PreparedDevice`]); a v1beta1 driver never reports a ShareID.
+//! Follows `pkg/kubelet/cm/dra/plugin/dra_plugin.go` (spec dra-kubelet.md §1.2, §1.3, §1.9):
+//! one long-lived connection per driver instance, created without blocking on the driver, every
+//! call bounded by a deadline. The tonic implementation (v1 and v1beta1 on the wire, wire
+//! conversions) is `devicelet_rpc::dra_client`, so this crate carries no gRPC library.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use devicelet_proto::dra::{v1, v1beta1};
-use devicelet_transport::{call_with_deadline, request_with_deadline};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::error::{DraError, RpcError};
+use crate::error::{DraError, RpcCode, RpcError};
+
+/// `supported_versions` entry of a driver serving DRA v1.
+pub const V1_DRA_PLUGIN_SERVICE: &str = "v1.DRAPlugin";
+/// `supported_versions` entry of a driver serving DRA v1beta1.
+pub const V1BETA1_DRA_PLUGIN_SERVICE: &str = "v1beta1.DRAPlugin";
+/// Maximum length of a device health message in bytes (the API's limit).
+pub const HEALTH_MESSAGE_MAX_LENGTH: usize = 1024;
 
 /// Which DRA service a driver instance is spoken to with (§1.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,8 +36,8 @@ impl DraService {
     /// The string advertised in `PluginInfo.supported_versions`.
     pub fn as_str(self) -> &'static str {
         match self {
-            DraService::V1 => devicelet_proto::constants::dra::V1_DRA_PLUGIN_SERVICE,
-            DraService::V1Beta1 => devicelet_proto::constants::dra::V1BETA1_DRA_PLUGIN_SERVICE,
+            DraService::V1 => V1_DRA_PLUGIN_SERVICE,
+            DraService::V1Beta1 => V1BETA1_DRA_PLUGIN_SERVICE,
         }
     }
 
@@ -64,8 +65,8 @@ impl DraService {
 
 /// grpc-go's name of a status code (`codes.Code.String()`: `OK`, `DeadlineExceeded`, ...), the
 /// `grpc_status_code` label the kubelet's interceptor records (B15).
-pub fn grpc_code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code as C;
+pub fn grpc_code_name(code: RpcCode) -> &'static str {
+    use RpcCode as C;
     match code {
         C::Ok => "OK",
         C::Cancelled => "Canceled",
@@ -150,7 +151,7 @@ pub trait DraPluginClient: Send + Sync + 'static {
     /// service answer `Unimplemented`; the default is that answer.
     fn watch_health(&self) -> BoxFuture<'static, Result<HealthStream, RpcError>> {
         futures::future::ready(Err(RpcError {
-            code: tonic::Code::Unimplemented,
+            code: RpcCode::Unimplemented,
             message: "health stream not supported by this client".to_owned(),
         }))
         .boxed()
@@ -190,7 +191,7 @@ pub type HealthStream =
 /// Cuts `msg` to the 1024-byte API limit ending in `...`. Upstream (E20) cuts bytes and can
 /// split a UTF-8 sequence; we cut at a character boundary.
 pub fn truncate_health_message(msg: &str) -> String {
-    let max = devicelet_proto::constants::dra::HEALTH_MESSAGE_MAX_LENGTH;
+    let max = HEALTH_MESSAGE_MAX_LENGTH;
     if msg.len() <= max {
         return msg.to_owned();
     }
@@ -199,30 +200,6 @@ pub fn truncate_health_message(msg: &str) -> String {
         n -= 1;
     }
     format!("{}...", &msg[..n])
-}
-
-fn health_from_proto(d: devicelet_proto::dra_health::v1alpha1::DeviceHealth) -> DeviceHealthReport {
-    use devicelet_proto::dra_health::v1alpha1::HealthStatus as Pb;
-    let id = d.device.unwrap_or_default();
-    let health = match Pb::try_from(d.health) {
-        Ok(Pb::Healthy) => HealthStatus::Healthy,
-        Ok(Pb::Unhealthy) => HealthStatus::Unhealthy,
-        _ => HealthStatus::Unknown,
-    };
-    let timeout = u64::try_from(d.health_check_timeout_seconds)
-        .ok()
-        .filter(|s| *s > 0)
-        .map_or(
-            devicelet_proto::constants::dra::DEFAULT_HEALTH_CHECK_TIMEOUT,
-            Duration::from_secs,
-        );
-    DeviceHealthReport {
-        pool_name: id.pool_name,
-        device_name: id.device_name,
-        health,
-        timeout,
-        message: truncate_health_message(&d.message),
-    }
 }
 
 /// Creates the client of a newly registered driver instance. Must not block on the driver
@@ -235,278 +212,4 @@ pub trait DraPluginDialer: Send + Sync + 'static {
         endpoint: &Path,
         service: DraService,
     ) -> Result<Arc<dyn DraPluginClient>, DraError>;
-}
-
-/// The real dialer: a lazily connecting tonic channel over the Unix socket `endpoint`.
-#[derive(Debug, Clone, Default)]
-pub struct GrpcDraDialer;
-
-impl DraPluginDialer for GrpcDraDialer {
-    fn dial(
-        &self,
-        driver: &str,
-        endpoint: &Path,
-        service: DraService,
-    ) -> Result<Arc<dyn DraPluginClient>, DraError> {
-        Ok(Arc::new(GrpcDraClient::connect_lazy(
-            driver, endpoint, service,
-        )?))
-    }
-}
-
-/// tonic client of one driver instance (v1 or v1beta1 on the wire).
-#[derive(Debug, Clone)]
-pub struct GrpcDraClient {
-    channel: Channel,
-    service: DraService,
-    connected: Arc<AtomicBool>,
-}
-
-/// gRPC reconnect uses tonic's own back-off; this bounds one connection attempt.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
-
-impl GrpcDraClient {
-    /// Creates the channel without dialing; the first call (or tonic's reconnect) connects.
-    pub fn connect_lazy(
-        driver: &str,
-        endpoint: &Path,
-        service: DraService,
-    ) -> Result<Self, DraError> {
-        if endpoint.as_os_str().len() > devicelet_transport::MAX_SOCKET_PATH_LEN {
-            return Err(DraError::Dial {
-                driver: driver.to_owned(),
-                endpoint: endpoint.to_path_buf(),
-                reason: "socket path too long".to_owned(),
-            });
-        }
-        let socket: PathBuf = endpoint.to_path_buf();
-        let connected = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&connected);
-        let connector = tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            let flag = Arc::clone(&flag);
-            async move {
-                let result = tokio::net::UnixStream::connect(&socket).await;
-                flag.store(result.is_ok(), Ordering::Relaxed);
-                result.map(hyper_util::rt::TokioIo::new)
-            }
-        });
-        // The kubelet dials with `:authority = localhost` (kubernetes#112597).
-        let channel = Endpoint::from_static("http://localhost")
-            .connect_timeout(CONNECT_TIMEOUT)
-            .connect_with_connector_lazy(connector);
-        Ok(GrpcDraClient {
-            channel,
-            service,
-            connected,
-        })
-    }
-
-    fn note(&self, status: &tonic::Status) {
-        if status.code() == tonic::Code::Unavailable {
-            self.connected.store(false, Ordering::Relaxed);
-        }
-    }
-}
-
-fn to_v1_claims(claims: Vec<ClaimRef>) -> Vec<v1::Claim> {
-    claims
-        .into_iter()
-        .map(|c| v1::Claim {
-            namespace: c.namespace,
-            uid: c.uid,
-            name: c.name,
-        })
-        .collect()
-}
-
-fn to_v1beta1_claims(claims: Vec<ClaimRef>) -> Vec<v1beta1::Claim> {
-    claims
-        .into_iter()
-        .map(|c| v1beta1::Claim {
-            namespace: c.namespace,
-            uid: c.uid,
-            name: c.name,
-        })
-        .collect()
-}
-
-fn from_v1_response(r: v1::NodePrepareResourcesResponse) -> PrepareResponse {
-    r.claims
-        .into_iter()
-        .map(|(uid, c)| {
-            let devices = c
-                .devices
-                .into_iter()
-                .map(|d| PreparedDevice {
-                    request_names: d.request_names,
-                    pool_name: d.pool_name,
-                    device_name: d.device_name,
-                    cdi_device_ids: d.cdi_device_ids,
-                    share_id: d.share_id,
-                })
-                .collect();
-            (
-                uid,
-                ClaimPrepareResult {
-                    devices,
-                    error: c.error,
-                },
-            )
-        })
-        .collect()
-}
-
-fn from_v1beta1_response(r: v1beta1::NodePrepareResourcesResponse) -> PrepareResponse {
-    r.claims
-        .into_iter()
-        .map(|(uid, c)| {
-            let devices = c
-                .devices
-                .into_iter()
-                .map(|d| PreparedDevice {
-                    request_names: d.request_names,
-                    pool_name: d.pool_name,
-                    device_name: d.device_name,
-                    cdi_device_ids: d.cdi_device_ids,
-                    share_id: None,
-                })
-                .collect();
-            (
-                uid,
-                ClaimPrepareResult {
-                    devices,
-                    error: c.error,
-                },
-            )
-        })
-        .collect()
-}
-
-impl DraPluginClient for GrpcDraClient {
-    fn node_prepare_resources(
-        &self,
-        claims: Vec<ClaimRef>,
-        deadline: Duration,
-    ) -> BoxFuture<'static, Result<PrepareResponse, RpcError>> {
-        let this = self.clone();
-        async move {
-            let result = match this.service {
-                DraService::V1 => {
-                    let mut c = v1::dra_plugin_client::DraPluginClient::new(this.channel.clone());
-                    let req = request_with_deadline(
-                        v1::NodePrepareResourcesRequest {
-                            claims: to_v1_claims(claims),
-                        },
-                        deadline,
-                    );
-                    call_with_deadline(deadline, c.node_prepare_resources(req))
-                        .await
-                        .map(|r| from_v1_response(r.into_inner()))
-                }
-                DraService::V1Beta1 => {
-                    let mut c =
-                        v1beta1::dra_plugin_client::DraPluginClient::new(this.channel.clone());
-                    let req = request_with_deadline(
-                        v1beta1::NodePrepareResourcesRequest {
-                            claims: to_v1beta1_claims(claims),
-                        },
-                        deadline,
-                    );
-                    call_with_deadline(deadline, c.node_prepare_resources(req))
-                        .await
-                        .map(|r| from_v1beta1_response(r.into_inner()))
-                }
-            };
-            result.map_err(|s| {
-                this.note(&s);
-                RpcError::from(s)
-            })
-        }
-        .boxed()
-    }
-
-    fn node_unprepare_resources(
-        &self,
-        claims: Vec<ClaimRef>,
-        deadline: Duration,
-    ) -> BoxFuture<'static, Result<UnprepareResponse, RpcError>> {
-        let this = self.clone();
-        async move {
-            let result = match this.service {
-                DraService::V1 => {
-                    let mut c = v1::dra_plugin_client::DraPluginClient::new(this.channel.clone());
-                    let req = request_with_deadline(
-                        v1::NodeUnprepareResourcesRequest {
-                            claims: to_v1_claims(claims),
-                        },
-                        deadline,
-                    );
-                    call_with_deadline(deadline, c.node_unprepare_resources(req))
-                        .await
-                        .map(|r| {
-                            r.into_inner()
-                                .claims
-                                .into_iter()
-                                .map(|(k, v)| (k, v.error))
-                                .collect()
-                        })
-                }
-                DraService::V1Beta1 => {
-                    let mut c =
-                        v1beta1::dra_plugin_client::DraPluginClient::new(this.channel.clone());
-                    let req = request_with_deadline(
-                        v1beta1::NodeUnprepareResourcesRequest {
-                            claims: to_v1beta1_claims(claims),
-                        },
-                        deadline,
-                    );
-                    call_with_deadline(deadline, c.node_unprepare_resources(req))
-                        .await
-                        .map(|r| {
-                            r.into_inner()
-                                .claims
-                                .into_iter()
-                                .map(|(k, v)| (k, v.error))
-                                .collect()
-                        })
-                }
-            };
-            result.map_err(|s| {
-                this.note(&s);
-                RpcError::from(s)
-            })
-        }
-        .boxed()
-    }
-
-    fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Relaxed)
-    }
-
-    fn watch_health(&self) -> BoxFuture<'static, Result<HealthStream, RpcError>> {
-        use devicelet_proto::dra_health::v1alpha1::{
-            NodeWatchResourcesRequest, dra_resource_health_client::DraResourceHealthClient,
-        };
-        use futures::StreamExt;
-        let this = self.clone();
-        async move {
-            // Same channel as prepare/unprepare: one connection per instance (§1.9).
-            let mut c = DraResourceHealthClient::new(this.channel.clone());
-            let stream = c
-                .node_watch_resources(NodeWatchResourcesRequest {})
-                .await
-                .map_err(|s| {
-                    this.note(&s);
-                    RpcError::from(s)
-                })?
-                .into_inner();
-            let mapped = stream.map(|item| {
-                item.map(|r| r.devices.into_iter().map(health_from_proto).collect())
-                    .map_err(RpcError::from)
-            });
-            Ok(mapped.boxed())
-        }
-        .boxed()
-    }
 }

@@ -9,17 +9,107 @@ use std::path::PathBuf;
 #[error("rpc error: code = {code:?} desc = {message}")]
 pub struct RpcError {
     /// gRPC status code.
-    pub code: tonic::Code,
+    pub code: RpcCode,
     /// Status message.
     pub message: String,
 }
 
-impl From<tonic::Status> for RpcError {
-    fn from(s: tonic::Status) -> Self {
-        RpcError {
-            code: s.code(),
-            message: s.message().to_owned(),
+/// A gRPC status code (`google.rpc.Code`), so this crate names codes without a gRPC library.
+/// Variant names (the `Debug` text, used in [`RpcError`]'s message) and `Display` texts are
+/// tonic's, so messages read as they did when this field was a `tonic::Code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RpcCode {
+    /// `OK`.
+    Ok = 0,
+    /// `CANCELLED`.
+    Cancelled = 1,
+    /// `UNKNOWN`.
+    Unknown = 2,
+    /// `INVALID_ARGUMENT`.
+    InvalidArgument = 3,
+    /// `DEADLINE_EXCEEDED`.
+    DeadlineExceeded = 4,
+    /// `NOT_FOUND`.
+    NotFound = 5,
+    /// `ALREADY_EXISTS`.
+    AlreadyExists = 6,
+    /// `PERMISSION_DENIED`.
+    PermissionDenied = 7,
+    /// `RESOURCE_EXHAUSTED`.
+    ResourceExhausted = 8,
+    /// `FAILED_PRECONDITION`.
+    FailedPrecondition = 9,
+    /// `ABORTED`.
+    Aborted = 10,
+    /// `OUT_OF_RANGE`.
+    OutOfRange = 11,
+    /// `UNIMPLEMENTED`.
+    Unimplemented = 12,
+    /// `INTERNAL`.
+    Internal = 13,
+    /// `UNAVAILABLE`.
+    Unavailable = 14,
+    /// `DATA_LOSS`.
+    DataLoss = 15,
+    /// `UNAUTHENTICATED`.
+    Unauthenticated = 16,
+}
+
+impl RpcCode {
+    /// All 17 codes in numeric order.
+    pub const ALL: [RpcCode; 17] = [
+        RpcCode::Ok,
+        RpcCode::Cancelled,
+        RpcCode::Unknown,
+        RpcCode::InvalidArgument,
+        RpcCode::DeadlineExceeded,
+        RpcCode::NotFound,
+        RpcCode::AlreadyExists,
+        RpcCode::PermissionDenied,
+        RpcCode::ResourceExhausted,
+        RpcCode::FailedPrecondition,
+        RpcCode::Aborted,
+        RpcCode::OutOfRange,
+        RpcCode::Unimplemented,
+        RpcCode::Internal,
+        RpcCode::Unavailable,
+        RpcCode::DataLoss,
+        RpcCode::Unauthenticated,
+    ];
+
+    /// Description of the code (tonic's `Code::description` text).
+    pub fn description(self) -> &'static str {
+        match self {
+            RpcCode::Ok => "The operation completed successfully",
+            RpcCode::Cancelled => "The operation was cancelled",
+            RpcCode::Unknown => "Unknown error",
+            RpcCode::InvalidArgument => "Client specified an invalid argument",
+            RpcCode::DeadlineExceeded => "Deadline expired before operation could complete",
+            RpcCode::NotFound => "Some requested entity was not found",
+            RpcCode::AlreadyExists => "Some entity that we attempted to create already exists",
+            RpcCode::PermissionDenied => {
+                "The caller does not have permission to execute the specified operation"
+            }
+            RpcCode::ResourceExhausted => "Some resource has been exhausted",
+            RpcCode::FailedPrecondition => {
+                "The system is not in a state required for the operation's execution"
+            }
+            RpcCode::Aborted => "The operation was aborted",
+            RpcCode::OutOfRange => "Operation was attempted past the valid range",
+            RpcCode::Unimplemented => "Operation is not implemented or not supported",
+            RpcCode::Internal => "Internal error",
+            RpcCode::Unavailable => "The service is currently unavailable",
+            RpcCode::DataLoss => "Unrecoverable data loss or corruption",
+            RpcCode::Unauthenticated => {
+                "The request does not have valid authentication credentials"
+            }
         }
+    }
+}
+
+impl std::fmt::Display for RpcCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.description())
     }
 }
 
@@ -225,7 +315,7 @@ impl DraError {
             DraError::NotRegistered(_) => true,
             DraError::Rpc { source, .. } => matches!(
                 source.code,
-                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                RpcCode::Unavailable | RpcCode::DeadlineExceeded | RpcCode::Cancelled
             ),
             DraError::Multiple(errs) => errs.iter().any(DraError::is_driver_unavailable),
             _ => false,

@@ -1,13 +1,13 @@
 //! In-process test doubles: a fake DRA driver ([`FakeDraDriver`]) behind a [`FakeDialer`], and
 //! builders for claims and pods. Used by this crate's tests and bench, and by callers that test
-//! the daemon without driver processes. The fake keeps its own prepared set and call log so
-//! tests can check what really reached the driver.
+//! the daemon without driver processes (feature `test-utils`). The fake keeps its own prepared
+//! set and call log so tests can check what really reached the driver.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -22,11 +22,13 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::claim_cache::ClaimCache;
 use crate::client::{
     ClaimPrepareResult, ClaimRef, DraPluginClient, DraPluginDialer, DraService, PrepareResponse,
     PreparedDevice, UnprepareResponse,
 };
-use crate::error::{DraError, RpcError};
+use crate::error::{DraError, RpcCode, RpcError};
+use crate::source::{ClaimSource, InMemoryClaimSource};
 
 /// How the fake driver answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +140,7 @@ impl FakeDraDriver {
         });
         match st.mode.clone() {
             FakeMode::Unavailable => Err(RpcError {
-                code: tonic::Code::Unavailable,
+                code: RpcCode::Unavailable,
                 message: "connection refused".to_owned(),
             }),
             FakeMode::Skip => Ok(HashMap::new()),
@@ -190,7 +192,7 @@ impl FakeDraDriver {
         });
         match st.mode.clone() {
             FakeMode::Unavailable => Err(RpcError {
-                code: tonic::Code::Unavailable,
+                code: RpcCode::Unavailable,
                 message: "connection refused".to_owned(),
             }),
             FakeMode::Skip => Ok(HashMap::new()),
@@ -226,7 +228,7 @@ impl DraPluginClient for FakeClient {
             if delay > deadline {
                 tokio::time::sleep(deadline).await;
                 return Err(RpcError {
-                    code: tonic::Code::DeadlineExceeded,
+                    code: RpcCode::DeadlineExceeded,
                     message: "deadline".to_owned(),
                 });
             }
@@ -471,4 +473,63 @@ pub fn add_template_claim(
             name: pod_claim.to_owned(),
             resource_claim_name: claim_name.map(str::to_owned),
         });
+}
+
+/// The prepare/unprepare benches' workload (fake driver here, gRPC in `devicelet-rpc`): `n`
+/// pods `ns/p{i}` (UID `pod-{i}`), each with two claims of `driver` reserved for it, stored in
+/// `source`.
+pub fn two_claim_pods(source: &InMemoryClaimSource, driver: &str, n: usize) -> Vec<Pod> {
+    (0..n)
+        .map(|i| {
+            let uid = format!("pod-{i}");
+            let (a, b) = (format!("c{i}-a"), format!("c{i}-b"));
+            source.insert(allocated_claim(
+                "ns",
+                &a,
+                &format!("u{i}a"),
+                &[driver],
+                &[&uid],
+            ));
+            source.insert(allocated_claim(
+                "ns",
+                &b,
+                &format!("u{i}b"),
+                &[driver],
+                &[&uid],
+            ));
+            pod_with_claims("ns", &format!("p{i}"), &uid, &[&a, &b])
+        })
+        .collect()
+}
+
+/// Prepares then unprepares each of `pods` in turn (the benches' measured loop) and returns the
+/// figure: `N pods x 2 claims prepare+unprepare in T: R pods/s, p50 .., p99 ..`.
+pub async fn prepare_unprepare_each(
+    cache: &ClaimCache,
+    source: &dyn ClaimSource,
+    pods: &[Pod],
+) -> Result<String, DraError> {
+    let mut lat = Vec::with_capacity(pods.len());
+    let start = Instant::now();
+    for pod in pods {
+        let t = Instant::now();
+        cache.prepare_resources(pod, source).await?;
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        cache.unprepare_resources(uid).await?;
+        lat.push(t.elapsed());
+    }
+    let total = start.elapsed();
+    lat.sort();
+    let pct = |p: f64| {
+        let i = ((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1));
+        lat.get(i).copied().unwrap_or_default()
+    };
+    Ok(format!(
+        "{} pods x 2 claims prepare+unprepare in {:.2?}: {:.0} pods/s, p50 {:.2?}, p99 {:.2?}",
+        pods.len(),
+        total,
+        pods.len() as f64 / total.as_secs_f64(),
+        pct(0.50),
+        pct(0.99)
+    ))
 }

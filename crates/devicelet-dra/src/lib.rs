@@ -4,16 +4,19 @@
 //! A7, A8) with upstream bugs E1–E4 fixed:
 //! - [`DraPluginRegistry`]: driver instances registered by the plugin watcher (version choice,
 //!   several instances per driver, newest connected wins, idempotent deregistration).
-//! - [`DraPluginClient`] / [`DraPluginDialer`]: one connection per driver instance; the real
-//!   tonic implementation is [`GrpcDraDialer`] (v1 and v1beta1 on the wire).
+//! - [`DraPluginClient`] / [`DraPluginDialer`]: one connection per driver instance, in domain
+//!   types ([`ClaimRef`], [`PreparedDevice`], [`DeviceHealthReport`]; errors carry an
+//!   [`RpcCode`]). This crate has no gRPC library: the tonic implementation (v1 and v1beta1 on
+//!   the wire) is `devicelet_rpc::GrpcDraDialer`.
 //! - [`ClaimCache`]: prepare/unprepare of a pod's claims, reference-counted by pod UID, batched
 //!   per driver, persisted in `R/dra_manager_state` (kubelet format) before success is reported.
 //! - [`ClaimSource`] / [`InMemoryClaimSource`]: where claims are read from.
 //! - [`pod`]: claim name resolution and per-container claim/request references.
-//! - [`fake`]: in-process fake driver and object builders for tests and benches.
+//! - `fake` (feature `test-utils`): in-process fake driver and object builders for tests and
+//!   benches.
 //!
-//! Wiring (the daemon owns this; `devicelet-rpc`'s `PluginHandler` is not a dependency here so
-//! that crate may depend on this one):
+//! Wiring (the daemon in `devicelet-rpc` owns this; neither its `PluginHandler` nor its dialer is
+//! a dependency here, so that crate may depend on this one):
 //!
 //! ```ignore
 //! struct DraHandler(devicelet_dra::DraPluginRegistry);
@@ -28,7 +31,7 @@
 //!     }
 //!     fn deregister(&self, n: &str, ep: &Path) { self.0.deregister(n, ep) }
 //! }
-//! let registry = DraPluginRegistry::new(Arc::new(GrpcDraDialer));
+//! let registry = DraPluginRegistry::new(Arc::new(devicelet_rpc::GrpcDraDialer));
 //! watcher.add_handler("DRAPlugin", Arc::new(DraHandler(registry.clone())));
 //! let claims = ClaimCache::open(root_dir, registry, &ProcBootId::default())?;
 //! // admit/sandbox: claims.prepare_resources(&pod, &source).await?
@@ -42,6 +45,7 @@ pub mod boot;
 pub mod claim_cache;
 pub mod client;
 pub mod error;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod fake;
 pub mod pod;
 pub mod registry;
@@ -51,9 +55,10 @@ pub use boot::{BootIdSource, FixedBootId, ProcBootId};
 pub use claim_cache::{CachedClaim, ClaimCache};
 pub use client::{
     ClaimPrepareResult, ClaimRef, DeviceHealthReport, DraPluginClient, DraPluginDialer, DraService,
-    GrpcDraClient, GrpcDraDialer, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,
-    UnprepareResponse, grpc_code_name,
+    HEALTH_MESSAGE_MAX_LENGTH, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,
+    UnprepareResponse, V1_DRA_PLUGIN_SERVICE, V1BETA1_DRA_PLUGIN_SERVICE, grpc_code_name,
+    truncate_health_message,
 };
-pub use error::{DraError, RpcError, VersionError};
-pub use registry::{DraPluginInstance, DraPluginRegistry, choose_service};
+pub use error::{DraError, RpcCode, RpcError, VersionError};
+pub use registry::{DRA_RPC_TIMEOUT, DraPluginInstance, DraPluginRegistry, choose_service};
 pub use source::{ClaimSource, ClaimSourceError, InMemoryClaimSource};

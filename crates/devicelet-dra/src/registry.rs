@@ -12,11 +12,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use devicelet_proto::constants::dra::DRA_RPC_TIMEOUT;
 use tracing::info;
 
 use crate::client::{DraPluginClient, DraPluginDialer, DraService};
 use crate::error::{DraError, VersionError};
+
+/// Deadline of `NodePrepareResources` / `NodeUnprepareResources` (the kubelet's 45 s).
+pub const DRA_RPC_TIMEOUT: Duration = Duration::from_secs(45);
 
 /// Services we support, in our preference order (`plugin/dra_plugin.go:46-49`).
 pub const SUPPORTED_SERVICES: [DraService; 2] = [DraService::V1, DraService::V1Beta1];

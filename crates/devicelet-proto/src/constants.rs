@@ -72,22 +72,16 @@ pub mod pluginregistration {
     pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
 }
 
-/// DRA kubelet-plugin API (`dra/v1`, `dra/v1beta1`, `dra-health/v1alpha1`).
+/// DRA kubelet-plugin API (`dra/v1`, `dra/v1beta1`, `dra-health/v1alpha1`). The DRA service
+/// names, the call deadline and the health message limit are the DRA manager's
+/// (`devicelet_dra::{V1_DRA_PLUGIN_SERVICE, DRA_RPC_TIMEOUT, HEALTH_MESSAGE_MAX_LENGTH}`).
 pub mod dra {
     use std::time::Duration;
 
-    /// `supported_versions` entry of a driver serving DRA v1.
-    pub const V1_DRA_PLUGIN_SERVICE: &str = "v1.DRAPlugin";
-    /// `supported_versions` entry of a driver serving DRA v1beta1.
-    pub const V1BETA1_DRA_PLUGIN_SERVICE: &str = "v1beta1.DRAPlugin";
     /// `supported_versions` entry of a driver serving the health API.
     pub const V1ALPHA1_DRA_RESOURCE_HEALTH_SERVICE: &str = "v1alpha1.DRAResourceHealth";
-    /// Timeout of `NodePrepareResources` / `NodeUnprepareResources`.
-    pub const DRA_RPC_TIMEOUT: Duration = Duration::from_secs(45);
     /// Default device health timeout when a driver sends `<= 0`.
     pub const DEFAULT_HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
-    /// Maximum length of a device health message in bytes.
-    pub const HEALTH_MESSAGE_MAX_LENGTH: usize = 1024;
     /// Name of the DRA claim-cache checkpoint file in the root directory.
     pub const CLAIM_CHECKPOINT_FILE_NAME: &str = "dra_manager_state";
     /// Name of the DRA health checkpoint file in the root directory.

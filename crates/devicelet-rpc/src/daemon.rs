@@ -15,7 +15,7 @@ use devicelet_devicemanager::{
     Clock, DEFAULT_DIAL_TIMEOUT, DEFAULT_ENDPOINT_GRACE_PERIOD, DEFAULT_OPTIONS_TIMEOUT,
     DeviceManager, DeviceManagerConfig, SystemClock,
 };
-use devicelet_dra::{DraPluginRegistry, GrpcDraDialer, ProcBootId};
+use devicelet_dra::{DraPluginRegistry, ProcBootId};
 use devicelet_proto::constants;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::cleanup::remove_stale_sockets;
 use crate::control::{self, ControlState};
+use crate::dra_client::GrpcDraDialer;
 use crate::dra_handler::DraHandler;
 use crate::error::RpcError;
 use crate::plugin_client::TonicPluginDialer;

@@ -1,6 +1,6 @@
 //! devicelet-rpc: the one place that translates between gRPC (and the HTTP control API) and the
 //! node core (`devicelet-node`) and managers: the v1beta1 Registration server on `kubelet.sock`,
-//! the tonic device-plugin client, the plugin watcher on `plugins_registry` (with the device
+//! the tonic device-plugin and DRA driver clients, the plugin watcher on `plugins_registry` (with the device
 //! plugin and DRA handlers), stale-socket cleanup, the PodResources API, the control API on
 //! `R/devicelet/devicelet.sock`, the `/metrics` endpoint, and the [`Daemon`] that wires them
 //! for one root directory. Servers decode, call the node, encode; they decide nothing.
@@ -9,6 +9,7 @@ pub mod cleanup;
 pub mod control;
 pub mod convert;
 pub mod daemon;
+pub mod dra_client;
 pub mod dra_handler;
 pub mod error;
 pub mod metrics;
@@ -23,6 +24,7 @@ pub mod transport;
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths};
 pub use devicelet_metrics::Metrics;
+pub use dra_client::{GrpcDraClient, GrpcDraDialer};
 pub use dra_handler::DraHandler;
 pub use error::{ControlError, RpcError};
 pub use metrics::{DEFAULT_METRICS_ADDRESS, MetricsServer};

@@ -529,7 +529,7 @@ async fn b17_health_stream_shows_in_get_pods() {
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "health not reflected: {c}"
+            "health not reflected: {c:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

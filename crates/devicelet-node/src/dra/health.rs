@@ -211,7 +211,7 @@ impl DraNode {
                             }
                         }
                     },
-                    Err(e) if devicelet_dra::grpc_code_name(e.code) == "Unimplemented" => {}
+                    Err(e) if e.code == devicelet_dra::RpcCode::Unimplemented => {}
                     Err(e) => warn!(driver, error = %e.message, "cannot open health stream"),
                 }
                 health.clear_driver(&driver);

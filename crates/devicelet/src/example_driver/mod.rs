@@ -399,8 +399,8 @@ impl reg::registration_server::Registration for Registration {
             name: self.core.driver.clone(),
             endpoint: self.endpoint.display().to_string(),
             supported_versions: vec![
-                constants::dra::V1_DRA_PLUGIN_SERVICE.to_owned(),
-                constants::dra::V1BETA1_DRA_PLUGIN_SERVICE.to_owned(),
+                devicelet_dra::V1_DRA_PLUGIN_SERVICE.to_owned(),
+                devicelet_dra::V1BETA1_DRA_PLUGIN_SERVICE.to_owned(),
                 "v1alpha1.DRAResourceHealth".to_owned(),
             ],
         }))

@@ -9,10 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use devicelet_dra::fake::{allocated_claim, pod_with_claims};
-use devicelet_dra::{
-    ClaimCache, DraPluginRegistry, FixedBootId, GrpcDraDialer, InMemoryClaimSource,
-};
+use devicelet_dra::{ClaimCache, DraPluginRegistry, FixedBootId, InMemoryClaimSource};
 use devicelet_proto::dra::{v1, v1beta1};
+use devicelet_rpc::GrpcDraDialer;
 use devicelet_transport::{bind_unix_listener, shimmed_incoming};
 use tokio::sync::oneshot;
 
