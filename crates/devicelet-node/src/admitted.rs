@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use devicelet_devicemanager::ContainerKind;
 use serde::{Deserialize, Serialize};
 
-use crate::dra::ClaimDeviceView;
-use crate::health::ResourceStatus;
+use crate::dra::views::ClaimDeviceView;
 
 /// Identity of an admitted pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +31,7 @@ pub struct ContainerView {
     #[serde(default)]
     pub claims: Vec<ClaimDeviceView>,
     /// KEP-4680 health of the container's devices (app containers; filled from the live
-    /// inventory when pods are shown, see [`crate::health`]).
+    /// inventory when pods are shown by `crate::health`).
     #[serde(
         default,
         rename = "allocatedResourcesStatus",
@@ -96,4 +95,24 @@ pub struct PodSync {
 pub struct ActivePods {
     /// UIDs of every pod still active on the node.
     pub active_pods: Vec<String>,
+}
+
+/// `core/v1.ResourceStatus`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceStatus {
+    /// The resource name (device plugins) or `claim:<name>` (DRA).
+    pub name: String,
+    /// One entry per device.
+    #[serde(default)]
+    pub resources: Vec<ResourceHealth>,
+}
+
+/// `core/v1.ResourceHealth`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceHealth {
+    /// The device ID.
+    #[serde(rename = "resourceID")]
+    pub resource_id: String,
+    /// `Healthy`, `Unhealthy` (or `Unknown` for DRA).
+    pub health: String,
 }

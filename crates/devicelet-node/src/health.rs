@@ -20,30 +20,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use devicelet_devicemanager::{ContainerKind, DeviceManager, HEALTHY, UNHEALTHY};
-use serde::{Deserialize, Serialize};
-
 use crate::admitted::AdmittedPod;
-
-/// `core/v1.ResourceStatus`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourceStatus {
-    /// The resource name (device plugins) or `claim:<name>` (DRA).
-    pub name: String,
-    /// One entry per device.
-    #[serde(default)]
-    pub resources: Vec<ResourceHealth>,
-}
-
-/// `core/v1.ResourceHealth`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourceHealth {
-    /// The device ID.
-    #[serde(rename = "resourceID")]
-    pub resource_id: String,
-    /// `Healthy`, `Unhealthy` (or `Unknown` for DRA).
-    pub health: String,
-}
+pub use crate::admitted::{ResourceHealth, ResourceStatus};
+use devicelet_devicemanager::{ContainerKind, DeviceManager, HEALTHY, UNHEALTHY};
 
 /// `ResourceHealthStatus` for a device whose plugin is not connected.
 pub const UNKNOWN: &str = "Unknown";

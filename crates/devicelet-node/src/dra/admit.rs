@@ -24,7 +24,9 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tracing::{info, warn};
 
-use super::{ClaimOrigin, DraNode, DraNodeError, Objects, key, lock, ns_of};
+use super::node::{DraNode, lock};
+use super::store::{Objects, key, ns_of};
+use super::{ClaimOrigin, DraNodeError};
 
 /// A claim source that adds up the time its GETs take (for the admission log line: how much
 /// of a prepare is the API server's).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use devicelet_dra::DraError;
 use tracing::info;
 
-use super::{DraNode, lock};
+use super::node::{DraNode, lock};
 
 impl DraNode {
     /// The driver's last instance went away: its published slices are wiped after the wipe

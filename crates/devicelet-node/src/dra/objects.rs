@@ -6,7 +6,9 @@ use k8s_openapi::api::resource::v1::{
 };
 use tracing::info;
 
-use super::{ClaimOrigin, DraNode, DraNodeError, key, lock, ns_of};
+use super::node::{DraNode, lock};
+use super::store::{key, ns_of};
+use super::{ClaimOrigin, DraNodeError};
 
 impl DraNode {
     /// `devicelet apply`: stores DeviceClasses, ResourceSlices, ResourceClaims and

@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{ClaimOrigin, DraNode, DraNodeError, lock};
+use super::node::{DraNode, lock};
+use super::{ClaimOrigin, DraNodeError};
 
 impl DraNode {
     /// The pod is gone: unprepare its claims from cached information (works when the claim

@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use devicelet_dra::pod::container_claim_requests;
 use serde::{Deserialize, Serialize};
 
-use super::health::health_str;
+use super::health_cache::health_str;
 
-use super::{DraNode, DraNodeError, find_container, key, lock, ns_of};
+use super::DraNodeError;
+use super::node::{DraNode, find_container, lock};
+use super::store::{key, ns_of};
 
 /// One prepared device of a claim a container uses (the `claims` entries of `admit` JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

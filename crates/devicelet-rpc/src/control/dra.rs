@@ -27,7 +27,7 @@ pub fn router(dra: &Arc<DraNode>) -> Router {
 }
 
 fn err_json(status: StatusCode, message: &str) -> Response {
-    super::error_response(status, message)
+    super::response::error_response(status, message)
 }
 
 async fn get_dra(State(dra): State<Arc<DraNode>>) -> Json<DraSnapshot> {

@@ -21,6 +21,9 @@
 //! Errors are JSON `{"error": "..."}` with a fitting status code.
 
 pub mod dra;
+mod response;
+
+pub use response::error_response;
 
 use std::path::{Path, PathBuf};
 
@@ -223,11 +226,6 @@ fn pod_error(err: &PodError) -> Response {
         return (status, Json(body)).into_response();
     }
     error_response(status, &err.to_string())
-}
-
-/// A JSON error body `{"error": message}`.
-pub fn error_response(status: StatusCode, message: &str) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
 fn decode<T: DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, ControlError> {
