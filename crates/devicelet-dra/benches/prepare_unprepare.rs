@@ -8,19 +8,18 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use devicelet_dra::fake::{FakeDialer, FakeDraDriver, prepare_unprepare_each, two_claim_pods};
+use devicelet_dra::fake::{FakeDialer, FakeDraDriver, two_claim_pods};
 use devicelet_dra::{ClaimCache, DraPluginRegistry, FixedBootId, InMemoryClaimSource};
+
+#[path = "../../../testsupport/dra_bench.rs"]
+mod dra_bench;
 
 const DRIVER: &str = "gpu.example.com";
 
 fn bench(c: &mut Criterion) {
-    let n: usize = std::env::var("DRA_BENCH_PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let n = dra_bench::bench_pods();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
 
     let dialer = FakeDialer::new();
@@ -38,28 +37,15 @@ fn bench(c: &mut Criterion) {
         ClaimCache::open(state.path(), registry, &FixedBootId("bench".into())).expect("open");
     let source = InMemoryClaimSource::new();
     let pods = two_claim_pods(&source, DRIVER, n);
-    let figure = rt
-        .block_on(prepare_unprepare_each(&cache, &source, &pods))
-        .expect("prepare+unprepare");
-    println!("fake driver: {figure}");
-
-    let mut group = c.benchmark_group("dra");
-    group
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20);
-    let pod = &pods[0];
-    group.bench_function("fake_prepare_unprepare_one_pod", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                cache
-                    .prepare_resources(pod, &source)
-                    .await
-                    .expect("prepare");
-                cache.unprepare_resources("pod-0").await.expect("unprepare");
-            })
-        })
-    });
-    group.finish();
+    dra_bench::measure(
+        c,
+        &rt,
+        "fake driver",
+        "fake_prepare_unprepare_one_pod",
+        &cache,
+        &source,
+        &pods,
+    );
 }
 
 criterion_group!(benches, bench);

@@ -9,14 +9,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use devicelet_dra::fake::{prepare_unprepare_each, two_claim_pods};
+use devicelet_dra::fake::two_claim_pods;
 use devicelet_dra::{ClaimCache, DraPluginRegistry, FixedBootId, InMemoryClaimSource};
 use devicelet_proto::dra::v1;
 use devicelet_rpc::GrpcDraDialer;
 use devicelet_transport::{bind_unix_listener, shimmed_incoming};
+
+#[path = "../../../testsupport/dra_bench.rs"]
+mod dra_bench;
 
 const DRIVER: &str = "gpu.example.com";
 
@@ -71,10 +73,7 @@ impl v1::dra_plugin_server::DraPlugin for EchoDriver {
 }
 
 fn bench(c: &mut Criterion) {
-    let n: usize = std::env::var("DRA_BENCH_PODS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let n = dra_bench::bench_pods();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
 
     let sock_dir = tempfile::Builder::new()
@@ -100,28 +99,15 @@ fn bench(c: &mut Criterion) {
         let pods = two_claim_pods(&source, DRIVER, n);
         (cache, source, pods)
     });
-    let figure = rt
-        .block_on(prepare_unprepare_each(&cache, &source, &pods))
-        .expect("prepare+unprepare");
-    println!("gRPC unix socket: {figure}");
-
-    let mut group = c.benchmark_group("dra");
-    group
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20);
-    let pod = &pods[0];
-    group.bench_function("grpc_prepare_unprepare_one_pod", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                cache
-                    .prepare_resources(pod, &source)
-                    .await
-                    .expect("prepare");
-                cache.unprepare_resources("pod-0").await.expect("unprepare");
-            })
-        })
-    });
-    group.finish();
+    dra_bench::measure(
+        c,
+        &rt,
+        "gRPC unix socket",
+        "grpc_prepare_unprepare_one_pod",
+        &cache,
+        &source,
+        &pods,
+    );
 }
 
 criterion_group!(benches, bench);
