@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceSlice};
 
-use super::{CapacityData, DeviceData, GatherKey, Pool, Result, SliceData, parse_q};
+use super::data::{CapacityData, DeviceData, GatherKey, Pool, Result, SliceData, parse_q};
 use crate::fasthash::FastMap;
 use crate::nodesel::NodeMatchSpec;
 use crate::selector::{SelectorCache, evaluate};
