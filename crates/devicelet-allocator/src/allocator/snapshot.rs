@@ -138,7 +138,7 @@ impl ExprSlot {
 impl<'a> ClusterSnapshot<'a> {
     /// Prepares classes and slices once (slice partition, interned device IDs, parsed
     /// quantities, compiled node selectors). Malformed quantities are reported by every later
-    /// allocation call as [`ErrorClass::InvalidInput`].
+    /// allocation call as [`ErrorClass::InvalidInput`](crate::types::ErrorClass::InvalidInput).
     pub fn new(
         classes: &'a [DeviceClass],
         slices: &'a [ResourceSlice],
