@@ -28,11 +28,9 @@ use crate::check::{Checker, Ty};
 use crate::cost::{MAX_AST_DEPTH, MAX_EXPRESSION_LENGTH};
 use crate::env::Env;
 use crate::error::CelCompileError;
+use crate::fastpath::Fast;
 use crate::functions;
-
-/// Prefix of the identifiers the rewrite introduces. `@` cannot appear in a CEL
-/// identifier, so user expressions cannot collide with them.
-pub(crate) const RESERVED_PREFIX: &str = "@dra:";
+use crate::program::{Program, RESERVED_PREFIX, Slot};
 
 /// Stack size of the threads that compile, and that evaluate unusually deep expressions:
 /// the ANTLR-generated parser recurses per nesting level before our depth check can run,
@@ -44,49 +42,12 @@ pub(crate) const BIG_STACK_SIZE: usize = 64 * 1024 * 1024;
 /// allocator running on a 2 MiB worker stack cannot overflow it.
 pub(crate) const INLINE_EVAL_DEPTH: usize = 16;
 
-/// One `device.attributes[domain].id` or `device.capacity[domain].id` lookup.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Slot {
-    pub(crate) domain: String,
-    pub(crate) id: String,
-    /// `domain/id`, the key of a qualified name in the slice.
-    pub(crate) qualified: String,
-}
-
-/// A rewritten expression and the tables its reserved identifiers refer to.
+/// A compiled selector: the rewritten program and, when the whole expression has one of the
+/// common shapes, its native evaluator (`fastpath.rs`).
 #[derive(Debug)]
-pub(crate) struct Program {
-    pub(crate) expr: IdedExpr,
-    /// Nesting depth of `expr` (after the rewrite).
-    pub(crate) depth: usize,
-    pub(crate) attribute_slots: Vec<Slot>,
-    pub(crate) capacity_slots: Vec<Slot>,
-    pub(crate) attribute_domains: Vec<String>,
-    pub(crate) capacity_domains: Vec<String>,
-    pub(crate) constants: Vec<Value>,
-    /// For constants made by `quantity("...")`: the literal text, by constant index (used
-    /// by the native fast path).
-    pub(crate) quantity_literals: Vec<(usize, String)>,
-    /// For constants made by a one-argument `semver("...")`: the literal text (build
-    /// metadata stripped), by constant index.
-    pub(crate) semver_literals: Vec<(usize, String)>,
-    /// The native evaluator for the common selector shapes, if the whole expression has
-    /// one of them.
-    pub(crate) fast: Option<crate::fastpath::Fast>,
-}
-
-impl Program {
-    /// The id of a slot named by a reserved identifier, for error messages.
-    pub(crate) fn slot_id_for(&self, name: &str) -> Option<&str> {
-        let rest = name.strip_prefix(RESERVED_PREFIX)?;
-        let (tag, index) = rest.split_at_checked(1)?;
-        let index: usize = index.parse().ok()?;
-        match tag {
-            "A" => self.attribute_slots.get(index).map(|s| s.id.as_str()),
-            "C" => self.capacity_slots.get(index).map(|s| s.id.as_str()),
-            _ => None,
-        }
-    }
+pub(crate) struct Compiled {
+    pub(crate) program: Program,
+    pub(crate) fast: Option<Fast>,
 }
 
 /// Compiles `source` for `env`. Parsing, checking and rewriting all recurse over the
@@ -96,7 +57,7 @@ pub(crate) fn compile(
     source: &str,
     env: &Arc<Env>,
     consumable_capacity: bool,
-) -> Result<Program, CelCompileError> {
+) -> Result<Compiled, CelCompileError> {
     if source.len() > MAX_EXPRESSION_LENGTH {
         return Err(CelCompileError::TooLong {
             length: source.len(),
@@ -124,7 +85,7 @@ fn compile_on_big_stack(
     source: &str,
     env: &Env,
     consumable_capacity: bool,
-) -> Result<Program, CelCompileError> {
+) -> Result<Compiled, CelCompileError> {
     // The cel 0.13 parser expands `x.existsOne(v, p)` like `exists_one`; cel-go v0.26
     // has no such macro, so Go reports an undeclared function at the `(`.
     let at = find_identifier(source, "existsOne");
@@ -174,7 +135,6 @@ fn compile_on_big_stack(
             constants: Vec::new(),
             quantity_literals: Vec::new(),
             semver_literals: Vec::new(),
-            fast: None,
         },
     };
     let list_type_attributes = env.list_type_attributes;
@@ -207,9 +167,10 @@ fn compile_on_big_stack(
     }
     let mut program = rewriter.program;
     program.depth = ast_depth(&expr);
-    program.fast = crate::fastpath::Fast::build(&expr, &program);
+    // Built here, on the big stack: it recurses over the expression like the rewrite.
+    let fast = Fast::build(&expr, &program);
     program.expr = expr;
-    Ok(program)
+    Ok(Compiled { program, fast })
 }
 
 pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

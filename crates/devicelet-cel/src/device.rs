@@ -20,9 +20,9 @@ use kube_cel::cel::Value;
 use kube_cel::cel::context::VariableResolver;
 use kube_cel::cel::objects::{Key, Map};
 
-use crate::compile::{Program, Slot};
 use crate::env::Env;
 use crate::error::CelEvalError;
+use crate::program::{Program, RESERVED_PREFIX, Slot};
 
 /// The device a selector is evaluated against: borrowed parts of a
 /// `resource.k8s.io/v1` `Device` and its slice's driver.
@@ -254,7 +254,7 @@ impl DeviceResolver<'_> {
 
 impl VariableResolver for DeviceResolver<'_> {
     fn resolve(&self, name: &str) -> Option<Value> {
-        let rest = name.strip_prefix(crate::compile::RESERVED_PREFIX)?;
+        let rest = name.strip_prefix(RESERVED_PREFIX)?;
         let tag = rest.as_bytes().first()?;
         let index = || rest.get(1..).and_then(|s| s.parse::<usize>().ok());
         match tag {

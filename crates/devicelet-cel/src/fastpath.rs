@@ -25,9 +25,9 @@ use std::cmp::Ordering;
 use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
 use kube_cel::cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
 
-use crate::compile::{Program, RESERVED_PREFIX, Slot};
 use crate::device::DeviceView;
 use crate::functions;
+use crate::program::{Program, RESERVED_PREFIX, Slot};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CmpOp {

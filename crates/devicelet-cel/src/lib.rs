@@ -87,6 +87,7 @@ mod env;
 mod error;
 mod fastpath;
 mod functions;
+mod program;
 mod selector;
 
 pub use cost::{

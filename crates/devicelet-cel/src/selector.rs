@@ -10,12 +10,13 @@ use std::time::Duration;
 use kube_cel::cel::{ExecutionError, Value};
 
 use crate::cache::LruCache;
-use crate::compile::{self, BIG_STACK_SIZE, INLINE_EVAL_DEPTH, Program, panic_message};
+use crate::compile::{self, BIG_STACK_SIZE, Compiled, INLINE_EVAL_DEPTH, panic_message};
 use crate::cost::{BUDGET_EXHAUSTED_MARKER, BudgetScope, EVALUATION_DEADLINE, Exhaustion};
 use crate::device::{DeviceResolver, DeviceView, validate_attributes};
 use crate::env::Env;
 use crate::error::{CelCompileError, CelEvalError};
-use crate::fastpath::Outcome;
+use crate::fastpath::{Fast, Outcome};
+use crate::program::Program;
 
 /// Default number of compiled selectors kept per compiler.
 pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
@@ -99,7 +100,7 @@ impl SelectorCompiler {
         {
             return Ok(hit);
         }
-        let program = compile::compile(
+        let Compiled { program, fast } = compile::compile(
             expression,
             &self.env,
             self.options.enable_consumable_capacity,
@@ -107,6 +108,7 @@ impl SelectorCompiler {
         let compiled = Arc::new(CompiledSelector {
             expression: expression.to_string(),
             program,
+            fast,
             env: self.env.clone(),
             options: self.options,
             deadline: self.deadline,
@@ -122,6 +124,9 @@ impl SelectorCompiler {
 pub struct CompiledSelector {
     expression: String,
     program: Program,
+    /// The native evaluator for the common selector shapes, if the whole expression has
+    /// one of them.
+    fast: Option<Fast>,
     env: Arc<Env>,
     options: CelOptions,
     deadline: Duration,
@@ -143,7 +148,7 @@ impl CompiledSelector {
 
     /// Whether the selector has a native evaluator for its shape (`fastpath.rs`).
     pub fn has_fast_path(&self) -> bool {
-        self.program.fast.is_some()
+        self.fast.is_some()
     }
 
     /// Evaluates with the CEL interpreter only, bypassing the native fast path (used to
@@ -159,7 +164,7 @@ impl CompiledSelector {
     /// every case the native code cannot decide, runs in the CEL interpreter.
     pub fn matches(&self, device: &DeviceView<'_>) -> Result<bool, CelEvalError> {
         validate_attributes(device, &self.env, self.options.enable_list_type_attributes)?;
-        if let Some(fast) = &self.program.fast {
+        if let Some(fast) = &self.fast {
             match fast.eval(device) {
                 Outcome::Bool(b) => return Ok(b),
                 Outcome::Error(text) => return Err(CelEvalError::Runtime(text)),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CapacityData, DeviceData, Result};
+use super::data::{CapacityData, DeviceData, Result};
 use crate::quantity::{Quantity, QuantityFormat};
 
 fn ceil_div(a: i128, b: i128) -> i128 {

@@ -2,11 +2,10 @@
 //! the consumption of the devices being allocated, following `availableCounters` and
 //! `checkAvailableCounters` in `staging/src/k8s.io/dynamic-resource-allocation/structured/internal/incubating/allocator_incubating.go`.
 
-use std::sync::Arc;
-
-use super::{Allocator, Pool};
+use super::allocated::AllocatedIndex;
+use super::data::Pool;
+use super::snapshot::ClusterSnapshot;
 use crate::fasthash::FastMap;
-use crate::types::Semantics;
 
 type CounterTable<'a> = Vec<(&'a str, Vec<(&'a str, i128)>)>;
 
@@ -85,26 +84,22 @@ impl CounterUse {
     }
 }
 
-impl<'a> Allocator<'a> {
-    /// Available counters of a pool, computed once per allocator (Go: `availableCounters`).
-    pub(crate) fn available_counters(&self, pool: &Pool<'a>) -> Arc<AvailableCounters<'a>> {
-        let key = self.counter_key(pool);
-        if let Some(t) = self
-            .available_counters
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&key).cloned())
-        {
-            return t;
-        }
+impl<'a> AvailableCounters<'a> {
+    /// The counters of `pool` left by the allocated devices of the other claims (Go:
+    /// `availableCounters`); the allocator caches them per counter key.
+    pub(super) fn new(
+        snap: &ClusterSnapshot<'a>,
+        allocated: &AllocatedIndex,
+        pool: &Pool<'a>,
+    ) -> Self {
         let mut table: CounterTable<'a> = pool
             .counter_sets
             .iter()
-            .map(|&(si, k)| self.snap.slices[si as usize].shared_counters[k as usize].clone())
+            .map(|&(si, k)| snap.slices[si as usize].shared_counters[k as usize].clone())
             .collect();
         for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
-            for d in &self.snap.slices[si as usize].devices {
-                if !self.allocated.any.contains(d.gid) {
+            for d in &snap.slices[si as usize].devices {
+                if !allocated.any.contains(d.gid) {
                     continue;
                 }
                 for (set, counters) in &d.consumes {
@@ -122,25 +117,10 @@ impl<'a> Allocator<'a> {
         let ids = pool
             .counter_sets
             .iter()
-            .flat_map(|&(si, k)| {
-                self.snap.slices[si as usize].shared_counter_ids[k as usize].iter()
-            })
+            .flat_map(|&(si, k)| snap.slices[si as usize].shared_counter_ids[k as usize].iter())
             .zip(table.iter().flat_map(|(_, c)| c.iter()))
             .map(|(&(f, c), &(_, avail))| (f, c, avail))
             .collect();
-        let t = Arc::new(AvailableCounters { table, ids });
-        if let Ok(mut m) = self.available_counters.lock() {
-            return Arc::clone(m.entry(key).or_insert(t));
-        }
-        t
-    }
-
-    /// Upstream bug (#140434): Go keys counter state by pool name only, so two drivers with
-    /// the same pool name share counters. We key by (driver, pool) unless GoCompat is selected.
-    pub(super) fn counter_key(&self, pool: &Pool<'a>) -> u32 {
-        match self.semantics {
-            Semantics::GoCompat => pool.key_compat,
-            Semantics::Fixed => pool.key_fixed,
-        }
+        AvailableCounters { table, ids }
     }
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::{Allocator, GatherKey, Pool, Result};
+use super::data::{GatherKey, Pool, Result};
+use super::state::Allocator;
 use crate::fasthash::FastMap;
 use crate::types::{AllocError, ErrorClass};
 

@@ -86,3 +86,8 @@ pub(crate) struct ClaimRequests<'a> {
     /// This claim's range in the search's flat list of constraint states.
     pub cons: (usize, usize),
 }
+
+/// The per-call request setup: one entry per claim.
+pub(crate) struct Setup<'a> {
+    pub claims: Vec<ClaimRequests<'a>>,
+}

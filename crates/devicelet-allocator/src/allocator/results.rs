@@ -10,7 +10,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceRequestAllocationResult, DeviceToleration, ResourceClaim,
 };
 
-use super::Result;
+use super::data::Result;
 use super::request::RequestData;
 use super::search::{DeviceResult, Search};
 use crate::omitempty::OmitEmpty;

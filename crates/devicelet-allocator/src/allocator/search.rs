@@ -12,9 +12,10 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use super::capacity::{capacity_fits, consumed_amount};
 use super::constraints::Constraint;
 use super::counters::CounterUse;
+use super::data::{ALLOCATION_RESULTS_MAX_SIZE, DeviceData, Pool, Result};
 use super::request::{Candidate, ClaimRequests, RequestData, RequestSlot};
+use super::state::Allocator;
 use super::taints::taint_blocks;
-use super::{ALLOCATION_RESULTS_MAX_SIZE, Allocator, DeviceData, Pool, Result};
 use crate::fasthash::FastMap;
 use crate::quantity::Quantity;
 use crate::types::{

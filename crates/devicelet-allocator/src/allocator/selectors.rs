@@ -4,9 +4,10 @@
 
 use k8s_openapi::api::core::v1::Node;
 
+use super::data::{DeviceData, Result};
 use super::request::RequestData;
 use super::snapshot::ExprError;
-use super::{Allocator, DeviceData, Result};
+use super::state::Allocator;
 use crate::types::{AllocError, ErrorClass};
 
 impl<'a> Allocator<'a> {

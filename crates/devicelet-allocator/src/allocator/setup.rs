@@ -10,22 +10,10 @@ use k8s_openapi::api::resource::v1::{DeviceSelector, ResourceClaim};
 
 use super::capacity::capacity_fits;
 use super::constraints::Constraint;
-use super::request::{Candidate, ClaimRequests, RequestAccess, RequestData, RequestSlot};
-use super::{ALLOCATION_RESULTS_MAX_SIZE, Allocator, Pool, Result, claim_ref, parse_q};
+use super::data::{ALLOCATION_RESULTS_MAX_SIZE, Pool, Result, claim_ref, parse_q};
+use super::request::{Candidate, ClaimRequests, RequestAccess, RequestData, RequestSlot, Setup};
+use super::state::{Allocator, SetupCache};
 use crate::types::{AllocError, ErrorClass};
-
-/// A node-independent request setup: the claims it was made for (by address: they are
-/// borrowed for the allocator's lifetime, so equal addresses are the same unchanged objects)
-/// and its outcome, error included (setup errors are returned before any search step).
-pub(super) struct SetupCache<'a> {
-    pub(super) claims: Vec<usize>,
-    pub(super) outcome: Result<Arc<Setup<'a>>>,
-}
-
-/// The per-call request setup: one entry per claim.
-pub(crate) struct Setup<'a> {
-    pub claims: Vec<ClaimRequests<'a>>,
-}
 
 impl<'a> Allocator<'a> {
     /// The request setup for `claims` on `node`, from the cache when the claims are those of

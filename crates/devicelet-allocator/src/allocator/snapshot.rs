@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::resource::v1::{Device, DeviceClass, ResourceSlice};
 
-use super::{CapacityData, DeviceData, GatherKey, Pool, Result, SliceData, parse_q};
+use super::data::{CapacityData, DeviceData, GatherKey, Pool, Result, SliceData, parse_q};
 use crate::fasthash::FastMap;
 use crate::nodesel::NodeMatchSpec;
 use crate::selector::{SelectorCache, evaluate};
@@ -138,7 +138,7 @@ impl ExprSlot {
 impl<'a> ClusterSnapshot<'a> {
     /// Prepares classes and slices once (slice partition, interned device IDs, parsed
     /// quantities, compiled node selectors). Malformed quantities are reported by every later
-    /// allocation call as [`ErrorClass::InvalidInput`].
+    /// allocation call as [`ErrorClass::InvalidInput`](crate::types::ErrorClass::InvalidInput).
     pub fn new(
         classes: &'a [DeviceClass],
         slices: &'a [ResourceSlice],

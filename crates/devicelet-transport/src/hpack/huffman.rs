@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::HpackError;
+use super::error::HpackError;
 
 /// Symbol number of the end-of-string code.
 const EOS: usize = 256;

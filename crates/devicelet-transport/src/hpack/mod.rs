@@ -10,7 +10,11 @@
 //! decoded header list has a size budget (defeating "HPACK bombs" that expand one indexed octet
 //! into a 4 KiB entry many times over). `fluke-hpack` stays as a test oracle.
 
+mod error;
 pub mod huffman;
+
+pub use error::HpackError;
+use error::MAX_INTEGER;
 
 use std::collections::VecDeque;
 
@@ -89,35 +93,6 @@ pub static STATIC_TABLE: [(&str, &str); STATIC_TABLE_LEN] = [
     ("via", ""),
     ("www-authenticate", ""),
 ];
-
-/// Integers above this are rejected (RFC 7541 §5.1 lets a decoder limit integer size); nothing
-/// legitimate in a header block (lengths, indices, table sizes) comes near it.
-const MAX_INTEGER: u64 = 1 << 30;
-
-/// Decoding errors. Every one of them is a COMPRESSION_ERROR for the connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum HpackError {
-    #[error("HPACK block ends in the middle of a field")]
-    Truncated,
-    #[error("HPACK integer exceeds {MAX_INTEGER}")]
-    IntegerOverflow,
-    #[error(
-        "HPACK index {index} is not in the table (static 1..=61, dynamic entries: {dynamic_len})"
-    )]
-    InvalidIndex { index: usize, dynamic_len: usize },
-    #[error("HPACK Huffman string contains the EOS symbol")]
-    HuffmanEos,
-    #[error("HPACK Huffman string has invalid padding (longer than 7 bits or not all ones)")]
-    HuffmanPadding,
-    #[error("HPACK Huffman string contains an undefined code")]
-    HuffmanInvalidCode,
-    #[error("HPACK dynamic table size update to {requested} exceeds the limit {limit}")]
-    TableSizeTooLarge { requested: usize, limit: usize },
-    #[error("HPACK dynamic table size update after a header field (RFC 7541 §4.2)")]
-    TableSizeUpdateAfterField,
-    #[error("decoded header list exceeds {limit} bytes")]
-    HeaderListTooLarge { limit: usize },
-}
 
 /// One decoded header field.
 #[derive(Debug, Clone, PartialEq, Eq)]
