@@ -413,10 +413,17 @@ impl PodAdmitter {
         // runs after the allocation lock is released.
         let changes = self.durable.admission_changes(&admitted, &self.manager);
         drop(serial);
-        if let Err(e) = self.durable.commit(changes).await {
+        // cpu_manager_state first (dra_manager_state was written by prepare), then the journal,
+        // which acknowledges the pod; CPUs of a pod lost in between are freed by `retain_pods`.
+        let committed = async {
+            self.alignment.persist_cpus(&admitted.containers).await?;
+            Ok::<_, PodError>(self.durable.commit(changes).await?)
+        }
+        .await;
+        if let Err(e) = committed {
             self.manager.remove_pod(&uid);
             self.alignment.remove_pod(&uid);
-            return Err(e.into());
+            return Err(e);
         }
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
         self.pods().insert(uid, Arc::new(admitted.clone()));
