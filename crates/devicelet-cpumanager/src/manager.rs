@@ -10,6 +10,12 @@
 //!
 //! CPU hints are returned as a [`HintFamily`] (free CPUs as items, init-container CPUs to reuse
 //! as required units), so the merge never enumerates NUMA subsets.
+//!
+//! Every change is made in memory and given a version; [`CpuManager::persist`] writes
+//! `cpu_manager_state` (an fsync) when the file lacks the newest version. Admission assigns
+//! CPUs in memory ([`CpuManager::assign_container`]) under its lock and persists once per pod
+//! after releasing it, so concurrent admissions share writes; the other public changes
+//! ([`CpuManager::allocate_container`], removals) persist before they return.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -147,9 +153,19 @@ impl StaticPolicyOptions {
 
 struct Inner {
     state: CpuState,
+    /// Increases with every change of `state`; the file holds [`CpuManager::written`].
+    version: u64,
     /// pod UID → CPUs of finished-allocation init containers that later containers may reuse.
     cpus_to_reuse: HashMap<String, CpuBits>,
     pods: HashMap<String, PodCpuInfo>,
+}
+
+/// What [`CpuManager::assign_container`] changed, so that a failed write can undo it.
+struct Assigned {
+    pod_uid: String,
+    container: String,
+    cpus: CpuBits,
+    reuse_before: HashMap<String, CpuBits>,
 }
 
 /// The CPU manager.
@@ -160,6 +176,10 @@ pub struct CpuManager {
     reserved: CpuBits,
     checkpoint: CheckpointFile,
     inner: Mutex<Inner>,
+    /// The version of `state` the file holds. Held for the whole write (lock order: this, then
+    /// `inner`), so writes are serialised and each writes the newest state: an older state can
+    /// never overwrite a newer one.
+    written: Mutex<u64>,
 }
 
 impl std::fmt::Debug for CpuManager {
@@ -206,9 +226,11 @@ impl CpuManager {
             checkpoint,
             inner: Mutex::new(Inner {
                 state,
+                version: 0,
                 cpus_to_reuse: HashMap::new(),
                 pods: HashMap::new(),
             }),
+            written: Mutex::new(0),
         })
     }
 
@@ -290,11 +312,39 @@ impl CpuManager {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the state half-written: every change is
-        // computed on a copy and swapped in, so the poisoned value is still consistent.
+        // A panic while holding the lock cannot leave the state half-written: no step of a
+        // change can fail or panic once the state is being modified (the CPU search runs first).
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes `cpu_manager_state` (atomic, fsynced) when memory holds changes the file lacks;
+    /// returns whether it wrote. Blocking: async callers run it off their workers. Writes are
+    /// serialised and each takes the newest state when its turn comes, so one write covers
+    /// every change made before it started (concurrent admissions share it) and an older
+    /// state never replaces a newer one. A failed write changes nothing in memory: the next
+    /// call writes again.
+    pub fn persist(&self) -> Result<bool, CpuManagerError> {
+        let mut written = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (version, state) = {
+            let inner = self.lock();
+            if inner.version == *written {
+                return Ok(false);
+            }
+            (inner.version, inner.state.clone())
+        };
+        self.checkpoint.store(&state)?;
+        *written = version;
+        Ok(true)
+    }
+
+    /// The `cpu_manager_state` file.
+    pub fn state_file(&self) -> &Path {
+        self.checkpoint.path()
     }
 
     /// The policy in force.
@@ -358,20 +408,68 @@ impl CpuManager {
     }
 
     /// The static policy's `Allocate` for one container, aligned with `hint` (the Topology
-    /// Manager's merged affinity).
+    /// Manager's merged affinity), written to `cpu_manager_state` before it returns. When the
+    /// write fails the allocation is undone in memory and the error returned.
     pub fn allocate_container(
         &self,
         pod: &PodSpec,
         container: &ContainerSpec,
         hint: &TopologyHint,
     ) -> Result<(), CpuManagerError> {
-        if self.policy == CpuPolicyName::None {
+        let Some(assigned) = self.assign(pod, container, hint)? else {
             return Ok(());
+        };
+        self.persist()
+            .map(drop)
+            .inspect_err(|_| self.unassign(assigned))
+    }
+
+    /// [`CpuManager::allocate_container`] in memory only: the file gets the CPUs with the next
+    /// [`CpuManager::persist`], which admission calls once per pod outside its lock. A pod whose
+    /// persist fails is rolled back with [`CpuManager::remove_pod`].
+    pub fn assign_container(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<(), CpuManagerError> {
+        self.assign(pod, container, hint).map(drop)
+    }
+
+    /// Gives back the CPUs of an allocation whose write failed, leaving memory as it was
+    /// before it (other changes made meanwhile are kept).
+    fn unassign(&self, assigned: Assigned) {
+        let mut inner = self.lock();
+        let containers = inner.state.assignments.get_mut(&assigned.pod_uid);
+        let Some(containers) = containers else {
+            return;
+        };
+        if containers.get(&assigned.container) != Some(&assigned.cpus) {
+            return;
+        }
+        containers.remove(&assigned.container);
+        if containers.is_empty() {
+            inner.state.assignments.remove(&assigned.pod_uid);
+        }
+        inner.state.default_cpu_set = inner.state.default_cpu_set.union(&assigned.cpus);
+        inner.cpus_to_reuse = assigned.reuse_before;
+        inner.version += 1;
+    }
+
+    /// The allocation itself; `Some` when it took new CPUs.
+    fn assign(
+        &self,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+        hint: &TopologyHint,
+    ) -> Result<Option<Assigned>, CpuManagerError> {
+        if self.policy == CpuPolicyName::None {
+            return Ok(None);
         }
         let mut inner = self.lock();
         let count = Self::guaranteed_cpus(&inner, &pod.uid, &container.name);
         if count == 0 {
-            return Ok(());
+            return Ok(None);
         }
         // Deliberate deviation (not in the spec's bug list): the kubelet runs the
         // full-pcpus-only checks before looking up an existing assignment, so a container
@@ -379,7 +477,7 @@ impl CpuManager {
         // needs; we look the assignment up first so re-admission is idempotent.
         if let Some(set) = inner.state.get(&pod.uid, &container.name).cloned() {
             Self::update_cpus_to_reuse(&mut inner, pod, container, &set);
-            return Ok(());
+            return Ok(None);
         }
         let available = inner.state.default_cpu_set.difference(&self.reserved);
         if self.options.full_pcpus_only {
@@ -418,16 +516,22 @@ impl CpuManager {
         )?;
         result = result.union(&rest);
 
-        let mut next = inner.state.clone();
-        next.default_cpu_set = next.default_cpu_set.difference(&result);
-        next.assignments
+        let reuse_before = inner.cpus_to_reuse.clone();
+        let state = &mut inner.state;
+        state.default_cpu_set = state.default_cpu_set.difference(&result);
+        state
+            .assignments
             .entry(pod.uid.clone())
             .or_default()
             .insert(container.name.clone(), result.clone());
-        self.checkpoint.store(&next)?;
-        inner.state = next;
+        inner.version += 1;
         Self::update_cpus_to_reuse(&mut inner, pod, container, &result);
-        Ok(())
+        Ok(Some(Assigned {
+            pod_uid: pod.uid.clone(),
+            container: container.name.clone(),
+            cpus: result,
+            reuse_before,
+        }))
     }
 
     /// `updateCPUsToReuse`: one pod at a time; regular init containers add their CPUs,
@@ -456,48 +560,57 @@ impl CpuManager {
     /// the file cannot be written the CPUs are still freed in memory and the error returned
     /// (the kubelet panics instead, `state_checkpoint.go` `storeState`).
     pub fn remove_container(&self, pod_uid: &str, container: &str) -> Result<(), CpuManagerError> {
-        let mut inner = self.lock();
-        let Some(set) = inner.state.get(pod_uid, container).cloned() else {
+        if !Self::free_container(&mut self.lock(), pod_uid, container) {
             return Ok(());
-        };
-        let mut next = inner.state.clone();
-        if let Some(pod) = next.assignments.get_mut(pod_uid) {
-            pod.remove(container);
-            let in_use = pod.values().fold(CpuBits::new(), |a, s| a.union(s));
-            next.default_cpu_set = next.default_cpu_set.union(&set.difference(&in_use));
-            if pod.is_empty() {
-                next.assignments.remove(pod_uid);
-            }
         }
-        let stored = self.checkpoint.store(&next);
         // The CPUs are freed in memory even when the write fails (EIO, a full disk): the file
         // then still lists them, an over-reservation but never a second owner, and the next
         // successful write (always of the whole state) drops them. Keeping them would leak them
         // for good, because a failed admission is rolled back on the same failing disk.
-        inner.state = next;
-        stored
+        self.persist().map(drop)
     }
 
-    /// Removes every container of a pod and forgets the pod. Every container's CPUs are freed
-    /// even when writing the file fails; the first write error is returned.
-    pub fn remove_pod(&self, pod_uid: &str) -> Result<(), CpuManagerError> {
-        let names: Vec<String> = self
-            .lock()
-            .state
-            .assignments
-            .get(pod_uid)
-            .map(|c| c.keys().cloned().collect())
-            .unwrap_or_default();
-        let mut first_error = None;
-        for name in names {
-            if let Err(e) = self.remove_container(pod_uid, &name) {
-                first_error.get_or_insert(e);
-            }
+    /// Frees one container's CPUs in memory; whether it held any.
+    fn free_container(inner: &mut Inner, pod_uid: &str, container: &str) -> bool {
+        let state = &mut inner.state;
+        let Some(pod) = state.assignments.get_mut(pod_uid) else {
+            return false;
+        };
+        let Some(set) = pod.remove(container) else {
+            return false;
+        };
+        let in_use = pod.values().fold(CpuBits::new(), |a, s| a.union(s));
+        state.default_cpu_set = state.default_cpu_set.union(&set.difference(&in_use));
+        if pod.is_empty() {
+            state.assignments.remove(pod_uid);
         }
-        let mut inner = self.lock();
-        inner.pods.remove(pod_uid);
-        inner.cpus_to_reuse.remove(pod_uid);
-        first_error.map_or(Ok(()), Err)
+        inner.version += 1;
+        true
+    }
+
+    /// Removes every container of a pod and forgets the pod, in one write. Every container's
+    /// CPUs are freed even when writing the file fails; the write error is returned.
+    pub fn remove_pod(&self, pod_uid: &str) -> Result<(), CpuManagerError> {
+        let freed = {
+            let mut inner = self.lock();
+            let names: Vec<String> = inner
+                .state
+                .assignments
+                .get(pod_uid)
+                .map(|c| c.keys().cloned().collect())
+                .unwrap_or_default();
+            let mut freed = false;
+            for name in names {
+                freed |= Self::free_container(&mut inner, pod_uid, &name);
+            }
+            inner.pods.remove(pod_uid);
+            inner.cpus_to_reuse.remove(pod_uid);
+            freed
+        };
+        if freed {
+            self.persist()?;
+        }
+        Ok(())
     }
 
     /// `removeStaleState`: frees the CPUs of every pod that `keep` rejects (pods no longer
@@ -518,19 +631,18 @@ impl CpuManager {
         if stale.is_empty() {
             return Ok(stale);
         }
-        let mut next = inner.state.clone();
         for uid in &stale {
-            if let Some(containers) = next.assignments.remove(uid) {
+            if let Some(containers) = inner.state.assignments.remove(uid) {
                 for set in containers.values() {
-                    next.default_cpu_set = next.default_cpu_set.union(set);
+                    inner.state.default_cpu_set = inner.state.default_cpu_set.union(set);
                 }
             }
             inner.pods.remove(uid);
             inner.cpus_to_reuse.remove(uid);
         }
-        let stored = self.checkpoint.store(&next);
-        inner.state = next;
-        stored.map(|()| stale)
+        inner.version += 1;
+        drop(inner);
+        self.persist().map(|_| stale)
     }
 
     /// `generateCPUTopologyHints` as a family: a mask is a hint when every reusable CPU's node

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use devicelet_cpumanager::{
     CpuManager, CpuManagerConfig, CpuManagerError, CpuPolicyName, CpuTopology, PodCpuInfo,
@@ -32,6 +33,8 @@ use devicelet_topology::{
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
+
+use crate::admitted::ContainerView;
 
 /// The resource-manager part of a KubeletConfiguration file, plus devicelet's own `devicelet`
 /// block. Other KubeletConfiguration fields are accepted and ignored (listed in `ignored`).
@@ -403,7 +406,9 @@ impl Alignment {
             if let Some(cpu) = &self.cpu {
                 let pinned = cpu.policy() == CpuPolicyName::Static
                     && info.guaranteed_cpus(&request.container) > 0;
-                let allocated = cpu.allocate_container(pod, spec, &hint);
+                // In memory: the file is written once per pod, after the admission lock
+                // ([`Alignment::persist_cpus`]).
+                let allocated = cpu.assign_container(pod, spec, &hint);
                 if pinned {
                     manager.metrics().cpu_pinning(allocated.is_err());
                 }
@@ -509,6 +514,40 @@ impl Alignment {
             hints.insert(resource.clone(), generated.hints);
         }
         hints
+    }
+
+    /// Writes `cpu_manager_state` with the exclusive CPUs [`Alignment::admit`] assigned in
+    /// memory for a pod's `containers`, on a blocking thread; one write may cover several
+    /// admissions, and a pod without exclusive CPUs writes nothing. Call it outside the
+    /// admission lock and before the journal commit that acknowledges the pod. The error names
+    /// the pod's first pinned container, as an `Allocate` failure does; the caller's admission
+    /// guard then rolls the pod back.
+    pub async fn persist_cpus(
+        self: &Arc<Self>,
+        containers: &[ContainerView],
+    ) -> Result<(), AlignmentRejection> {
+        let (Some(cpu), Some(pinned)) = (&self.cpu, containers.iter().find(|c| c.cpus.is_some()))
+        else {
+            return Ok(());
+        };
+        let path = cpu.state_file().to_owned();
+        let this = Arc::clone(self);
+        let written = tokio::task::spawn_blocking(move || {
+            this.cpu.as_ref().map_or(Ok(false), CpuManager::persist)
+        })
+        .await
+        .unwrap_or_else(|join| {
+            Err(CpuManagerError::Write {
+                path,
+                detail: format!("write task failed: {join}"),
+            })
+        });
+        written
+            .map(drop)
+            .map_err(|source| AlignmentRejection::Cpus {
+                container: pinned.name.clone(),
+                source,
+            })
     }
 
     /// Frees a pod's CPUs.

@@ -341,6 +341,14 @@ impl PodAdmitter {
         // runs after the allocation lock is released.
         let changes = self.durable.admission_changes(&admitted, &self.manager);
         drop(serial);
+        // One ordered commit: cpu_manager_state (the CPUs assigned in memory above; one write
+        // may cover several admissions), then the journal, which acknowledges the pod.
+        // dra_manager_state was written by prepare, before a driver's answer counted. A crash
+        // in between leaves CPUs of an unacknowledged pod, which `retain_pods` frees.
+        self.alignment
+            .persist_cpus(&admitted.containers)
+            .await
+            .map_err(PodError::Alignment)?;
         self.durable.commit(changes).await?;
         guard.commit();
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
@@ -573,7 +581,6 @@ impl PodAdmitter {
     }
 }
 
-/// (container, resource) pairs that `status.extendedResourceClaimStatus.requestMappings` backs
 /// An admission in progress: the devices and exclusive CPUs the pod got so far. Dropping it
 /// without [`AdmissionGuard::commit`] (a rejection, an error, a failed write, a cancelled
 /// future) gives them back, so every exit of `admit_pod` is all-or-nothing without a rollback
@@ -603,6 +610,7 @@ impl Drop for AdmissionGuard<'_> {
     }
 }
 
+/// (container, resource) pairs that `status.extendedResourceClaimStatus.requestMappings` backs
 /// with a DRA claim.
 fn dra_backed_resources(pod: &Pod) -> std::collections::HashSet<(&str, &str)> {
     pod.status

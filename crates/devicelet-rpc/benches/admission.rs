@@ -8,6 +8,12 @@
 //! prints the time a restart takes until it is ready (control socket answers, state restored),
 //! median of `ADMISSION_BENCH_RESTART_RUNS` restarts (in this process; with `DEVICELET_BIN` set,
 //! also of the real binary). `ADMISSION_BENCH_RESTART_ONLY=1` skips the admission figures.
+//!
+//! `ADMISSION_BENCH_CPU_POLICY=static` measures the static CPU manager instead: the daemon runs
+//! `cpuManagerPolicy: static` (reserved CPU 0) on a described machine of 2 NUMA nodes with
+//! [`STATIC_CPUS_PER_NODE`] CPUs each, and admits [`STATIC_PODS`] Guaranteed pods (one CPU and
+//! one device each), so every admission takes an exclusive CPU and changes `cpu_manager_state`.
+//! Only the durable admission figures are printed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +32,77 @@ const PODS: usize = 5_000;
 const DEVICES: usize = RESTART_CONTAINERS;
 const RESTART_CONTAINERS: usize = 10_000;
 const RESOURCE: &str = "example.com/gpu";
+/// Pods of the static-CPU-policy run: one exclusive CPU each.
+const STATIC_PODS: usize = 2_000;
+/// 2 × 1 025 CPUs: every pod gets one besides the reserved CPU 0.
+const STATIC_CPUS_PER_NODE: u32 = 1_025;
+
+/// `ADMISSION_BENCH_CPU_POLICY=static`: the static CPU manager variant.
+fn static_cpu_policy() -> bool {
+    std::env::var("ADMISSION_BENCH_CPU_POLICY").is_ok_and(|v| v == "static")
+}
+
+/// A Guaranteed pod (requests = limits, integer CPU) with the one device.
+fn guaranteed_pod(i: usize) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": format!("pod-{i}"), "namespace": "bench", "uid": format!("uid-{i}")},
+        "spec": {"containers": [{"name": "app", "resources": {
+            "limits": {RESOURCE: "1", "cpu": "1", "memory": "64Mi"},
+            "requests": {RESOURCE: "1", "cpu": "1", "memory": "64Mi"}
+        }}]}
+    }))
+    .expect("valid pod")
+}
+
+/// The static-CPU-policy run (see the module docs).
+async fn static_cpu_run(clients: usize) {
+    let root = tempfile::Builder::new()
+        .prefix("dl-adm-cpu-")
+        .tempdir_in("/tmp")
+        .expect("temp root");
+    let mut config = DaemonConfig::new(root.path());
+    config.alignment.cpu_manager_policy = "static".into();
+    config.alignment.reserved_system_cpus = Some("0".into());
+    config.alignment.devicelet.machine = Some(devicelet_topology::MachineConfig::uniform(
+        2,
+        STATIC_CPUS_PER_NODE,
+    ));
+    let daemon = Daemon::start(config).await.expect("daemon");
+    StaticDevicePlugin::healthy("gpu", STATIC_PODS)
+        .with_device_envs()
+        .serve(&daemon.paths().device_plugins.join("gpu.sock"))
+        .expect("serve plugin");
+    register_and_wait(
+        &daemon,
+        "gpu.sock",
+        RESOURCE,
+        STATIC_PODS as u64,
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("register the plugin");
+    let pods: Arc<Vec<Pod>> = Arc::new((0..STATIC_PODS).map(guaranteed_pod).collect());
+    let admitter = daemon.pods().clone();
+    let (latencies, total) = admit_all(admitter.clone(), pods, 0..STATIC_PODS, clients).await;
+    report("admission_durable_static_cpu", &latencies, total, clients);
+    let status = admitter.durable().status();
+    let cpus = admitter
+        .alignment()
+        .cpu_manager()
+        .expect("static CPU manager")
+        .state();
+    assert_eq!(cpus.assignments.len(), STATIC_PODS, "every pod pinned");
+    println!(
+        "FIGURE admission_durable_static_cpu_fsyncs commits={} journal_syncs={} exclusive_pods={} cpus={}",
+        status.commits,
+        status.journal_syncs,
+        cpus.assignments.len(),
+        2 * STATIC_CPUS_PER_NODE,
+    );
+    daemon.shutdown().await.expect("clean stop");
+}
 
 fn clients() -> usize {
     std::env::var("ADMISSION_BENCH_CLIENTS")
@@ -108,6 +185,9 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
+        if static_cpu_policy() {
+            return static_cpu_run(clients()).await;
+        }
         let root = tempfile::Builder::new()
             .prefix("dl-adm-")
             .tempdir_in("/tmp")
