@@ -23,14 +23,13 @@ use std::sync::Arc;
 
 use devicelet_cpumanager::{
     CpuManager, CpuManagerConfig, CpuManagerError, CpuPolicyName, CpuTopology, PodCpuInfo,
-    ReservedCpus, pod_from_k8s,
+    ReservedCpus,
 };
 use devicelet_devicemanager::{AdmissionError, ContainerDevices, ContainerRequest, DeviceManager};
 use devicelet_topology::{
     ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, PodAdmission, Policy,
     ProviderHints, ScopeName, TopologyManager, pod_effective_limits, resource_hints,
 };
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -161,9 +160,6 @@ pub enum AlignmentRejection {
 /// Why [`Alignment::admit`] failed; `crate::pods` turns it into its `PodError`.
 #[derive(Debug, thiserror::Error)]
 pub enum AdmitFailure {
-    /// The pod's CPU requests cannot be read.
-    #[error("invalid pod: {0}")]
-    Invalid(String),
     /// Device allocation failed for a container.
     #[error("container {container:?}: {source}")]
     Admission {
@@ -289,21 +285,21 @@ impl Alignment {
         self.cpu.as_ref()
     }
 
-    /// Admits a pod's containers (`requests` in admission order: init, then app containers).
-    /// What a rejected pod got so far is freed by the caller's admission guard
+    /// Admits a pod's containers (`requests` in admission order: init, then app containers);
+    /// `info` is the pod as the managers see it, converted once by the caller. What a rejected
+    /// pod got so far is freed by the caller's admission guard
     /// ([`crate::pods`]), which owns the rollback of the whole admission.
     pub async fn admit(
         &self,
         manager: &DeviceManager,
-        pod: &Pod,
+        info: &PodCpuInfo,
         requests: Vec<ContainerRequest>,
     ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
-        let info = pod_from_k8s(pod).map_err(|e| AdmitFailure::Invalid(e.to_string()))?;
         if let Some(cpu) = &self.cpu {
-            cpu.register_pod(&info);
+            cpu.register_pod(info);
         }
         let start = std::time::Instant::now();
-        let result = self.admit_inner(manager, &info, requests).await;
+        let result = self.admit_inner(manager, info, requests).await;
         // The kubelet's Topology Manager `Admit` counts every pod, whatever the policy, and any
         // failure of the scope (refusal or allocation error) as an error.
         manager

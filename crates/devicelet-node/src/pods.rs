@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use devicelet_cpumanager::pod_from_k8s;
 use devicelet_devicemanager::{
     AdmissionError, ContainerKind, ContainerRequest, DeviceManager, RunContainerOptions, validation,
 };
@@ -118,7 +119,6 @@ impl PodError {
 impl From<AdmitFailure> for PodError {
     fn from(failure: AdmitFailure) -> Self {
         match failure {
-            AdmitFailure::Invalid(m) => PodError::Invalid(m),
             AdmitFailure::Admission { container, source } => {
                 PodError::Admission { container, source }
             }
@@ -299,6 +299,8 @@ impl PodAdmitter {
             .iter()
             .map(|r| (r.container.clone(), r.limits.clone(), r.kind))
             .collect();
+        // The pod as the Topology and CPU managers see it, converted once.
+        let info = pod_from_k8s(pod).map_err(|e| PodError::Invalid(e.to_string()))?;
         // From here on the pod holds devices and CPUs: the guard gives them back on every
         // return that is not the commit below.
         let guard = AdmissionGuard {
@@ -307,7 +309,7 @@ impl PodAdmitter {
             committed: false,
         };
         // Topology Manager + device and CPU allocation.
-        let aligned = self.alignment.admit(&self.manager, pod, requests).await?;
+        let aligned = self.alignment.admit(&self.manager, &info, requests).await?;
         let mut containers: Vec<ContainerView> = plan
             .into_iter()
             .zip(aligned)
