@@ -34,8 +34,9 @@ pub(super) struct CompactorControl {
 pub(super) struct Shared {
     pub(super) paths: StorePaths,
     pub(super) options: StoreOptions,
-    /// Shared with [`RecoveredState::state`](super::RecoveredState::state) after open, so a restart does not copy the whole
-    /// state; the first commit copies it only if the caller still holds the recovered one.
+    /// Shared with [`RecoveredState::state`](super::RecoveredState::state) after open, so a
+    /// restart does not copy the whole state; the first commit copies it only if the caller still
+    /// holds the recovered one.
     pub(super) state: RwLock<Arc<DeviceState>>,
     pub(super) writer: Mutex<JournalWriter>,
     pub(super) queue: Mutex<CommitQueue>,

@@ -1,8 +1,7 @@
 //! The operator's explicit recovery ([`recover`], `devicelet state recover` / `import`): resolves
 //! a quarantine by starting empty, importing the kubelet file, or rebuilding the allocations from
-//! the journal alone ([`rebuild_from_journal`]). Old files are moved aside, never deleted. The
-//! kubelet has no counterpart: it refuses to start on a bad checkpoint
-//! (`pkg/kubelet/cm/devicemanager/manager.go` `readCheckpoint`).
+//! the journal alone ([`rebuild_from_journal`]). Old files are moved aside, never deleted.
+//! devicelet's own: the kubelet has no operator recovery for `kubelet_internal_checkpoint`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -120,8 +119,8 @@ pub fn rebuild_from_journal(parsed: &journal::ParsedJournal) -> (DeviceState, Re
 }
 
 /// The operator's explicit recovery: resolves a quarantine (or takes over a kubelet's
-/// checkpoint) so that the next [`DeviceStore::open`] succeeds. Must not run while a store is open
-/// on the same files.
+/// checkpoint) so that the next [`DeviceStore::open`](super::DeviceStore::open) succeeds. Must
+/// not run while a store is open on the same files.
 pub fn recover(paths: &StorePaths, action: RecoverAction) -> Result<RecoverReport, StoreError> {
     let mut moved = Vec::new();
     let mut imported_entries = None;

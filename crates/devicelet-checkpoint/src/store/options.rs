@@ -13,8 +13,9 @@ pub struct StoreOptions {
     pub compact_after_bytes: u64,
     /// Compact when the oldest uncompacted commit is this old (the kubelet-file lag bound).
     pub max_lag: Duration,
-    /// Run compaction on a background thread (otherwise only [`DeviceStore::compact`] and
-    /// [`DeviceStore::close`] compact).
+    /// Run compaction on a background thread (otherwise only
+    /// [`DeviceStore::compact`](super::DeviceStore::compact) and
+    /// [`DeviceStore::close`](super::DeviceStore::close) compact).
     pub background_compaction: bool,
 }
 
