@@ -1,0 +1,300 @@
+//! `PrepareResources(pod)` (spec dra-kubelet.md B1–B7; `pkg/kubelet/cm/dra/manager.go`
+//! `PrepareResources`): validates the pod's claims, records the pod reference durably, sends one
+//! NodePrepareResources per driver, and reports success only once the devices are durable.
+//! Upstream bugs E1 (device lists appended) and E4 (the same claim twice) are fixed here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
+use crate::client::ClaimRef;
+use crate::error::{DraError, RpcCode};
+use crate::pod::pod_claim_names;
+use crate::registry::DraPluginInstance;
+use crate::source::ClaimSource;
+
+use super::cache::ClaimCache;
+use super::cached_claim::{CachedClaim, key};
+
+const PREPARE: &str = "NodePrepareResources";
+
+/// A claim validated for a pod (B2), ready to be recorded.
+struct ValidatedClaim {
+    key: String,
+    claim: ClaimRef,
+    /// Driver → instance fixed at validation time (E8).
+    drivers: BTreeMap<String, DraPluginInstance>,
+}
+
+impl ClaimCache {
+    /// B1–B2: resolves, fetches and validates the pod's claims without changing any state.
+    async fn validate_pod(
+        &self,
+        pod: &Pod,
+        source: &dyn ClaimSource,
+    ) -> Result<Vec<ValidatedClaim>, DraError> {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut seen_names = HashSet::new();
+        let mut seen_uids = HashSet::new();
+        let mut out = Vec::new();
+        for pc in pod_claim_names(pod)? {
+            // Upstream bug E4: a claim listed twice went into one batch twice and the driver's
+            // single answer made every prepare fail with "skipped 1"; we keep one copy.
+            if !seen_names.insert(pc.claim_name.clone()) {
+                continue;
+            }
+            let claim: ResourceClaim =
+                source
+                    .get_claim(&namespace, &pc.claim_name)
+                    .await
+                    .map_err(|e| DraError::FetchClaim {
+                        name: pc.claim_name.clone(),
+                        reason: e.to_string(),
+                    })?;
+            let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+            if !seen_uids.insert(claim_uid.clone()) {
+                continue;
+            }
+            if pc.from_template {
+                let owned = claim
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+                if !owned {
+                    return Err(DraError::NotOwner {
+                        namespace: namespace.clone(),
+                        claim: pc.claim_name.clone(),
+                        pod: pod_name.clone(),
+                    });
+                }
+            }
+            let status = claim.status.as_ref();
+            let reserved = status
+                .and_then(|s| s.reserved_for.as_ref())
+                .is_some_and(|r| r.iter().any(|c| c.uid == pod_uid));
+            if !reserved {
+                return Err(DraError::NotReserved {
+                    pod: pod_name.clone(),
+                    pod_uid: pod_uid.clone(),
+                    claim: pc.claim_name.clone(),
+                    claim_uid,
+                });
+            }
+            let Some(allocation) = status.and_then(|s| s.allocation.as_ref()) else {
+                return Err(DraError::NotAllocated(pc.claim_name.clone()));
+            };
+            let mut drivers = BTreeMap::new();
+            for r in allocation
+                .devices
+                .as_ref()
+                .and_then(|d| d.results.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                if !drivers.contains_key(&r.driver) {
+                    // B2.5 / E7: every driver must be registered, even for prepared claims.
+                    let inst = self.shared.registry.get(&r.driver)?;
+                    drivers.insert(r.driver.clone(), inst);
+                }
+            }
+            out.push(ValidatedClaim {
+                key: key(&namespace, &pc.claim_name),
+                claim: ClaimRef {
+                    namespace: namespace.clone(),
+                    uid: claim_uid,
+                    name: pc.claim_name,
+                },
+                drivers,
+            });
+        }
+        Ok(out)
+    }
+
+    /// `PrepareResources(pod)` (B1–B7): validates the pod's claims, records the pod reference
+    /// durably, sends one NodePrepareResources per driver for the claims not yet prepared, and
+    /// returns only after the devices are durable in the checkpoint.
+    pub async fn prepare_resources(
+        &self,
+        pod: &Pod,
+        source: &dyn ClaimSource,
+    ) -> Result<(), DraError> {
+        let start = Instant::now();
+        let result = self.prepare_resources_inner(pod, source).await;
+        self.record_operation("PrepareResources", result.is_err(), start.elapsed());
+        result
+    }
+
+    async fn prepare_resources_inner(
+        &self,
+        pod: &Pod,
+        source: &dyn ClaimSource,
+    ) -> Result<(), DraError> {
+        self.check_quarantine()?;
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let validated = self.validate_pod(pod, source).await?;
+        if validated.is_empty() {
+            return Ok(());
+        }
+        let keys: BTreeSet<String> = validated.iter().map(|v| v.key.clone()).collect();
+        let _guards = self.lock_claims(&keys).await;
+        let result = self.prepare_locked(&pod_uid, &validated).await;
+        self.prune_locks(&keys);
+        result
+    }
+
+    async fn prepare_locked(
+        &self,
+        pod_uid: &str,
+        validated: &[ValidatedClaim],
+    ) -> Result<(), DraError> {
+        // B3: record the intent. All UID checks first, so nothing is recorded on mismatch.
+        let mut batches: BTreeMap<String, (DraPluginInstance, Vec<ClaimRef>)> = BTreeMap::new();
+        let mut changed = false;
+        let before = self.save_entries(validated.iter().map(|v| &v.key));
+        {
+            let mut st = self.state();
+            for v in validated {
+                if let Some(c) = st.entries.get(&v.key)
+                    && c.uid != v.claim.uid
+                {
+                    return Err(DraError::UidMismatch {
+                        name: v.claim.name.clone(),
+                        cached_uid: c.uid.clone(),
+                    });
+                }
+            }
+            for v in validated {
+                let entry = st
+                    .entries
+                    .entry(v.key.clone())
+                    .or_insert_with(|| CachedClaim {
+                        uid: v.claim.uid.clone(),
+                        name: v.claim.name.clone(),
+                        namespace: v.claim.namespace.clone(),
+                        pod_uids: BTreeSet::new(),
+                        drivers: BTreeMap::new(),
+                        prepared: false,
+                    });
+                changed |= entry.pod_uids.insert(pod_uid.to_owned());
+                for d in v.drivers.keys() {
+                    if !entry.drivers.contains_key(d) {
+                        entry.drivers.insert(d.clone(), Vec::new());
+                        changed = true;
+                    }
+                }
+                if entry.prepared {
+                    continue;
+                }
+                for (driver, inst) in &v.drivers {
+                    batches
+                        .entry(driver.clone())
+                        .or_insert_with(|| (inst.clone(), Vec::new()))
+                        .1
+                        .push(v.claim.clone());
+                }
+            }
+        }
+        // E10: the pod reference is durable before any driver is called; if it cannot be
+        // written it is not kept in memory either (a retry must write it again).
+        if changed {
+            self.persist_or_restore(true, false, before)?;
+        }
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let calls = batches
+            .into_iter()
+            .map(|(driver, (inst, claims))| async move {
+                let start = Instant::now();
+                let result = inst
+                    .client
+                    .node_prepare_resources(claims.clone(), inst.call_timeout)
+                    .await;
+                let code = result.as_ref().map_or_else(|e| e.code, |_| RpcCode::Ok);
+                self.record_rpc(
+                    &driver,
+                    inst.service.prepare_method(),
+                    code,
+                    start.elapsed(),
+                );
+                (driver, claims, result)
+            });
+        let answers = futures::future::join_all(calls).await;
+
+        let mut errors = Vec::new();
+        // claim UID -> all of its drivers answered successfully so far
+        let mut ok_drivers: HashMap<String, usize> = HashMap::new();
+        let intended = self.save_entries(validated.iter().map(|v| &v.key));
+        {
+            let mut st = self.state();
+            for (driver, claims, result) in answers {
+                let response = match result {
+                    Ok(r) => r,
+                    Err(source) => {
+                        errors.push(DraError::Rpc {
+                            method: PREPARE,
+                            source,
+                        });
+                        continue;
+                    }
+                };
+                let by_uid: HashMap<&str, &ClaimRef> =
+                    claims.iter().map(|c| (c.uid.as_str(), c)).collect();
+                if let Some(uid) = response.keys().find(|u| !by_uid.contains_key(u.as_str())) {
+                    errors.push(DraError::UnknownClaimUid {
+                        method: PREPARE,
+                        uid: uid.clone(),
+                    });
+                    continue;
+                }
+                for c in &claims {
+                    match response.get(&c.uid) {
+                        None => {}
+                        Some(r) if !r.error.is_empty() => errors.push(DraError::ClaimFailed {
+                            method: PREPARE,
+                            claim: c.name.clone(),
+                            error: r.error.clone(),
+                        }),
+                        Some(r) => {
+                            if let Some(entry) = st.entries.get_mut(&key(&c.namespace, &c.name)) {
+                                // Upstream bug E1: devices were appended on every re-prepare;
+                                // this driver's answer replaces its list.
+                                entry.drivers.insert(driver.clone(), r.devices.clone());
+                                *ok_drivers.entry(c.uid.clone()).or_default() += 1;
+                            }
+                        }
+                    }
+                }
+                let skipped = claims.len().saturating_sub(response.len());
+                if skipped > 0 {
+                    errors.push(DraError::Skipped {
+                        method: PREPARE,
+                        count: skipped,
+                    });
+                }
+            }
+            for v in validated {
+                if ok_drivers.get(&v.claim.uid).copied() == Some(v.drivers.len())
+                    && let Some(entry) = st.entries.get_mut(&v.key)
+                {
+                    entry.prepared = true;
+                }
+            }
+        }
+        // B5: durable before success is reported. Not durable: the devices are not kept in
+        // memory only and the preparation is not claimed; the durable pod reference makes the
+        // next attempt (or an unprepare) reach the drivers again.
+        self.persist_or_restore(true, true, intended)?;
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(DraError::Multiple(errors)),
+        }
+    }
+}
