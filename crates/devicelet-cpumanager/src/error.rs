@@ -6,26 +6,10 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-/// Problems describing or discovering the CPU topology (sockets, cores, threads, NUMA nodes).
+/// Problems describing the CPU topology (sockets, cores, threads, NUMA nodes); reading it from
+/// sysfs has its own errors in `devicelet-machine`.
 #[derive(Debug, Error)]
 pub enum CpuTopologyError {
-    /// A sysfs file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// File.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A sysfs topology file does not hold a non-negative integer.
-    #[error("bad value {content:?} in {path}")]
-    BadValue {
-        /// File.
-        path: PathBuf,
-        /// What it held.
-        content: String,
-    },
     /// A machine description that cannot exist.
     #[error("bad machine description: {0}")]
     BadMachine(String),
@@ -35,7 +19,7 @@ pub enum CpuTopologyError {
     /// The machine has no CPU.
     #[error("the machine has no CPUs")]
     NoCpus,
-    /// The NUMA description could not be read.
+    /// The NUMA description is not a valid topology.
     #[error(transparent)]
     Numa(#[from] devicelet_topology::DiscoveryError),
 }

@@ -1,7 +1,8 @@
 //! devicelet-cpumanager: the kubelet's CPU manager (`pkg/kubelet/cm/cpumanager`) with the
 //! `none` and `static` policies.
 //!
-//! * [`CpuTopology`]: sockets / cores / threads / NUMA nodes, from sysfs or a description;
+//! * [`CpuTopology`]: sockets / cores / threads / NUMA nodes, from a description or from sysfs
+//!   placements ([`CpuPlacement`], read by `devicelet-machine`);
 //! * [`take_by_topology`]: the NUMA-packed CPU accumulator;
 //! * [`CpuManager`]: exclusive integer CPUs for Guaranteed pods, shared pool for the rest,
 //!   reserved CPUs, init-container CPU reuse, NUMA-aligned allocation, `cpu_manager_state`;
@@ -25,4 +26,4 @@ pub use manager::{
 };
 pub use pod::{PodConversionError, PodCpuInfo, QosClass, Quantity, QuantityError, pod_from_k8s};
 pub use state::{Assignments, CheckpointFile, CpuState};
-pub use topology::{CpuInfo, CpuMachineConfig, CpuTopology};
+pub use topology::{CpuInfo, CpuMachineConfig, CpuPlacement, CpuTopology};

@@ -1,16 +1,14 @@
 //! CPU topology for the CPU manager, after the kubelet's `cpumanager/topology/topology.go`
 //! (`CPUTopology`, `CPUDetails`, `Discover`): for every online CPU its socket, physical core and
-//! NUMA node. Built from sysfs (`devices/system/cpu/cpuN/topology/{physical_package_id,core_id}`
-//! under a root parameter, NUMA nodes from [`NumaTopology`]), from a machine description
-//! ([`CpuMachineConfig`]: sockets × cores × threads, NUMA nodes), or from an explicit list
-//! (tests that mirror upstream's fixed topologies).
+//! NUMA node. No IO here: built from what sysfs says of each CPU ([`CpuPlacement`], read by
+//! `devicelet-machine` from `devices/system/cpu/cpuN/topology/{physical_package_id,core_id}`),
+//! from a machine description ([`CpuMachineConfig`]: sockets × cores × threads, NUMA nodes), or
+//! from an explicit list (tests that mirror upstream's fixed topologies).
 //!
 //! Core ids in sysfs repeat across sockets, so a core is identified by (socket, core_id) and
 //! renumbered densely here.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
-use std::path::Path;
 
 use devicelet_topology::{MachineConfig, NumaMask, NumaTopology};
 use serde::{Deserialize, Serialize};
@@ -27,6 +25,20 @@ pub struct CpuInfo {
     pub socket: u32,
     /// Core id, unique machine-wide (dense renumbering of (socket, core_id)).
     pub core: u32,
+    /// NUMA node id.
+    pub numa: usize,
+}
+
+/// Where sysfs places one logical CPU (`Discover`'s view): `core_id` is per socket, so it
+/// repeats across sockets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuPlacement {
+    /// Logical CPU id.
+    pub id: u32,
+    /// `physical_package_id`.
+    pub socket: u32,
+    /// `core_id`, unique within its socket only.
+    pub core_id: u32,
     /// NUMA node id.
     pub numa: usize,
 }
@@ -171,50 +183,24 @@ impl CpuTopology {
         })
     }
 
-    /// Reads `<sysfs_root>/devices/system/cpu/cpuN/topology/{physical_package_id,core_id}` for
-    /// every CPU that `numa` lists (the online CPUs of each node).
-    pub fn from_sysfs(sysfs_root: &Path, numa: &NumaTopology) -> Result<Self, CpuTopologyError> {
-        let read_num = |path: std::path::PathBuf| -> Result<u32, CpuTopologyError> {
-            let content = fs::read_to_string(&path).map_err(|source| CpuTopologyError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            content
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| CpuTopologyError::BadValue { path, content })
-        };
-        let mut raw = vec![];
-        for node in &numa.nodes {
-            for &cpu in &node.cpus {
-                let dir = sysfs_root.join(format!("devices/system/cpu/cpu{cpu}/topology"));
-                let socket = read_num(dir.join("physical_package_id"))?;
-                let core_id = read_num(dir.join("core_id"))?;
-                raw.push((cpu, socket, core_id, node.id));
-            }
-        }
-        let keys: BTreeSet<(u32, u32)> = raw.iter().map(|&(_, s, c, _)| (s, c)).collect();
+    /// Builds a topology from sysfs placements, numbering cores densely by (socket, core_id).
+    pub fn from_placements(placements: Vec<CpuPlacement>) -> Result<Self, CpuTopologyError> {
+        let keys: BTreeSet<(u32, u32)> = placements.iter().map(|p| (p.socket, p.core_id)).collect();
         let dense: BTreeMap<(u32, u32), u32> = keys
             .into_iter()
             .enumerate()
             .map(|(i, k)| (k, i as u32))
             .collect();
-        let cpus = raw
+        let cpus = placements
             .into_iter()
-            .map(|(id, socket, core_id, numa)| CpuInfo {
-                id,
-                socket,
-                core: dense.get(&(socket, core_id)).copied().unwrap_or(0),
-                numa,
+            .map(|p| CpuInfo {
+                id: p.id,
+                socket: p.socket,
+                core: dense.get(&(p.socket, p.core_id)).copied().unwrap_or(0),
+                numa: p.numa,
             })
             .collect();
         CpuTopology::new(cpus)
-    }
-
-    /// Discovery as the kubelet does it: NUMA nodes, then CPU placement, both from sysfs.
-    pub fn discover(sysfs_root: &Path) -> Result<Self, CpuTopologyError> {
-        let numa = NumaTopology::from_sysfs(sysfs_root)?;
-        CpuTopology::from_sysfs(sysfs_root, &numa)
     }
 
     /// Without socket/core information: every CPU its own core, one socket per NUMA node.
@@ -360,6 +346,52 @@ mod tests {
         assert_eq!(t.cores()[&0].to_string(), "0,8");
         assert_eq!(t.numa_nodes()[&1].to_string(), "2-3,10-11");
         assert_eq!(t.sockets()[&1].to_string(), "4-7,12-15");
+    }
+
+    #[test]
+    fn placements_number_cores_densely_by_socket_and_core_id() {
+        // 2 sockets, 2 cores each, SMT-2; core_id 0 and 1 repeat on each socket.
+        let placements = (0..8u32)
+            .map(|id| CpuPlacement {
+                id,
+                socket: (id % 4) / 2,
+                core_id: id % 2,
+                numa: ((id % 4) / 2) as usize,
+            })
+            .collect();
+        let t = CpuTopology::from_placements(placements).expect("valid");
+        assert_eq!(t.num_cpus(), 8);
+        assert_eq!(t.num_sockets(), 2);
+        assert_eq!(t.num_cores(), 4);
+        assert_eq!(t.cpus_per_core(), 2);
+        let cores: Vec<String> = t.cores().values().map(|c| c.to_string()).collect();
+        assert_eq!(cores, vec!["0,4", "1,5", "2,6", "3,7"]);
+        assert!(matches!(
+            CpuTopology::from_placements(vec![]),
+            Err(CpuTopologyError::NoCpus)
+        ));
+    }
+
+    #[test]
+    fn a_cpu_twice_a_core_split_across_sockets_or_no_cpu_is_refused() {
+        let info = |id, socket, core| CpuInfo {
+            id,
+            socket,
+            core,
+            numa: 0,
+        };
+        assert!(matches!(
+            CpuTopology::new(vec![info(0, 0, 0), info(0, 0, 1)]).expect_err("dup"),
+            CpuTopologyError::DuplicateCpu(0)
+        ));
+        assert!(matches!(
+            CpuTopology::new(vec![info(0, 0, 0), info(1, 1, 0)]).expect_err("split core"),
+            CpuTopologyError::BadMachine(_)
+        ));
+        assert!(matches!(
+            CpuTopology::new(vec![]).expect_err("empty"),
+            CpuTopologyError::NoCpus
+        ));
     }
 
     #[test]

@@ -648,12 +648,11 @@ fn discover(source: &MachineSource) -> Result<(NumaTopology, CpuTopology), Align
     let root = source
         .sysfs_root
         .clone()
-        .unwrap_or_else(|| PathBuf::from("/sys"));
+        .unwrap_or_else(|| PathBuf::from(devicelet_machine::SYSFS_ROOT));
     let fail = |message: String| AlignmentError::Discovery {
         source_name: format!("sysfs {}", root.display()),
         message,
     };
-    let numa = NumaTopology::from_sysfs(&root).map_err(|e| fail(e.to_string()))?;
-    let cpus = CpuTopology::from_sysfs(&root, &numa).map_err(|e| fail(e.to_string()))?;
-    Ok((numa, cpus))
+    let machine = devicelet_machine::discover(&root).map_err(|e| fail(e.to_string()))?;
+    Ok((machine.numa, machine.cpus))
 }

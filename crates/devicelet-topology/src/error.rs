@@ -1,9 +1,7 @@
 //! Typed errors of the topology crate: configuration (texts as in the kubelet's
 //! `topology_manager.go` / `policy_options.go`), admission (`TopologyAffinityError` and the
-//! `UnexpectedAdmissionError` wrapping of `pkg/kubelet/cm/admission`), NUMA discovery and
-//! machine description problems.
-
-use std::path::PathBuf;
+//! `UnexpectedAdmissionError` wrapping of `pkg/kubelet/cm/admission`), invalid NUMA topologies
+//! and machine descriptions.
 
 use thiserror::Error;
 
@@ -103,24 +101,10 @@ impl AdmissionError {
     }
 }
 
-/// Errors reading NUMA topology from sysfs or from a machine description.
-#[derive(Debug, Error)]
+/// A NUMA topology that cannot be (sysfs trees read by `devicelet-machine`, machine
+/// descriptions). Reading sysfs has its own errors there (`MachineError`).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum DiscoveryError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The IO error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// No `node*` directories.
-    #[error("no NUMA nodes found under {0}")]
-    NoNodes(PathBuf),
-    /// A `node<N>` directory whose suffix is not a number.
-    #[error("unexpected NUMA node directory name {0:?}")]
-    BadNodeName(String),
     /// Node ids are not 0..n-1 (distance rows could not be indexed by id).
     #[error("NUMA node ids are not contiguous from 0: found {found:?}")]
     NonContiguousNodeIds {
@@ -130,16 +114,6 @@ pub enum DiscoveryError {
     /// More nodes than a mask can hold.
     #[error("{0} NUMA nodes found; at most 64 are supported")]
     TooManyNodes(usize),
-    /// A `cpulist` file in a bad format.
-    #[error("bad cpulist {content:?} in {path}: {why}")]
-    BadCpuList {
-        /// The file.
-        path: PathBuf,
-        /// Its content.
-        content: String,
-        /// What is wrong.
-        why: CpuListError,
-    },
     /// A `distance` file in a bad format or of the wrong length.
     #[error("bad distance row for NUMA node {node}: {why}")]
     BadDistance {

@@ -1,6 +1,7 @@
 //! devicelet-topology: the kubelet's Topology Manager (`pkg/kubelet/cm/topologymanager`) and the
 //! device manager's hint generation (`pkg/kubelet/cm/devicemanager/topology_hints.go`) as pure
-//! code (no IO besides NUMA discovery, no async), plus NUMA discovery from sysfs.
+//! code (no IO, no async), plus the machine's NUMA layout ([`NumaTopology`]); `devicelet-machine`
+//! reads that layout from sysfs.
 //!
 //! Results are the kubelet's; the way to them is not. The kubelet enumerates every subset of
 //! NUMA nodes to generate hints and every combination of hints to merge them, which never
@@ -9,7 +10,7 @@
 //! [`merge`]); [`reference`] keeps the literal kubelet algorithm as the test oracle.
 //!
 //! Entry points: [`TopologyManager`] (policies, scopes, admission), [`Policy::merge`],
-//! [`device_hints`] / [`resource_hints`] / [`filter_by_affinity`], [`NumaTopology::from_sysfs`],
+//! [`device_hints`] / [`resource_hints`] / [`filter_by_affinity`], [`NumaTopology::from_nodes`],
 //! [`MachineConfig`].
 
 pub mod device;

@@ -1,15 +1,14 @@
 //! NUMA topology of the machine, after the kubelet's `tm/numa_info.go` (`NUMAInfo`, node list,
-//! distance matrix) fed by cadvisor's sysfs reader (`/sys/devices/system/node/node*/cpulist`,
-//! `distance`). The sysfs root is a parameter so tests use fake trees, and a serde
-//! [`MachineConfig`] describes a machine without sysfs (tests, demos, `--config`).
+//! distance matrix). No IO here: `devicelet-machine` reads cadvisor's sysfs files
+//! (`/sys/devices/system/node/node*/cpulist`, `distance`) and builds the topology with
+//! [`NumaTopology::from_nodes`]; a serde [`MachineConfig`] describes a machine without sysfs
+//! (tests, demos, `--config`).
 //!
 //! Node ids must be 0..n-1: a `distance` file lists distances by position among online nodes,
 //! so with holes in the ids the matrix could not be indexed by id; we refuse such trees with a
 //! typed error instead of guessing. At most 64 nodes (the width of [`NumaMask`]).
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -73,20 +72,30 @@ impl NumaTopology {
         Some(sum as f64 / (n * n) as f64)
     }
 
-    fn validate(self) -> Result<Self, DiscoveryError> {
-        let n = self.nodes.len();
-        if n > MAX_NUMA_NODES {
-            return Err(DiscoveryError::TooManyNodes(n));
+    /// Checks node ids as a reader finds them (sorted): at most 64, and 0..n-1 (a `distance`
+    /// row is indexed by position, so a hole would misattribute every distance after it).
+    pub fn check_node_ids(ids: &[usize]) -> Result<(), DiscoveryError> {
+        if ids.len() > MAX_NUMA_NODES {
+            return Err(DiscoveryError::TooManyNodes(ids.len()));
         }
-        for (i, node) in self.nodes.iter().enumerate() {
-            if node.id != i {
-                return Err(DiscoveryError::NonContiguousNodeIds {
-                    found: self.nodes.iter().map(|n| n.id).collect(),
-                });
-            }
+        if ids.iter().enumerate().any(|(i, id)| *id != i) {
+            return Err(DiscoveryError::NonContiguousNodeIds {
+                found: ids.to_vec(),
+            });
         }
+        Ok(())
+    }
+
+    /// Builds a topology from its nodes (by id) and distance matrix, refusing node ids that are
+    /// not 0..n-1, a CPU on two nodes, and a matrix that is not n × n.
+    pub fn from_nodes(
+        nodes: Vec<NumaNode>,
+        distances: Option<Vec<Vec<u32>>>,
+    ) -> Result<Self, DiscoveryError> {
+        let n = nodes.len();
+        Self::check_node_ids(&nodes.iter().map(|node| node.id).collect::<Vec<_>>())?;
         let mut owner: BTreeMap<u32, usize> = BTreeMap::new();
-        for node in &self.nodes {
+        for node in &nodes {
             for &cpu in &node.cpus {
                 if let Some(first) = owner.insert(cpu, node.id) {
                     return Err(DiscoveryError::DuplicateCpu {
@@ -97,7 +106,7 @@ impl NumaTopology {
                 }
             }
         }
-        if let Some(d) = &self.distances {
+        if let Some(d) = &distances {
             if d.len() != n {
                 return Err(DiscoveryError::BadDistance {
                     node: d.len().min(n),
@@ -113,72 +122,7 @@ impl NumaTopology {
                 }
             }
         }
-        Ok(self)
-    }
-
-    /// Reads `<sysfs_root>/devices/system/node/node*/{cpulist,distance}`.
-    pub fn from_sysfs(sysfs_root: &Path) -> Result<Self, DiscoveryError> {
-        let dir = sysfs_root.join("devices/system/node");
-        let entries = fs::read_dir(&dir).map_err(|source| DiscoveryError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        let mut found: Vec<(usize, PathBuf)> = vec![];
-        for entry in entries {
-            let entry = entry.map_err(|source| DiscoveryError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(suffix) = name.strip_prefix("node") else {
-                continue;
-            };
-            let id: usize = suffix
-                .parse()
-                .map_err(|_| DiscoveryError::BadNodeName(name.clone()))?;
-            found.push((id, entry.path()));
-        }
-        if found.is_empty() {
-            return Err(DiscoveryError::NoNodes(dir));
-        }
-        found.sort();
-        if found.len() > MAX_NUMA_NODES {
-            return Err(DiscoveryError::TooManyNodes(found.len()));
-        }
-        if found.iter().enumerate().any(|(i, (id, _))| *id != i) {
-            return Err(DiscoveryError::NonContiguousNodeIds {
-                found: found.iter().map(|(i, _)| *i).collect(),
-            });
-        }
-        let read = |p: PathBuf| {
-            fs::read_to_string(&p).map_err(|source| DiscoveryError::Io { path: p, source })
-        };
-        let mut nodes = vec![];
-        let mut distances = vec![];
-        for (id, path) in &found {
-            let cpulist_path = path.join("cpulist");
-            let content = read(cpulist_path.clone())?;
-            let cpus =
-                parse_cpu_list(content.trim()).map_err(|why| DiscoveryError::BadCpuList {
-                    path: cpulist_path,
-                    content: content.clone(),
-                    why,
-                })?;
-            nodes.push(NumaNode { id: *id, cpus });
-            let content = read(path.join("distance"))?;
-            let row: Result<Vec<u32>, _> =
-                content.split_whitespace().map(str::parse::<u32>).collect();
-            let row = row.map_err(|e| DiscoveryError::BadDistance {
-                node: *id,
-                why: format!("{content:?}: {e}"),
-            })?;
-            distances.push(row);
-        }
-        NumaTopology {
-            nodes,
-            distances: Some(distances),
-        }
-        .validate()
+        Ok(NumaTopology { nodes, distances })
     }
 
     /// Builds a topology from a machine description.
@@ -288,11 +232,7 @@ impl MachineConfig {
                     .collect()
             }
         };
-        NumaTopology {
-            nodes,
-            distances: Some(distances),
-        }
-        .validate()
+        NumaTopology::from_nodes(nodes, Some(distances))
     }
 }
 
@@ -300,121 +240,96 @@ impl MachineConfig {
 mod tests {
     use super::*;
 
-    fn fake_sysfs(nodes: &[(&str, &str, &str)]) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let base = dir.path().join("devices/system/node");
-        fs::create_dir_all(&base).expect("mkdir");
-        // Non-node entries that real sysfs has must be ignored.
-        fs::write(base.join("online"), "0-1\n").expect("write");
-        fs::create_dir_all(base.join("power")).expect("mkdir");
-        for (name, cpulist, distance) in nodes {
-            let d = base.join(name);
-            fs::create_dir_all(&d).expect("mkdir");
-            if !cpulist.is_empty() {
-                fs::write(d.join("cpulist"), cpulist).expect("write");
-            }
-            if !distance.is_empty() {
-                fs::write(d.join("distance"), distance).expect("write");
-            }
+    fn node(id: usize, cpus: &[u32]) -> NumaNode {
+        NumaNode {
+            id,
+            cpus: cpus.to_vec(),
         }
-        dir
     }
 
     #[test]
-    fn sysfs_two_nodes_are_read() {
-        let t = fake_sysfs(&[
-            ("node0", "0-3,8\n", "10 21\n"),
-            ("node1", "4-7\n", "21 10\n"),
-        ]);
-        let topo = NumaTopology::from_sysfs(t.path()).expect("valid tree");
-        assert_eq!(topo.node_count(), 2);
-        assert_eq!(topo.nodes[0].cpus, vec![0, 1, 2, 3, 8]);
-        assert_eq!(topo.distances, Some(vec![vec![10, 21], vec![21, 10]]));
-        assert_eq!(topo.default_mask(), NumaMask::from_bits(0b11));
+    fn from_nodes_builds_a_valid_topology() {
+        let topo = NumaTopology::from_nodes(
+            vec![
+                node(0, &[0, 1, 2, 3, 8]),
+                node(1, &[4, 5, 6, 7]),
+                node(2, &[]),
+            ],
+            Some(vec![vec![10, 21, 31], vec![21, 10, 31], vec![31, 31, 10]]),
+        )
+        .expect("valid");
+        assert_eq!(topo.node_count(), 3);
+        assert_eq!(topo.default_mask(), NumaMask::from_bits(0b111));
         assert_eq!(topo.node_of_cpu(8), Some(0));
+        assert!(
+            topo.nodes[2].cpus.is_empty(),
+            "memory-only nodes have no CPUs"
+        );
+        assert!(NumaTopology::from_nodes(vec![node(0, &[0])], None).is_ok());
     }
 
     #[test]
-    fn sysfs_missing_cpulist_is_an_io_error() {
-        let t = fake_sysfs(&[("node0", "", "10\n")]);
-        let err = NumaTopology::from_sysfs(t.path()).expect_err("missing file");
-        assert!(matches!(err, DiscoveryError::Io { .. }), "{err}");
-        assert!(err.to_string().contains("cpulist"), "{err}");
-    }
-
-    #[test]
-    fn sysfs_missing_root_is_an_io_error() {
-        let t = tempfile::tempdir().expect("tempdir");
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::Io { .. })
-        ));
-    }
-
-    #[test]
-    fn sysfs_odd_cpulist_is_rejected() {
-        for bad in ["0-", "a-b", "3-1", "1,,2"] {
-            let t = fake_sysfs(&[("node0", bad, "10\n")]);
-            let err = NumaTopology::from_sysfs(t.path()).expect_err("bad cpulist");
-            assert!(
-                matches!(err, DiscoveryError::BadCpuList { .. }),
-                "{bad}: {err}"
-            );
-        }
-    }
-
-    #[test]
-    fn sysfs_odd_distance_is_rejected() {
-        let t = fake_sysfs(&[("node0", "0", "10 x\n"), ("node1", "1", "20 10\n")]);
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::BadDistance { node: 0, .. })
-        ));
-        let t = fake_sysfs(&[("node0", "0", "10\n"), ("node1", "1", "20 10\n")]);
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::BadDistance { node: 0, .. })
-        ));
-    }
-
-    #[test]
-    fn sysfs_non_contiguous_node_ids_are_rejected() {
-        let t = fake_sysfs(&[("node0", "0", "10 20\n"), ("node2", "1", "20 10\n")]);
-        let err = NumaTopology::from_sysfs(t.path()).expect_err("hole in ids");
+    fn from_nodes_rejects_holes_in_ids_a_cpu_on_two_nodes_and_odd_distances() {
+        let err = NumaTopology::from_nodes(vec![node(0, &[0]), node(2, &[1])], None)
+            .expect_err("hole in ids");
         assert!(
             matches!(err, DiscoveryError::NonContiguousNodeIds { ref found } if found == &vec![0, 2]),
             "{err}"
         );
+        assert_eq!(
+            err.to_string(),
+            "NUMA node ids are not contiguous from 0: found [0, 2]"
+        );
+        let err = NumaTopology::from_nodes(vec![node(0, &[0, 1]), node(1, &[1, 2])], None)
+            .expect_err("cpu 1 twice");
+        assert!(
+            matches!(
+                err,
+                DiscoveryError::DuplicateCpu {
+                    cpu: 1,
+                    first: 0,
+                    second: 1
+                }
+            ),
+            "{err}"
+        );
+        assert_eq!(err.to_string(), "CPU 1 is listed by NUMA nodes 0 and 1");
+        let two = || vec![node(0, &[0]), node(1, &[1])];
+        assert!(matches!(
+            NumaTopology::from_nodes(two(), Some(vec![vec![10], vec![20, 10]])),
+            Err(DiscoveryError::BadDistance { node: 0, .. })
+        ));
+        assert!(matches!(
+            NumaTopology::from_nodes(two(), Some(vec![vec![10, 20]])),
+            Err(DiscoveryError::BadDistance { node: 1, .. })
+        ));
+        let many: Vec<usize> = (0..65).collect();
+        assert!(matches!(
+            NumaTopology::check_node_ids(&many),
+            Err(DiscoveryError::TooManyNodes(65))
+        ));
+        assert!(NumaTopology::check_node_ids(&many[..64]).is_ok());
     }
 
     #[test]
-    fn sysfs_bad_node_name_and_empty_tree_are_rejected() {
-        let t = fake_sysfs(&[("nodeX", "0", "10\n")]);
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::BadNodeName(_))
-        ));
-        let t = fake_sysfs(&[]);
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::NoNodes(_))
-        ));
-    }
-
-    #[test]
-    fn sysfs_cpu_on_two_nodes_is_rejected() {
-        let t = fake_sysfs(&[("node0", "0-1", "10 20\n"), ("node1", "1-2", "20 10\n")]);
-        assert!(matches!(
-            NumaTopology::from_sysfs(t.path()),
-            Err(DiscoveryError::DuplicateCpu { cpu: 1, .. })
-        ));
-    }
-
-    #[test]
-    fn sysfs_memory_only_node_has_no_cpus() {
-        let t = fake_sysfs(&[("node0", "0-1", "10 20\n"), ("node1", "\n", "20 10\n")]);
-        let topo = NumaTopology::from_sysfs(t.path()).expect("valid");
-        assert!(topo.nodes[1].cpus.is_empty());
+    fn cpu_lists_parse_like_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-3,8"), Ok(vec![0, 1, 2, 3, 8]));
+        assert_eq!(parse_cpu_list("10-11,2,2"), Ok(vec![2, 10, 11]));
+        assert_eq!(parse_cpu_list(""), Ok(vec![]));
+        for bad in ["0-", "a-b", "1,,2"] {
+            assert!(
+                matches!(parse_cpu_list(bad), Err(CpuListError::NotACpu(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_cpu_list("3-1"),
+            Err(CpuListError::Backwards("3-1".into()))
+        );
+        assert_eq!(
+            parse_cpu_list("0-70000"),
+            Err(CpuListError::TooLarge("0-70000".into()))
+        );
     }
 
     #[test]

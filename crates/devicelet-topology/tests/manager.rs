@@ -382,28 +382,6 @@ fn admit_none_policy_allocates_everything_with_no_affinity() {
     assert_eq!(m.get_affinity("uid-1", "c"), TopologyHint::default());
 }
 
-#[test]
-fn topology_from_sysfs_feeds_the_manager() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let base = dir.path().join("devices/system/node");
-    for (i, dist) in ["10 21", "21 10"].iter().enumerate() {
-        let d = base.join(format!("node{i}"));
-        std::fs::create_dir_all(&d).expect("mkdir");
-        std::fs::write(d.join("cpulist"), format!("{}-{}\n", i * 4, i * 4 + 3)).expect("write");
-        std::fs::write(d.join("distance"), format!("{dist}\n")).expect("write");
-    }
-    let t = NumaTopology::from_sysfs(dir.path()).expect("valid tree");
-    let m = TopologyManager::new(
-        &t,
-        "best-effort",
-        "pod",
-        &opts(&[("prefer-closest-numa-nodes", "True")]),
-    )
-    .expect("distances present");
-    assert!(m.policy().options().prefer_closest_numa_nodes);
-    assert_eq!(m.policy().default_mask(), NumaMask::from_bits(0b11));
-}
-
 fn container(name: &str, restartable: bool, limits: &[(&str, i64)]) -> ContainerSpec {
     ContainerSpec {
         name: name.into(),

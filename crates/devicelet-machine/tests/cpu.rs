@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use devicelet_cpumanager::{CpuTopology, CpuTopologyError};
+use devicelet_machine::{MachineError, discover, read_cpu_topology, read_numa_topology};
 
 fn write(root: &Path, rel: &str, content: &str) {
     let p = root.join(rel);
@@ -39,7 +39,9 @@ fn fake_tree(root: &Path) {
 fn discovers_sockets_cores_and_numa_nodes_from_sysfs() {
     let dir = tempfile::tempdir().expect("tempdir");
     fake_tree(dir.path());
-    let t = CpuTopology::discover(dir.path()).expect("valid tree");
+    let machine = discover(dir.path()).expect("valid tree");
+    assert_eq!(machine.numa.node_count(), 2);
+    let t = machine.cpus;
     assert_eq!(t.num_cpus(), 8);
     assert_eq!(t.num_sockets(), 2);
     assert_eq!(t.num_cores(), 4, "core_id 0 and 1 repeat on each socket");
@@ -47,6 +49,10 @@ fn discovers_sockets_cores_and_numa_nodes_from_sysfs() {
     assert_eq!(t.cpus_per_core(), 2);
     let cores: Vec<String> = t.cores().values().map(|c| c.to_string()).collect();
     assert_eq!(cores, vec!["0,4", "1,5", "2,6", "3,7"]);
+    // The two readers one by one give the same machine.
+    let numa = read_numa_topology(dir.path()).expect("valid nodes");
+    let cpus = read_cpu_topology(dir.path(), &numa).expect("valid cpus");
+    assert_eq!(cpus.cpus(), t.cpus());
 }
 
 #[test]
@@ -54,9 +60,9 @@ fn missing_topology_file_is_a_typed_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     fake_tree(dir.path());
     fs::remove_file(dir.path().join("devices/system/cpu/cpu5/topology/core_id")).expect("rm");
-    let err = CpuTopology::discover(dir.path()).expect_err("missing file");
+    let err = discover(dir.path()).expect_err("missing file");
     assert!(
-        matches!(err, CpuTopologyError::Io { ref path, .. } if path.ends_with("cpu5/topology/core_id")),
+        matches!(err, MachineError::Io { ref path, .. } if path.ends_with("cpu5/topology/core_id")),
         "{err}"
     );
 }
@@ -70,15 +76,22 @@ fn odd_topology_values_are_typed_errors() {
         "devices/system/cpu/cpu3/topology/physical_package_id",
         "-1\n",
     );
-    let err = CpuTopology::discover(dir.path()).expect_err("negative package id");
+    let err = discover(dir.path()).expect_err("negative package id");
     assert!(
-        matches!(err, CpuTopologyError::BadValue { ref content, .. } if content == "-1\n"),
+        matches!(err, MachineError::BadValue { ref content, .. } if content == "-1\n"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("bad value \"-1\\n\" in ")
+            && err
+                .to_string()
+                .ends_with("cpu3/topology/physical_package_id"),
         "{err}"
     );
 }
 
 #[test]
-fn a_core_split_across_sockets_or_a_cpu_on_two_nodes_is_refused() {
+fn a_cpu_on_two_nodes_or_a_missing_tree_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     fake_tree(dir.path());
     write(
@@ -86,37 +99,18 @@ fn a_core_split_across_sockets_or_a_cpu_on_two_nodes_is_refused() {
         "devices/system/node/node1/cpulist",
         "2-3,6-7,0\n",
     );
-    let err = CpuTopology::discover(dir.path()).expect_err("cpu 0 twice");
+    let err = discover(dir.path()).expect_err("cpu 0 twice");
     assert_eq!(err.to_string(), "CPU 0 is listed by NUMA nodes 0 and 1");
-    // Explicit descriptions are checked the same way, and a core cannot span sockets.
-    let info = |id, socket, core| devicelet_cpumanager::CpuInfo {
-        id,
-        socket,
-        core,
-        numa: 0,
-    };
-    assert!(matches!(
-        CpuTopology::new(vec![info(0, 0, 0), info(0, 0, 1)]).expect_err("dup"),
-        CpuTopologyError::DuplicateCpu(0)
-    ));
-    assert!(matches!(
-        CpuTopology::new(vec![info(0, 0, 0), info(1, 1, 0)]).expect_err("split core"),
-        CpuTopologyError::BadMachine(_)
-    ));
-    assert!(matches!(
-        CpuTopology::new(vec![]).expect_err("empty"),
-        CpuTopologyError::NoCpus
-    ));
     let dir = tempfile::tempdir().expect("tempdir");
     write(dir.path(), "devices/system/node/node0/cpulist", "0-1\n");
     write(dir.path(), "devices/system/node/node0/distance", "10\n");
     assert!(matches!(
-        CpuTopology::discover(dir.path()).expect_err("no cpu dir"),
-        CpuTopologyError::Io { .. }
+        discover(dir.path()).expect_err("no cpu dir"),
+        MachineError::Io { .. }
     ));
     let empty = tempfile::tempdir().expect("tempdir");
     assert!(matches!(
-        CpuTopology::discover(empty.path()).expect_err("no nodes"),
-        CpuTopologyError::Numa(_)
+        discover(empty.path()).expect_err("no node directory"),
+        MachineError::Io { ref path, .. } if path.ends_with("devices/system/node")
     ));
 }
