@@ -4,7 +4,8 @@
 //!   `b` (`crate::b::..`, `super::..`, or a child's relative `b::..`); the graph must be
 //!   acyclic. `mod b;` and re-exports (`pub use b::X;`) are the module tree, not a dependency.
 //! - the node core carries no wire: the transitive dependencies of `devicelet-node` (from
-//!   Cargo.lock) hold no tonic, prost, axum or hyper, and neither do the managers'.
+//!   Cargo.lock) hold no tonic, prost, axum or hyper, and neither do the managers', the
+//!   machine reader's or the pure crates'.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -334,6 +335,7 @@ fn the_node_core_and_the_managers_carry_no_wire() {
         "devicelet-dra",
         "devicelet-checkpoint",
         "devicelet-topology",
+        "devicelet-machine",
         "devicelet-allocator",
     ] {
         let closure = lock_closure(package);
