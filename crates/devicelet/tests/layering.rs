@@ -349,3 +349,52 @@ fn the_node_core_and_the_managers_carry_no_wire() {
     // The check itself sees the wire where it is.
     assert!(lock_closure("devicelet-rpc").contains("tonic"));
 }
+
+/// `devicelet-*` crates in the `[dependencies]` section of `manifest`, short names (`-node`).
+fn manifest_uses(manifest: &str) -> BTreeSet<String> {
+    let section = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .map(|s| s.split("\n[").next().unwrap_or(""))
+        .unwrap_or("");
+    section
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("devicelet-"))
+        .filter_map(|l| l.split(|c: char| !c.is_ascii_alphanumeric()).next())
+        .map(|name| format!("-{name}"))
+        .collect()
+}
+
+#[test]
+fn the_architecture_table_matches_the_manifests() {
+    let doc = std::fs::read_to_string(repo_root().join("docs/architecture.md")).unwrap();
+    let mut table: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in doc.lines() {
+        let Some(rest) = line.strip_prefix("| `devicelet") else {
+            continue;
+        };
+        let mut cells = rest.split('|');
+        let name = format!("devicelet{}", cells.next().unwrap().trim().trim_end_matches('`'));
+        let uses = cells
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        table.insert(name, uses);
+    }
+    let mut actual = BTreeMap::new();
+    for entry in std::fs::read_dir(repo_root().join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) else {
+            continue;
+        };
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        actual.insert(name, manifest_uses(&manifest));
+    }
+    assert!(actual.len() > 10, "{actual:?}");
+    assert_eq!(
+        table, actual,
+        "docs/architecture.md's crate table (left) differs from the Cargo.toml files (right)"
+    );
+}
