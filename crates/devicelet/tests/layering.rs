@@ -374,7 +374,10 @@ fn the_architecture_table_matches_the_manifests() {
             continue;
         };
         let mut cells = rest.split('|');
-        let name = format!("devicelet{}", cells.next().unwrap().trim().trim_end_matches('`'));
+        let name = format!(
+            "devicelet{}",
+            cells.next().unwrap().trim().trim_end_matches('`')
+        );
         let uses = cells
             .next()
             .unwrap_or("")

@@ -176,7 +176,11 @@ impl<'r, 'a> Search<'r, 'a> {
         }
     }
 
-    fn node_selector(&self, ci: usize, node_name: &str) -> Result<Option<NodeSelector>, String> {
+    fn node_selector(
+        &self,
+        ci: usize,
+        node_name: &str,
+    ) -> Result<Option<NodeSelector>, UnsupportedNodeSelector> {
         let mut fields: Vec<NodeSelectorRequirement> = Vec::new();
         let mut exprs: Vec<NodeSelectorRequirement> = Vec::new();
         for r in self.claim_results(ci) {
@@ -213,11 +217,7 @@ impl<'r, 'a> Search<'r, 'a> {
                             &mut exprs,
                         );
                     }
-                    n => {
-                        return Err(format!(
-                            "unsupported ResourceSlice.NodeSelector with {n} terms"
-                        ));
-                    }
+                    n => return Err(UnsupportedNodeSelector { terms: n }),
                 }
             }
         }
@@ -235,6 +235,14 @@ impl<'r, 'a> Search<'r, 'a> {
             }],
         }))
     }
+}
+
+/// A slice's node selector with more than one term: the allocator cannot merge it into the
+/// claim's (upstream returns the same error).
+#[derive(Debug, thiserror::Error)]
+#[error("unsupported ResourceSlice.NodeSelector with {terms} terms")]
+struct UnsupportedNodeSelector {
+    terms: usize,
 }
 
 fn merge_requirements(from: &[NodeSelectorRequirement], to: &mut Vec<NodeSelectorRequirement>) {
