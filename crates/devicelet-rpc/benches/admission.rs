@@ -56,6 +56,26 @@ fn guaranteed_pod(i: usize) -> Pod {
     .expect("valid pod")
 }
 
+/// A daemon started with `config`, with `devices` GPUs served over real gRPC (on NUMA nodes 0
+/// and 1; `Allocate` answers EXAMPLE_DEVICES=<ids>) and registered.
+async fn start_with_gpus(config: DaemonConfig, devices: usize) -> Daemon {
+    let daemon = Daemon::start(config).await.expect("daemon");
+    StaticDevicePlugin::healthy("gpu", devices)
+        .with_device_envs()
+        .serve(&daemon.paths().device_plugins.join("gpu.sock"))
+        .expect("serve plugin");
+    register_and_wait(
+        &daemon,
+        "gpu.sock",
+        RESOURCE,
+        devices as u64,
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("register the plugin");
+    daemon
+}
+
 /// The static-CPU-policy run (see the module docs).
 async fn static_cpu_run(clients: usize) {
     let root = tempfile::Builder::new()
@@ -69,20 +89,7 @@ async fn static_cpu_run(clients: usize) {
         2,
         STATIC_CPUS_PER_NODE,
     ));
-    let daemon = Daemon::start(config).await.expect("daemon");
-    StaticDevicePlugin::healthy("gpu", STATIC_PODS)
-        .with_device_envs()
-        .serve(&daemon.paths().device_plugins.join("gpu.sock"))
-        .expect("serve plugin");
-    register_and_wait(
-        &daemon,
-        "gpu.sock",
-        RESOURCE,
-        STATIC_PODS as u64,
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("register the plugin");
+    let daemon = start_with_gpus(config, STATIC_PODS).await;
     let pods: Arc<Vec<Pod>> = Arc::new((0..STATIC_PODS).map(guaranteed_pod).collect());
     let admitter = daemon.pods().clone();
     let (latencies, total) = admit_all(admitter.clone(), pods, 0..STATIC_PODS, clients).await;
@@ -192,23 +199,7 @@ fn main() {
             .prefix("dl-adm-")
             .tempdir_in("/tmp")
             .expect("temp root");
-        let daemon = Daemon::start(DaemonConfig::new(root.path()))
-            .await
-            .expect("daemon");
-        // Devices on NUMA nodes 0 and 1; `Allocate` answers EXAMPLE_DEVICES=<ids>.
-        StaticDevicePlugin::healthy("gpu", DEVICES)
-            .with_device_envs()
-            .serve(&daemon.paths().device_plugins.join("gpu.sock"))
-            .expect("serve plugin");
-        register_and_wait(
-            &daemon,
-            "gpu.sock",
-            RESOURCE,
-            DEVICES as u64,
-            Duration::from_secs(60),
-        )
-        .await
-        .expect("register the plugin");
+        let daemon = start_with_gpus(DaemonConfig::new(root.path()), DEVICES).await;
 
         let clients = clients();
         let pods: Arc<Vec<Pod>> = Arc::new((0..PODS + RESTART_CONTAINERS).map(pod).collect());
