@@ -437,23 +437,17 @@ impl CpuManager {
     }
 
     /// Gives back the CPUs of an allocation whose write failed, leaving memory as it was
-    /// before it (other changes made meanwhile are kept).
+    /// before it (other changes made meanwhile are kept). CPUs the container reused from an
+    /// init container stay with that init container, as in any removal
+    /// ([`CpuManager::free_container`]).
     fn unassign(&self, assigned: Assigned) {
         let mut inner = self.lock();
-        let containers = inner.state.assignments.get_mut(&assigned.pod_uid);
-        let Some(containers) = containers else {
-            return;
-        };
-        if containers.get(&assigned.container) != Some(&assigned.cpus) {
+        let current = inner.state.get(&assigned.pod_uid, &assigned.container);
+        if current != Some(&assigned.cpus) {
             return;
         }
-        containers.remove(&assigned.container);
-        if containers.is_empty() {
-            inner.state.assignments.remove(&assigned.pod_uid);
-        }
-        inner.state.default_cpu_set = inner.state.default_cpu_set.union(&assigned.cpus);
+        Self::free_container(&mut inner, &assigned.pod_uid, &assigned.container);
         inner.cpus_to_reuse = assigned.reuse_before;
-        inner.version += 1;
     }
 
     /// The allocation itself; `Some` when it took new CPUs.

@@ -121,6 +121,41 @@ fn a2_12_a_failed_admission_on_a_failing_disk_leaves_no_exclusive_cpus_behind() 
     assert!(!reloaded.state().assignments.contains_key("failed"));
 }
 
+/// An app container that reuses its init container's CPUs (`cpusToReuse`) and cannot be
+/// written is undone without handing those CPUs to the shared pool: the init container still
+/// holds them, so memory must be exactly as before the failed allocation.
+#[test]
+fn a2_12_a_failed_write_of_a_container_reusing_init_cpus_keeps_them_with_the_init_container() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = static_manager(dual_socket_ht(), 1, dir.path());
+    let p = pod(
+        "reuse",
+        QosClass::Guaranteed,
+        &[("init", 2000)],
+        &[("app", 2000)],
+    );
+    m.register_pod(&p);
+    let hint = TopologyHint::default();
+    m.allocate_container(&p.spec, &p.spec.init_containers[0], &hint)
+        .expect("init container fits");
+    let before = m.state();
+    let fault = Fault::arm(dir.path(), Op::Fsync, EIO);
+    m.allocate_container(&p.spec, &p.spec.containers[0], &hint)
+        .expect_err("the app container cannot be written");
+    drop(fault);
+    assert_eq!(
+        m.state(),
+        before,
+        "memory is as before the failed allocation"
+    );
+    let shared = m.default_cpu_set();
+    let init_cpus = &before.assignments["reuse"]["init"];
+    assert!(
+        !init_cpus.iter().any(|cpu| shared.contains(cpu)),
+        "the init container's CPUs {init_cpus} are not in the shared pool {shared}"
+    );
+}
+
 struct Tmpfs<'a>(&'a Path);
 
 impl Drop for Tmpfs<'_> {
