@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+#[cfg(feature = "node")]
 pub mod claims;
 pub mod client;
 pub mod core;
@@ -43,6 +44,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "node")]
 pub use crate::claims::ApiClaimSource;
 pub use crate::client::{ClusterSource, connect};
 pub use crate::core::{NodeCore, Rejection, ReleaseError};

@@ -1,0 +1,408 @@
+//! The binding cycle, one task per pod so that a slow API write never stalls the scheduling
+//! loop (`schedule_one.go` → `bindingCycle`; DRA PreBind `bindClaim`, Unreserve, PostFilter's
+//! deallocation; spec S23-S24, S44, S46, S49-S53, S60).
+//!
+//! Claim writes:
+//! - a claim this pod allocates: the finalizer `resource.kubernetes.io/delete-protection` by an
+//!   Update of the claim first (S51), then allocation and reservation in one UpdateStatus,
+//!   conflict-checked on resourceVersion (a conflict re-reads the claim: if someone else
+//!   allocated it meanwhile the binding fails, S50);
+//! - a claim allocated already (shared): the pod is added to `reservedFor` by a strategic-merge
+//!   patch keyed by the pod's UID with the claim's UID as precondition, so concurrent pods
+//!   sharing a claim never conflict and never need a fresh copy; if the answer shows the claim
+//!   deallocated meanwhile, the entry is removed again and the binding fails.
+//!
+//! Then `pods/binding`. On any failure Unreserve runs: in-flight allocations are dropped, the
+//! pod's `reservedFor` entries are removed by patch (S46), the assumed pod is forgotten and the
+//! pod goes back to the queue with back-off.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use crate::cycle::Placement;
+use crate::queue::QueuedPod;
+use crate::report::{FailureReason, Reporter};
+use crate::shared::Shared;
+
+/// The finalizer that protects an allocated claim (S51).
+pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
+/// Attempts of a conflict-checked write (`retry.DefaultRetry`: 5 steps).
+const CONFLICT_RETRIES: usize = 5;
+
+/// Runs binding cycles.
+#[derive(Clone)]
+pub struct Binder {
+    client: Client,
+    shared: Arc<Shared>,
+    reporter: Reporter,
+}
+
+impl std::fmt::Debug for Binder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binder").finish_non_exhaustive()
+    }
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn key(claim: &ResourceClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or(""),
+        claim.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn reserved_for_pod(claim: &ResourceClaim, pod_uid: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .is_some_and(|r| r.iter().any(|c| c.uid == pod_uid))
+}
+
+fn consumer(pod: &Pod) -> ResourceClaimConsumerReference {
+    ResourceClaimConsumerReference {
+        api_group: None,
+        resource: "pods".to_owned(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
+impl Binder {
+    /// A binder writing through `client`.
+    pub fn new(client: Client, shared: Arc<Shared>) -> Self {
+        let reporter = Reporter::new(client.clone(), &shared.name);
+        Binder {
+            client,
+            shared,
+            reporter,
+        }
+    }
+
+    /// The reporter (conditions and events).
+    pub fn reporter(&self) -> &Reporter {
+        &self.reporter
+    }
+
+    /// The binding cycle of `qp` onto `placement` (spawned by the scheduling loop after
+    /// Reserve). `started`: when its scheduling attempt began.
+    pub async fn bind(self, qp: QueuedPod, placement: Placement, started: Instant) {
+        let pod = qp.pod.clone();
+        let pod_key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        let mut reserved: Vec<Arc<ResourceClaim>> = Vec::new();
+        let t = Instant::now();
+        let prebind = self.pre_bind(&pod, &placement, &mut reserved).await;
+        self.shared
+            .metrics
+            .extension_point("PreBind", prebind.is_ok(), t.elapsed());
+        let result = match prebind {
+            Ok(()) => {
+                let t = Instant::now();
+                let r = self.bind_pod(&pod, &placement.node).await;
+                self.shared
+                    .metrics
+                    .extension_point("Bind", r.is_ok(), t.elapsed());
+                r
+            }
+            Err(e) => Err(e),
+        };
+        let uid = qp.uid.clone();
+        match result {
+            Ok(()) => {
+                self.shared.cache().finish_binding(&uid);
+                self.shared
+                    .metrics
+                    .attempt(crate::metrics::AttemptResult::Scheduled, started.elapsed());
+                self.shared.metrics.bound(qp.attempts, qp.initial.elapsed());
+                info!(pod = %pod_key, node = %placement.node, feasible = placement.feasible, "bound");
+                self.reporter.scheduled(&pod, &placement.node).await;
+            }
+            Err(e) => {
+                warn!(pod = %pod_key, node = %placement.node, error = %e, "binding failed; unreserving");
+                self.unreserve(&pod, &placement, &reserved).await;
+                self.shared
+                    .metrics
+                    .attempt(crate::metrics::AttemptResult::Error, started.elapsed());
+                let message = format!("running PreBind/Bind for node {}: {e}", placement.node);
+                {
+                    let mut cache = self.shared.cache();
+                    cache.forget_assumed_pod(&uid);
+                }
+                {
+                    let mut queue = self.shared.queue();
+                    queue.binding_failed(qp, Instant::now());
+                    // Resources the pod held are free again (S24).
+                    queue.on_event(
+                        &crate::queue::ClusterEvent::AssignedPodDeleted,
+                        |_| None,
+                        Instant::now(),
+                    );
+                }
+                self.shared.notify();
+                self.reporter
+                    .failed(&pod, FailureReason::SchedulerError, &message)
+                    .await;
+            }
+        }
+    }
+
+    /// PreBind (S49): every claim of the pod gets the pod in `reservedFor` (and the
+    /// allocation, when this pod allocated it).
+    async fn pre_bind(
+        &self,
+        pod: &Pod,
+        placement: &Placement,
+        reserved: &mut Vec<Arc<ResourceClaim>>,
+    ) -> Result<(), String> {
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        for claim in &placement.claims {
+            let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
+            let allocation = placement
+                .allocations
+                .iter()
+                .find(|(c, _)| c.metadata.uid == claim.metadata.uid)
+                .map(|(_, a)| a.clone());
+            let current = {
+                let cache = self.shared.cache();
+                cache.claim(
+                    claim.metadata.namespace.as_deref().unwrap_or(""),
+                    claim.metadata.name.as_deref().unwrap_or(""),
+                )
+            }
+            .unwrap_or_else(|| claim.clone());
+            if allocation.is_none() && reserved_for_pod(&current, &pod_uid) {
+                continue;
+            }
+            let written = match allocation {
+                Some(a) => self.allocate_and_reserve(pod, &current, a).await,
+                None => self.add_reservation(pod, &current).await,
+            };
+            match written {
+                Ok(w) => {
+                    let mut cache = self.shared.cache();
+                    cache.assume_claim(w.clone());
+                    cache.remove_pending(&claim_uid, true);
+                    reserved.push(Arc::new(w));
+                }
+                Err(e) => {
+                    self.shared.cache().remove_pending(&claim_uid, false);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn claims_api(&self, claim: &ResourceClaim) -> Api<ResourceClaim> {
+        Api::namespaced(
+            self.client.clone(),
+            claim.metadata.namespace.as_deref().unwrap_or(""),
+        )
+    }
+
+    /// S50 for a claim this pod allocates: finalizer, then allocation + reservation in one
+    /// UpdateStatus; conflicts re-read the claim.
+    async fn allocate_and_reserve(
+        &self,
+        pod: &Pod,
+        base: &ResourceClaim,
+        mut allocation: AllocationResult,
+    ) -> Result<ResourceClaim, String> {
+        let api = self.claims_api(base);
+        let name = base.metadata.name.clone().unwrap_or_default();
+        let k = key(base);
+        // Binding conditions (KEP-5007) and the device-status gate are on in 1.36: the
+        // allocation carries its timestamp.
+        if allocation.allocation_timestamp.is_none() {
+            allocation.allocation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+        let mut claim = base.clone();
+        for attempt in 0..CONFLICT_RETRIES {
+            if attempt > 0 {
+                claim = api
+                    .get(&name)
+                    .await
+                    .map_err(|e| format!("get claim {k}: {e}"))?;
+            }
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(format!("claim {k} got deleted in the meantime"));
+            }
+            if claim.metadata.uid != base.metadata.uid {
+                return Err(format!("claim {k} got deleted in the meantime"));
+            }
+            if claim
+                .status
+                .as_ref()
+                .is_some_and(|s| s.allocation.is_some())
+            {
+                return Err(format!("claim {k} got allocated elsewhere in the meantime"));
+            }
+            let finalizers = claim.metadata.finalizers.get_or_insert_with(Vec::new);
+            if !finalizers.iter().any(|f| f == DELETE_PROTECTION) {
+                finalizers.push(DELETE_PROTECTION.to_owned());
+                match api.replace(&name, &PostParams::default(), &claim).await {
+                    Ok(updated) => claim = updated,
+                    Err(e) if is_conflict(&e) => continue,
+                    Err(e) => return Err(format!("add finalizer to claim {k}: {e}")),
+                }
+            }
+            let status = claim
+                .status
+                .get_or_insert_with(ResourceClaimStatus::default);
+            status.allocation = Some(allocation.clone());
+            status
+                .reserved_for
+                .get_or_insert_with(Vec::new)
+                .push(consumer(pod));
+            match api
+                .replace_status(&name, &PostParams::default(), &claim)
+                .await
+            {
+                Ok(updated) => return Ok(updated),
+                Err(e) if is_conflict(&e) => {
+                    debug!(claim = %k, "conflict writing the allocation; re-reading");
+                    continue;
+                }
+                Err(e) => return Err(format!("add allocation and reservation to claim {k}: {e}")),
+            }
+        }
+        Err(format!(
+            "add allocation and reservation to claim {k}: still conflicting after {CONFLICT_RETRIES} attempts"
+        ))
+    }
+
+    /// S50 steps 1, 3, 5 for an allocated claim, as a conflict-free patch (see the module
+    /// documentation).
+    async fn add_reservation(
+        &self,
+        pod: &Pod,
+        claim: &ResourceClaim,
+    ) -> Result<ResourceClaim, String> {
+        let api = self.claims_api(claim);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let k = key(claim);
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(format!("claim {k} got deleted in the meantime"));
+        }
+        let patch = json!({
+            "metadata": { "uid": claim.metadata.uid },
+            "status": { "reservedFor": [consumer(pod)] }
+        });
+        let updated = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map_err(|e| format!("add reservation to claim {k}: {e}"))?;
+        let still_allocated = updated
+            .status
+            .as_ref()
+            .is_some_and(|s| s.allocation.is_some());
+        if !still_allocated || updated.metadata.deletion_timestamp.is_some() {
+            let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.remove_reservation(&updated, &pod_uid).await;
+            return Err(format!(
+                "claim {k} got deallocated or deleted in the meantime"
+            ));
+        }
+        Ok(updated)
+    }
+
+    /// S46: removes the pod's entry from `reservedFor` (strategic-merge delete directive with
+    /// the claim's UID as precondition). Errors are only logged.
+    async fn remove_reservation(&self, claim: &ResourceClaim, pod_uid: &str) {
+        let api = self.claims_api(claim);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let patch = json!({
+            "metadata": { "uid": claim.metadata.uid },
+            "status": { "reservedFor": [{ "$patch": "delete", "uid": pod_uid }] }
+        });
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+        {
+            debug!(claim = %key(claim), error = %e, "removing the reservation failed");
+        }
+    }
+
+    /// Unreserve (S46): in-flight allocations dropped, written reservations removed.
+    async fn unreserve(&self, pod: &Pod, placement: &Placement, reserved: &[Arc<ResourceClaim>]) {
+        {
+            let mut cache = self.shared.cache();
+            for (claim, _) in &placement.allocations {
+                cache.remove_pending(claim.metadata.uid.as_deref().unwrap_or(""), false);
+            }
+        }
+        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        for claim in reserved {
+            self.remove_reservation(claim, &pod_uid).await;
+        }
+    }
+
+    /// Bind (S60): POST `pods/{name}/binding`.
+    async fn bind_pod(&self, pod: &Pod, node: &str) -> Result<(), String> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                uid: pod.metadata.uid.clone(),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Node".to_owned()),
+                name: Some(node.to_owned()),
+                ..ObjectReference::default()
+            },
+        };
+        let r: Result<serde_json::Value, kube::Error> = api
+            .create_subresource("binding", &name, &PostParams::default(), &binding)
+            .await;
+        r.map(|_| ())
+            .map_err(|e| format!("binding pod {ns}/{name} to {node}: {e}"))
+    }
+
+    /// PostFilter's deallocation (S44): allocation, reservations and device status cleared by
+    /// a conflict-checked UpdateStatus; the finalizer stays.
+    pub async fn deallocate(&self, claim: &ResourceClaim) -> Result<(), String> {
+        let api = self.claims_api(claim);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let mut c = claim.clone();
+        if let Some(s) = c.status.as_mut() {
+            s.allocation = None;
+            s.reserved_for = None;
+            s.devices = None;
+        }
+        let t = Instant::now();
+        let r = api.replace_status(&name, &PostParams::default(), &c).await;
+        self.shared
+            .metrics
+            .extension_point("PostFilter", r.is_ok(), t.elapsed());
+        match r {
+            Ok(updated) => {
+                self.shared.cache().assume_claim(updated);
+                Ok(())
+            }
+            Err(e) => Err(format!("deallocate claim {}: {e}", key(claim))),
+        }
+    }
+}

@@ -1,0 +1,643 @@
+//! The scheduler's view of the cluster, kept by watches: nodes with the usage of the pods bound
+//! or assumed on them (`pkg/scheduler/backend/cache`, S20, S111), DeviceClasses, ResourceSlices
+//! and DeviceTaintRules (the allocator's inputs, converted exactly as `devicelet explain` and
+//! `devicelet snapshot` convert them: `devicelet_kube::snapshot::effective_slices`), and
+//! ResourceClaims with the two overlays of the DRA plugin (`dynamicresources/dra_manager.go`):
+//! claims written by this scheduler but not yet seen by the watch (the assume cache, S47), and
+//! allocations decided at Reserve whose binding has not finished (in-flight, S45).
+//!
+//! The devices in use are kept incrementally: additions (a new allocation, a Reserve) go to a
+//! log the scheduling loop replays into its index; anything that frees devices (a
+//! deallocation, a deleted claim, an Unreserve) bumps a generation that makes the loop rebuild
+//! its index from [`ClusterCache::allocated_state`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use devicelet_allocator::AllocatedState;
+use devicelet_kube::snapshot::{ClusterState, effective_classes, effective_slices};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice,
+};
+use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
+use tracing::warn;
+
+use crate::filters::NodeUsage;
+use crate::filters::node_resources_fit::PodUsage;
+
+/// `namespace/name`.
+pub type ClaimKey = (String, String);
+
+/// A node and the usage of its pods, as a scheduling cycle sees them.
+#[derive(Clone, Debug)]
+pub struct NodeEntry {
+    pub node: Arc<Node>,
+    pub usage: Arc<NodeUsage>,
+}
+
+impl NodeEntry {
+    /// The node's name.
+    pub fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or("")
+    }
+}
+
+/// The allocator's inputs: classes and slices (DeviceTaintRules applied), rebuilt when one of
+/// them changes.
+#[derive(Debug, Default)]
+pub struct DraInputs {
+    pub classes: Vec<DeviceClass>,
+    pub slices: Vec<ResourceSlice>,
+    /// Bumped on every change; a scheduling loop rebuilds its snapshot when it differs.
+    pub generation: u64,
+}
+
+/// An allocation decided at Reserve for `pod_uid`, not yet written (S45).
+#[derive(Clone, Debug)]
+pub struct PendingAllocation {
+    pub pod_uid: String,
+    /// The claim with `status.allocation` set to the decision.
+    pub claim: Arc<ResourceClaim>,
+}
+
+#[derive(Clone, Debug)]
+struct AssignedPod {
+    node: String,
+    usage: PodUsage,
+    /// Assumed by this scheduler, not yet seen bound by the watch.
+    assumed: bool,
+}
+
+/// The cache. One per scheduler, behind a mutex; every method is short.
+#[derive(Debug, Default)]
+pub struct ClusterCache {
+    nodes: Vec<NodeEntry>,
+    node_index: HashMap<String, usize>,
+    assigned: HashMap<String, AssignedPod>,
+    /// Usage of pods bound to nodes the cache does not know (yet).
+    orphan_usage: HashMap<String, NodeUsage>,
+    classes: BTreeMap<String, DeviceClass>,
+    slices: BTreeMap<String, ResourceSlice>,
+    taint_rules: BTreeMap<String, DeviceTaintRule>,
+    dra_inputs: Option<Arc<DraInputs>>,
+    dra_generation: u64,
+    claims: HashMap<ClaimKey, Arc<ResourceClaim>>,
+    assumed_claims: HashMap<ClaimKey, Arc<ResourceClaim>>,
+    /// By claim UID.
+    pending: HashMap<String, PendingAllocation>,
+    alloc_generation: u64,
+    alloc_log: Vec<DeviceRequestAllocationResult>,
+}
+
+fn key_of(claim: &ResourceClaim) -> ClaimKey {
+    (
+        claim.metadata.namespace.clone().unwrap_or_default(),
+        claim.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
+    claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+}
+
+fn results(claim: &ResourceClaim) -> impl Iterator<Item = &DeviceRequestAllocationResult> {
+    allocation(claim)
+        .and_then(|a| a.devices.as_ref())
+        .into_iter()
+        .flat_map(|d| d.results.iter().flatten())
+}
+
+fn resource_version(claim: &ResourceClaim) -> u64 {
+    claim
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Whether a pod counts on a node: bound, and not finished.
+fn is_assigned(pod: &Pod) -> Option<&str> {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())?;
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    (!matches!(phase, Some("Succeeded" | "Failed"))).then_some(node)
+}
+
+impl ClusterCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // ---- nodes -------------------------------------------------------------------------
+
+    /// Adds or replaces a node.
+    pub fn upsert_node(&mut self, node: Node) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let node = Arc::new(node);
+        match self.node_index.get(&name) {
+            Some(&i) => self.nodes[i].node = node,
+            None => {
+                let usage = self.orphan_usage.remove(&name).unwrap_or_default();
+                self.nodes.push(NodeEntry {
+                    node,
+                    usage: Arc::new(usage),
+                });
+                self.reindex_nodes();
+            }
+        }
+    }
+
+    /// Removes a node (its pods' usage is kept until they go).
+    pub fn remove_node(&mut self, name: &str) {
+        if let Some(i) = self.node_index.get(name).copied() {
+            let entry = self.nodes.remove(i);
+            self.orphan_usage
+                .insert(name.to_owned(), (*entry.usage).clone());
+            self.reindex_nodes();
+        }
+    }
+
+    fn reindex_nodes(&mut self) {
+        self.nodes.sort_by(|a, b| a.name().cmp(b.name()));
+        self.node_index = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.name().to_owned(), i))
+            .collect();
+    }
+
+    /// A node by name.
+    pub fn node(&self, name: &str) -> Option<&Arc<Node>> {
+        self.node_index.get(name).map(|&i| &self.nodes[i].node)
+    }
+
+    /// The nodes in name order, with their usage (cheap: two `Arc`s per node).
+    pub fn node_entries(&self) -> Vec<NodeEntry> {
+        self.nodes.clone()
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn usage_mut(&mut self, node: &str) -> &mut NodeUsage {
+        match self.node_index.get(node) {
+            Some(&i) => Arc::make_mut(&mut self.nodes[i].usage),
+            None => self.orphan_usage.entry(node.to_owned()).or_default(),
+        }
+    }
+
+    // ---- pods --------------------------------------------------------------------------
+
+    /// A pod was seen (added or updated): counts it on its node when bound and not finished.
+    pub fn upsert_pod(&mut self, pod: &Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        match is_assigned(pod) {
+            Some(node) => {
+                if let Some(old) = self.assigned.get(&uid) {
+                    if old.node == node && !old.assumed {
+                        return;
+                    }
+                }
+                self.forget_pod(&uid);
+                let usage = PodUsage::of(pod);
+                self.usage_mut(node).add(&usage);
+                self.assigned.insert(
+                    uid,
+                    AssignedPod {
+                        node: node.to_owned(),
+                        usage,
+                        assumed: false,
+                    },
+                );
+            }
+            None => {
+                // Finished, or not bound: an assumed pod stays assumed until its binding
+                // finishes (the watch may lag behind the bind).
+                if self.assigned.get(&uid).is_some_and(|a| !a.assumed) {
+                    self.forget_pod(&uid);
+                }
+            }
+        }
+    }
+
+    /// A pod is gone.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<String> {
+        self.forget_pod(uid)
+    }
+
+    /// Assumes `pod` on `node` (S20): its usage counts there before the bind lands.
+    pub fn assume_pod(&mut self, pod: &Pod, node: &str) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.forget_pod(&uid);
+        let usage = PodUsage::of(pod);
+        self.usage_mut(node).add(&usage);
+        self.assigned.insert(
+            uid,
+            AssignedPod {
+                node: node.to_owned(),
+                usage,
+                assumed: true,
+            },
+        );
+    }
+
+    /// Forgets an assumed pod whose binding failed (a pod the watch saw bound stays).
+    pub fn forget_assumed_pod(&mut self, uid: &str) {
+        if self.assigned.get(uid).is_some_and(|a| a.assumed) {
+            self.forget_pod(uid);
+        }
+    }
+
+    /// The bind landed: the pod counts as bound even before the watch says so.
+    pub fn finish_binding(&mut self, uid: &str) {
+        if let Some(a) = self.assigned.get_mut(uid) {
+            a.assumed = false;
+        }
+    }
+
+    fn forget_pod(&mut self, uid: &str) -> Option<String> {
+        let old = self.assigned.remove(uid)?;
+        self.usage_mut(&old.node).remove(&old.usage);
+        Some(old.node)
+    }
+
+    /// Whether the pod is assumed or bound in the cache (an in-flight pod is not scheduled
+    /// twice, S11).
+    pub fn is_assigned(&self, uid: &str) -> bool {
+        self.assigned.contains_key(uid)
+    }
+
+    // ---- classes, slices, taint rules ----------------------------------------------------
+
+    fn dra_changed(&mut self) {
+        self.dra_inputs = None;
+        self.dra_generation += 1;
+    }
+
+    /// Adds or replaces a DeviceClass.
+    pub fn upsert_class(&mut self, class: DeviceClass) {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        self.classes.insert(name, class);
+        self.dra_changed();
+    }
+
+    /// Removes a DeviceClass.
+    pub fn remove_class(&mut self, name: &str) {
+        if self.classes.remove(name).is_some() {
+            self.dra_changed();
+        }
+    }
+
+    /// Whether a DeviceClass exists.
+    pub fn has_class(&self, name: &str) -> bool {
+        self.classes.contains_key(name)
+    }
+
+    /// Adds or replaces a ResourceSlice.
+    pub fn upsert_slice(&mut self, slice: ResourceSlice) {
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        self.slices.insert(name, slice);
+        self.dra_changed();
+    }
+
+    /// Removes a ResourceSlice.
+    pub fn remove_slice(&mut self, name: &str) {
+        if self.slices.remove(name).is_some() {
+            self.dra_changed();
+        }
+    }
+
+    /// Adds or replaces a DeviceTaintRule.
+    pub fn upsert_taint_rule(&mut self, rule: DeviceTaintRule) {
+        let name = rule.metadata.name.clone().unwrap_or_default();
+        self.taint_rules.insert(name, rule);
+        self.dra_changed();
+    }
+
+    /// Removes a DeviceTaintRule.
+    pub fn remove_taint_rule(&mut self, name: &str) {
+        if self.taint_rules.remove(name).is_some() {
+            self.dra_changed();
+        }
+    }
+
+    /// The generation of the allocator's inputs.
+    pub fn dra_generation(&self) -> u64 {
+        self.dra_generation
+    }
+
+    /// The allocator's inputs, converted once per change.
+    pub fn dra_inputs(&mut self) -> Arc<DraInputs> {
+        if let Some(inputs) = &self.dra_inputs {
+            return inputs.clone();
+        }
+        let state = ClusterState {
+            device_classes: self.classes.values().cloned().collect(),
+            resource_slices: self.slices.values().cloned().collect(),
+            taint_rules: Some(self.taint_rules.values().cloned().collect()),
+            ..ClusterState::default()
+        };
+        let inputs = Arc::new(DraInputs {
+            classes: effective_classes(&state, false),
+            slices: effective_slices(&state),
+            generation: self.dra_generation,
+        });
+        self.dra_inputs = Some(inputs.clone());
+        inputs
+    }
+
+    // ---- claims --------------------------------------------------------------------------
+
+    fn freed(&mut self) {
+        self.alloc_generation += 1;
+        self.alloc_log.clear();
+    }
+
+    fn added(&mut self, claim: &ResourceClaim) {
+        let mut log = Vec::new();
+        for r in results(claim) {
+            if r.consumed_capacity.is_some() {
+                // Consumed capacity is summed per share: adding it twice (Reserve, then the
+                // watch) would count it twice, so rebuild instead.
+                self.freed();
+                return;
+            }
+            log.push(r.clone());
+        }
+        self.alloc_log.extend(log);
+        if self.alloc_log.len() > 100_000 {
+            self.freed();
+        }
+    }
+
+    /// The allocation generation and the additions logged since it began (see the module
+    /// documentation).
+    pub fn allocation_log(&self) -> (u64, &[DeviceRequestAllocationResult]) {
+        (self.alloc_generation, &self.alloc_log)
+    }
+
+    /// A claim was added or updated by the watch. Returns the previous effective version.
+    pub fn upsert_claim(&mut self, claim: ResourceClaim) -> Option<Arc<ResourceClaim>> {
+        let key = key_of(&claim);
+        let old = self.claim(&key.0, &key.1);
+        let new = Arc::new(claim);
+        if let Some(assumed) = self.assumed_claims.get(&key) {
+            // The watch caught up with (or passed) what this scheduler wrote.
+            if resource_version(&new) >= resource_version(assumed)
+                || assumed.metadata.uid != new.metadata.uid
+            {
+                self.assumed_claims.remove(&key);
+            }
+        }
+        self.claims.insert(key.clone(), new);
+        self.account(old.as_deref(), self.claim(&key.0, &key.1).as_deref());
+        old
+    }
+
+    /// A claim was deleted.
+    pub fn remove_claim(&mut self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let old = self.claims.remove(&key);
+        self.assumed_claims.remove(&key);
+        if let Some(uid) = old.as_ref().and_then(|c| c.metadata.uid.clone()) {
+            self.pending.remove(&uid);
+        }
+        self.freed();
+        old
+    }
+
+    /// Keeps the devices in use current after a claim changed from `old` to `new`.
+    fn account(&mut self, old: Option<&ResourceClaim>, new: Option<&ResourceClaim>) {
+        let before = old.and_then(allocation);
+        let after = new.and_then(allocation);
+        match (before, after) {
+            (None, None) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, Some(_)) => {
+                if let Some(c) = new {
+                    self.added(c);
+                }
+            }
+            _ => self.freed(),
+        }
+    }
+
+    /// The claim as this scheduler knows it: the newer of the watch's and its own write (S47).
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        match (self.claims.get(&key), self.assumed_claims.get(&key)) {
+            (Some(w), Some(a)) if resource_version(a) > resource_version(w) => Some(a.clone()),
+            (Some(w), _) => Some(w.clone()),
+            (None, Some(a)) => Some(a.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// Remembers a claim this scheduler wrote (S47) until the watch delivers it.
+    pub fn assume_claim(&mut self, claim: ResourceClaim) {
+        let key = key_of(&claim);
+        let old = self.claim(&key.0, &key.1);
+        if old
+            .as_ref()
+            .is_some_and(|o| resource_version(o) >= resource_version(&claim))
+        {
+            return;
+        }
+        self.assumed_claims.insert(key.clone(), Arc::new(claim));
+        let new = self.claim(&key.0, &key.1);
+        self.account(old.as_deref(), new.as_deref());
+    }
+
+    /// The in-flight allocation of a claim, if any (S34).
+    pub fn pending_allocation(&self, claim_uid: &str) -> Option<&PendingAllocation> {
+        self.pending.get(claim_uid)
+    }
+
+    /// Reserve (S45): `claim` (with its allocation set) is in flight for `pod_uid`; its devices
+    /// count as allocated from now on.
+    pub fn add_pending(&mut self, pod_uid: &str, claim: ResourceClaim) {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        self.added(&claim);
+        self.pending.insert(
+            uid,
+            PendingAllocation {
+                pod_uid: pod_uid.to_owned(),
+                claim: Arc::new(claim),
+            },
+        );
+    }
+
+    /// Drops an in-flight allocation. `written`: its write landed (the devices stay in use
+    /// through the assumed claim); otherwise the devices are free again (Unreserve, S46).
+    pub fn remove_pending(&mut self, claim_uid: &str, written: bool) {
+        if self.pending.remove(claim_uid).is_some() && !written {
+            self.freed();
+        }
+    }
+
+    /// Every device in use: allocated claims (watch and assumed) and in-flight allocations.
+    pub fn allocated_state(&self, consumable_capacity: bool) -> AllocatedState {
+        let mut state = AllocatedState::default();
+        let mut add = |claim: &ResourceClaim| {
+            for r in results(claim) {
+                if let Err(e) = state.add_result(r, consumable_capacity) {
+                    warn!(claim = ?claim.metadata.name, error = %e, "bad consumed capacity in an allocation");
+                }
+            }
+        };
+        for (key, claim) in &self.claims {
+            match self.assumed_claims.get(key) {
+                Some(a) if resource_version(a) > resource_version(claim) => add(a),
+                _ => add(claim),
+            }
+        }
+        for (key, claim) in &self.assumed_claims {
+            if !self.claims.contains_key(key) {
+                add(claim);
+            }
+        }
+        for p in self.pending.values() {
+            // A pending allocation whose claim is already allocated (written meanwhile) is
+            // counted through the claim.
+            let written = self
+                .claim(
+                    p.claim.metadata.namespace.as_deref().unwrap_or(""),
+                    p.claim.metadata.name.as_deref().unwrap_or(""),
+                )
+                .is_some_and(|c| allocation(&c).is_some());
+            if !written {
+                add(&p.claim);
+            }
+        }
+        state
+    }
+
+    /// Every claim this scheduler knows (watch, overlaid by its own writes).
+    pub fn claims(&self) -> Vec<Arc<ResourceClaim>> {
+        let mut keys: Vec<&ClaimKey> = self
+            .claims
+            .keys()
+            .chain(self.assumed_claims.keys())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys.into_iter()
+            .filter_map(|(ns, n)| self.claim(ns, n))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::resource::v1::{
+        DeviceAllocationResult, ResourceClaimSpec, ResourceClaimStatus,
+    };
+
+    fn claim(name: &str, uid: &str, rv: &str, device: Option<&str>) -> ResourceClaim {
+        let mut c = ResourceClaim {
+            spec: ResourceClaimSpec::default(),
+            ..ResourceClaim::default()
+        };
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.uid = Some(uid.into());
+        c.metadata.resource_version = Some(rv.into());
+        if let Some(d) = device {
+            c.status = Some(ResourceClaimStatus {
+                allocation: Some(AllocationResult {
+                    devices: Some(DeviceAllocationResult {
+                        results: Some(vec![DeviceRequestAllocationResult {
+                            request: "r".into(),
+                            driver: "drv".into(),
+                            pool: "pool".into(),
+                            device: d.into(),
+                            ..DeviceRequestAllocationResult::default()
+                        }]),
+                        config: None,
+                    }),
+                    ..AllocationResult::default()
+                }),
+                ..ResourceClaimStatus::default()
+            });
+        }
+        c
+    }
+
+    fn devices(cache: &ClusterCache) -> Vec<String> {
+        cache
+            .allocated_state(true)
+            .devices
+            .iter()
+            .map(|d| d.device.clone())
+            .collect()
+    }
+
+    #[test]
+    fn s45_s47_pending_then_assumed_then_watched_keeps_the_device_in_use() {
+        let mut cache = ClusterCache::new();
+        cache.upsert_claim(claim("a", "u1", "10", None));
+        let (g0, log) = cache.allocation_log();
+        assert!(log.is_empty());
+        // Reserve: in flight.
+        cache.add_pending("pod", claim("a", "u1", "10", Some("d0")));
+        assert_eq!(devices(&cache), vec!["d0"]);
+        assert_eq!(cache.allocation_log().1.len(), 1);
+        // PreBind wrote it (rv 11); the watch has not delivered it yet.
+        cache.assume_claim(claim("a", "u1", "11", Some("d0")));
+        cache.remove_pending("u1", true);
+        assert_eq!(devices(&cache), vec!["d0"]);
+        assert!(
+            cache
+                .claim("ns", "a")
+                .is_some_and(|c| allocation(&c).is_some())
+        );
+        // An older watch event does not hide the write.
+        cache.upsert_claim(claim("a", "u1", "10", None));
+        assert_eq!(devices(&cache), vec!["d0"]);
+        // The watch catches up.
+        cache.upsert_claim(claim("a", "u1", "11", Some("d0")));
+        assert_eq!(devices(&cache), vec!["d0"]);
+        assert_eq!(cache.allocation_log().0, g0);
+        // Deallocation frees the device and bumps the generation.
+        cache.upsert_claim(claim("a", "u1", "12", None));
+        assert!(devices(&cache).is_empty());
+        assert!(cache.allocation_log().0 > g0);
+    }
+
+    #[test]
+    fn s46_unreserve_frees_the_pending_devices() {
+        let mut cache = ClusterCache::new();
+        cache.add_pending("pod", claim("a", "u1", "1", Some("d0")));
+        let (g, _) = cache.allocation_log();
+        cache.remove_pending("u1", false);
+        assert!(devices(&cache).is_empty());
+        assert!(cache.allocation_log().0 > g);
+    }
+
+    #[test]
+    fn s20_s111_assumed_pods_count_until_forgotten() {
+        let mut cache = ClusterCache::new();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        cache.upsert_node(node);
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("p1".into());
+        cache.assume_pod(&pod, "n1");
+        assert_eq!(cache.node_entries()[0].usage.pods, 1);
+        // A watch event of the still-unbound pod does not drop the assumption.
+        cache.upsert_pod(&pod);
+        assert_eq!(cache.node_entries()[0].usage.pods, 1);
+        cache.forget_assumed_pod("p1");
+        assert_eq!(cache.node_entries()[0].usage.pods, 0);
+    }
+}

@@ -1,0 +1,389 @@
+//! One scheduling cycle, the pure decision (`pkg/scheduler/schedule_one.go` → `schedulePod`,
+//! `findNodesThatFitPod`, `prioritizeNodes`, `selectHost`; spec S13-S19, S25): PreFilter, the
+//! filters on the nodes from a rotating start until enough feasible ones are found, scores,
+//! the choice, or the `FitError` with PostFilter's claim to deallocate.
+//!
+//! The allocator's inputs (the [`ClusterSnapshot`] of classes and slices) live as long as they
+//! do not change; the devices in use are an [`AllocatedIndex`] kept current from the cache's
+//! allocation log. Claims given to the allocator must live as long as the snapshot (its
+//! lifetime is invariant), so each pod's claims to allocate are copied into an arena that is
+//! dropped with the snapshot.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use devicelet_allocator::{
+    AllocateOptions, AllocatedIndex, Allocator, ClusterSnapshot, Features, Semantics,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+};
+use typed_arena::Arena;
+
+use crate::cache::{ClusterCache, NodeEntry};
+use crate::dra::{self, DraState, NodeOutcome};
+use crate::filters::node_resources_fit::least_allocated_score;
+use crate::filters::{self, PodFacts};
+use crate::framework::{FitError, Plugin, Rejection};
+
+/// `minFeasibleNodesToFind` and `minFeasibleNodesPercentageToFind` (S17).
+const MIN_FEASIBLE_NODES: usize = 100;
+const MIN_FEASIBLE_PERCENTAGE: usize = 5;
+
+/// How many feasible nodes to look for among `n` (S17, adaptive percentage).
+pub fn num_feasible_nodes_to_find(n: usize) -> usize {
+    if n < MIN_FEASIBLE_NODES {
+        return n;
+    }
+    let percentage = (50usize.saturating_sub(n / 125)).max(MIN_FEASIBLE_PERCENTAGE);
+    (n * percentage / 100).max(MIN_FEASIBLE_NODES)
+}
+
+/// Where the pod goes and what Reserve must record.
+#[derive(Debug)]
+pub struct Placement {
+    pub node: String,
+    /// Every claim of the pod (they all get the pod in `reservedFor` at PreBind).
+    pub claims: Vec<Arc<ResourceClaim>>,
+    /// The claims this pod allocates, with their allocation.
+    pub allocations: Vec<(Arc<ResourceClaim>, AllocationResult)>,
+    /// Nodes examined and found feasible, for logs.
+    pub feasible: usize,
+}
+
+/// The decision of one cycle.
+#[derive(Debug)]
+pub enum Decision {
+    Place(Placement),
+    Unschedulable {
+        fit: FitError,
+        /// PostFilter (S43): a claim to deallocate so the pod can go elsewhere.
+        deallocate: Option<Arc<ResourceClaim>>,
+        /// The pod's claims, for requeueing on their events.
+        claim_names: BTreeSet<(String, String)>,
+    },
+    /// An internal error (S9): back-off, no event needed.
+    Error(String),
+}
+
+/// What a cycle reads from the cache, taken under its lock.
+pub struct CycleInputs {
+    pub nodes: Vec<NodeEntry>,
+    pub dra: Result<Option<DraState>, (Rejection, Option<String>)>,
+    pub unsupported: Vec<String>,
+}
+
+impl CycleInputs {
+    /// Reads what `pod` needs from the cache.
+    pub fn read(pod: &Pod, cache: &ClusterCache) -> Self {
+        CycleInputs {
+            nodes: cache.node_entries(),
+            dra: dra::pre_filter(pod, cache),
+            unsupported: filters::unsupported::unsupported_fields(pod),
+        }
+    }
+}
+
+/// The allocator's long-lived inputs and the scheduling cycle's rotating start.
+pub struct Engine<'a> {
+    snapshot: Arc<ClusterSnapshot<'a>>,
+    index: AllocatedIndex,
+    arena: &'a Arena<ResourceClaim>,
+    arena_claims: usize,
+    features: Features,
+    options: AllocateOptions,
+    next_start: usize,
+    scheduler_name: String,
+}
+
+impl<'a> Engine<'a> {
+    /// An engine over `snapshot` with `index` as the devices in use.
+    pub fn new(
+        snapshot: Arc<ClusterSnapshot<'a>>,
+        index: AllocatedIndex,
+        arena: &'a Arena<ResourceClaim>,
+        features: Features,
+        options: AllocateOptions,
+        scheduler_name: &str,
+    ) -> Self {
+        Engine {
+            snapshot,
+            index,
+            arena,
+            arena_claims: 0,
+            features,
+            options,
+            next_start: 0,
+            scheduler_name: scheduler_name.to_owned(),
+        }
+    }
+
+    /// Counts more devices as in use (the cache's allocation log since the last cycle).
+    pub fn add_allocations(&mut self, results: &[DeviceRequestAllocationResult]) {
+        for r in results {
+            if let Err(e) =
+                self.index
+                    .add_result(&self.snapshot, r, self.features.consumable_capacity)
+            {
+                tracing::warn!(error = %e, "bad consumed capacity in an allocation");
+            }
+        }
+    }
+
+    /// Claims copied into the arena so far (the caller starts a fresh engine past a bound).
+    pub fn arena_claims(&self) -> usize {
+        self.arena_claims
+    }
+
+    /// The round-robin start (kept across engines).
+    pub fn next_start(&self) -> usize {
+        self.next_start
+    }
+
+    /// Sets the round-robin start.
+    pub fn set_next_start(&mut self, start: usize) {
+        self.next_start = start;
+    }
+
+    /// Runs one cycle for `pod`.
+    pub fn schedule(&mut self, pod: &Pod, inputs: CycleInputs) -> Decision {
+        let n = inputs.nodes.len();
+        let mut fit = FitError {
+            num_all_nodes: n,
+            ..FitError::default()
+        };
+        if n == 0 {
+            fit.pre_filter = Some(Rejection::unresolvable(
+                Plugin::NodeName,
+                "no nodes available to schedule pods",
+            ));
+            return unschedulable(fit, None, BTreeSet::new());
+        }
+        if !inputs.unsupported.is_empty() {
+            fit.pre_filter = Some(Rejection::unresolvable(
+                Plugin::Unsupported,
+                filters::unsupported::message(&self.scheduler_name, &inputs.unsupported),
+            ));
+            return unschedulable(fit, None, BTreeSet::new());
+        }
+        let state = match inputs.dra {
+            Ok(state) => state,
+            Err((rejection, _)) => {
+                let names = dra::claim_names(pod)
+                    .map(|v| v.into_iter().map(|(ns, n, _)| (ns, n)).collect())
+                    .unwrap_or_default();
+                fit.pre_filter = Some(rejection);
+                return unschedulable(fit, None, names);
+            }
+        };
+        let claim_names: BTreeSet<(String, String)> = state
+            .iter()
+            .flat_map(|s| s.claims.iter())
+            .map(|c| {
+                (
+                    c.claim.metadata.namespace.clone().unwrap_or_default(),
+                    c.claim.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let facts = PodFacts::of(pod);
+        // The claims to allocate, copied to live as long as the snapshot.
+        let to_allocate: Vec<&'a ResourceClaim> = state
+            .iter()
+            .flat_map(|s| s.to_allocate.iter().map(|&i| &s.claims[i].claim))
+            .map(|c| &*self.arena.alloc((**c).clone()))
+            .collect();
+        self.arena_claims += to_allocate.len();
+        let allocator = (!to_allocate.is_empty()).then(|| {
+            Allocator::with_index(
+                self.snapshot.clone(),
+                self.features,
+                Semantics::Fixed,
+                Arc::new(self.index.clone()),
+            )
+        });
+        let to_find = num_feasible_nodes_to_find(n);
+        let mut feasible: Vec<(usize, Vec<AllocationResult>)> = Vec::new();
+        let mut unavailable = BTreeSet::new();
+        let mut examined = 0;
+        let mut first_dra_failure: Option<usize> = None;
+        for k in 0..n {
+            if feasible.len() >= to_find {
+                break;
+            }
+            let i = (self.next_start + k) % n;
+            examined += 1;
+            let entry = &inputs.nodes[i];
+            if let Some(r) = filters::filter_node(&facts, &entry.node, &entry.usage) {
+                fit.node_statuses.insert(entry.name().to_owned(), r);
+                continue;
+            }
+            let Some(state) = &state else {
+                feasible.push((i, Vec::new()));
+                continue;
+            };
+            match dra::filter_node(
+                state,
+                allocator.as_ref(),
+                &to_allocate,
+                &entry.node,
+                &self.options,
+            ) {
+                NodeOutcome::Fits(results) => feasible.push((i, results)),
+                NodeOutcome::Rejected {
+                    rejection,
+                    unavailable: u,
+                } => {
+                    if rejection
+                        .reasons
+                        .iter()
+                        .any(|r| r == "cannot allocate all claims")
+                    {
+                        first_dra_failure.get_or_insert(i);
+                    }
+                    unavailable.extend(u);
+                    fit.node_statuses.insert(entry.name().to_owned(), rejection);
+                }
+                NodeOutcome::Error(e) => {
+                    self.next_start = (self.next_start + examined) % n;
+                    return Decision::Error(e);
+                }
+            }
+        }
+        self.next_start = (self.next_start + examined) % n;
+        if feasible.is_empty() {
+            let mut deallocate = None;
+            if let Some(state) = &state {
+                deallocate = dra::claim_to_deallocate(
+                    state,
+                    &unavailable,
+                    pod.metadata.uid.as_deref().unwrap_or(""),
+                );
+                fit.post_filter_msg = Some(if deallocate.is_some() {
+                    "deallocation of ResourceClaim completed".to_owned()
+                } else {
+                    "still not schedulable".to_owned()
+                });
+                if let (Some(i), Some(a)) = (first_dra_failure, allocator.as_ref()) {
+                    fit.diagnosis = Some(dra::diagnose(a, &inputs.nodes[i].node, &to_allocate));
+                }
+            }
+            return unschedulable(fit, deallocate, claim_names);
+        }
+        let chosen = if feasible.len() == 1 {
+            0
+        } else {
+            self.select(&facts, &inputs.nodes, &feasible, &to_allocate)
+        };
+        let feasible_count = feasible.len();
+        let (node_index, results) = feasible.swap_remove(chosen);
+        let node = inputs.nodes[node_index].name().to_owned();
+        let Some(state) = state else {
+            return Decision::Place(Placement {
+                node,
+                claims: Vec::new(),
+                allocations: Vec::new(),
+                feasible: feasible_count,
+            });
+        };
+        if results.len() != state.to_allocate.len() {
+            return Decision::Error(format!(
+                "internal error, have {} allocations, {} claims to allocate",
+                results.len(),
+                state.to_allocate.len()
+            ));
+        }
+        let allocations = state
+            .to_allocate
+            .iter()
+            .zip(results)
+            .map(|(&i, r)| (state.claims[i].claim.clone(), r))
+            .collect();
+        Decision::Place(Placement {
+            node,
+            claims: state.claims.into_iter().map(|c| c.claim).collect(),
+            allocations,
+            feasible: feasible_count,
+        })
+    }
+
+    /// Scores the feasible nodes (LeastAllocated + the DRA score normalised to 0-100, weight
+    /// 1 each, S129) and picks the best; ties are broken at random (S19).
+    fn select(
+        &self,
+        facts: &PodFacts,
+        nodes: &[NodeEntry],
+        feasible: &[(usize, Vec<AllocationResult>)],
+        claims: &[&ResourceClaim],
+    ) -> usize {
+        let dra_scores: Vec<i64> = feasible
+            .iter()
+            .map(|(_, results)| dra::score(claims, results))
+            .collect();
+        let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
+        let mut best: Option<(i64, usize)> = None;
+        let mut ties = 0u32;
+        for (k, (i, _)) in feasible.iter().enumerate() {
+            let entry = &nodes[*i];
+            let dra = if max_dra > 0 {
+                dra_scores[k] * 100 / max_dra
+            } else {
+                0
+            };
+            let total = least_allocated_score(facts, &entry.node, &entry.usage) + dra;
+            match best {
+                Some((b, _)) if total < b => {}
+                Some((b, _)) if total == b => {
+                    ties += 1;
+                    if fastrand::u32(0..=ties) == 0 {
+                        best = Some((total, k));
+                    }
+                }
+                _ => {
+                    best = Some((total, k));
+                    ties = 0;
+                }
+            }
+        }
+        best.map(|(_, k)| k).unwrap_or(0)
+    }
+}
+
+fn unschedulable(
+    fit: FitError,
+    deallocate: Option<Arc<ResourceClaim>>,
+    claim_names: BTreeSet<(String, String)>,
+) -> Decision {
+    Decision::Unschedulable {
+        fit,
+        deallocate,
+        claim_names,
+    }
+}
+
+/// Per-plugin counts of a `FitError`, for `scheduler_unschedulable_pods{plugin}`.
+pub fn plugin_counts(fit: &FitError) -> BTreeMap<Plugin, usize> {
+    let mut out = BTreeMap::new();
+    for p in fit.plugins() {
+        *out.entry(p).or_default() += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s17_feasible_nodes_to_find() {
+        assert_eq!(num_feasible_nodes_to_find(50), 50);
+        assert_eq!(num_feasible_nodes_to_find(100), 100);
+        // 500 nodes: 50 - 4 = 46 % → 230.
+        assert_eq!(num_feasible_nodes_to_find(500), 230);
+        // 5000 nodes: 50 - 40 = 10 % → 500.
+        assert_eq!(num_feasible_nodes_to_find(5000), 500);
+        // 10000 nodes: max(5, 50 - 80) = 5 % → 500.
+        assert_eq!(num_feasible_nodes_to_find(10_000), 500);
+    }
+}

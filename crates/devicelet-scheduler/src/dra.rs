@@ -1,0 +1,434 @@
+//! The DynamicResources plugin (`pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`,
+//! spec scheduler.md §2): claim resolution and PreEnqueue (S26-S28), PreFilter (S32-S36), the
+//! per-node Filter with devicelet's allocator (S38, S40, S41), the prioritized-list score
+//! (S45a) and PostFilter's choice of a claim to deallocate (S43). Pure: the API writes of
+//! Reserve, PreBind and PostFilter are in [`crate::binder`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use devicelet_allocator::explain::explain_node;
+use devicelet_allocator::nodesel::CompiledNodeSelector;
+use devicelet_allocator::{AllocateOptions, Allocator, ErrorClass};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+
+use crate::cache::ClusterCache;
+use crate::framework::{Code, Plugin, Rejection};
+
+/// `FirstAvailableDeviceRequestMaxSize`: the score of subrequest `i` is `8 - i` (S45a).
+const FIRST_AVAILABLE_MAX: i64 = 8;
+
+/// One of the pod's claims, resolved.
+#[derive(Clone, Debug)]
+pub struct PodClaim {
+    pub claim: Arc<ResourceClaim>,
+}
+
+fn ns_name(claim: &ResourceClaim) -> (String, String) {
+    (
+        claim.metadata.namespace.clone().unwrap_or_default(),
+        claim.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The claim names of `pod` (S26) without looking them up: `Err` with the upstream text when a
+/// template claim is not created yet or an entry names neither field.
+pub fn claim_names(pod: &Pod) -> Result<Vec<(String, String, bool)>, String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for pc in pod
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+    {
+        if let Some(claim) = &pc.resource_claim_name {
+            out.push((ns.clone(), claim.clone(), false));
+        } else if pc.resource_claim_template_name.is_some() {
+            let status = pod
+                .status
+                .iter()
+                .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+                .find(|s| s.name == pc.name);
+            match status {
+                // "intentionally not created": nothing to do for this entry.
+                Some(s) if s.resource_claim_name.is_none() => {}
+                Some(s) => out.push((
+                    ns.clone(),
+                    s.resource_claim_name.clone().unwrap_or_default(),
+                    true,
+                )),
+                None => {
+                    return Err(format!(
+                        "pod \"{ns}/{name}\": ResourceClaim not created yet"
+                    ));
+                }
+            }
+        } else {
+            return Err(format!(
+                "pod \"{ns}/{name}\", spec.resourceClaim {:?}: none of the supported fields are set",
+                pc.name
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn controlled_by(claim: &ResourceClaim, pod: &Pod) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref())
+}
+
+/// Resolves and checks the pod's claims (S26, S27): `Err` with the upstream message when one
+/// is missing, being deleted, or a template claim not owned by the pod. This is PreEnqueue
+/// (S28): such a pod is not attempted.
+pub fn resolve_claims(pod: &Pod, cache: &ClusterCache) -> Result<Vec<PodClaim>, String> {
+    let pod_ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    for (ns, name, from_template) in claim_names(pod)? {
+        let Some(claim) = cache.claim(&ns, &name) else {
+            return Err(format!("resourceclaim \"{ns}/{name}\" not found"));
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(format!("resourceclaim {name:?} is being deleted"));
+        }
+        if from_template && !controlled_by(&claim, pod) {
+            return Err(format!(
+                "ResourceClaim {ns}/{name} was not created for Pod {pod_ns}/{pod_name} (Pod is not owner)"
+            ));
+        }
+        out.push(PodClaim { claim });
+    }
+    Ok(out)
+}
+
+/// What PreFilter found for a pod with claims.
+#[derive(Debug, Default)]
+pub struct DraState {
+    pub claims: Vec<PodClaim>,
+    /// Allocated claims with a node selector (index into `claims`): Filter requires it.
+    pub allocated_selectors: Vec<(usize, CompiledNodeSelector)>,
+    /// Indexes of the claims to allocate.
+    pub to_allocate: Vec<usize>,
+}
+
+fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
+    claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+}
+
+/// PreFilter (S32-S35). `Ok(None)`: the pod has no claims (Skip). A rejection applies to every
+/// node.
+pub fn pre_filter(
+    pod: &Pod,
+    cache: &ClusterCache,
+) -> Result<Option<DraState>, (Rejection, Option<String>)> {
+    let has_claims = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    if !has_claims {
+        return Ok(None);
+    }
+    let claims = resolve_claims(pod, cache)
+        .map_err(|m| (Rejection::unresolvable(Plugin::DynamicResources, m), None))?;
+    let mut state = DraState::default();
+    for (i, pc) in claims.iter().enumerate() {
+        let claim = &pc.claim;
+        let (ns, name) = ns_name(claim);
+        if let Some(a) = allocation(claim) {
+            if let Some(sel) = &a.node_selector {
+                match CompiledNodeSelector::compile(sel) {
+                    Ok(c) => state.allocated_selectors.push((i, c)),
+                    Err(e) => {
+                        return Err((
+                            Rejection::unresolvable(Plugin::DynamicResources, e.to_string()),
+                            Some(e.to_string()),
+                        ));
+                    }
+                }
+            }
+            continue;
+        }
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        if let Some(p) = cache.pending_allocation(&uid) {
+            if Some(&p.pod_uid) != pod.metadata.uid.as_ref() {
+                return Err((
+                    Rejection::unresolvable(
+                        Plugin::DynamicResources,
+                        format!("resource claim {ns}/{name} is in the process of being allocated"),
+                    ),
+                    None,
+                ));
+            }
+        }
+        for req in claim
+            .spec
+            .devices
+            .iter()
+            .flat_map(|d| d.requests.iter().flatten())
+        {
+            if let Some(exact) = &req.exactly {
+                if exact.device_class_name.is_empty() {
+                    return Err((
+                        Rejection::unresolvable(
+                            Plugin::DynamicResources,
+                            format!("request {}: unsupported request type", req.name),
+                        ),
+                        Some("unsupported request type".into()),
+                    ));
+                }
+                if !cache.has_class(&exact.device_class_name) {
+                    return Err((
+                        Rejection::unresolvable(
+                            Plugin::DynamicResources,
+                            format!(
+                                "request {}: device class {} does not exist",
+                                req.name, exact.device_class_name
+                            ),
+                        ),
+                        None,
+                    ));
+                }
+            } else if let Some(subs) = req.first_available.as_ref().filter(|s| !s.is_empty()) {
+                for sub in subs {
+                    if !cache.has_class(&sub.device_class_name) {
+                        return Err((
+                            Rejection::unresolvable(
+                                Plugin::DynamicResources,
+                                format!(
+                                    "request {}/{}: device class {} does not exist",
+                                    req.name, sub.name, sub.device_class_name
+                                ),
+                            ),
+                            None,
+                        ));
+                    }
+                }
+            } else {
+                return Err((
+                    Rejection::unresolvable(
+                        Plugin::DynamicResources,
+                        format!(
+                            "resource claim {ns}/{name}, request {}: unknown request type",
+                            req.name
+                        ),
+                    ),
+                    None,
+                ));
+            }
+        }
+        state.to_allocate.push(i);
+    }
+    state.claims = claims;
+    Ok(Some(state))
+}
+
+/// The outcome of the DRA Filter on one node.
+pub enum NodeOutcome {
+    /// The claims to allocate fit: one allocation per claim in `to_allocate` order.
+    Fits(Vec<AllocationResult>),
+    /// The node is rejected; `unavailable` lists claims whose allocation excludes the node.
+    Rejected {
+        rejection: Rejection,
+        unavailable: Vec<usize>,
+    },
+    /// A fatal error (bad CEL, bad claim): the whole attempt fails (S40).
+    Error(String),
+}
+
+/// Filter on one node (S38, S40): allocated claims must be usable there, then the others are
+/// allocated together by `allocator`.
+pub fn filter_node<'a>(
+    state: &DraState,
+    allocator: Option<&Allocator<'a>>,
+    claims: &[&'a ResourceClaim],
+    node: &Node,
+    options: &AllocateOptions,
+) -> NodeOutcome {
+    let unavailable: Vec<usize> = state
+        .allocated_selectors
+        .iter()
+        .filter(|(_, sel)| !sel.matches(node))
+        .map(|(i, _)| *i)
+        .collect();
+    if !unavailable.is_empty() {
+        return NodeOutcome::Rejected {
+            rejection: Rejection::unresolvable(
+                Plugin::DynamicResources,
+                "resourceclaim not available on the node",
+            ),
+            unavailable,
+        };
+    }
+    let Some(allocator) = allocator.filter(|_| !claims.is_empty()) else {
+        return NodeOutcome::Fits(Vec::new());
+    };
+    let reject = |m: String| NodeOutcome::Rejected {
+        rejection: Rejection::new(
+            Plugin::DynamicResources,
+            Code::UnschedulableAndUnresolvable,
+            m,
+        ),
+        unavailable: Vec::new(),
+    };
+    match allocator.allocate(node, claims, options) {
+        Ok(Some(results)) if results.len() == claims.len() => NodeOutcome::Fits(results),
+        Ok(_) => reject("cannot allocate all claims".into()),
+        Err(e) if e.class == ErrorClass::Timeout => {
+            reject("timed out trying to allocate devices".into())
+        }
+        Err(e) if e.class == ErrorClass::InvalidPools => reject(e.message),
+        Err(e) => NodeOutcome::Error(e.message),
+    }
+}
+
+/// devicelet's diagnosis of why the claims do not fit on `node` (the selector that matched
+/// nothing, devices in use, taints, counters), for the pod's condition and event.
+pub fn diagnose<'a>(
+    allocator: &Allocator<'a>,
+    node: &Node,
+    claims: &[&'a ResourceClaim],
+) -> String {
+    let ex = explain_node(allocator, node, claims, None);
+    let mut parts: Vec<String> = ex
+        .requests
+        .iter()
+        .filter(|r| !r.verdict.is_empty())
+        .take(3)
+        .map(|r| format!("claim {} request {}: {}", r.claim, r.request, r.verdict))
+        .collect();
+    parts.extend(ex.constraints.iter().take(2).map(|c| {
+        format!(
+            "claim {} constraint {}: {}",
+            c.claim, c.constraint, c.verdict
+        )
+    }));
+    if !ex.incomplete_pools.is_empty() {
+        parts.push(format!(
+            "incomplete pools: {}",
+            ex.incomplete_pools.join(", ")
+        ));
+    }
+    format!("devicelet: on node {}: {}", ex.node, parts.join("; "))
+}
+
+/// The prioritized-list score of a node's allocation (S45a): `8 - i` for each result from
+/// subrequest `i` of a `firstAvailable` request.
+pub fn score(claims: &[&ResourceClaim], results: &[AllocationResult]) -> i64 {
+    let mut total = 0;
+    for (claim, result) in claims.iter().zip(results) {
+        for r in result
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+        {
+            let Some((req, sub)) = r.request.split_once('/') else {
+                continue;
+            };
+            let index = claim
+                .spec
+                .devices
+                .iter()
+                .flat_map(|d| d.requests.iter().flatten())
+                .find(|q| q.name == req)
+                .and_then(|q| q.first_available.as_ref())
+                .and_then(|subs| subs.iter().position(|s| s.name == sub));
+            if let Some(i) = index {
+                total += FIRST_AVAILABLE_MAX - i as i64;
+            }
+        }
+    }
+    total
+}
+
+/// PostFilter's choice (S43): among the claims some node found unavailable, one allocated
+/// claim reserved by nobody or by this pod only. The caller deallocates it (S44).
+pub fn claim_to_deallocate(
+    state: &DraState,
+    unavailable: &BTreeSet<usize>,
+    pod_uid: &str,
+) -> Option<Arc<ResourceClaim>> {
+    let mut candidates: Vec<usize> = unavailable.iter().copied().collect();
+    fastrand::shuffle(&mut candidates);
+    candidates.into_iter().find_map(|i| {
+        let claim = &state.claims.get(i)?.claim;
+        let status = claim.status.as_ref()?;
+        status.allocation.as_ref()?;
+        let reserved = status.reserved_for.as_deref().unwrap_or(&[]);
+        let free = reserved.is_empty() || (reserved.len() == 1 && reserved[0].uid == pod_uid);
+        free.then(|| claim.clone())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
+    };
+
+    fn template_pod(status: Option<Option<&str>>) -> Pod {
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                resource_claims: Some(vec![PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_template_name: Some("tmpl".into()),
+                    ..PodResourceClaim::default()
+                }]),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.name = Some("p".into());
+        if let Some(s) = status {
+            pod.status = Some(PodStatus {
+                resource_claim_statuses: Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: s.map(str::to_owned),
+                }]),
+                ..PodStatus::default()
+            });
+        }
+        pod
+    }
+
+    #[test]
+    fn s26_template_claims_resolve_through_the_pod_status() {
+        assert_eq!(
+            claim_names(&template_pod(None)),
+            Err("pod \"ns/p\": ResourceClaim not created yet".to_owned())
+        );
+        assert_eq!(claim_names(&template_pod(Some(None))), Ok(vec![]));
+        assert_eq!(
+            claim_names(&template_pod(Some(Some("p-gpu-x")))),
+            Ok(vec![("ns".into(), "p-gpu-x".into(), true)])
+        );
+    }
+
+    #[test]
+    fn s27_a_template_claim_not_owned_by_the_pod_is_refused() {
+        let mut cache = ClusterCache::new();
+        let mut claim = ResourceClaim::default();
+        claim.metadata.namespace = Some("ns".into());
+        claim.metadata.name = Some("p-gpu-x".into());
+        cache.upsert_claim(claim);
+        let pod = template_pod(Some(Some("p-gpu-x")));
+        assert_eq!(
+            resolve_claims(&pod, &cache).err(),
+            Some("ResourceClaim ns/p-gpu-x was not created for Pod ns/p (Pod is not owner)".into())
+        );
+        let missing = template_pod(Some(Some("other")));
+        assert_eq!(
+            resolve_claims(&missing, &cache).err(),
+            Some("resourceclaim \"ns/other\" not found".into())
+        );
+    }
+}

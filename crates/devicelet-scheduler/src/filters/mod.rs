@@ -1,0 +1,62 @@
+//! The node filters of the default profile this scheduler implements, one file per plugin as in
+//! `pkg/scheduler/framework/plugins/<name>/` (spec scheduler.md §4), plus devicelet's own
+//! refusal of pods that ask for what it does not implement (`unsupported`).
+//!
+//! Everything here is pure: a [`PodFacts`] is computed once per scheduling attempt, and each
+//! filter judges one node from the node object and its [`NodeUsage`] (pods bound or assumed).
+
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_resources_fit;
+pub mod node_unschedulable;
+pub mod taint_toleration;
+pub mod unsupported;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+
+use crate::framework::Rejection;
+pub use node_affinity::RequiredNodeAffinity;
+pub use node_ports::HostPort;
+pub use node_resources_fit::{NodeUsage, ResourceList, pod_requests};
+
+/// What the filters need of a pod, computed once per attempt.
+#[derive(Clone, Debug)]
+pub struct PodFacts {
+    /// `spec.nodeName` when set.
+    pub node_name: Option<String>,
+    pub tolerations: Vec<Toleration>,
+    pub affinity: RequiredNodeAffinity,
+    /// The pod's effective requests (S106).
+    pub requests: ResourceList,
+    /// Host ports the pod wants.
+    pub host_ports: Vec<HostPort>,
+}
+
+impl PodFacts {
+    /// Reads the pod.
+    pub fn of(pod: &Pod) -> Self {
+        let spec = pod.spec.as_ref();
+        PodFacts {
+            node_name: spec
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
+            affinity: RequiredNodeAffinity::of(pod),
+            requests: pod_requests(pod),
+            host_ports: node_ports::host_ports(pod),
+        }
+    }
+}
+
+/// Runs every filter but DRA on one node, in the default profile's order; the first rejection
+/// is the node's status (as upstream, where a node's status is that of the first failing
+/// plugin).
+pub fn filter_node(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
+    node_unschedulable::filter(facts, node)
+        .or_else(|| node_name::filter(facts, node))
+        .or_else(|| taint_toleration::filter(facts, node))
+        .or_else(|| node_affinity::filter(facts, node))
+        .or_else(|| node_ports::filter(facts, usage))
+        .or_else(|| node_resources_fit::filter(facts, node, usage))
+}

@@ -1,0 +1,337 @@
+//! NodeResourcesFit (`pkg/scheduler/framework/plugins/noderesources/fit.go`,
+//! `k8s.io/component-helpers/resource` `PodRequests`, S106-S111) and its default
+//! `LeastAllocated` score (S127).
+//!
+//! Quantities are kept in nano-units (`Quantity::nanos`), so cpu, memory and extended resources
+//! compare exactly whatever suffix they were written with.
+
+use std::collections::BTreeMap;
+
+use devicelet_quantity::Quantity;
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+
+use super::{HostPort, PodFacts};
+use crate::framework::{Code, Plugin, Rejection};
+
+/// Resource name → amount in nano-units.
+pub type ResourceList = BTreeMap<String, i128>;
+
+const NANO: i128 = 1_000_000_000;
+/// Non-zero defaults used for scoring only (`schedutil.DefaultMilliCPURequest`,
+/// `DefaultMemoryRequest`): 100 mCPU and 200 MiB.
+const DEFAULT_CPU: i128 = NANO / 10;
+const DEFAULT_MEMORY: i128 = 200 * 1024 * 1024 * NANO;
+
+fn parse(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> i128 {
+    // The API server validated every quantity; a hand-made bad one counts as zero.
+    Quantity::parse(&q.0).map(|q| q.nanos()).unwrap_or(0)
+}
+
+fn container_requests(c: &Container) -> ResourceList {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), parse(v)))
+        .collect()
+}
+
+fn add_into(total: &mut ResourceList, other: &ResourceList) {
+    for (k, v) in other {
+        *total.entry(k.clone()).or_default() += v;
+    }
+}
+
+fn max_into(total: &mut ResourceList, other: &ResourceList) {
+    for (k, v) in other {
+        let slot = total.entry(k.clone()).or_default();
+        *slot = (*slot).max(*v);
+    }
+}
+
+/// The pod's effective requests (S106): the regular containers plus every sidecar (restartable
+/// init container), or the largest init container plus the sidecars started before it if that
+/// is more, plus `spec.overhead`; pod-level `resources.requests` replace the container sum for
+/// the resources they name (PodLevelResources).
+pub fn pod_requests(pod: &Pod) -> ResourceList {
+    let Some(spec) = pod.spec.as_ref() else {
+        return ResourceList::new();
+    };
+    let mut total = ResourceList::new();
+    for c in &spec.containers {
+        add_into(&mut total, &container_requests(c));
+    }
+    let mut sidecars = ResourceList::new();
+    let mut init_max = ResourceList::new();
+    for c in spec.init_containers.iter().flatten() {
+        let own = container_requests(c);
+        let effective = if c.restart_policy.as_deref() == Some("Always") {
+            add_into(&mut sidecars, &own);
+            sidecars.clone()
+        } else {
+            let mut with_sidecars = own;
+            add_into(&mut with_sidecars, &sidecars);
+            with_sidecars
+        };
+        max_into(&mut init_max, &effective);
+    }
+    add_into(&mut total, &sidecars);
+    max_into(&mut total, &init_max);
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        for (k, v) in pod_level {
+            total.insert(k.clone(), parse(v));
+        }
+    }
+    if let Some(overhead) = &spec.overhead {
+        for (k, v) in overhead {
+            *total.entry(k.clone()).or_default() += parse(v);
+        }
+    }
+    total.retain(|_, v| *v != 0);
+    total
+}
+
+/// What the pods bound to (or assumed on) one node use (S111).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeUsage {
+    pub requested: ResourceList,
+    /// cpu and memory with the scoring defaults for pods that request none.
+    pub non_zero_cpu: i128,
+    pub non_zero_memory: i128,
+    pub pods: usize,
+    pub host_ports: Vec<HostPort>,
+}
+
+/// One pod's share of a [`NodeUsage`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodUsage {
+    pub requests: ResourceList,
+    pub host_ports: Vec<HostPort>,
+}
+
+impl PodUsage {
+    /// The usage of `pod`.
+    pub fn of(pod: &Pod) -> Self {
+        PodUsage {
+            requests: pod_requests(pod),
+            host_ports: super::node_ports::host_ports(pod),
+        }
+    }
+
+    fn non_zero(&self) -> (i128, i128) {
+        let get = |k: &str, d: i128| {
+            self.requests
+                .get(k)
+                .copied()
+                .filter(|v| *v != 0)
+                .unwrap_or(d)
+        };
+        (get("cpu", DEFAULT_CPU), get("memory", DEFAULT_MEMORY))
+    }
+}
+
+impl NodeUsage {
+    /// Counts a pod in.
+    pub fn add(&mut self, pod: &PodUsage) {
+        add_into(&mut self.requested, &pod.requests);
+        let (cpu, mem) = pod.non_zero();
+        self.non_zero_cpu += cpu;
+        self.non_zero_memory += mem;
+        self.pods += 1;
+        self.host_ports.extend(pod.host_ports.iter().cloned());
+    }
+
+    /// Counts a pod out (the inverse of [`NodeUsage::add`]).
+    pub fn remove(&mut self, pod: &PodUsage) {
+        for (k, v) in &pod.requests {
+            if let Some(slot) = self.requested.get_mut(k) {
+                *slot -= v;
+                if *slot == 0 {
+                    self.requested.remove(k);
+                }
+            }
+        }
+        let (cpu, mem) = pod.non_zero();
+        self.non_zero_cpu -= cpu;
+        self.non_zero_memory -= mem;
+        self.pods = self.pods.saturating_sub(1);
+        for p in &pod.host_ports {
+            if let Some(i) = self.host_ports.iter().position(|h| h == p) {
+                self.host_ports.swap_remove(i);
+            }
+        }
+    }
+}
+
+fn allocatable(node: &Node) -> ResourceList {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), parse(v)))
+        .collect()
+}
+
+/// Rejects a node without room for the pod: `Too many pods`, `Insufficient <resource>` (one
+/// reason per resource; unresolvable when the request exceeds the node's allocatable itself).
+pub fn filter(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
+    let alloc = allocatable(node);
+    let mut reasons = Vec::new();
+    let mut unresolvable = false;
+    let max_pods = alloc.get("pods").copied().unwrap_or(0) / NANO;
+    if (usage.pods as i128) + 1 > max_pods {
+        reasons.push("Too many pods".to_owned());
+    }
+    for (name, want) in &facts.requests {
+        if *want <= 0 || name == "pods" {
+            continue;
+        }
+        let have = alloc.get(name).copied().unwrap_or(0);
+        let used = usage.requested.get(name).copied().unwrap_or(0);
+        if *want > have - used {
+            reasons.push(format!("Insufficient {name}"));
+            unresolvable |= *want > have;
+        }
+    }
+    if reasons.is_empty() {
+        return None;
+    }
+    // As upstream: one request above the node's allocatable itself makes the whole status
+    // unresolvable (preemption cannot help there).
+    let code = if unresolvable {
+        Code::UnschedulableAndUnresolvable
+    } else {
+        Code::Unschedulable
+    };
+    Some(Rejection {
+        plugin: Plugin::NodeResourcesFit,
+        code,
+        reasons,
+    })
+}
+
+/// The `LeastAllocated` score over cpu and memory, weight 1 each (0-100, S127).
+pub fn least_allocated_score(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> i64 {
+    let alloc = allocatable(node);
+    let pod = PodUsage {
+        requests: facts.requests.clone(),
+        host_ports: Vec::new(),
+    };
+    let (cpu, mem) = pod.non_zero();
+    let score = |capacity: i128, requested: i128| -> i128 {
+        if capacity <= 0 || requested > capacity {
+            0
+        } else {
+            (capacity - requested) * 100 / capacity
+        }
+    };
+    let c = score(
+        alloc.get("cpu").copied().unwrap_or(0),
+        usage.non_zero_cpu + cpu,
+    );
+    let m = score(
+        alloc.get("memory").copied().unwrap_or(0),
+        usage.non_zero_memory + mem,
+    );
+    ((c + m) / 2) as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeStatus, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+
+    fn container(cpu: &str, restart: Option<&str>) -> Container {
+        Container {
+            name: "c".into(),
+            restart_policy: restart.map(str::to_owned),
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".to_owned(), Q(cpu.to_owned()))])),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        }
+    }
+
+    fn cpu(list: &ResourceList) -> i128 {
+        list.get("cpu").copied().unwrap_or(0) * 1000 / NANO
+    }
+
+    #[test]
+    fn s106_init_containers_and_sidecars() {
+        // Containers 1 CPU; sidecar 500m started first; init container 2 CPUs after it:
+        // max(1 + 0.5, 2 + 0.5) = 2.5 CPUs, plus 100m overhead.
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("1", None)],
+                init_containers: Some(vec![
+                    container("500m", Some("Always")),
+                    container("2", None),
+                ]),
+                overhead: Some(BTreeMap::from([("cpu".to_owned(), Q("100m".into()))])),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(cpu(&pod_requests(&pod)), 2600);
+        // A sidecar after the init container runs beside the regular containers only.
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("1", None)],
+                init_containers: Some(vec![
+                    container("2", None),
+                    container("500m", Some("Always")),
+                ]),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        assert_eq!(cpu(&pod_requests(&pod)), 2000);
+    }
+
+    #[test]
+    fn s107_s109_messages_and_codes() {
+        let node = Node {
+            status: Some(NodeStatus {
+                allocatable: Some(BTreeMap::from([
+                    ("cpu".to_owned(), Q("2".into())),
+                    ("pods".to_owned(), Q("1".into())),
+                    ("example.com/gpu".to_owned(), Q("1".into())),
+                ])),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        };
+        let facts = |reqs: &[(&str, i128)]| PodFacts {
+            node_name: None,
+            tolerations: vec![],
+            affinity: Default::default(),
+            requests: reqs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            host_ports: vec![],
+        };
+        let empty = NodeUsage::default();
+        assert!(filter(&facts(&[("cpu", NANO)]), &node, &empty).is_none());
+        let r = filter(&facts(&[("cpu", 3 * NANO)]), &node, &empty).expect("too big");
+        assert_eq!(r.reasons, vec!["Insufficient cpu"]);
+        assert_eq!(r.code, Code::UnschedulableAndUnresolvable);
+        let mut used = NodeUsage::default();
+        used.add(&PodUsage {
+            requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
+            host_ports: vec![],
+        });
+        let r = filter(&facts(&[("example.com/gpu", NANO)]), &node, &used).expect("full");
+        assert_eq!(
+            r.reasons,
+            vec!["Too many pods", "Insufficient example.com/gpu"]
+        );
+        assert_eq!(r.code, Code::Unschedulable);
+        used.remove(&PodUsage {
+            requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
+            host_ports: vec![],
+        });
+        assert_eq!(used, NodeUsage::default());
+    }
+}

@@ -1,0 +1,34 @@
+//! devicelet-scheduler: a secondary Kubernetes scheduler for the pods whose
+//! `spec.schedulerName` names it, with devicelet's DRA structured allocator deciding the
+//! devices (`devicelet scheduler`; spec `scheduler.md`, behaviours S1-S168).
+//!
+//! Cluster side only: the allocator and the kube-rs layer, nothing of the node. The layout
+//! follows kube-scheduler's:
+//! - [`cache`]: the cluster as watched (nodes and their pods' usage, classes, slices, taint
+//!   rules, claims with the assume and in-flight overlays of the DRA plugin);
+//! - [`queue`]: activeQ, backoffQ, unschedulable pods, requeueing on the events that can help;
+//! - [`filters`]: NodeName, NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
+//!   NodeResourcesFit, and the refusal of what is not implemented;
+//! - [`dra`]: the DynamicResources plugin's PreEnqueue, PreFilter, Filter, Score, PostFilter;
+//! - [`cycle`]: one scheduling cycle, pure (filters + allocator on a snapshot);
+//! - [`binder`]: the binding cycle (claim writes, `pods/binding`, Unreserve) in its own task;
+//! - [`informer`], [`leader`], [`metrics`], [`report`]: watches, leader election, Prometheus
+//!   metrics and `/healthz`, conditions and events;
+//! - [`scheduler`]: the process, with the serial scheduling loop on its own thread.
+#![forbid(unsafe_code)]
+
+pub mod binder;
+pub mod cache;
+pub mod cycle;
+pub mod dra;
+pub mod filters;
+pub mod framework;
+pub mod informer;
+pub mod leader;
+pub mod metrics;
+pub mod queue;
+pub mod report;
+pub mod scheduler;
+pub mod shared;
+
+pub use scheduler::{SchedulerConfig, SchedulerError, run};

@@ -1,0 +1,699 @@
+//! The scheduling queue (`pkg/scheduler/backend/queue/scheduling_queue.go`,
+//! `backoff_queue.go`; spec scheduler.md S1-S9): activeQ ordered by priority then arrival,
+//! backoffQ ordered by expiry, and the unschedulable pods, each waiting for a cluster event that
+//! one of the plugins that rejected it cares about. Gated pods (PreEnqueue refused them) wait
+//! with the unschedulable ones and are counted apart.
+//!
+//! Pure: the caller passes the time, so tests drive back-off and flushing without sleeping.
+//! Events that arrive while a pod is in its scheduling cycle are kept for it and looked at
+//! when the attempt fails, so no event is lost (S7).
+
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::framework::Plugin;
+
+/// Back-off of the first retry (`podInitialBackoffSeconds`, S3).
+pub const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest back-off (`podMaxBackoffSeconds`, S3).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+/// Unschedulable pods are retried after this long without an event (S5).
+pub const MAX_UNSCHEDULABLE_DURATION: Duration = Duration::from_secs(300);
+
+/// A change in the cluster that may make pending pods schedulable (S8).
+#[derive(Clone, Debug)]
+pub enum ClusterEvent {
+    NodeAdded,
+    /// A node's labels, allocatable, taints or `unschedulable` changed.
+    NodeChanged {
+        labels: bool,
+        allocatable: bool,
+        taints: bool,
+    },
+    /// A pod bound to a node went away or finished: its resources are free.
+    AssignedPodDeleted,
+    /// A ResourceClaim was added or changed (`old` is `None` for an addition).
+    ClaimChanged {
+        namespace: String,
+        name: String,
+        /// It was allocated and no longer is (devices freed: S30 rule 2).
+        deallocated: bool,
+        created: bool,
+        /// `status` changed (S30 rule 5).
+        status_changed: bool,
+    },
+    ClassChanged,
+    SliceChanged,
+    /// The pod itself changed (`status.resourceClaimStatuses`, gates, labels...).
+    PodUpdated {
+        uid: String,
+    },
+}
+
+/// Whether `plugin`, having rejected a pod, wants it retried after `event` (the plugins'
+/// `EventsToRegister` with their QueueingHints).
+fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
+    use ClusterEvent as E;
+    match plugin {
+        Plugin::SchedulingGates | Plugin::Unsupported => {
+            matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+        }
+        Plugin::NodeUnschedulable | Plugin::TaintToleration => {
+            matches!(event, E::NodeAdded | E::NodeChanged { taints: true, .. })
+        }
+        Plugin::NodeName => matches!(event, E::NodeAdded),
+        Plugin::NodeAffinity => {
+            matches!(event, E::NodeAdded | E::NodeChanged { labels: true, .. })
+                || matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+        }
+        Plugin::NodePorts => matches!(event, E::NodeAdded | E::AssignedPodDeleted),
+        Plugin::NodeResourcesFit => {
+            matches!(
+                event,
+                E::NodeAdded
+                    | E::NodeChanged {
+                        allocatable: true,
+                        ..
+                    }
+                    | E::AssignedPodDeleted
+                    | E::ClassChanged
+            ) || matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+        }
+        Plugin::DynamicResources => match event {
+            E::NodeAdded
+            | E::NodeChanged { labels: true, .. }
+            | E::NodeChanged {
+                allocatable: true, ..
+            }
+            | E::ClassChanged
+            | E::SliceChanged => true,
+            E::NodeChanged { .. } | E::AssignedPodDeleted => false,
+            // A gated pod's claims were not resolvable: any new claim may be one of them
+            // (PreEnqueue runs again before it is queued).
+            E::ClaimChanged { created: true, .. } if pod.gated => true,
+            // S30: a deallocation may free devices for anyone; otherwise only the pod's own
+            // claims, when created or when their status changed.
+            E::ClaimChanged {
+                namespace,
+                name,
+                deallocated,
+                created,
+                status_changed,
+            } => {
+                *deallocated
+                    || (pod.claim_names.contains(&(namespace.clone(), name.clone()))
+                        && (*created || *status_changed))
+            }
+            // S31: the pod's own claim statuses.
+            E::PodUpdated { uid } => *uid == pod.uid,
+        },
+    }
+}
+
+/// A pending pod and its scheduling history.
+#[derive(Clone, Debug)]
+pub struct QueuedPod {
+    pub pod: Arc<Pod>,
+    pub uid: String,
+    /// Scheduling attempts so far.
+    pub attempts: u32,
+    /// When it (re)entered the queue: the tie-breaker of activeQ (S2).
+    pub timestamp: Instant,
+    /// When it was first seen (for the scheduling SLI).
+    pub initial: Instant,
+    /// The plugins that rejected its last attempt.
+    pub rejected_by: BTreeSet<Plugin>,
+    /// The pod's claims (`namespace`, `name`) as resolved at its last attempt.
+    pub claim_names: BTreeSet<(String, String)>,
+    /// Gated: PreEnqueue refused it (scheduling gates, claims not there yet).
+    pub gated: bool,
+    /// Why PreEnqueue refused it.
+    pub gate_message: Option<String>,
+    seq: u64,
+}
+
+impl QueuedPod {
+    fn priority(&self) -> i32 {
+        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    }
+
+    /// The back-off after `attempts` attempts (S3): 1 s, 2 s, 4 s, 8 s, then 10 s.
+    pub fn backoff(&self) -> Duration {
+        if self.attempts == 0 {
+            return Duration::ZERO;
+        }
+        let shift = (self.attempts - 1).min(16);
+        (INITIAL_BACKOFF * (1u32 << shift)).min(MAX_BACKOFF)
+    }
+}
+
+struct ActiveEntry {
+    priority: i32,
+    timestamp: Instant,
+    seq: u64,
+    uid: String,
+}
+
+impl PartialEq for ActiveEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for ActiveEntry {}
+impl PartialOrd for ActiveEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ActiveEntry {
+    /// Max-heap: higher priority first, then earlier timestamp, then earlier arrival.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.priority
+            .cmp(&other.priority)
+            .then_with(|| other.timestamp.cmp(&self.timestamp))
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+struct BackoffEntry {
+    expiry: Instant,
+    seq: u64,
+    uid: String,
+}
+
+impl PartialEq for BackoffEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for BackoffEntry {}
+impl PartialOrd for BackoffEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for BackoffEntry {
+    /// Min-heap on expiry.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .expiry
+            .cmp(&self.expiry)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+/// Where a pod is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Active,
+    Backoff,
+    Unschedulable,
+    /// Popped: in its scheduling cycle.
+    InFlight,
+}
+
+/// Pod counts per queue, for `scheduler_pending_pods{queue}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    pub active: usize,
+    pub backoff: usize,
+    pub unschedulable: usize,
+    pub gated: usize,
+}
+
+/// The queue. Heaps hold (uid, seq) and stale entries are skipped when popped.
+#[derive(Default)]
+pub struct SchedulingQueue {
+    pods: HashMap<String, (QueuedPod, Place, Instant)>,
+    active: BinaryHeap<ActiveEntry>,
+    backoff: BinaryHeap<BackoffEntry>,
+    /// Events seen while a pod was in flight.
+    in_flight_events: HashMap<String, Vec<ClusterEvent>>,
+    seq: u64,
+}
+
+impl std::fmt::Debug for SchedulingQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulingQueue")
+            .field("counts", &self.counts())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of PreEnqueue for a pod: `None` to queue it, or why it is gated.
+pub type Gate = Option<(Plugin, String)>;
+
+impl SchedulingQueue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn push_active(&mut self, mut qp: QueuedPod, now: Instant) {
+        qp.seq = self.next_seq();
+        qp.timestamp = now;
+        self.active.push(ActiveEntry {
+            priority: qp.priority(),
+            timestamp: now,
+            seq: qp.seq,
+            uid: qp.uid.clone(),
+        });
+        self.pods.insert(qp.uid.clone(), (qp, Place::Active, now));
+    }
+
+    fn push_backoff(&mut self, mut qp: QueuedPod, last_failure: Instant) {
+        qp.seq = self.next_seq();
+        self.backoff.push(BackoffEntry {
+            expiry: last_failure + qp.backoff(),
+            seq: qp.seq,
+            uid: qp.uid.clone(),
+        });
+        self.pods
+            .insert(qp.uid.clone(), (qp, Place::Backoff, last_failure));
+    }
+
+    fn park(&mut self, qp: QueuedPod, now: Instant) {
+        self.pods
+            .insert(qp.uid.clone(), (qp, Place::Unschedulable, now));
+    }
+
+    /// Moves a waiting pod to backoffQ if its back-off has not expired, else to activeQ.
+    fn requeue(&mut self, qp: QueuedPod, last_failure: Instant, now: Instant) {
+        if last_failure + qp.backoff() > now {
+            self.push_backoff(qp, last_failure);
+        } else {
+            self.push_active(qp, now);
+        }
+    }
+
+    /// A pending pod of this scheduler was added (or seen for the first time).
+    pub fn add(&mut self, pod: Arc<Pod>, gate: Gate, now: Instant) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if self.pods.contains_key(&uid) {
+            self.update(pod, gate, now);
+            return;
+        }
+        let qp = QueuedPod {
+            pod,
+            uid,
+            attempts: 0,
+            timestamp: now,
+            initial: now,
+            rejected_by: BTreeSet::new(),
+            claim_names: BTreeSet::new(),
+            gated: false,
+            gate_message: None,
+            seq: 0,
+        };
+        self.admit(qp, gate, now);
+    }
+
+    fn admit(&mut self, mut qp: QueuedPod, gate: Gate, now: Instant) {
+        match gate {
+            None => {
+                qp.gated = false;
+                qp.gate_message = None;
+                self.push_active(qp, now);
+            }
+            Some((plugin, message)) => {
+                qp.gated = true;
+                qp.gate_message = Some(message);
+                qp.rejected_by = BTreeSet::from([plugin]);
+                self.park(qp, now);
+            }
+        }
+    }
+
+    /// The pod object changed. A gated pod is checked again; an unschedulable one is retried
+    /// when a plugin that rejected it cares about its own updates.
+    pub fn update(&mut self, pod: Arc<Pod>, gate: Gate, now: Instant) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let Some((mut qp, place, since)) = self.pods.remove(&uid) else {
+            self.add(pod, gate, now);
+            return;
+        };
+        qp.pod = pod;
+        match place {
+            Place::Active | Place::Backoff => {
+                self.pods.insert(uid, (qp, place, since));
+            }
+            Place::InFlight => {
+                self.pods.insert(uid.clone(), (qp, place, since));
+                self.in_flight_events
+                    .entry(uid.clone())
+                    .or_default()
+                    .push(ClusterEvent::PodUpdated { uid });
+            }
+            Place::Unschedulable if qp.gated => self.admit(qp, gate, now),
+            Place::Unschedulable => {
+                let event = ClusterEvent::PodUpdated { uid: uid.clone() };
+                let wanted = qp.rejected_by.iter().any(|p| interested(*p, &event, &qp));
+                if wanted {
+                    self.admit_after_event(qp, gate, since, now);
+                } else {
+                    self.pods.insert(uid, (qp, place, since));
+                }
+            }
+        }
+    }
+
+    fn admit_after_event(&mut self, mut qp: QueuedPod, gate: Gate, since: Instant, now: Instant) {
+        match gate {
+            None => {
+                qp.gated = false;
+                qp.gate_message = None;
+                self.requeue(qp, since, now);
+            }
+            Some((plugin, message)) => {
+                qp.gated = true;
+                qp.gate_message = Some(message);
+                qp.rejected_by = BTreeSet::from([plugin]);
+                self.park(qp, now);
+            }
+        }
+    }
+
+    /// The pod is gone (deleted, bound by someone else, no longer ours).
+    pub fn delete(&mut self, uid: &str) {
+        self.pods.remove(uid);
+        self.in_flight_events.remove(uid);
+    }
+
+    /// Whether the queue holds the pod.
+    pub fn contains(&self, uid: &str) -> bool {
+        self.pods.contains_key(uid)
+    }
+
+    /// Moves expired back-offs to activeQ (every second upstream) and unschedulable pods
+    /// parked for more than five minutes back (S5).
+    pub fn flush(&mut self, now: Instant) {
+        while let Some(top) = self.backoff.peek() {
+            if top.expiry > now {
+                break;
+            }
+            let Some(top) = self.backoff.pop() else { break };
+            let live = matches!(self.pods.get(&top.uid), Some((qp, Place::Backoff, _)) if qp.seq == top.seq);
+            if live {
+                if let Some((qp, _, _)) = self.pods.remove(&top.uid) {
+                    self.push_active(qp, now);
+                }
+            }
+        }
+        let stale: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, (qp, place, since))| {
+                *place == Place::Unschedulable
+                    && !qp.gated
+                    && now.duration_since(*since) > MAX_UNSCHEDULABLE_DURATION
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in stale {
+            if let Some((qp, _, since)) = self.pods.remove(&uid) {
+                self.requeue(qp, since, now);
+            }
+        }
+    }
+
+    /// When the next back-off expires.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.backoff.peek().map(|b| b.expiry)
+    }
+
+    /// Takes the next pod from activeQ (flush first). It stays known as in flight until
+    /// [`SchedulingQueue::done`] or a failure puts it back.
+    pub fn pop(&mut self, now: Instant) -> Option<QueuedPod> {
+        self.flush(now);
+        while let Some(top) = self.active.pop() {
+            let live = matches!(self.pods.get(&top.uid), Some((qp, Place::Active, _)) if qp.seq == top.seq);
+            if !live {
+                continue;
+            }
+            let Some((qp, _, since)) = self.pods.get_mut(&top.uid).map(|e| {
+                e.1 = Place::InFlight;
+                e.clone()
+            }) else {
+                continue;
+            };
+            let _ = since;
+            self.in_flight_events.insert(top.uid.clone(), Vec::new());
+            let mut popped = qp;
+            popped.attempts += 1;
+            if let Some(entry) = self.pods.get_mut(&top.uid) {
+                entry.0.attempts = popped.attempts;
+            }
+            return Some(popped);
+        }
+        None
+    }
+
+    /// The pod's attempt succeeded (assumed and handed to binding): it leaves the queue.
+    pub fn done(&mut self, uid: &str) {
+        self.pods.remove(uid);
+        self.in_flight_events.remove(uid);
+    }
+
+    /// The attempt was rejected by `plugins` (S7, S9): the pod waits for an event one of them
+    /// cares about, unless such an event arrived during the attempt.
+    pub fn unschedulable(
+        &mut self,
+        mut qp: QueuedPod,
+        plugins: BTreeSet<Plugin>,
+        claim_names: BTreeSet<(String, String)>,
+        now: Instant,
+    ) {
+        let events = self.in_flight_events.remove(&qp.uid).unwrap_or_default();
+        if !self.pods.contains_key(&qp.uid) {
+            return; // deleted meanwhile
+        }
+        qp.rejected_by = plugins;
+        qp.claim_names = claim_names;
+        if let Some((current, _, _)) = self.pods.get(&qp.uid) {
+            qp.pod = current.pod.clone();
+        }
+        let wanted = events
+            .iter()
+            .any(|e| qp.rejected_by.iter().any(|p| interested(*p, e, &qp)));
+        if wanted {
+            self.push_backoff(qp, now);
+        } else {
+            self.park(qp, now);
+        }
+    }
+
+    /// The attempt failed with an error, or binding failed (S9, S24): back-off, no event
+    /// needed.
+    pub fn error(&mut self, mut qp: QueuedPod, now: Instant) {
+        self.in_flight_events.remove(&qp.uid);
+        if let Some((current, _, _)) = self.pods.get(&qp.uid) {
+            qp.pod = current.pod.clone();
+        }
+        self.push_backoff(qp, now);
+    }
+
+    /// A pod whose binding failed comes back (it left the queue at [`SchedulingQueue::done`]).
+    pub fn binding_failed(&mut self, qp: QueuedPod, now: Instant) {
+        self.push_backoff(qp, now);
+    }
+
+    /// A cluster event: every unschedulable pod rejected by a plugin that cares moves to
+    /// backoffQ or activeQ (S7); pods in flight remember it. `gate` re-runs PreEnqueue for
+    /// gated pods.
+    pub fn on_event(&mut self, event: &ClusterEvent, gate: impl Fn(&Pod) -> Gate, now: Instant) {
+        for events in self.in_flight_events.values_mut() {
+            events.push(event.clone());
+        }
+        let moving: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, (qp, place, _))| {
+                *place == Place::Unschedulable
+                    && qp.rejected_by.iter().any(|p| interested(*p, event, qp))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in moving {
+            if let Some((qp, _, since)) = self.pods.remove(&uid) {
+                let g = gate(&qp.pod);
+                self.admit_after_event(qp, g, since, now);
+            }
+        }
+    }
+
+    /// Pod counts per queue.
+    pub fn counts(&self) -> QueueCounts {
+        let mut c = QueueCounts::default();
+        for (qp, place, _) in self.pods.values() {
+            match place {
+                Place::Active => c.active += 1,
+                Place::Backoff => c.backoff += 1,
+                Place::Unschedulable if qp.gated => c.gated += 1,
+                Place::Unschedulable => c.unschedulable += 1,
+                Place::InFlight => {}
+            }
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    fn pod(uid: &str, priority: i32) -> Arc<Pod> {
+        let mut p = Pod {
+            spec: Some(PodSpec {
+                priority: Some(priority),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        p.metadata.uid = Some(uid.into());
+        Arc::new(p)
+    }
+
+    #[test]
+    fn s2_priority_then_arrival() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("low", 0), None, t0);
+        q.add(pod("high", 10), None, t0 + Duration::from_millis(1));
+        q.add(pod("low2", 0), None, t0 + Duration::from_millis(2));
+        let order: Vec<String> = (0..3)
+            .filter_map(|_| q.pop(t0 + Duration::from_millis(3)).map(|p| p.uid))
+            .collect();
+        assert_eq!(order, vec!["high", "low", "low2"]);
+    }
+
+    #[test]
+    fn s3_backoff_doubles_to_ten_seconds() {
+        let mut qp = QueuedPod {
+            pod: pod("p", 0),
+            uid: "p".into(),
+            attempts: 0,
+            timestamp: Instant::now(),
+            initial: Instant::now(),
+            rejected_by: BTreeSet::new(),
+            claim_names: BTreeSet::new(),
+            gated: false,
+            gate_message: None,
+            seq: 0,
+        };
+        let mut seen = Vec::new();
+        for attempts in 0..7 {
+            qp.attempts = attempts;
+            seen.push(qp.backoff().as_secs());
+        }
+        assert_eq!(seen, vec![0, 1, 2, 4, 8, 10, 10]);
+    }
+
+    #[test]
+    fn s7_only_events_a_rejecting_plugin_cares_about_move_the_pod() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("p", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.unschedulable(
+            qp,
+            BTreeSet::from([Plugin::TaintToleration]),
+            BTreeSet::new(),
+            t0,
+        );
+        assert_eq!(q.counts().unschedulable, 1);
+        q.on_event(&ClusterEvent::SliceChanged, |_| None, t0);
+        assert_eq!(q.counts().unschedulable, 1);
+        q.on_event(
+            &ClusterEvent::NodeChanged {
+                labels: false,
+                allocatable: false,
+                taints: true,
+            },
+            |_| None,
+            t0 + Duration::from_millis(100),
+        );
+        // Back-off (1 s after one attempt) has not expired: backoffQ.
+        assert_eq!(q.counts().backoff, 1);
+        assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
+        assert!(q.pop(t0 + Duration::from_millis(1001)).is_some());
+    }
+
+    #[test]
+    fn s7_an_event_during_the_attempt_is_not_lost() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("p", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.on_event(&ClusterEvent::SliceChanged, |_| None, t0);
+        q.unschedulable(
+            qp,
+            BTreeSet::from([Plugin::DynamicResources]),
+            BTreeSet::new(),
+            t0,
+        );
+        assert_eq!(q.counts().backoff, 1);
+    }
+
+    #[test]
+    fn s30_claim_events_move_only_the_pods_of_that_claim_unless_devices_were_freed() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("p", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        let mine = BTreeSet::from([("ns".to_owned(), "mine".to_owned())]);
+        q.unschedulable(qp, BTreeSet::from([Plugin::DynamicResources]), mine, t0);
+        let change = |name: &str, deallocated: bool| ClusterEvent::ClaimChanged {
+            namespace: "ns".into(),
+            name: name.into(),
+            deallocated,
+            created: false,
+            status_changed: true,
+        };
+        q.on_event(&change("other", false), |_| None, t0);
+        assert_eq!(q.counts().unschedulable, 1);
+        q.on_event(&change("other", true), |_| None, t0);
+        assert_eq!(q.counts().backoff, 1);
+    }
+
+    #[test]
+    fn gated_pods_wait_until_their_update_passes_pre_enqueue() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(
+            pod("p", 0),
+            Some((Plugin::SchedulingGates, "gated".into())),
+            t0,
+        );
+        assert_eq!(q.counts().gated, 1);
+        assert!(q.pop(t0).is_none());
+        q.update(
+            pod("p", 0),
+            Some((Plugin::SchedulingGates, "gated".into())),
+            t0,
+        );
+        assert_eq!(q.counts().gated, 1);
+        q.update(pod("p", 0), None, t0);
+        assert!(q.pop(t0).is_some());
+    }
+
+    #[test]
+    fn s5_unschedulable_pods_are_retried_after_five_minutes() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("p", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.unschedulable(qp, BTreeSet::from([Plugin::NodeName]), BTreeSet::new(), t0);
+        assert!(q.pop(t0 + Duration::from_secs(299)).is_none());
+        assert!(q.pop(t0 + Duration::from_secs(301)).is_some());
+    }
+}

@@ -1,0 +1,154 @@
+//! What the scheduler tells users through the API (spec S133-S138): the `PodScheduled=False`
+//! condition and the `FailedScheduling` event of a failed attempt, the `Scheduled` event of a
+//! bound pod. Best effort: a failed write is logged, never retried, never blocks scheduling.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tracing::debug;
+
+use crate::framework::truncate_note;
+
+/// Writes conditions and events as the scheduler `name`.
+#[derive(Clone)]
+pub struct Reporter {
+    client: Client,
+    name: String,
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The condition reason of a failed attempt (S133).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Rejected by a plugin.
+    Unschedulable,
+    /// An internal or API error.
+    SchedulerError,
+}
+
+impl FailureReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Unschedulable => "Unschedulable",
+            FailureReason::SchedulerError => "SchedulerError",
+        }
+    }
+}
+
+/// Whether `pod` already carries this exact `PodScheduled=False` condition (S133: not written
+/// again).
+pub fn has_condition(pod: &Pod, reason: FailureReason, message: &str) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some(reason.as_str())
+                && c.message.as_deref() == Some(message)
+        })
+}
+
+impl Reporter {
+    /// A reporter for scheduler `name`.
+    pub fn new(client: Client, name: &str) -> Self {
+        Reporter {
+            client,
+            name: name.to_owned(),
+        }
+    }
+
+    /// A failed attempt: the condition (unless already there) and a `FailedScheduling` event.
+    pub async fn failed(&self, pod: &Pod, reason: FailureReason, message: &str) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if !has_condition(pod, reason, message) {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            let patch = json!({
+                "status": {
+                    "conditions": [{
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": reason.as_str(),
+                        "message": message,
+                        "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
+                        "lastProbeTime": null,
+                        "observedGeneration": pod.metadata.generation,
+                    }]
+                }
+            });
+            let r = api
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                .await;
+            if let Err(e) = r {
+                debug!(pod = %format!("{ns}/{name}"), error = %e, "pod condition not written");
+            }
+        }
+        self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
+            .await;
+    }
+
+    /// A bound pod: `Successfully assigned ns/pod to node` (S136).
+    pub async fn scheduled(&self, pod: &Pod, node: &str) {
+        let note = format!(
+            "Successfully assigned {}/{} to {node}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        self.event(pod, "Normal", "Scheduled", "Binding", &note)
+            .await;
+    }
+
+    /// Any event about `pod`.
+    pub async fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let event = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{pod_name}.")),
+                namespace: Some(ns.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: pod.metadata.name.clone(),
+                namespace: pod.metadata.namespace.clone(),
+                uid: pod.metadata.uid.clone(),
+                resource_version: pod.metadata.resource_version.clone(),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.to_owned()),
+            message: Some(truncate_note(note)),
+            type_: Some(type_.to_owned()),
+            action: Some(action.to_owned()),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            source: Some(EventSource {
+                component: Some(self.name.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.name.clone()),
+            reporting_instance: Some(self.name.clone()),
+            ..Event::default()
+        };
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            debug!(pod = %format!("{ns}/{pod_name}"), error = %e, reason, "event not written");
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The scheduler process (`cmd/kube-scheduler`, `pkg/scheduler/scheduler.go` → `Run`,
+//! `schedule_one.go` → `ScheduleOne`): watches, leader election, the serial scheduling loop on
+//! its own thread (S10), binding tasks on the async runtime, metrics.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use devicelet_allocator::{
+    AllocateOptions, AllocatedIndex, CelFeatures, ClusterSnapshot, Features, MonotonicClock,
+    SelectorCache,
+};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
+use kube::Client;
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use typed_arena::Arena;
+
+use crate::binder::Binder;
+use crate::cycle::{CycleInputs, Decision, Engine};
+use crate::leader::{self, Leadership};
+use crate::metrics::{AttemptResult, SchedulerMetrics};
+use crate::queue::QueuedPod;
+use crate::report::FailureReason;
+use crate::shared::Shared;
+
+/// Claims copied into one engine's arena before it is rebuilt (bounds its memory).
+const ARENA_LIMIT: usize = 4096;
+
+/// Settings of `devicelet scheduler`.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// The profile: pods whose `spec.schedulerName` is this, and nothing else.
+    pub name: String,
+    /// Run leader election on `kube-system/<name>`.
+    pub leader_elect: bool,
+    /// `/metrics` and `/healthz`.
+    pub metrics_address: Option<SocketAddr>,
+    /// The DRA Filter timeout per node (S41; `None`: none).
+    pub filter_timeout: Option<Duration>,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            name: "devicelet-scheduler".to_owned(),
+            leader_elect: false,
+            metrics_address: None,
+            filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
+        }
+    }
+}
+
+/// Why the scheduler stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// The metrics address could not be bound.
+    #[error("metrics address {address}: {source}")]
+    Metrics {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The leader Lease was lost (another replica takes over).
+    #[error("leader election lost")]
+    LeadershipLost,
+    /// The scheduling thread could not be started.
+    #[error("scheduling thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Runs the scheduler until `shutdown` resolves (or the leader Lease is lost).
+pub async fn run(
+    client: Client,
+    config: SchedulerConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), SchedulerError> {
+    let metrics = SchedulerMetrics::new(&config.name);
+    if let Some(address) = config.metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| SchedulerError::Metrics { address, source })?;
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(listener, m).await {
+                warn!(error = %e, "metrics server stopped");
+            }
+        });
+    }
+    let shared = Arc::new(Shared::new(&config.name, metrics.clone()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (leader_tx, mut leader_rx) = watch::channel(if config.leader_elect {
+        Leadership::Candidate
+    } else {
+        Leadership::Leader
+    });
+    let mut tasks = Vec::new();
+    if config.leader_elect {
+        let me = leader::identity();
+        info!(identity = %me, lease = %format!("{}/{}", leader::NAMESPACE, config.name), "campaigning for the leader lease");
+        tasks.push(tokio::spawn(leader::run(
+            client.clone(),
+            config.name.clone(),
+            me,
+            leader_tx,
+            stop_rx.clone(),
+        )));
+    }
+    let watches = crate::informer::start(client.clone(), shared.clone(), stop_rx.clone()).await;
+    tasks.extend(watches);
+    info!(scheduler = %config.name, nodes = shared.cache().node_count(), "caches synced");
+    tokio::pin!(shutdown);
+    // Wait for leadership (or shutdown).
+    loop {
+        if *leader_rx.borrow() == Leadership::Leader {
+            break;
+        }
+        tokio::select! {
+            _ = &mut shutdown => {
+                let _ = stop_tx.send(true);
+                return Ok(());
+            }
+            changed = leader_rx.changed() => if changed.is_err() { break },
+        }
+    }
+    metrics.set_leader(true);
+    let stop = Arc::new(AtomicBool::new(false));
+    let binder = Binder::new(client.clone(), shared.clone());
+    let thread = {
+        let (shared, stop, binder, handle) = (
+            shared.clone(),
+            stop.clone(),
+            binder.clone(),
+            Handle::current(),
+        );
+        let options = config.filter_timeout;
+        std::thread::Builder::new()
+            .name("scheduling-loop".into())
+            .spawn(move || scheduling_loop(&shared, &binder, &handle, &stop, options))
+            .map_err(SchedulerError::Thread)?
+    };
+    let result = tokio::select! {
+        _ = &mut shutdown => Ok(()),
+        _ = async {
+            loop {
+                if leader_rx.changed().await.is_err() { break; }
+                if *leader_rx.borrow() == Leadership::Lost { break; }
+            }
+        } => Err(SchedulerError::LeadershipLost),
+    };
+    metrics.set_leader(false);
+    if result.is_err() {
+        metrics.set_healthy(false);
+    }
+    stop.store(true, Ordering::Relaxed);
+    shared.notify();
+    let _ = stop_tx.send(true);
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    for t in tasks {
+        t.abort();
+    }
+    result
+}
+
+/// Pops the next pod, waiting on the queue; `None` once `stop` is set.
+fn next_pod(shared: &Shared, stop: &AtomicBool) -> Option<QueuedPod> {
+    let mut queue = shared.queue();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let now = Instant::now();
+        if let Some(qp) = queue.pop(now) {
+            shared.metrics.pending(queue.counts());
+            return Some(qp);
+        }
+        let until = queue.next_expiry();
+        queue = shared.wait(queue, until);
+    }
+}
+
+/// The serial scheduling loop (S10). An engine (snapshot of classes and slices, the devices
+/// in use) is kept while the allocator's inputs do not change.
+fn scheduling_loop(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    stop: &AtomicBool,
+    filter_timeout: Option<Duration>,
+) {
+    let features = Features::kubernetes_1_36_defaults();
+    let selectors = Arc::new(SelectorCache::new(CelFeatures {
+        enable_consumable_capacity: features.consumable_capacity,
+        enable_list_type_attributes: features.list_type_attributes,
+    }));
+    let clock = Arc::new(MonotonicClock::start());
+    let options = match filter_timeout {
+        Some(limit) => AllocateOptions::with_time_limit(limit, clock),
+        None => AllocateOptions {
+            step_budget: None,
+            time_limit: None,
+            share_ids: None,
+        },
+    };
+    let mut carry: Option<QueuedPod> = None;
+    let mut next_start = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let inputs = shared.cache().dra_inputs();
+        let arena: Arena<ResourceClaim> = Arena::new();
+        let snapshot = Arc::new(ClusterSnapshot::new(
+            &inputs.classes,
+            &inputs.slices,
+            selectors.clone(),
+        ));
+        let (generation, state) = {
+            let cache = shared.cache();
+            (
+                cache.allocation_log().0,
+                cache.allocated_state(features.consumable_capacity),
+            )
+        };
+        let mut log_position = shared.cache().allocation_log().1.len();
+        let index = AllocatedIndex::new(&snapshot, &state);
+        let mut engine = Engine::new(
+            snapshot,
+            index,
+            &arena,
+            features,
+            options.clone(),
+            &shared.name,
+        );
+        engine.set_next_start(next_start);
+        debug!(
+            slices = inputs.slices.len(),
+            classes = inputs.classes.len(),
+            devices_in_use = state.devices.len(),
+            "scheduling engine ready"
+        );
+        loop {
+            let Some(qp) = carry.take().or_else(|| next_pod(shared, stop)) else {
+                break;
+            };
+            let started = Instant::now();
+            let cache = shared.cache();
+            let (g, log) = cache.allocation_log();
+            if cache.dra_generation() != inputs.generation
+                || g != generation
+                || engine.arena_claims() > ARENA_LIMIT
+            {
+                // Rebuild the engine first; the pod is scheduled right after.
+                carry = Some(qp);
+                break;
+            }
+            engine.add_allocations(&log[log_position.min(log.len())..]);
+            log_position = log.len();
+            let pod = qp.pod.clone();
+            let uid = qp.uid.clone();
+            if pod.metadata.deletion_timestamp.is_some() || cache.is_assigned(&uid) {
+                // S11: being deleted, or already assumed.
+                drop(cache);
+                shared.queue().done(&uid);
+                continue;
+            }
+            let cycle_inputs = CycleInputs::read(&pod, &cache);
+            drop(cache);
+            let decision = engine.schedule(&pod, cycle_inputs);
+            shared.metrics.algorithm(started.elapsed());
+            handle_decision(shared, binder, handle, qp, decision, started);
+        }
+        next_start = engine.next_start();
+    }
+}
+
+/// Reserve and hand over to binding, or record the failure.
+fn handle_decision(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    qp: QueuedPod,
+    decision: Decision,
+    started: Instant,
+) {
+    let pod = qp.pod.clone();
+    let uid = qp.uid.clone();
+    match decision {
+        Decision::Place(placement) => {
+            {
+                let mut cache = shared.cache();
+                for (claim, allocation) in &placement.allocations {
+                    let mut c = (**claim).clone();
+                    c.status
+                        .get_or_insert_with(ResourceClaimStatus::default)
+                        .allocation = Some(allocation.clone());
+                    cache.add_pending(&uid, c);
+                }
+                cache.assume_pod(&pod, &placement.node);
+                shared.queue().done(&uid);
+            }
+            handle.spawn(binder.clone().bind(qp, placement, started));
+        }
+        Decision::Unschedulable {
+            fit,
+            deallocate,
+            claim_names,
+        } => {
+            shared
+                .metrics
+                .attempt(AttemptResult::Unschedulable, started.elapsed());
+            let message = fit.message();
+            debug!(pod = ?pod.metadata.name, %message, "unschedulable");
+            {
+                let mut queue = shared.queue();
+                queue.unschedulable(qp, fit.plugins(), claim_names, Instant::now());
+                shared.metrics.pending(queue.counts());
+            }
+            let binder = binder.clone();
+            handle.spawn(async move {
+                if let Some(claim) = deallocate {
+                    if let Err(e) = binder.deallocate(&claim).await {
+                        warn!(error = %e, "PostFilter deallocation failed");
+                    }
+                }
+                binder
+                    .reporter()
+                    .failed(&pod, FailureReason::Unschedulable, &message)
+                    .await;
+            });
+        }
+        Decision::Error(e) => {
+            shared
+                .metrics
+                .attempt(AttemptResult::Error, started.elapsed());
+            shared.queue().error(qp, Instant::now());
+            let binder = binder.clone();
+            handle.spawn(async move {
+                binder
+                    .reporter()
+                    .failed(&pod, FailureReason::SchedulerError, &e)
+                    .await;
+            });
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The state the scheduling loop, the watches and the binding tasks share: the cache and the
+//! queue, each behind a short-held mutex, and the condition variable that wakes the loop.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::cache::ClusterCache;
+use crate::metrics::SchedulerMetrics;
+use crate::queue::SchedulingQueue;
+
+/// Shared scheduler state.
+#[derive(Debug)]
+pub struct Shared {
+    cache: Mutex<ClusterCache>,
+    queue: Mutex<SchedulingQueue>,
+    wake: Condvar,
+    pub metrics: SchedulerMetrics,
+    /// The scheduler's name (profile).
+    pub name: String,
+}
+
+impl Shared {
+    /// Empty state for scheduler `name`.
+    pub fn new(name: &str, metrics: SchedulerMetrics) -> Self {
+        Shared {
+            cache: Mutex::new(ClusterCache::new()),
+            queue: Mutex::new(SchedulingQueue::new()),
+            wake: Condvar::new(),
+            metrics,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The cache (a panic while it was held does not stop the scheduler: the data is plain).
+    pub fn cache(&self) -> MutexGuard<'_, ClusterCache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> MutexGuard<'_, SchedulingQueue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the scheduling loop (a pod may be ready).
+    pub fn notify(&self) {
+        self.wake.notify_all();
+    }
+
+    /// Waits on the queue until notified or `until` (at most one second, so flushes run).
+    pub fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, SchedulingQueue>,
+        until: Option<Instant>,
+    ) -> MutexGuard<'a, SchedulingQueue> {
+        let now = Instant::now();
+        let max = Duration::from_secs(1);
+        let timeout = until
+            .map(|t| t.saturating_duration_since(now).min(max))
+            .unwrap_or(max);
+        match self.wake.wait_timeout(guard, timeout) {
+            Ok((g, _)) => g,
+            Err(e) => e.into_inner().0,
+        }
+    }
+}
