@@ -67,7 +67,24 @@ pub enum Command {
     /// The cluster's DRA state as an AllocationScenario that `devicelet allocate` replays.
     #[command(long_about = SNAPSHOT_ABOUT)]
     Snapshot(SnapshotArgs),
+    /// A secondary Kubernetes scheduler for pods with spec.schedulerName NAME; DRA claims
+    /// are allocated by devicelet's allocator.
+    #[command(long_about = SCHEDULER_ABOUT)]
+    Scheduler(SchedulerArgs),
 }
+
+const SCHEDULER_ABOUT: &str = "A secondary Kubernetes scheduler, in the foreground until \
+SIGTERM/SIGINT.
+
+It places only the pods whose spec.schedulerName is --scheduler-name (default \
+devicelet-scheduler); every other pod is left to its own scheduler. Filters: NodeName, \
+NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit and \
+DynamicResources, whose claims devicelet's DRA allocator allocates (it writes the finalizer, \
+status.allocation and status.reservedFor, then binds the pod). A pod that needs what this \
+scheduler does not implement (pod affinity, topology spread, PVC volumes) is not placed: its \
+PodScheduled condition and a FailedScheduling event name the field. It must be the only \
+scheduler allocating a driver's devices (docs/scheduler.md). Identity: the RBAC of \
+system:kube-scheduler plus get/update of its Lease in kube-system when --leader-elect.";
 
 const EXPLAIN_ABOUT: &str = "Why a pod's DRA claims do not allocate, on a live cluster.
 
@@ -408,6 +425,27 @@ pub struct ExplainArgs {
     /// Output selection.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `devicelet scheduler`.
+#[derive(Debug, Clone, Args)]
+pub struct SchedulerArgs {
+    /// Where the cluster is.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The scheduler's name: the pods whose spec.schedulerName is this, and the Lease's name.
+    #[arg(long, default_value = "devicelet-scheduler", value_name = "NAME")]
+    pub scheduler_name: String,
+    /// Leader election on the Lease kube-system/NAME (15 s lease, 10 s renew deadline, 2 s
+    /// retry): of several replicas one schedules.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Serve /metrics and /healthz on HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_address: Option<SocketAddr>,
+    /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    pub filter_timeout: Duration,
 }
 
 /// `devicelet snapshot`.

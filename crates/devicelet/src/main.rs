@@ -26,7 +26,10 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Long-running commands log at info by default; CLI queries stay quiet.
     let default_level = match cli.command {
-        Command::Serve(_) | Command::ExamplePlugin(_) | Command::ExampleDriver(_) => "info",
+        Command::Serve(_)
+        | Command::ExamplePlugin(_)
+        | Command::ExampleDriver(_)
+        | Command::Scheduler(_) => "info",
         Command::Get(_)
         | Command::Top(_)
         | Command::Admit(_)
@@ -68,6 +71,7 @@ async fn main() -> std::process::ExitCode {
         Command::State(args) => commands::state::run(&root_dir, args).await,
         Command::Explain(args) => commands::explain::run(args).await,
         Command::Snapshot(args) => commands::snapshot::run(args).await,
+        Command::Scheduler(args) => commands::scheduler::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

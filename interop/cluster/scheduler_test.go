@@ -1,0 +1,494 @@
+package cluster
+
+// devicelet's scheduler (`devicelet scheduler`, issue 25) against the project's control plane:
+// pods with schedulerName devicelet-scheduler and template claims (kube-controller-manager
+// creates them) are placed on devicelet nodes running the upstream DRA test driver, prepared and
+// Running; every allocation is what the upstream Go allocator gives for that node with the other
+// claims' devices in use. Also: a claim shared by 20 pods, many pods racing for the last devices
+// (nodes as API objects), unschedulable messages, refused pod affinity, leader failover.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+const schedulerName = "devicelet-scheduler"
+
+// schedulerRBAC lets the control plane's kube-scheduler identity keep devicelet-scheduler's own
+// Lease (its bootstrap role only covers the Lease named kube-scheduler).
+func schedulerRBAC(t *testing.T) {
+	t.Helper()
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "devicelet-scheduler-lease", Namespace: "kube-system"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			ResourceNames: []string{schedulerName}, Verbs: []string{"get", "update"},
+		}},
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "devicelet-scheduler-lease", Namespace: "kube-system"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "system:kube-scheduler"}},
+	}
+	if _, err := controlPlane.admin.RbacV1().Roles("kube-system").Create(ctx(t), role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := controlPlane.admin.RbacV1().RoleBindings("kube-system").Create(ctx(t), binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// startScheduler runs `devicelet scheduler` as system:kube-scheduler and returns it with its
+// metrics address.
+func startScheduler(t *testing.T, extra ...string) (*process, string) {
+	t.Helper()
+	schedulerRBAC(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := append([]string{"scheduler",
+		"--kubeconfig", filepath.Join(controlPlane.state, "scheduler.kubeconfig"),
+		"--metrics-address", addr}, extra...)
+	p := startProcess(t, "devicelet scheduler", args...)
+	waitFor(t, 30*time.Second, "scheduler /healthz", func() (bool, string) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, resp.Status
+	})
+	return p, addr
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
+}
+
+// schedPod creates a pod for devicelet's scheduler with one template (or named) claim "gpu".
+func schedPod(t *testing.T, ns, name, template, claim string, mutate func(*corev1.PodSpec)) {
+	t.Helper()
+	spec := podSpec("", 0)
+	spec.SchedulerName = schedulerName
+	if template != "" || claim != "" {
+		pc := corev1.PodResourceClaim{Name: "gpu"}
+		if template != "" {
+			pc.ResourceClaimTemplateName = &template
+		} else {
+			pc.ResourceClaimName = &claim
+		}
+		spec.ResourceClaims = []corev1.PodResourceClaim{pc}
+		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	}
+	if mutate != nil {
+		mutate(&spec)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+}
+
+// podClaimName is the claim a pod's "gpu" entry resolves to.
+func podClaimName(p *corev1.Pod) string {
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.Name == "gpu" && s.ResourceClaimName != nil {
+			return *s.ResourceClaimName
+		}
+	}
+	for _, c := range p.Spec.ResourceClaims {
+		if c.Name == "gpu" && c.ResourceClaimName != nil {
+			return *c.ResourceClaimName
+		}
+	}
+	return ""
+}
+
+type oracleLister struct{ classes []*resourcev1.DeviceClass }
+
+func (l *oracleLister) List() ([]*resourcev1.DeviceClass, error) { return l.classes, nil }
+func (l *oracleLister) Get(name string) (*resourcev1.DeviceClass, error) {
+	for _, c := range l.classes {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}, name)
+}
+
+// checkAgainstGoAllocator asserts that no device is allocated twice and that each allocated
+// claim got what the upstream allocator gives on its node, with every other claim's devices in
+// use (first fit over the same slices: with one device per claim and no claim freed, that is
+// the device the claim got when it was allocated).
+func checkAgainstGoAllocator(t *testing.T, ns string) int {
+	t.Helper()
+	claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := controlPlane.admin.ResourceV1().ResourceClaims("").List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices, err := controlPlane.admin.ResourceV1().ResourceSlices().List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	classes, err := controlPlane.admin.ResourceV1().DeviceClasses().List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister := &oracleLister{}
+	for i := range classes.Items {
+		lister.classes = append(lister.classes, &classes.Items[i])
+	}
+	var slicePtrs []*resourcev1.ResourceSlice
+	for i := range slices.Items {
+		slicePtrs = append(slicePtrs, &slices.Items[i])
+	}
+	owner := map[string]string{}
+	for _, c := range all.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			id := r.Driver + "/" + r.Pool + "/" + r.Device
+			if prev, dup := owner[id]; dup {
+				t.Errorf("device %s allocated twice: %s and %s/%s", id, prev, c.Namespace, c.Name)
+			}
+			owner[id] = c.Namespace + "/" + c.Name
+		}
+	}
+	checked := 0
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		sel := c.Status.Allocation.NodeSelector
+		if sel == nil || len(sel.NodeSelectorTerms) != 1 || len(sel.NodeSelectorTerms[0].MatchFields) != 1 {
+			t.Errorf("claim %s: allocation node selector %v is not one node", c.Name, sel)
+			continue
+		}
+		nodeName := sel.NodeSelectorTerms[0].MatchFields[0].Values[0]
+		node, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := structured.AllocatedState{
+			AllocatedDevices:         sets.New[structured.DeviceID](),
+			AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+		}
+		for _, o := range all.Items {
+			if o.UID == c.UID || o.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range o.Status.Allocation.Devices.Results {
+				state.AllocatedDevices.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+			}
+		}
+		unallocated := c.DeepCopy()
+		unallocated.Status = resourcev1.ResourceClaimStatus{}
+		alloc, err := structured.NewAllocator(ctx(t), structured.Features{
+			AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
+			DeviceBindingAndStatus: true, ConsumableCapacity: true,
+		}, state, lister, slicePtrs, cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := alloc.Allocate(ctx(t), node, []*resourcev1.ResourceClaim{unallocated})
+		if err != nil || len(res) != 1 {
+			t.Errorf("claim %s: Go allocator on %s: %v (%d results)", c.Name, nodeName, err, len(res))
+			continue
+		}
+		got, want := deviceList(c.Status.Allocation.Devices.Results), deviceList(res[0].Devices.Results)
+		if got != want {
+			t.Errorf("claim %s on %s: devicelet allocated %s, the Go allocator gives %s", c.Name, nodeName, got, want)
+		}
+		checked++
+	}
+	return checked
+}
+
+func deviceList(results []resourcev1.DeviceRequestAllocationResult) string {
+	var out []string
+	for _, r := range results {
+		out = append(out, r.Request+"="+r.Driver+"/"+r.Pool+"/"+r.Device)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+func TestSchedulerTemplateClaimsOnDeviceletNodes(t *testing.T) {
+	ns := namespace(t, "sched-tmpl")
+	nodes := []*node{startNode(t, "sched-a"), startNode(t, "sched-b")}
+	for _, n := range nodes {
+		startTestDriver(t, n, 4)
+	}
+	deviceClass(t, "sched-gpu")
+	createTemplate(t, ns, "gpu", claimSpec("sched-gpu"))
+	_, metrics := startScheduler(t)
+	const pods = 6
+	for i := 0; i < pods; i++ {
+		schedPod(t, ns, fmt.Sprintf("p%d", i), "gpu", "", nil)
+	}
+	perNode := map[string]int{}
+	for i := 0; i < pods; i++ {
+		p := waitForPodRunning(t, ns, fmt.Sprintf("p%d", i))
+		perNode[p.Spec.NodeName]++
+		claim, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).Get(ctx(t), podClaimName(p), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sets.New(claim.Finalizers...).Has("resource.kubernetes.io/delete-protection") {
+			t.Errorf("claim %s has no delete-protection finalizer: %v", claim.Name, claim.Finalizers)
+		}
+		if got := reservedFor(claim); len(got) != 1 || got[0] != string(p.UID) {
+			t.Errorf("claim %s reservedFor %v, want [%s]", claim.Name, got, p.UID)
+		}
+	}
+	if len(perNode) != 2 {
+		t.Errorf("pods per node %v: LeastAllocated should spread them over both nodes", perNode)
+	}
+	if n := checkAgainstGoAllocator(t, ns); n != pods {
+		t.Errorf("checked %d allocations against the Go allocator, want %d", n, pods)
+	}
+	text := scrape(t, metrics)
+	if !strings.Contains(text, `scheduler_schedule_attempts_total{result="scheduled",profile="devicelet-scheduler"}`) {
+		t.Errorf("metrics lack scheduled attempts:\n%s", text)
+	}
+	// Pods of other schedulers are never touched: a pod for a scheduler that does not exist
+	// stays pending without a condition from us.
+	other := podSpec("", 0)
+	other.SchedulerName = "nobody"
+	if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: ns}, Spec: other}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "other", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" || len(p.Status.Conditions) != 0 {
+		t.Errorf("a pod of another scheduler was touched: node %q conditions %v", p.Spec.NodeName, p.Status.Conditions)
+	}
+}
+
+// apiNode creates a Node object (no agent) with a ResourceSlice of `devices` devices.
+func apiNode(t *testing.T, name string, devices int) {
+	t.Helper()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "devicelet.dev/api-only": "true"}},
+		Status: corev1.NodeStatus{
+			Capacity:    corev1.ResourceList{"cpu": resource.MustParse("32"), "memory": resource.MustParse("128Gi"), "pods": resource.MustParse("1000")},
+			Allocatable: corev1.ResourceList{"cpu": resource.MustParse("32"), "memory": resource.MustParse("128Gi"), "pods": resource.MustParse("1000")},
+		},
+	}
+	if _, err := controlPlane.admin.CoreV1().Nodes().Create(ctx(t), node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Status is not taken on create; the node lifecycle controller may write it meanwhile.
+	waitFor(t, 30*time.Second, "node "+name+" allocatable", func() (bool, string) {
+		current, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		current.Status.Capacity, current.Status.Allocatable = node.Status.Capacity, node.Status.Allocatable
+		_, err = controlPlane.admin.CoreV1().Nodes().UpdateStatus(ctx(t), current, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	t.Cleanup(func() {
+		_ = controlPlane.admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	var devs []resourcev1.Device
+	for i := 0; i < devices; i++ {
+		devs = append(devs, gpuDevice(fmt.Sprintf("gpu-%d", i), "a100", int64(i%2)))
+	}
+	createSlice(t, name+"-slice", name, "sched.example.com", 1, 1, devs...)
+}
+
+func podScheduledCondition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
+	ns := namespace(t, "sched-race")
+	const nodes, devicesPerNode = 10, 10
+	for i := 0; i < nodes; i++ {
+		apiNode(t, fmt.Sprintf("race-%d", i), devicesPerNode)
+	}
+	driverClass(t, "race-gpu", "sched.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("race-gpu"))
+	createTemplate(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
+		request("gpu", "race-gpu", 1, `device.attributes["sched.example.com"].model == "h100"`),
+	}}})
+	startScheduler(t)
+	// A selector nothing matches: the condition says which.
+	schedPod(t, ns, "wants-h100", "h100", "", nil)
+	// Pod affinity is not implemented: refused with the field named.
+	schedPod(t, ns, "affinity", "", "", func(s *corev1.PodSpec) {
+		s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				TopologyKey:   "kubernetes.io/hostname",
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+			}},
+		}}
+	})
+	total := envInt("SCHEDULER_RACE_PODS", 300)
+	capacity := nodes * devicesPerNode
+	start := time.Now()
+	for i := 0; i < total; i++ {
+		schedPod(t, ns, fmt.Sprintf("r%d", i), "gpu", "", nil)
+	}
+	var bound int
+	waitForEvery(t, 180*time.Second, 2*time.Second, "every racing pod bound or unschedulable", func() (bool, string) {
+		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		bound = 0
+		unschedulable := 0
+		for _, p := range list.Items {
+			if !strings.HasPrefix(p.Name, "r") {
+				continue
+			}
+			if p.Spec.NodeName != "" {
+				bound++
+			} else if c := podScheduledCondition(&p); c != nil && c.Reason == "Unschedulable" {
+				unschedulable++
+			}
+		}
+		return bound == capacity && bound+unschedulable == total, fmt.Sprintf("%d bound, %d unschedulable of %d", bound, unschedulable, total)
+	})
+	t.Logf("%d pods raced for %d devices: %d bound in %v", total, capacity, bound, time.Since(start))
+	checkAgainstGoAllocator(t, ns)
+	p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), fmt.Sprintf("r%d", total-1), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "wants-h100 unschedulable with the selector named", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "wants-h100", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := podScheduledCondition(p)
+		if c == nil {
+			return false, "no condition"
+		}
+		return c.Reason == "Unschedulable" && strings.Contains(c.Message, "cannot allocate all claims") &&
+			strings.Contains(c.Message, `model == "h100"`), c.Message
+	})
+	waitFor(t, 30*time.Second, "affinity pod refused with the field named", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "affinity", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := podScheduledCondition(p)
+		if c == nil {
+			return false, "no condition"
+		}
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=affinity,reason=FailedScheduling"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == "" && strings.Contains(c.Message, "spec.affinity.podAffinity") && len(events.Items) > 0, c.Message
+	})
+	if c := podScheduledCondition(p); p.Spec.NodeName == "" && (c == nil || !strings.HasPrefix(c.Message, fmt.Sprintf("0/%d nodes are available: %d cannot allocate all claims.", nodes, nodes))) {
+		t.Errorf("an unplaced racing pod's condition: %v", c)
+	}
+}
+
+func TestSchedulerSharedClaimTwentyPods(t *testing.T) {
+	ns := namespace(t, "sched-shared")
+	apiNode(t, "shared-0", 2)
+	driverClass(t, "shared-gpu", "sched.example.com")
+	createClaim(t, ns, "shared", claimSpec("shared-gpu"))
+	startScheduler(t)
+	const pods = 20
+	for i := 0; i < pods; i++ {
+		schedPod(t, ns, fmt.Sprintf("s%d", i), "", "shared", nil)
+	}
+	waitForEvery(t, 90*time.Second, time.Second, "20 pods bound, all in reservedFor", func() (bool, string) {
+		claim, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).Get(ctx(t), "shared", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		bound := 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == pods && len(claim.Status.ReservedFor) == pods,
+			fmt.Sprintf("%d bound, reservedFor %d", bound, len(claim.Status.ReservedFor))
+	})
+}
+
+func TestSchedulerLeaderFailover(t *testing.T) {
+	ns := namespace(t, "sched-ha")
+	apiNode(t, "ha-0", 10)
+	driverClass(t, "ha-gpu", "sched.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("ha-gpu"))
+	first, _ := startScheduler(t, "--leader-elect")
+	waitFor(t, 30*time.Second, "a leader", func() (bool, string) {
+		l, err := controlPlane.admin.CoordinationV1().Leases("kube-system").Get(ctx(t), schedulerName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", ""
+	})
+	startScheduler(t, "--leader-elect")
+	schedPod(t, ns, "before", "gpu", "", nil)
+	waitForBound(t, ns, "before", 30*time.Second)
+	killed := time.Now()
+	first.kill()
+	schedPod(t, ns, "after", "gpu", "", nil)
+	waitForBound(t, ns, "after", 60*time.Second)
+	t.Logf("the standby took over and bound a pod %v after the leader was SIGKILLed", time.Since(killed))
+	if time.Since(killed) < 5*time.Second {
+		t.Errorf("bound %v after the kill: the standby did not wait for the lease to expire", time.Since(killed))
+	}
+}
+
+func waitForBound(t *testing.T, ns, name string, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "pod "+name+" bound", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName != "", "pending"
+	})
+}
