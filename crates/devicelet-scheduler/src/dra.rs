@@ -302,7 +302,23 @@ pub fn diagnose<'a>(
         .iter()
         .filter(|r| !r.verdict.is_empty())
         .take(3)
-        .map(|r| format!("claim {} request {}: {}", r.claim, r.request, r.verdict))
+        .map(|r| {
+            let mut text = format!("claim {} request {}: {}", r.claim, r.request, r.verdict);
+            // Name the selectors that matched nothing, with their expressions.
+            for sel in &r.rejected_by_selector {
+                text.push_str(&format!(
+                    "; {} `{}` rejected {}",
+                    sel.selector, sel.expression, sel.rejected
+                ));
+            }
+            if !r.untolerated_taints.is_empty() {
+                text.push_str(&format!(
+                    "; untolerated device taints: {}",
+                    r.untolerated_taints.join(", ")
+                ));
+            }
+            text
+        })
         .collect();
     parts.extend(ex.constraints.iter().take(2).map(|c| {
         format!(
