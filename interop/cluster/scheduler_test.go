@@ -297,8 +297,15 @@ func TestSchedulerTemplateClaimsOnDeviceletNodes(t *testing.T) {
 	}
 }
 
-// apiNode creates a Node object (no agent) with a ResourceSlice of `devices` devices.
+// apiNode creates a Node object (no agent) with a ResourceSlice of `devices` devices of
+// sched.example.com.
 func apiNode(t *testing.T, name string, devices int) {
+	t.Helper()
+	apiNodeFor(t, name, devices, "sched.example.com")
+}
+
+// apiNodeFor is apiNode with the devices of `driver`.
+func apiNodeFor(t *testing.T, name string, devices int, driver string) {
 	t.Helper()
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name, "devicelet.dev/api-only": "true"}},
@@ -327,7 +334,7 @@ func apiNode(t *testing.T, name string, devices int) {
 	for i := 0; i < devices; i++ {
 		devs = append(devs, gpuDevice(fmt.Sprintf("gpu-%d", i), "a100", int64(i%2)))
 	}
-	createSlice(t, name+"-slice", name, "sched.example.com", 1, 1, devs...)
+	createSlice(t, name+"-slice", name, driver, 1, 1, devs...)
 }
 
 func podScheduledCondition(p *corev1.Pod) *corev1.PodCondition {
