@@ -202,10 +202,11 @@ impl ClusterCache {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         match is_assigned(pod) {
             Some(node) => {
-                if let Some(old) = self.assigned.get(&uid) {
-                    if old.node == node && !old.assumed {
-                        return;
-                    }
+                if let Some(old) = self.assigned.get(&uid)
+                    && old.node == node
+                    && !old.assumed
+                {
+                    return;
                 }
                 self.forget_pod(&uid);
                 let usage = PodUsage::of(pod);

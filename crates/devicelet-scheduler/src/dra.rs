@@ -157,16 +157,16 @@ pub fn pre_filter(
             continue;
         }
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        if let Some(p) = cache.pending_allocation(&uid) {
-            if Some(&p.pod_uid) != pod.metadata.uid.as_ref() {
-                return Err((
-                    Rejection::unresolvable(
-                        Plugin::DynamicResources,
-                        format!("resource claim {ns}/{name} is in the process of being allocated"),
-                    ),
-                    None,
-                ));
-            }
+        if let Some(p) = cache.pending_allocation(&uid)
+            && Some(&p.pod_uid) != pod.metadata.uid.as_ref()
+        {
+            return Err((
+                Rejection::unresolvable(
+                    Plugin::DynamicResources,
+                    format!("resource claim {ns}/{name} is in the process of being allocated"),
+                ),
+                None,
+            ));
         }
         for req in claim
             .spec

@@ -42,10 +42,8 @@ pub fn pre_enqueue(pod: &Pod, cache: &ClusterCache) -> Gate {
     let has_claims = spec
         .and_then(|s| s.resource_claims.as_ref())
         .is_some_and(|c| !c.is_empty());
-    if has_claims {
-        if let Err(message) = dra::resolve_claims(pod, cache) {
-            return Some((Plugin::DynamicResources, message));
-        }
+    if has_claims && let Err(message) = dra::resolve_claims(pod, cache) {
+        return Some((Plugin::DynamicResources, message));
     }
     None
 }

@@ -402,10 +402,8 @@ impl SchedulingQueue {
             }
             let Some(top) = self.backoff.pop() else { break };
             let live = matches!(self.pods.get(&top.uid), Some((qp, Place::Backoff, _)) if qp.seq == top.seq);
-            if live {
-                if let Some((qp, _, _)) = self.pods.remove(&top.uid) {
-                    self.push_active(qp, now);
-                }
+            if live && let Some((qp, _, _)) = self.pods.remove(&top.uid) {
+                self.push_active(qp, now);
             }
         }
         let stale: Vec<String> = self

@@ -238,10 +238,7 @@ fn scheduling_loop(
             devices_in_use = state.devices.len(),
             "scheduling engine ready"
         );
-        loop {
-            let Some(qp) = carry.take().or_else(|| next_pod(shared, stop)) else {
-                break;
-            };
+        while let Some(qp) = carry.take().or_else(|| next_pod(shared, stop)) {
             let started = Instant::now();
             let cache = shared.cache();
             let (g, log) = cache.allocation_log();
@@ -317,10 +314,10 @@ fn handle_decision(
             }
             let binder = binder.clone();
             handle.spawn(async move {
-                if let Some(claim) = deallocate {
-                    if let Err(e) = binder.deallocate(&claim).await {
-                        warn!(error = %e, "PostFilter deallocation failed");
-                    }
+                if let Some(claim) = deallocate
+                    && let Err(e) = binder.deallocate(&claim).await
+                {
+                    warn!(error = %e, "PostFilter deallocation failed");
                 }
                 binder
                     .reporter()
