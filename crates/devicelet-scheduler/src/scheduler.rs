@@ -214,14 +214,16 @@ fn scheduling_loop(
             &inputs.slices,
             selectors.clone(),
         ));
-        let (generation, state) = {
+        // One lock for the state and the log position, so no addition falls between them.
+        let (generation, state, mut log_position) = {
             let cache = shared.cache();
+            let (generation, log) = cache.allocation_log();
             (
-                cache.allocation_log().0,
+                generation,
                 cache.allocated_state(features.consumable_capacity),
+                log.len(),
             )
         };
-        let mut log_position = shared.cache().allocation_log().1.len();
         let index = AllocatedIndex::new(&snapshot, &state);
         let mut engine = Engine::new(
             snapshot,
