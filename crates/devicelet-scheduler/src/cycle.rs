@@ -331,7 +331,7 @@ impl<'a> Engine<'a> {
             } else {
                 0
             };
-            let total = least_allocated_score(facts, &entry.node, &entry.usage) + dra;
+            let total = least_allocated_score(&facts.requests, &entry.node, &entry.usage) + dra;
             match best {
                 Some((b, _)) if total < b => {}
                 Some((b, _)) if total == b => {

@@ -53,10 +53,10 @@ impl PodFacts {
 /// is the node's status (as upstream, where a node's status is that of the first failing
 /// plugin).
 pub fn filter_node(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
-    node_unschedulable::filter(facts, node)
-        .or_else(|| node_name::filter(facts, node))
-        .or_else(|| taint_toleration::filter(facts, node))
-        .or_else(|| node_affinity::filter(facts, node))
-        .or_else(|| node_ports::filter(facts, usage))
-        .or_else(|| node_resources_fit::filter(facts, node, usage))
+    node_unschedulable::filter(&facts.tolerations, node)
+        .or_else(|| node_name::filter(facts.node_name.as_deref(), node))
+        .or_else(|| taint_toleration::filter(&facts.tolerations, node))
+        .or_else(|| node_affinity::filter(&facts.affinity, node))
+        .or_else(|| node_ports::filter(&facts.host_ports, &usage.host_ports))
+        .or_else(|| node_resources_fit::filter(&facts.requests, node, usage))
 }

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use devicelet_allocator::nodesel::CompiledNodeSelector;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::PodFacts;
 use crate::framework::{Plugin, Rejection};
 
 /// The upstream reason.
@@ -58,8 +57,8 @@ impl RequiredNodeAffinity {
 }
 
 /// Rejects a node the pod's selector or required affinity excludes.
-pub fn filter(facts: &PodFacts, node: &Node) -> Option<Rejection> {
-    (!facts.affinity.matches(node)).then(|| Rejection::unresolvable(Plugin::NodeAffinity, REASON))
+pub fn filter(affinity: &RequiredNodeAffinity, node: &Node) -> Option<Rejection> {
+    (!affinity.matches(node)).then(|| Rejection::unresolvable(Plugin::NodeAffinity, REASON))
 }
 
 #[cfg(test)]

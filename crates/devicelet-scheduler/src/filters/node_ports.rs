@@ -4,7 +4,6 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{NodeUsage, PodFacts};
 use crate::framework::{Code, Plugin, Rejection};
 
 /// The upstream reason.
@@ -49,11 +48,10 @@ pub fn host_ports(pod: &Pod) -> Vec<HostPort> {
 }
 
 /// Rejects a node where one of the pod's host ports is taken.
-pub fn filter(facts: &PodFacts, usage: &NodeUsage) -> Option<Rejection> {
-    let taken = facts
-        .host_ports
+pub fn filter(wanted: &[HostPort], used: &[HostPort]) -> Option<Rejection> {
+    let taken = wanted
         .iter()
-        .any(|want| usage.host_ports.iter().any(|used| want.conflicts(used)));
+        .any(|want| used.iter().any(|u| want.conflicts(u)));
     taken.then(|| Rejection::new(Plugin::NodePorts, Code::Unschedulable, REASON))
 }
 

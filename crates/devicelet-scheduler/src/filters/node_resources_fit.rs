@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use devicelet_quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
-use super::{HostPort, PodFacts};
+use super::node_ports::HostPort;
 use crate::framework::{Code, Plugin, Rejection};
 
 /// Resource name → amount in nano-units.
@@ -176,7 +176,7 @@ fn allocatable(node: &Node) -> ResourceList {
 
 /// Rejects a node without room for the pod: `Too many pods`, `Insufficient <resource>` (one
 /// reason per resource; unresolvable when the request exceeds the node's allocatable itself).
-pub fn filter(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
+pub fn filter(requests: &ResourceList, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
     let alloc = allocatable(node);
     let mut reasons = Vec::new();
     let mut unresolvable = false;
@@ -184,7 +184,7 @@ pub fn filter(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Reject
     if (usage.pods as i128) + 1 > max_pods {
         reasons.push("Too many pods".to_owned());
     }
-    for (name, want) in &facts.requests {
+    for (name, want) in requests {
         if *want <= 0 || name == "pods" {
             continue;
         }
@@ -213,10 +213,10 @@ pub fn filter(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Reject
 }
 
 /// The `LeastAllocated` score over cpu and memory, weight 1 each (0-100, S127).
-pub fn least_allocated_score(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> i64 {
+pub fn least_allocated_score(requests: &ResourceList, node: &Node, usage: &NodeUsage) -> i64 {
     let alloc = allocatable(node);
     let pod = PodUsage {
-        requests: facts.requests.clone(),
+        requests: requests.clone(),
         host_ports: Vec::new(),
     };
     let (cpu, mem) = pod.non_zero();
@@ -305,12 +305,8 @@ mod tests {
             }),
             ..Node::default()
         };
-        let facts = |reqs: &[(&str, i128)]| PodFacts {
-            node_name: None,
-            tolerations: vec![],
-            affinity: Default::default(),
-            requests: reqs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            host_ports: vec![],
+        let facts = |reqs: &[(&str, i128)]| -> ResourceList {
+            reqs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
         let empty = NodeUsage::default();
         assert!(filter(&facts(&[("cpu", NANO)]), &node, &empty).is_none());

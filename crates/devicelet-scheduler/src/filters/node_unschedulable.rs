@@ -1,9 +1,8 @@
 //! NodeUnschedulable (`pkg/scheduler/framework/plugins/nodeunschedulable/node_unschedulable.go`,
 //! S101): a cordoned node takes only pods tolerating `node.kubernetes.io/unschedulable:NoSchedule`.
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
-use super::PodFacts;
 use super::taint_toleration::tolerates;
 use crate::framework::{Plugin, Rejection};
 
@@ -13,7 +12,7 @@ pub const REASON: &str = "node(s) were unschedulable";
 pub const TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 
 /// Rejects a cordoned node unless the pod tolerates it.
-pub fn filter(facts: &PodFacts, node: &Node) -> Option<Rejection> {
+pub fn filter(tolerations: &[Toleration], node: &Node) -> Option<Rejection> {
     let cordoned = node
         .spec
         .as_ref()
@@ -27,6 +26,6 @@ pub fn filter(facts: &PodFacts, node: &Node) -> Option<Rejection> {
         effect: "NoSchedule".to_owned(),
         ..Taint::default()
     };
-    let tolerated = facts.tolerations.iter().any(|t| tolerates(t, &taint));
+    let tolerated = tolerations.iter().any(|t| tolerates(t, &taint));
     (!tolerated).then(|| Rejection::unresolvable(Plugin::NodeUnschedulable, REASON))
 }

@@ -4,7 +4,6 @@
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
-use super::PodFacts;
 use crate::framework::{Plugin, Rejection};
 
 /// Whether `t` tolerates `taint` (effect, key, then operator `Equal`/`Exists`).
@@ -36,8 +35,8 @@ pub fn untolerated<'a>(tolerations: &[Toleration], node: &'a Node) -> Option<&'a
 }
 
 /// Rejects a node with an untolerated taint: `node(s) had untolerated taint {key: value}`.
-pub fn filter(facts: &PodFacts, node: &Node) -> Option<Rejection> {
-    let taint = untolerated(&facts.tolerations, node)?;
+pub fn filter(tolerations: &[Toleration], node: &Node) -> Option<Rejection> {
+    let taint = untolerated(tolerations, node)?;
     Some(Rejection::unresolvable(
         Plugin::TaintToleration,
         format!(
@@ -97,14 +96,7 @@ mod tests {
             taint("soft", "", "PreferNoSchedule"),
             taint("dedicated", "", "NoExecute"),
         ]);
-        let facts = PodFacts {
-            node_name: None,
-            tolerations: vec![],
-            affinity: Default::default(),
-            requests: Default::default(),
-            host_ports: vec![],
-        };
-        let r = filter(&facts, &node).expect("rejected");
+        let r = filter(&[], &node).expect("rejected");
         assert_eq!(
             r.reasons,
             vec!["node(s) had untolerated taint {dedicated: }"]
