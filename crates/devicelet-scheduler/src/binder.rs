@@ -146,17 +146,12 @@ impl Binder {
                     let mut cache = self.shared.cache();
                     cache.forget_assumed_pod(&uid);
                 }
-                {
-                    let mut queue = self.shared.queue();
-                    queue.binding_failed(qp, Instant::now());
-                    // Resources the pod held are free again (S24).
-                    queue.on_event(
-                        &crate::queue::ClusterEvent::AssignedPodDeleted,
-                        |_| None,
-                        Instant::now(),
-                    );
-                }
-                self.shared.notify();
+                self.shared.queue().binding_failed(qp, Instant::now());
+                // Resources the pod held are free again (S24).
+                crate::informer::event(
+                    &self.shared,
+                    crate::queue::ClusterEvent::AssignedPodDeleted,
+                );
                 self.reporter
                     .failed(&pod, FailureReason::SchedulerError, &message)
                     .await;

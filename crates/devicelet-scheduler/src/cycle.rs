@@ -9,7 +9,7 @@
 //! lifetime is invariant), so each pod's claims to allocate are copied into an arena that is
 //! dropped with the snapshot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use devicelet_allocator::{
@@ -360,15 +360,6 @@ fn unschedulable(
         deallocate,
         claim_names,
     }
-}
-
-/// Per-plugin counts of a `FitError`, for `scheduler_unschedulable_pods{plugin}`.
-pub fn plugin_counts(fit: &FitError) -> BTreeMap<Plugin, usize> {
-    let mut out = BTreeMap::new();
-    for p in fit.plugins() {
-        *out.entry(p).or_default() += 1;
-    }
-    out
 }
 
 #[cfg(test)]

@@ -22,6 +22,19 @@ pub enum Plugin {
 }
 
 impl Plugin {
+    /// Every plugin, for metrics that list them all.
+    pub const ALL: [Plugin; 9] = [
+        Plugin::SchedulingGates,
+        Plugin::NodeUnschedulable,
+        Plugin::NodeName,
+        Plugin::TaintToleration,
+        Plugin::NodeAffinity,
+        Plugin::NodePorts,
+        Plugin::NodeResourcesFit,
+        Plugin::DynamicResources,
+        Plugin::Unsupported,
+    ];
+
     /// The upstream plugin name.
     pub fn name(self) -> &'static str {
         match self {

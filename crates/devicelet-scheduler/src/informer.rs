@@ -141,12 +141,13 @@ async fn run_watch<K, F>(
     }
 }
 
-fn event(shared: &Shared, event: ClusterEvent) {
+/// Tells the queue about a cluster event (gated pods go through PreEnqueue again) and wakes
+/// the scheduling loop.
+pub fn event(shared: &Shared, event: ClusterEvent) {
     {
         let cache = shared.cache();
         let mut queue = shared.queue();
         queue.on_event(&event, |pod| pre_enqueue(pod, &cache), Instant::now());
-        shared.metrics.pending(queue.counts());
     }
     shared.notify();
 }
@@ -155,12 +156,12 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
     match change {
         Change::Upsert(pod) => {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
-            let mut freed = false;
+            let freed;
             {
                 let mut cache = shared.cache();
                 let was = cache.is_assigned(&uid);
                 cache.upsert_pod(&pod);
-                freed |= was && !cache.is_assigned(&uid);
+                freed = was && !cache.is_assigned(&uid);
                 let mut queue = shared.queue();
                 if is_ours_and_pending(&pod, &shared.name) && !cache.is_assigned(&uid) {
                     let gate = pre_enqueue(&pod, &cache);
@@ -172,7 +173,6 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
                 } else {
                     queue.delete(&uid);
                 }
-                shared.metrics.pending(queue.counts());
             }
             if freed {
                 event(shared, ClusterEvent::AssignedPodDeleted);

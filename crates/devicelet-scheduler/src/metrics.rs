@@ -3,6 +3,7 @@
 //! `--metrics-address`. Rendered as OpenMetrics text (counters end in `_total`, as
 //! kube-scheduler's `scheduler_schedule_attempts_total`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::framework::Plugin;
 use crate::queue::QueueCounts;
 
 /// `Content-Type` of [`SchedulerMetrics::encode`].
@@ -273,16 +275,17 @@ impl SchedulerMetrics {
         }
     }
 
-    /// Unschedulable pods per rejecting plugin.
-    pub fn unschedulable_by_plugin(&self, counts: &[(&str, usize)]) {
-        for (plugin, n) in counts {
+    /// Unschedulable pods per rejecting plugin (every plugin, so a count that went back to
+    /// zero shows zero).
+    pub fn unschedulable_by_plugin(&self, counts: &BTreeMap<Plugin, usize>) {
+        for plugin in Plugin::ALL {
             self.inner
                 .unschedulable
                 .get_or_create(&PluginLabels {
-                    plugin: (*plugin).to_owned(),
+                    plugin: plugin.name().to_owned(),
                     profile: self.profile.clone(),
                 })
-                .set(*n as i64);
+                .set(counts.get(&plugin).copied().unwrap_or(0) as i64);
         }
     }
 
@@ -355,7 +358,14 @@ mod tests {
             active: 1,
             ..QueueCounts::default()
         });
+        m.unschedulable_by_plugin(&BTreeMap::from([(Plugin::DynamicResources, 2)]));
         let text = m.encode();
+        assert!(text.contains(
+            "scheduler_unschedulable_pods{plugin=\"DynamicResources\",profile=\"devicelet-scheduler\"} 2"
+        ));
+        assert!(text.contains(
+            "scheduler_unschedulable_pods{plugin=\"NodeName\",profile=\"devicelet-scheduler\"} 0"
+        ));
         assert!(text.contains(
             "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"devicelet-scheduler\"} 1"
         ));

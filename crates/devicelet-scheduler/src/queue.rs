@@ -9,7 +9,7 @@
 //! when the attempt fails, so no event is lost (S7).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,8 +131,6 @@ pub struct QueuedPod {
     pub claim_names: BTreeSet<(String, String)>,
     /// Gated: PreEnqueue refused it (scheduling gates, claims not there yet).
     pub gated: bool,
-    /// Why PreEnqueue refused it.
-    pub gate_message: Option<String>,
     seq: u64,
 }
 
@@ -244,8 +242,25 @@ impl std::fmt::Debug for SchedulingQueue {
     }
 }
 
-/// The outcome of PreEnqueue for a pod: `None` to queue it, or why it is gated.
+/// The outcome of PreEnqueue for a pod: `None` to queue it, or the plugin that gates it and
+/// why.
 pub type Gate = Option<(Plugin, String)>;
+
+/// Records PreEnqueue's outcome on the pod; `true` when it is gated (a gated pod waits for an
+/// event of the plugin that gated it).
+fn apply_gate(qp: &mut QueuedPod, gate: Gate) -> bool {
+    match gate {
+        None => {
+            qp.gated = false;
+            false
+        }
+        Some((plugin, _)) => {
+            qp.gated = true;
+            qp.rejected_by = BTreeSet::from([plugin]);
+            true
+        }
+    }
+}
 
 impl SchedulingQueue {
     /// An empty queue.
@@ -302,7 +317,7 @@ impl SchedulingQueue {
             self.update(pod, gate, now);
             return;
         }
-        let qp = QueuedPod {
+        let mut qp = QueuedPod {
             pod,
             uid,
             attempts: 0,
@@ -311,25 +326,12 @@ impl SchedulingQueue {
             rejected_by: BTreeSet::new(),
             claim_names: BTreeSet::new(),
             gated: false,
-            gate_message: None,
             seq: 0,
         };
-        self.admit(qp, gate, now);
-    }
-
-    fn admit(&mut self, mut qp: QueuedPod, gate: Gate, now: Instant) {
-        match gate {
-            None => {
-                qp.gated = false;
-                qp.gate_message = None;
-                self.push_active(qp, now);
-            }
-            Some((plugin, message)) => {
-                qp.gated = true;
-                qp.gate_message = Some(message);
-                qp.rejected_by = BTreeSet::from([plugin]);
-                self.park(qp, now);
-            }
+        if apply_gate(&mut qp, gate) {
+            self.park(qp, now);
+        } else {
+            self.push_active(qp, now);
         }
     }
 
@@ -353,7 +355,13 @@ impl SchedulingQueue {
                     .or_default()
                     .push(ClusterEvent::PodUpdated { uid });
             }
-            Place::Unschedulable if qp.gated => self.admit(qp, gate, now),
+            Place::Unschedulable if qp.gated => {
+                if apply_gate(&mut qp, gate) {
+                    self.park(qp, now);
+                } else {
+                    self.push_active(qp, now);
+                }
+            }
             Place::Unschedulable => {
                 let event = ClusterEvent::PodUpdated { uid: uid.clone() };
                 let wanted = qp.rejected_by.iter().any(|p| interested(*p, &event, &qp));
@@ -366,19 +374,12 @@ impl SchedulingQueue {
         }
     }
 
+    /// After an event: gated again, or back with the back-off of its last failure at `since`.
     fn admit_after_event(&mut self, mut qp: QueuedPod, gate: Gate, since: Instant, now: Instant) {
-        match gate {
-            None => {
-                qp.gated = false;
-                qp.gate_message = None;
-                self.requeue(qp, since, now);
-            }
-            Some((plugin, message)) => {
-                qp.gated = true;
-                qp.gate_message = Some(message);
-                qp.rejected_by = BTreeSet::from([plugin]);
-                self.park(qp, now);
-            }
+        if apply_gate(&mut qp, gate) {
+            self.park(qp, now);
+        } else {
+            self.requeue(qp, since, now);
         }
     }
 
@@ -528,6 +529,20 @@ impl SchedulingQueue {
         }
     }
 
+    /// Unschedulable (not gated) pods per plugin that rejected them, for
+    /// `scheduler_unschedulable_pods{plugin}`.
+    pub fn unschedulable_by_plugin(&self) -> BTreeMap<Plugin, usize> {
+        let mut out = BTreeMap::new();
+        for (qp, place, _) in self.pods.values() {
+            if *place == Place::Unschedulable && !qp.gated {
+                for p in &qp.rejected_by {
+                    *out.entry(*p).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
     /// Pod counts per queue.
     pub fn counts(&self) -> QueueCounts {
         let mut c = QueueCounts::default();
@@ -585,7 +600,6 @@ mod tests {
             rejected_by: BTreeSet::new(),
             claim_names: BTreeSet::new(),
             gated: false,
-            gate_message: None,
             seq: 0,
         };
         let mut seen = Vec::new();
@@ -609,6 +623,10 @@ mod tests {
             t0,
         );
         assert_eq!(q.counts().unschedulable, 1);
+        assert_eq!(
+            q.unschedulable_by_plugin(),
+            BTreeMap::from([(Plugin::TaintToleration, 1)])
+        );
         q.on_event(&ClusterEvent::SliceChanged, |_| None, t0);
         assert_eq!(q.counts().unschedulable, 1);
         q.on_event(

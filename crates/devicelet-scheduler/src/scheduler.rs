@@ -111,6 +111,16 @@ pub async fn run(
     let watches = crate::informer::start(client.clone(), shared.clone(), stop_rx.clone()).await;
     tasks.extend(watches);
     info!(scheduler = %config.name, nodes = shared.cache().node_count(), "caches synced");
+    {
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                shared.record_queue_metrics();
+            }
+        }));
+    }
     tokio::pin!(shutdown);
     // Wait for leadership (or shutdown).
     loop {
@@ -173,7 +183,6 @@ fn next_pod(shared: &Shared, stop: &AtomicBool) -> Option<QueuedPod> {
         }
         let now = Instant::now();
         if let Some(qp) = queue.pop(now) {
-            shared.metrics.pending(queue.counts());
             return Some(qp);
         }
         let until = queue.next_expiry();
@@ -308,11 +317,11 @@ fn handle_decision(
                 .metrics
                 .attempt(AttemptResult::Unschedulable, started.elapsed());
             let message = fit.message();
-            debug!(pod = ?pod.metadata.name, %message, "unschedulable");
+            let plugins: Vec<&str> = fit.plugins().iter().map(|p| p.name()).collect();
+            debug!(pod = ?pod.metadata.name, ?plugins, %message, "unschedulable");
             {
                 let mut queue = shared.queue();
                 queue.unschedulable(qp, fit.plugins(), claim_names, Instant::now());
-                shared.metrics.pending(queue.counts());
             }
             let binder = binder.clone();
             handle.spawn(async move {

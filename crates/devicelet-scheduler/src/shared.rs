@@ -41,6 +41,15 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Records the queue's sizes (`scheduler_pending_pods`, `scheduler_unschedulable_pods`);
+    /// run on a timer, not on every change, as it walks the whole queue.
+    pub fn record_queue_metrics(&self) {
+        let queue = self.queue();
+        self.metrics.pending(queue.counts());
+        self.metrics
+            .unschedulable_by_plugin(&queue.unschedulable_by_plugin());
+    }
+
     /// Wakes the scheduling loop (a pod may be ready).
     pub fn notify(&self) {
         self.wake.notify_all();
