@@ -63,6 +63,28 @@ impl EventRecorder {
 /// The Event object for a warning about `pod` (name `<pod>.<unique suffix>`, as client-go's
 /// recorder names them).
 pub fn warning_event(pod: &Pod, node_name: &str, reason: &str, message: &str) -> Event {
+    pod_event(
+        pod,
+        "Warning",
+        reason,
+        message,
+        "kubelet",
+        node_name,
+        Some(node_name),
+    )
+}
+
+/// A core/v1 Event about `pod` written by `component` (instance `instance`, on `host` when it
+/// runs on a node), named `<pod>.<unique suffix>`, first and last seen now.
+pub fn pod_event(
+    pod: &Pod,
+    type_: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+    instance: &str,
+    host: Option<&str>,
+) -> Event {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     Event {
@@ -82,16 +104,16 @@ pub fn warning_event(pod: &Pod, node_name: &str, reason: &str, message: &str) ->
         },
         reason: Some(reason.to_owned()),
         message: Some(message.to_owned()),
-        type_: Some("Warning".to_owned()),
+        type_: Some(type_.to_owned()),
         count: Some(1),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),
         source: Some(EventSource {
-            component: Some("kubelet".to_owned()),
-            host: Some(node_name.to_owned()),
+            component: Some(component.to_owned()),
+            host: host.map(str::to_owned),
         }),
-        reporting_component: Some("kubelet".to_owned()),
-        reporting_instance: Some(node_name.to_owned()),
+        reporting_component: Some(component.to_owned()),
+        reporting_instance: Some(instance.to_owned()),
         ..Event::default()
     }
 }

@@ -2,8 +2,9 @@
 //! condition and the `FailedScheduling` event of a failed attempt, the `Scheduled` event of a
 //! bound pod. Best effort: a failed write is logged, never retried, never blocks scheduling.
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use devicelet_kube::events::pod_event;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -114,39 +115,19 @@ impl Reporter {
     pub async fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        let now = k8s_openapi::jiff::Timestamp::now();
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{pod_name}.")),
-                namespace: Some(ns.clone()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: pod.metadata.name.clone(),
-                namespace: pod.metadata.namespace.clone(),
-                uid: pod.metadata.uid.clone(),
-                resource_version: pod.metadata.resource_version.clone(),
-                ..ObjectReference::default()
-            },
-            reason: Some(reason.to_owned()),
-            message: Some(truncate_note(note)),
-            type_: Some(type_.to_owned()),
-            action: Some(action.to_owned()),
-            count: Some(1),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: Some(MicroTime(now)),
-            source: Some(EventSource {
-                component: Some(self.name.clone()),
-                host: None,
-            }),
-            reporting_component: Some(self.name.clone()),
-            reporting_instance: Some(self.name.clone()),
-            ..Event::default()
-        };
+        let mut event = pod_event(
+            pod,
+            type_,
+            reason,
+            &truncate_note(note),
+            &self.name,
+            &self.name,
+            None,
+        );
+        // What the scheduler's events.k8s.io recorder adds: the action and a micro-time.
+        event.action = Some(action.to_owned());
+        event.event_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             debug!(pod = %format!("{ns}/{pod_name}"), error = %e, reason, "event not written");
         }
