@@ -114,6 +114,18 @@ func claimSpec(class string) resourcev1.ResourceClaimSpec {
 func claimPod(t *testing.T, ns, name, nodeName, template, claim string) *corev1.Pod {
 	t.Helper()
 	spec := podSpec(nodeName, 0)
+	usePodClaim(&spec, template, claim)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+	created, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return created
+}
+
+// usePodClaim gives the spec's first container pod claim "gpu": from template `template`, or
+// the ResourceClaim `claim`.
+func usePodClaim(spec *corev1.PodSpec, template, claim string) {
 	pc := corev1.PodResourceClaim{Name: "gpu"}
 	if template != "" {
 		pc.ResourceClaimTemplateName = &template
@@ -122,12 +134,6 @@ func claimPod(t *testing.T, ns, name, nodeName, template, claim string) *corev1.
 	}
 	spec.ResourceClaims = []corev1.PodResourceClaim{pc}
 	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
-	created, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s: %v", name, err)
-	}
-	return created
 }
 
 // waitForPodRunning waits until the pod runs and returns it.

@@ -193,14 +193,7 @@ func request(name, class string, count int64, selectors ...string) resourcev1.De
 func waitingPod(t *testing.T, ns, name, nodeName, template, claim string, gated bool) {
 	t.Helper()
 	spec := podSpec(nodeName, 0)
-	pc := corev1.PodResourceClaim{Name: "gpu"}
-	if template != "" {
-		pc.ResourceClaimTemplateName = &template
-	} else {
-		pc.ResourceClaimName = &claim
-	}
-	spec.ResourceClaims = []corev1.PodResourceClaim{pc}
-	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	usePodClaim(&spec, template, claim)
 	if gated {
 		spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "example.com/explain-first"}}
 	}

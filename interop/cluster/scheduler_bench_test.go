@@ -17,7 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func benchScheduler(t *testing.T, scheduler, driver string, pods int) float64 {
@@ -29,15 +28,9 @@ func benchScheduler(t *testing.T, scheduler, driver string, pods int) float64 {
 		schedPodFor(t, ns, fmt.Sprintf("b%d", i), scheduler)
 	}
 	waitForEvery(t, 600*time.Second, 500*time.Millisecond, scheduler+": every pod bound", func() (bool, string) {
-		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		bound, _, err := placement(t, ns, "b")
 		if err != nil {
 			return false, err.Error()
-		}
-		bound := 0
-		for _, p := range list.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
 		}
 		return bound == pods, fmt.Sprintf("%d of %d bound", bound, pods)
 	})

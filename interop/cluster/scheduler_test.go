@@ -94,14 +94,7 @@ func schedPod(t *testing.T, ns, name, template, claim string, mutate func(*corev
 	spec := podSpec("", 0)
 	spec.SchedulerName = schedulerName
 	if template != "" || claim != "" {
-		pc := corev1.PodResourceClaim{Name: "gpu"}
-		if template != "" {
-			pc.ResourceClaimTemplateName = &template
-		} else {
-			pc.ResourceClaimName = &claim
-		}
-		spec.ResourceClaims = []corev1.PodResourceClaim{pc}
-		spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		usePodClaim(&spec, template, claim)
 	}
 	if mutate != nil {
 		mutate(&spec)
@@ -337,6 +330,27 @@ func apiNodeFor(t *testing.T, name string, devices int, driver string) {
 	createSlice(t, name+"-slice", name, driver, 1, 1, devs...)
 }
 
+// placement counts the pods of ns whose name starts with prefix: bound, and not bound with
+// PodScheduled=False reason Unschedulable.
+func placement(t *testing.T, ns, prefix string) (bound, unschedulable int, err error) {
+	t.Helper()
+	list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, p := range list.Items {
+		if !strings.HasPrefix(p.Name, prefix) {
+			continue
+		}
+		if p.Spec.NodeName != "" {
+			bound++
+		} else if c := podScheduledCondition(&p); c != nil && c.Reason == "Unschedulable" {
+			unschedulable++
+		}
+	}
+	return bound, unschedulable, nil
+}
+
 func podScheduledCondition(p *corev1.Pod) *corev1.PodCondition {
 	for i := range p.Status.Conditions {
 		if p.Status.Conditions[i].Type == corev1.PodScheduled {
@@ -377,21 +391,11 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	}
 	var bound int
 	waitForEvery(t, 180*time.Second, 2*time.Second, "every racing pod bound or unschedulable", func() (bool, string) {
-		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		var unschedulable int
+		var err error
+		bound, unschedulable, err = placement(t, ns, "r")
 		if err != nil {
 			return false, err.Error()
-		}
-		bound = 0
-		unschedulable := 0
-		for _, p := range list.Items {
-			if !strings.HasPrefix(p.Name, "r") {
-				continue
-			}
-			if p.Spec.NodeName != "" {
-				bound++
-			} else if c := podScheduledCondition(&p); c != nil && c.Reason == "Unschedulable" {
-				unschedulable++
-			}
 		}
 		return bound == capacity && bound+unschedulable == total, fmt.Sprintf("%d bound, %d unschedulable of %d", bound, unschedulable, total)
 	})
@@ -448,15 +452,9 @@ func TestSchedulerSharedClaimTwentyPods(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		bound, _, err := placement(t, ns, "s")
 		if err != nil {
 			return false, err.Error()
-		}
-		bound := 0
-		for _, p := range list.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
 		}
 		return bound == pods && len(claim.Status.ReservedFor) == pods,
 			fmt.Sprintf("%d bound, reservedFor %d", bound, len(claim.Status.ReservedFor))
