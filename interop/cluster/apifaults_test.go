@@ -33,11 +33,13 @@ import (
 )
 
 // faultProxy forwards to kube-apiserver; while `storm` is on it answers every request itself
-// with 429 (Retry-After: 1), 500 or 503 in turn.
+// with 429 (Retry-After: 1), 500 or 503 in turn. `hold`, when set, is called with every request
+// before it is forwarded and may block it.
 type faultProxy struct {
 	url      string
 	storm    atomic.Bool
 	answered atomic.Int64
+	hold     atomic.Pointer[func(*http.Request)]
 }
 
 func readPEM(t *testing.T, path string) []byte {
@@ -57,6 +59,13 @@ func readPEM(t *testing.T, path string) []byte {
 // (its certificate from node.sh).
 func startFaultProxy(t *testing.T, name string) *faultProxy {
 	t.Helper()
+	return startFaultProxyAs(t, "node-"+name)
+}
+
+// startFaultProxyAs starts a proxy to the API server that authenticates upstream with the
+// client certificate pki/CERT.crt (and serves with a certificate for that key).
+func startFaultProxyAs(t *testing.T, cert string) *faultProxy {
+	t.Helper()
 	pki := filepath.Join(controlPlane.state, "pki")
 	caCert, err := x509.ParseCertificate(readPEM(t, filepath.Join(pki, "ca.crt")))
 	if err != nil {
@@ -66,7 +75,7 @@ func startFaultProxy(t *testing.T, name string) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverKey, err := x509.ParsePKCS8PrivateKey(readPEM(t, filepath.Join(pki, "node-"+name+".key")))
+	serverKey, err := x509.ParsePKCS8PrivateKey(readPEM(t, filepath.Join(pki, cert+".key")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +92,7 @@ func startFaultProxy(t *testing.T, name string) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstreamCert, err := tls.LoadX509KeyPair(filepath.Join(pki, "node-"+name+".crt"), filepath.Join(pki, "node-"+name+".key"))
+	upstreamCert, err := tls.LoadX509KeyPair(filepath.Join(pki, cert+".crt"), filepath.Join(pki, cert+".key"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,6 +110,9 @@ func startFaultProxy(t *testing.T, name string) *faultProxy {
 	}
 	p := &faultProxy{}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hold := p.hold.Load(); hold != nil {
+			(*hold)(r)
+		}
 		if !p.storm.Load() {
 			forward.ServeHTTP(w, r)
 			return

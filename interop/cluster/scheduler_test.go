@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -60,11 +61,15 @@ func schedulerRBAC(t *testing.T) {
 // metrics address.
 func startScheduler(t *testing.T, extra ...string) (*process, string) {
 	t.Helper()
+	return startSchedulerWith(t, filepath.Join(controlPlane.state, "scheduler.kubeconfig"), extra...)
+}
+
+// startSchedulerWith is startScheduler with another kubeconfig (a fault proxy's).
+func startSchedulerWith(t *testing.T, kubeconfig string, extra ...string) (*process, string) {
+	t.Helper()
 	schedulerRBAC(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := append([]string{"scheduler",
-		"--kubeconfig", filepath.Join(controlPlane.state, "scheduler.kubeconfig"),
-		"--metrics-address", addr}, extra...)
+	args := append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-address", addr}, extra...)
 	p := startProcess(t, "devicelet scheduler", args...)
 	waitFor(t, 30*time.Second, "scheduler /healthz", func() (bool, string) {
 		resp, err := http.Get("http://" + addr + "/healthz")
@@ -103,6 +108,45 @@ func schedPod(t *testing.T, ns, name, template, claim string, mutate func(*corev
 	if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create pod %s: %v", name, err)
 	}
+}
+
+// createTemplatePods creates pods PREFIX0..PREFIX<n-1> in ns for `scheduler`, each with the
+// template claim "gpu", `workers` at a time; mutate (may be nil) changes each spec.
+func createTemplatePods(t *testing.T, c kubernetes.Interface, ns, prefix, scheduler string, n, workers int, mutate func(*corev1.PodSpec)) {
+	t.Helper()
+	err := parallel(n, workers, func(i int) error {
+		spec := podSpec("", 0)
+		spec.SchedulerName = scheduler
+		usePodClaim(&spec, "gpu", "")
+		if mutate != nil {
+			mutate(&spec)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i), Namespace: ns}, Spec: spec}
+		_, err := c.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("create pods in %s: %v", ns, err)
+	}
+}
+
+// waitForPodClaims waits until kube-controller-manager created the template claim of each of
+// the n pods of ns.
+func waitForPodClaims(t *testing.T, c kubernetes.Interface, ns string, n int, timeout time.Duration) {
+	t.Helper()
+	waitForEvery(t, timeout, 2*time.Second, ns+": every pod's claim created", func() (bool, string) {
+		list, err := c.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for i := range list.Items {
+			if podClaimName(&list.Items[i]) != "" {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d of %d pods have their claim", ready, n)
+	})
 }
 
 // podClaimName is the claim a pod's "gpu" entry resolves to.
@@ -383,14 +427,12 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 			}},
 		}}
 	})
-	total := envInt("SCHEDULER_RACE_PODS", 300)
+	total := envInt("SCHEDULER_RACE_PODS", 1000)
 	capacity := nodes * devicesPerNode
 	start := time.Now()
-	for i := 0; i < total; i++ {
-		schedPod(t, ns, fmt.Sprintf("r%d", i), "gpu", "", nil)
-	}
+	createTemplatePods(t, controlPlane.admin, ns, "r", schedulerName, total, 8, nil)
 	var bound int
-	waitForEvery(t, 180*time.Second, 2*time.Second, "every racing pod bound or unschedulable", func() (bool, string) {
+	waitForEvery(t, 300*time.Second, 2*time.Second, "every racing pod bound or unschedulable", func() (bool, string) {
 		var unschedulable int
 		var err error
 		bound, unschedulable, err = placement(t, ns, "r")

@@ -247,6 +247,20 @@ pub enum DraError {
         /// Claim UID.
         claim_uid: String,
     },
+    /// A device of the claim is already prepared on this node for another claim and neither
+    /// allocation allows sharing it (not upstream: the kubelet trusts the scheduler; devicelet
+    /// refuses, in case two schedulers allocated the same device).
+    #[error(
+        "ResourceClaim {claim}: device {device} is already in use on this node by ResourceClaim {other}; a device is only shared by claims with admin access or consumable capacity (were the claims allocated by two schedulers?); waiting until {other} is unprepared"
+    )]
+    DeviceInUse {
+        /// The claim being prepared, `namespace/name`.
+        claim: String,
+        /// The device, `driver/pool/device`.
+        device: String,
+        /// The claim holding it, `namespace/name`.
+        other: String,
+    },
     /// The claim has no allocation (B2.4).
     #[error("ResourceClaim {0}: not allocated")]
     NotAllocated(String),

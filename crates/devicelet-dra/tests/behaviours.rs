@@ -1066,3 +1066,117 @@ async fn a7_52_two_drivers_one_fails_the_other_prepared_then_pod_unprepare_frees
     assert!(cache.claims().is_empty());
     assert!(!cache.pod_might_need_to_unprepare("pod-a"));
 }
+
+/// `claim` with its (only) device renamed to `device`, optionally with admin access or a share.
+fn on_device(
+    mut claim: k8s_openapi::api::resource::v1::ResourceClaim,
+    device: &str,
+    admin_access: bool,
+    share_id: Option<&str>,
+) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    for r in claim
+        .status
+        .as_mut()
+        .and_then(|s| s.allocation.as_mut())
+        .and_then(|a| a.devices.as_mut())
+        .and_then(|d| d.results.as_mut())
+        .into_iter()
+        .flatten()
+    {
+        r.device = device.to_owned();
+        r.admin_access = admin_access.then_some(true);
+        r.share_id = share_id.map(str::to_owned);
+    }
+    claim
+}
+
+// Defence in depth (issue 25, not upstream): a device prepared for one claim is not prepared
+// for another unless one has admin access or both hold shares; the refusal names both claims
+// and records nothing; once the holder is unprepared the waiting claim goes through.
+#[tokio::test]
+async fn device_already_prepared_for_another_claim_is_refused_naming_both() {
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    let claim = |name: &str, uid: &str, pod: &str| allocated_claim("ns", name, uid, &[GPU], &[pod]);
+    env.source.insert(on_device(
+        claim("first", "uid-1", "pod-1"),
+        "gpu-0",
+        false,
+        None,
+    ));
+    env.source.insert(on_device(
+        claim("second", "uid-2", "pod-2"),
+        "gpu-0",
+        false,
+        None,
+    ));
+    env.source.insert(on_device(
+        claim("monitor", "uid-3", "pod-3"),
+        "gpu-0",
+        true,
+        None,
+    ));
+    let first = pod_with_claims("ns", "p1", "pod-1", &["first"]);
+    let second = pod_with_claims("ns", "p2", "pod-2", &["second"]);
+    let monitor = pod_with_claims("ns", "p3", "pod-3", &["monitor"]);
+    cache
+        .prepare_resources(&first, &env.source)
+        .await
+        .expect("first");
+    let err = cache
+        .prepare_resources(&second, &env.source)
+        .await
+        .expect_err("the device is taken");
+    assert!(
+        matches!(&err, DraError::DeviceInUse { claim, device, other }
+            if claim == "ns/second" && device == "gpu.example.com/pool/gpu-0" && other == "ns/first"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("ns/second") && text.contains("ns/first"),
+        "{text}"
+    );
+    assert_eq!(
+        env.gpu.count("prepare"),
+        1,
+        "the driver never saw the second claim"
+    );
+    assert!(env.checkpoint_pods("second").is_empty(), "nothing recorded");
+    // Admin access may look at a device in use.
+    cache
+        .prepare_resources(&monitor, &env.source)
+        .await
+        .expect("admin access");
+
+    cache
+        .unprepare_resources("pod-1")
+        .await
+        .expect("unprepare first");
+    cache
+        .unprepare_resources("pod-3")
+        .await
+        .expect("unprepare monitor");
+    cache
+        .prepare_resources(&second, &env.source)
+        .await
+        .expect("the device is free again");
+
+    // Two shares of a device that allows multiple allocations are no conflict.
+    env.source.insert(on_device(
+        claim("share-a", "uid-4", "pod-4"),
+        "gpu-1",
+        false,
+        Some("a"),
+    ));
+    env.source.insert(on_device(
+        claim("share-b", "uid-5", "pod-5"),
+        "gpu-1",
+        false,
+        Some("b"),
+    ));
+    for (pod, c) in [("pod-4", "share-a"), ("pod-5", "share-b")] {
+        let p = pod_with_claims("ns", pod, pod, &[c]);
+        cache.prepare_resources(&p, &env.source).await.expect(c);
+    }
+}

@@ -128,6 +128,7 @@ impl Binder {
         match result {
             Ok(()) => {
                 self.shared.cache().finish_binding(&uid);
+                self.shared.queue().binding_finished(&uid);
                 self.shared
                     .metrics
                     .attempt(crate::metrics::AttemptResult::Scheduled, started.elapsed());
@@ -142,19 +143,32 @@ impl Binder {
                     .metrics
                     .attempt(crate::metrics::AttemptResult::Error, started.elapsed());
                 let message = format!("running PreBind/Bind for node {}: {e}", placement.node);
-                {
+                let requeued = {
                     let mut cache = self.shared.cache();
                     cache.forget_assumed_pod(&uid);
-                }
-                self.shared.queue().binding_failed(qp, Instant::now());
+                    let mut queue = self.shared.queue();
+                    if cache.is_assigned(&uid) {
+                        // The watch saw it bound by someone else: nothing to retry.
+                        queue.binding_finished(&uid);
+                        false
+                    } else {
+                        // Not when the pod was deleted while binding (it would be retried
+                        // forever against a pod that is gone).
+                        queue.binding_failed(qp, Instant::now())
+                    }
+                };
                 // Resources the pod held are free again (S24).
                 crate::informer::event(
                     &self.shared,
                     crate::queue::ClusterEvent::AssignedPodDeleted,
                 );
-                self.reporter
-                    .failed(&pod, FailureReason::SchedulerError, &message)
-                    .await;
+                if requeued {
+                    self.reporter
+                        .failed(&pod, FailureReason::SchedulerError, &message)
+                        .await;
+                } else {
+                    info!(pod = %pod_key, "pod deleted or bound elsewhere while binding; not retried");
+                }
             }
         }
     }
@@ -271,6 +285,14 @@ impl Binder {
                 .replace_status(&name, &PostParams::default(), &claim)
                 .await
             {
+                Ok(updated) if updated.metadata.deletion_timestamp.is_some() => {
+                    // Deleted between the finalizer and the status write: a pod must not
+                    // start with a claim on its way out. kube-controller-manager deallocates
+                    // it once the reservation is gone and removes the finalizer.
+                    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+                    self.remove_reservation(&updated, &pod_uid).await;
+                    return Err(format!("claim {k} got deleted in the meantime"));
+                }
                 Ok(updated) => return Ok(updated),
                 Err(e) if is_conflict(&e) => {
                     debug!(claim = %k, "conflict writing the allocation; re-reading");

@@ -11,7 +11,7 @@
 //! deallocation, a deleted claim, an Unreserve) bumps a generation that makes the loop rebuild
 //! its index from [`ClusterCache::allocated_state`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use devicelet_allocator::AllocatedState;
@@ -63,6 +63,8 @@ pub struct PendingAllocation {
 
 #[derive(Clone, Debug)]
 struct AssignedPod {
+    /// (namespace, name): a relist finds pods deleted while the watch was down by name.
+    key: (String, String),
     node: String,
     usage: PodUsage,
     /// Assumed by this scheduler, not yet seen bound by the watch.
@@ -214,6 +216,7 @@ impl ClusterCache {
                 self.assigned.insert(
                     uid,
                     AssignedPod {
+                        key: pod_key(pod),
                         node: node.to_owned(),
                         usage,
                         assumed: false,
@@ -235,6 +238,22 @@ impl ClusterCache {
         self.forget_pod(uid)
     }
 
+    /// A relist of pods ended with `names` (namespace, name) existing: bound pods not among
+    /// them were deleted while the watch was down and free their node's resources. Assumed
+    /// pods stay until their binding ends. Returns how many were dropped.
+    pub fn retain_pods(&mut self, names: &HashSet<(String, String)>) -> usize {
+        let gone: Vec<String> = self
+            .assigned
+            .iter()
+            .filter(|(_, a)| !a.assumed && !names.contains(&a.key))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in &gone {
+            self.forget_pod(uid);
+        }
+        gone.len()
+    }
+
     /// Assumes `pod` on `node` (S20): its usage counts there before the bind lands.
     pub fn assume_pod(&mut self, pod: &Pod, node: &str) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -244,6 +263,7 @@ impl ClusterCache {
         self.assigned.insert(
             uid,
             AssignedPod {
+                key: pod_key(pod),
                 node: node.to_owned(),
                 usage,
                 assumed: true,
@@ -641,4 +661,11 @@ mod tests {
         cache.forget_assumed_pod("p1");
         assert_eq!(cache.node_entries()[0].usage.pods, 0);
     }
+}
+
+fn pod_key(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
 }

@@ -184,14 +184,26 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let was_assigned = {
                 let mut cache = shared.cache();
-                shared.queue().delete(&uid);
+                shared.queue().pod_deleted(&uid);
                 cache.remove_pod(&uid).is_some()
             };
             if was_assigned {
                 event(shared, ClusterEvent::AssignedPodDeleted);
             }
         }
-        Change::Relisted(_) => {}
+        Change::Relisted(names) => {
+            // Deletions missed while the watch was down (an API server restart) get no
+            // Delete event: pending pods would be retried forever, bound ones would keep
+            // their resources counted.
+            let freed = {
+                let mut cache = shared.cache();
+                shared.queue().retain_pods(&names);
+                cache.retain_pods(&names)
+            };
+            if freed > 0 {
+                event(shared, ClusterEvent::AssignedPodDeleted);
+            }
+        }
     }
 }
 

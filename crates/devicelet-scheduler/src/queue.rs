@@ -9,7 +9,7 @@
 //! when the attempt fails, so no event is lost (S7).
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -231,6 +231,8 @@ pub struct SchedulingQueue {
     backoff: BinaryHeap<BackoffEntry>,
     /// Events seen while a pod was in flight.
     in_flight_events: HashMap<String, Vec<ClusterEvent>>,
+    /// Pods handed to binding and not deleted since: a failed binding brings back only these.
+    binding: HashSet<String>,
     seq: u64,
 }
 
@@ -383,10 +385,37 @@ impl SchedulingQueue {
         }
     }
 
-    /// The pod is gone (deleted, bound by someone else, no longer ours).
+    /// The pod is not pending for us (bound, assumed, or no longer ours).
     pub fn delete(&mut self, uid: &str) {
         self.pods.remove(uid);
         self.in_flight_events.remove(uid);
+    }
+
+    /// A relist of pods ended with `names` (namespace, name) existing: queued pods not among
+    /// them were deleted while the watch was down. Returns their UIDs.
+    pub fn retain_pods(&mut self, names: &HashSet<(String, String)>) -> Vec<String> {
+        let gone: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, (qp, _, _))| {
+                let m = &qp.pod.metadata;
+                !names.contains(&(
+                    m.namespace.clone().unwrap_or_default(),
+                    m.name.clone().unwrap_or_default(),
+                ))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in &gone {
+            self.pod_deleted(uid);
+        }
+        gone
+    }
+
+    /// The pod was deleted from the API: also a binding in progress must not bring it back.
+    pub fn pod_deleted(&mut self, uid: &str) {
+        self.delete(uid);
+        self.binding.remove(uid);
     }
 
     /// Whether the queue holds the pod.
@@ -458,8 +487,15 @@ impl SchedulingQueue {
 
     /// The pod's attempt succeeded (assumed and handed to binding): it leaves the queue.
     pub fn done(&mut self, uid: &str) {
-        self.pods.remove(uid);
         self.in_flight_events.remove(uid);
+        if self.pods.remove(uid).is_some() {
+            self.binding.insert(uid.to_owned());
+        }
+    }
+
+    /// The pod's binding ended: bound, or bound by someone else.
+    pub fn binding_finished(&mut self, uid: &str) {
+        self.binding.remove(uid);
     }
 
     /// The attempt was rejected by `plugins` (S7, S9): the pod waits for an event one of them
@@ -500,9 +536,14 @@ impl SchedulingQueue {
         self.push_backoff(qp, now);
     }
 
-    /// A pod whose binding failed comes back (it left the queue at [`SchedulingQueue::done`]).
-    pub fn binding_failed(&mut self, qp: QueuedPod, now: Instant) {
+    /// A pod whose binding failed comes back (it left the queue at [`SchedulingQueue::done`]),
+    /// unless it was deleted meanwhile; `false` then.
+    pub fn binding_failed(&mut self, qp: QueuedPod, now: Instant) -> bool {
+        if !self.binding.remove(&qp.uid) {
+            return false;
+        }
         self.push_backoff(qp, now);
+        true
     }
 
     /// A cluster event: every unschedulable pod rejected by a plugin that cares moves to
@@ -587,6 +628,39 @@ mod tests {
             .filter_map(|_| q.pop(t0 + Duration::from_millis(3)).map(|p| p.uid))
             .collect();
         assert_eq!(order, vec!["high", "low", "low2"]);
+    }
+
+    #[test]
+    fn a_pod_deleted_while_binding_is_not_brought_back() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        for uid in ["kept", "gone"] {
+            q.add(pod(uid, 0), None, t0);
+        }
+        let a = q.pop(t0).expect("first");
+        let b = q.pop(t0).expect("second");
+        q.done(&a.uid);
+        q.done(&b.uid);
+        q.pod_deleted("gone");
+        let (kept, gone) = if a.uid == "kept" { (a, b) } else { (b, a) };
+        assert!(!q.binding_failed(gone, t0), "deleted while binding");
+        assert!(q.binding_failed(kept, t0), "a live pod backs off");
+        assert!(q.contains("kept") && !q.contains("gone"));
+    }
+
+    #[test]
+    fn a_relist_drops_queued_pods_deleted_while_the_watch_was_down() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        for (uid, name) in [("u1", "a"), ("u2", "b")] {
+            let mut p = (*pod(uid, 0)).clone();
+            p.metadata.namespace = Some("ns".into());
+            p.metadata.name = Some(name.into());
+            q.add(Arc::new(p), None, t0);
+        }
+        let names = HashSet::from([("ns".to_owned(), "a".to_owned())]);
+        assert_eq!(q.retain_pods(&names), vec!["u2".to_owned()]);
+        assert!(q.contains("u1") && !q.contains("u2"));
     }
 
     #[test]

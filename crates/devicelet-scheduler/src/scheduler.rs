@@ -268,7 +268,7 @@ fn scheduling_loop(
             if pod.metadata.deletion_timestamp.is_some() || cache.is_assigned(&uid) {
                 // S11: being deleted, or already assumed.
                 drop(cache);
-                shared.queue().done(&uid);
+                shared.queue().delete(&uid);
                 continue;
             }
             let cycle_inputs = CycleInputs::read(&pod, &cache);

@@ -17,6 +17,36 @@ use super::cached_claim::CachedClaim;
 pub(super) struct CacheState {
     pub(super) entries: HashMap<String, CachedClaim>,
     pub(super) quarantine: Option<String>,
+    /// The allocated devices of entries prepared (or re-recorded) by this process, by cache
+    /// key with the claim UID: what the device-in-use check compares against. Not in the
+    /// checkpoint (the kubelet's format has no place for it); a key whose entry is gone or has
+    /// another UID is stale and ignored.
+    pub(super) allocated: HashMap<String, (String, Vec<AllocatedDevice>)>,
+}
+
+/// One device of a claim's allocation, as far as sharing is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct AllocatedDevice {
+    pub(super) driver: String,
+    pub(super) pool: String,
+    pub(super) device: String,
+    /// Admin access: may use a device in use by others.
+    pub(super) admin_access: bool,
+    /// Consumable capacity: one share of a device that allows multiple allocations.
+    pub(super) share_id: Option<String>,
+}
+
+impl AllocatedDevice {
+    /// Whether two allocations may hold this device at once.
+    pub(super) fn may_share_with(&self, other: &AllocatedDevice) -> bool {
+        self.admin_access
+            || other.admin_access
+            || (self.share_id.is_some() && other.share_id.is_some())
+    }
+
+    pub(super) fn same_device(&self, other: &AllocatedDevice) -> bool {
+        self.driver == other.driver && self.pool == other.pool && self.device == other.device
+    }
 }
 
 /// The DRA claim cache and prepare/unprepare logic; cheap to clone (shared state).

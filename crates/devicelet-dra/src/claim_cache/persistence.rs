@@ -125,6 +125,7 @@ impl ClaimCache {
                 state: Mutex::new(CacheState {
                     entries,
                     quarantine,
+                    allocated: HashMap::new(),
                 }),
                 claim_locks: Mutex::default(),
                 write_lock: Mutex::default(),

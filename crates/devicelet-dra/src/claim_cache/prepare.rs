@@ -2,6 +2,15 @@
 //! `PrepareResources`): validates the pod's claims, records the pod reference durably, sends one
 //! NodePrepareResources per driver, and reports success only once the devices are durable.
 //! Upstream bugs E1 (device lists appended) and E4 (the same claim twice) are fixed here.
+//!
+//! Not upstream, defence in depth (issue 25): a claim whose allocation names a device that
+//! another claim prepared on this node holds is refused with [`DraError::DeviceInUse`] naming
+//! both claims, unless one of them has admin access or both hold shares of a device that
+//! allows multiple allocations (consumable capacity). The kubelet trusts the scheduler; two
+//! schedulers allocating one driver's devices would otherwise give one GPU to two pods. The
+//! pod waits (cluster mode retries with `FailedPrepareDynamicResources`) until the other claim
+//! is unprepared. Entries restored from the checkpoint are checked once a pod re-records them
+//! (the checkpoint does not say which devices were taken with admin access).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
@@ -15,7 +24,7 @@ use crate::pod::pod_claim_names;
 use crate::registry::DraPluginInstance;
 use crate::source::ClaimSource;
 
-use super::cache::ClaimCache;
+use super::cache::{AllocatedDevice, CacheState, ClaimCache};
 use super::cached_claim::{CachedClaim, key};
 
 const PREPARE: &str = "NodePrepareResources";
@@ -26,6 +35,30 @@ struct ValidatedClaim {
     claim: ClaimRef,
     /// Driver → instance fixed at validation time (E8).
     drivers: BTreeMap<String, DraPluginInstance>,
+    /// The allocation's devices (the device-in-use check).
+    devices: Vec<AllocatedDevice>,
+}
+
+/// The first device of `v` that another live entry holds, with that entry's key.
+fn device_in_use(st: &CacheState, v: &ValidatedClaim) -> Option<(String, String)> {
+    for (other_key, (other_uid, devices)) in &st.allocated {
+        let live = st
+            .entries
+            .get(other_key)
+            .is_some_and(|e| e.uid == *other_uid);
+        if !live || *other_uid == v.claim.uid {
+            continue;
+        }
+        for mine in &v.devices {
+            if let Some(theirs) = devices.iter().find(|d| d.same_device(mine))
+                && !mine.may_share_with(theirs)
+            {
+                let device = format!("{}/{}/{}", mine.driver, mine.pool, mine.device);
+                return Some((device, other_key.clone()));
+            }
+        }
+    }
+    None
 }
 
 impl ClaimCache {
@@ -90,6 +123,7 @@ impl ClaimCache {
                 return Err(DraError::NotAllocated(pc.claim_name.clone()));
             };
             let mut drivers = BTreeMap::new();
+            let mut devices = Vec::new();
             for r in allocation
                 .devices
                 .as_ref()
@@ -97,6 +131,13 @@ impl ClaimCache {
                 .into_iter()
                 .flatten()
             {
+                devices.push(AllocatedDevice {
+                    driver: r.driver.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                    admin_access: r.admin_access == Some(true),
+                    share_id: r.share_id.clone(),
+                });
                 if !drivers.contains_key(&r.driver) {
                     // B2.5 / E7: every driver must be registered, even for prepared claims.
                     let inst = self.shared.registry.get(&r.driver)?;
@@ -111,6 +152,7 @@ impl ClaimCache {
                     name: pc.claim_name,
                 },
                 drivers,
+                devices,
             });
         }
         Ok(out)
@@ -168,6 +210,21 @@ impl ClaimCache {
                         cached_uid: c.uid.clone(),
                     });
                 }
+                if let Some((device, other)) = device_in_use(&st, v) {
+                    return Err(DraError::DeviceInUse {
+                        claim: v.key.clone(),
+                        device,
+                        other,
+                    });
+                }
+            }
+            let st = &mut *st;
+            let entries = &st.entries;
+            st.allocated
+                .retain(|k, (uid, _)| entries.get(k).is_some_and(|e| e.uid == *uid));
+            for v in validated {
+                st.allocated
+                    .insert(v.key.clone(), (v.claim.uid.clone(), v.devices.clone()));
             }
             for v in validated {
                 let entry = st
