@@ -557,6 +557,13 @@ impl ClusterCache {
     }
 }
 
+fn pod_key(pod: &Pod) -> (String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -661,11 +668,35 @@ mod tests {
         cache.forget_assumed_pod("p1");
         assert_eq!(cache.node_entries()[0].usage.pods, 0);
     }
-}
 
-fn pod_key(pod: &Pod) -> (String, String) {
-    (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
+    #[test]
+    fn a_relist_frees_bound_pods_deleted_while_the_watch_was_down() {
+        let mut cache = ClusterCache::new();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        cache.upsert_node(node);
+        for (uid, name) in [("u1", "kept"), ("u2", "gone")] {
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some(uid.into());
+            pod.metadata.namespace = Some("ns".into());
+            pod.metadata.name = Some(name.into());
+            pod.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: Some("n1".into()),
+                ..Default::default()
+            });
+            cache.upsert_pod(&pod);
+        }
+        let mut assumed = Pod::default();
+        assumed.metadata.uid = Some("u3".into());
+        cache.assume_pod(&assumed, "n1");
+        assert_eq!(cache.node_entries()[0].usage.pods, 3);
+        let names = HashSet::from([("ns".to_owned(), "kept".to_owned())]);
+        assert_eq!(
+            cache.retain_pods(&names),
+            1,
+            "only the bound pod that is gone"
+        );
+        assert_eq!(cache.node_entries()[0].usage.pods, 2);
+        assert!(cache.is_assigned("u1") && !cache.is_assigned("u2") && cache.is_assigned("u3"));
+    }
 }
