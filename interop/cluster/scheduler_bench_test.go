@@ -149,6 +149,9 @@ func benchPods(t *testing.T, c kubernetes.Interface, ns, set, scheduler string, 
 	t.Helper()
 	createTemplatePods(t, c, ns, "b", scheduler, n, 32, func(s *corev1.PodSpec) {
 		s.NodeSelector = map[string]string{"devicelet.dev/bench": set}
+		// Nodes without an agent are tainted unreachable by the node lifecycle controller
+		// after its grace period; every decider gets the same pods, so the same tolerations.
+		s.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	})
 	waitForPodClaims(t, c, ns, n, 900*time.Second)
 }

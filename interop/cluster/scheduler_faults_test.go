@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -200,4 +201,94 @@ func TestSchedulerAPIServerRestartMidRun(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// setDeviceConditions writes conditions into the status.devices entry of the claim's first
+// allocated device, as a driver's controller attaching it would.
+func setDeviceConditions(t *testing.T, ns, name string, conditions map[string]metav1.ConditionStatus) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "device conditions written on "+name, func() (bool, string) {
+		c, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil || c.Status.Allocation == nil {
+			return false, fmt.Sprint("not allocated ", err)
+		}
+		r := c.Status.Allocation.Devices.Results[0]
+		status := resourcev1.AllocatedDeviceStatus{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+		for typ, s := range conditions {
+			status.Conditions = append(status.Conditions, metav1.Condition{
+				Type: typ, Status: s, Reason: "Test", Message: "set by the test", LastTransitionTime: metav1.Now(),
+			})
+		}
+		c.Status.Devices = []resourcev1.AllocatedDeviceStatus{status}
+		_, err = controlPlane.admin.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx(t), c, metav1.UpdateOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// Binding conditions (KEP-5007): a device whose slice lists bindingConditions holds the pod in
+// binding (event BindingConditionsPending) until the conditions are True in the claim's
+// status.devices; a failure condition fails the binding with the condition named, and the
+// claim is deallocated and allocated again.
+func TestSchedulerBindingConditions(t *testing.T) {
+	ns := namespace(t, "sched-bindcond")
+	apiNodeFor(t, "bindcond-0", 0, "empty.example.com")
+	var devs []resourcev1.Device
+	for i := 0; i < 2; i++ {
+		d := gpuDevice(fmt.Sprintf("fabric-%d", i), "a100", 0)
+		d.BindsToNode = ptr.To(true)
+		d.BindingConditions = []string{"attached"}
+		d.BindingFailureConditions = []string{"failed"}
+		devs = append(devs, d)
+	}
+	createSlice(t, "bindcond-fabric", "bindcond-0", "fabric.example.com", 1, 1, devs...)
+	driverClass(t, "bindcond-gpu", "fabric.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("bindcond-gpu"))
+	startScheduler(t)
+
+	schedPod(t, ns, "waits", "gpu", "", nil)
+	var claim string
+	waitFor(t, 30*time.Second, "waits: claim allocated and BindingConditionsPending", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "waits", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		claim = podClaimName(p)
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=waits,reason=BindingConditionsPending"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return claim != "" && len(events.Items) > 0, fmt.Sprintf("claim %q, %d events", claim, len(events.Items))
+	})
+	time.Sleep(2 * time.Second)
+	if p, _ := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "waits", metav1.GetOptions{}); p.Spec.NodeName != "" {
+		t.Fatalf("bound to %s before its device was attached", p.Spec.NodeName)
+	}
+	setDeviceConditions(t, ns, claim, map[string]metav1.ConditionStatus{"attached": metav1.ConditionTrue})
+	waitForBound(t, ns, "waits", 30*time.Second)
+
+	schedPod(t, ns, "fails", "gpu", "", nil)
+	waitFor(t, 30*time.Second, "fails: claim created", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "fails", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		claim = podClaimName(p)
+		return claim != "", ""
+	})
+	setDeviceConditions(t, ns, claim, map[string]metav1.ConditionStatus{"failed": metav1.ConditionTrue})
+	waitFor(t, 60*time.Second, "fails: binding failed with the condition named, claim deallocated", func() (bool, string) {
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=fails,reason=FailedScheduling"})
+		if err != nil {
+			return false, err.Error()
+		}
+		failed, deallocated := false, false
+		for _, e := range events.Items {
+			failed = failed || strings.Contains(e.Message, "binding failed: reason=Test")
+			deallocated = deallocated || strings.Contains(e.Message, "deallocation of ResourceClaim completed")
+		}
+		return failed && deallocated, fmt.Sprintf("binding failed %v, deallocated %v", failed, deallocated)
+	})
+	if p, _ := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "fails", metav1.GetOptions{}); p.Spec.NodeName != "" {
+		t.Fatalf("bound to %s although its device failed to attach", p.Spec.NodeName)
+	}
 }

@@ -12,6 +12,7 @@
 //!   sharing a claim never conflict and never need a fresh copy; if the answer shows the claim
 //!   deallocated meanwhile, the entry is removed again and the binding fails.
 //!
+//! Devices with binding conditions (KEP-5007) hold the binding until the conditions are True.
 //! Then `pods/binding`. On any failure Unreserve runs: in-flight allocations are dropped, the
 //! pod's `reservedFor` entries are removed by patch (S46), the assumed pod is forgotten and the
 //! pod goes back to the queue with back-off.
@@ -29,6 +30,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use crate::binding_conditions::{Readiness, has_binding_conditions, readiness};
 use crate::cycle::Placement;
 use crate::queue::QueuedPod;
 use crate::report::{FailureReason, Reporter};
@@ -38,6 +40,8 @@ use crate::shared::Shared;
 pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
 /// Attempts of a conflict-checked write (`retry.DefaultRetry`: 5 steps).
 const CONFLICT_RETRIES: usize = 5;
+/// How often PreBind looks at claims waiting for binding conditions.
+const BINDING_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Runs binding cycles.
 #[derive(Clone)]
@@ -217,7 +221,69 @@ impl Binder {
                 }
             }
         }
-        Ok(())
+        self.wait_for_binding_conditions(pod, placement).await
+    }
+
+    /// S54 (KEP-5007): when a device of the pod's claims has binding conditions, the pod is
+    /// bound only once they are all True in the claim's `status.devices` (set by whoever
+    /// attaches the device); a failure condition or the binding timeout fails the binding.
+    /// Claims are read from the cache, which the claim watch keeps current; upstream polls
+    /// every 5 s, reading our own cache every second costs nothing.
+    async fn wait_for_binding_conditions(
+        &self,
+        pod: &Pod,
+        placement: &Placement,
+    ) -> Result<(), String> {
+        let names: Vec<(String, String)> = placement
+            .claims
+            .iter()
+            .map(|c| {
+                (
+                    c.metadata.namespace.clone().unwrap_or_default(),
+                    c.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let current = |ns: &str, name: &str| self.shared.cache().claim(ns, name);
+        let waiting: Vec<&(String, String)> = names
+            .iter()
+            .filter(|(ns, name)| current(ns, name).is_some_and(|c| has_binding_conditions(&c)))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        self.reporter
+            .event(
+                pod,
+                "Normal",
+                "BindingConditionsPending",
+                "Scheduling",
+                &format!(
+                    "waiting for binding conditions for device on node {}",
+                    placement.node
+                ),
+            )
+            .await;
+        let deadline = Instant::now() + self.shared.binding_timeout;
+        loop {
+            let mut pending = false;
+            for (ns, name) in &waiting {
+                match current(ns, name).map(|c| readiness(&c)) {
+                    None => return Err(format!("claim {ns}/{name} got deleted in the meantime")),
+                    Some(Readiness::Failed(message)) => return Err(message),
+                    Some(Readiness::Pending) => pending = true,
+                    Some(Readiness::Ready) => {}
+                }
+            }
+            if !pending {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err("device binding timeout".to_owned());
+            }
+            tokio::time::sleep(BINDING_POLL.min(deadline - now)).await;
+        }
     }
 
     fn claims_api(&self, claim: &ResourceClaim) -> Api<ResourceClaim> {

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use devicelet_allocator::{
     AllocateOptions, AllocatedIndex, Allocator, ClusterSnapshot, Features, Semantics,
@@ -76,10 +77,10 @@ pub struct CycleInputs {
 
 impl CycleInputs {
     /// Reads what `pod` needs from the cache.
-    pub fn read(pod: &Pod, cache: &ClusterCache) -> Self {
+    pub fn read(pod: &Pod, cache: &ClusterCache, binding_timeout: Duration) -> Self {
         CycleInputs {
             nodes: cache.node_entries(),
-            dra: dra::pre_filter(pod, cache),
+            dra: dra::pre_filter(pod, cache, binding_timeout),
             unsupported: filters::unsupported::unsupported_fields(pod),
         }
     }

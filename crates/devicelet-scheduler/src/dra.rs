@@ -6,13 +6,16 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use devicelet_allocator::explain::explain_node;
 use devicelet_allocator::nodesel::CompiledNodeSelector;
 use devicelet_allocator::{AllocateOptions, Allocator, ErrorClass};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::jiff::Timestamp;
 
+use crate::binding_conditions;
 use crate::cache::ClusterCache;
 use crate::framework::{Code, Plugin, Rejection};
 
@@ -114,6 +117,9 @@ pub struct DraState {
     pub claims: Vec<PodClaim>,
     /// Allocated claims with a node selector (index into `claims`): Filter requires it.
     pub allocated_selectors: Vec<(usize, CompiledNodeSelector)>,
+    /// Allocated claims whose binding failed or timed out (S39): unavailable on every node,
+    /// so PostFilter may deallocate them.
+    pub unusable: Vec<usize>,
     /// Indexes of the claims to allocate.
     pub to_allocate: Vec<usize>,
 }
@@ -127,6 +133,7 @@ fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
 pub fn pre_filter(
     pod: &Pod,
     cache: &ClusterCache,
+    binding_timeout: Duration,
 ) -> Result<Option<DraState>, (Rejection, Option<String>)> {
     let has_claims = pod
         .spec
@@ -143,6 +150,9 @@ pub fn pre_filter(
         let claim = &pc.claim;
         let (ns, name) = ns_name(claim);
         if let Some(a) = allocation(claim) {
+            if binding_conditions::unusable(claim, binding_timeout, Timestamp::now()) {
+                state.unusable.push(i);
+            }
             if let Some(sel) = &a.node_selector {
                 match CompiledNodeSelector::compile(sel) {
                     Ok(c) => state.allocated_selectors.push((i, c)),
@@ -243,7 +253,7 @@ pub enum NodeOutcome {
     Error(String),
 }
 
-/// Filter on one node (S38, S40): allocated claims must be usable there, then the others are
+/// Filter on one node (S38, S39, S40): allocated claims must be usable there, then the others are
 /// allocated together by `allocator`.
 pub fn filter_node<'a>(
     state: &DraState,
@@ -252,12 +262,17 @@ pub fn filter_node<'a>(
     node: &Node,
     options: &AllocateOptions,
 ) -> NodeOutcome {
-    let unavailable: Vec<usize> = state
+    let mut unavailable: Vec<usize> = state
         .allocated_selectors
         .iter()
         .filter(|(_, sel)| !sel.matches(node))
         .map(|(i, _)| *i)
         .collect();
+    for i in &state.unusable {
+        if !unavailable.contains(i) {
+            unavailable.push(*i);
+        }
+    }
     if !unavailable.is_empty() {
         return NodeOutcome::Rejected {
             rejection: Rejection::unresolvable(

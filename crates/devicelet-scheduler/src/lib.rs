@@ -12,12 +12,14 @@
 //! - [`dra`]: the DynamicResources plugin's PreEnqueue, PreFilter, Filter, Score, PostFilter;
 //! - [`cycle`]: one scheduling cycle, pure (filters + allocator on a snapshot);
 //! - [`binder`]: the binding cycle (claim writes, `pods/binding`, Unreserve) in its own task;
+//! - [`binding_conditions`]: KEP-5007's wait for devices that need more than an allocation;
 //! - [`informer`], [`leader`], [`metrics`], [`report`]: watches, leader election, Prometheus
 //!   metrics and `/healthz`, conditions and events;
 //! - [`scheduler`]: the process, with the serial scheduling loop on its own thread.
 #![forbid(unsafe_code)]
 
 pub mod binder;
+pub mod binding_conditions;
 pub mod cache;
 pub mod cycle;
 pub mod dra;

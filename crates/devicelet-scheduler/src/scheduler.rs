@@ -40,6 +40,8 @@ pub struct SchedulerConfig {
     pub metrics_address: Option<SocketAddr>,
     /// The DRA Filter timeout per node (S41; `None`: none).
     pub filter_timeout: Option<Duration>,
+    /// How long PreBind waits for a device's binding conditions (KEP-5007, S54).
+    pub binding_timeout: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -49,6 +51,7 @@ impl Default for SchedulerConfig {
             leader_elect: false,
             metrics_address: None,
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
+            binding_timeout: crate::binding_conditions::DEFAULT_BINDING_TIMEOUT,
         }
     }
 }
@@ -89,7 +92,11 @@ pub async fn run(
             }
         });
     }
-    let shared = Arc::new(Shared::new(&config.name, metrics.clone()));
+    let shared = Arc::new(Shared::new(
+        &config.name,
+        metrics.clone(),
+        config.binding_timeout,
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leader_tx, mut leader_rx) = watch::channel(if config.leader_elect {
         Leadership::Candidate
@@ -271,7 +278,7 @@ fn scheduling_loop(
                 shared.queue().delete(&uid);
                 continue;
             }
-            let cycle_inputs = CycleInputs::read(&pod, &cache);
+            let cycle_inputs = CycleInputs::read(&pod, &cache, shared.binding_timeout);
             drop(cache);
             let decision = engine.schedule(&pod, cycle_inputs);
             shared.metrics.algorithm(started.elapsed());

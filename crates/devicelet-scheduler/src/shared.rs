@@ -17,12 +17,15 @@ pub struct Shared {
     pub metrics: SchedulerMetrics,
     /// The scheduler's name (profile).
     pub name: String,
+    /// How long a claim may wait for its binding conditions (KEP-5007, S39, S54).
+    pub binding_timeout: Duration,
 }
 
 impl Shared {
     /// Empty state for scheduler `name`.
-    pub fn new(name: &str, metrics: SchedulerMetrics) -> Self {
+    pub fn new(name: &str, metrics: SchedulerMetrics, binding_timeout: Duration) -> Self {
         Shared {
+            binding_timeout,
             cache: Mutex::new(ClusterCache::new()),
             queue: Mutex::new(SchedulingQueue::new()),
             wake: Condvar::new(),

@@ -446,6 +446,10 @@ pub struct SchedulerArgs {
     /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
     pub filter_timeout: Duration,
+    /// How long a pod waits in binding for its devices' binding conditions (KEP-5007) before
+    /// the binding fails and the claim is deallocated (kube-scheduler's bindingTimeout).
+    #[arg(long, value_parser = parse_duration, default_value = "10m", value_name = "DURATION")]
+    pub binding_timeout: Duration,
 }
 
 /// `devicelet snapshot`.

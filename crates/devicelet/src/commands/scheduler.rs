@@ -12,6 +12,10 @@ use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
+    // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
+    if args.binding_timeout < Duration::from_secs(1) {
+        anyhow::bail!("--binding-timeout must be at least 1s");
+    }
     let client = devicelet_kube::connect(&source(&args.cluster)).await?;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
@@ -20,6 +24,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         leader_elect: args.leader_elect,
         metrics_address: args.metrics_address,
         filter_timeout: (args.filter_timeout != Duration::ZERO).then_some(args.filter_timeout),
+        binding_timeout: args.binding_timeout,
     };
     let shutdown = async move {
         tokio::select! {
