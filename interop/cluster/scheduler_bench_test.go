@@ -9,7 +9,8 @@ package cluster
 //   - devicelet: `devicelet scheduler` (DEVICELET_BIN; use a release build for figures);
 //   - ceiling: a binder that decides nothing (pod i goes to node i/10, device i%10) and writes
 //     exactly what a scheduler writes per pod (claim finalizer Update, allocation+reservedFor
-//     UpdateStatus, pods/binding), 64 writers: the API server's own ceiling for those writes.
+//     UpdateStatus, pods/binding, the Scheduled event), 64 writers: the API server's own
+//     ceiling for those writes.
 //
 // Each decider gets its own node set (a label, pods select it by nodeSelector, so every node of
 // another set is rejected by NodeAffinity before DRA looks at it) and its own driver. Pods and
@@ -388,10 +389,22 @@ func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, p
 		if _, err := c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx(t), claim, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		return c.CoreV1().Pods(ns).Bind(ctx(t), &corev1.Binding{
+		if err := c.CoreV1().Pods(ns).Bind(ctx(t), &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name, UID: pod.UID},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+		}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		_, err = c.CoreV1().Events(ns).Create(ctx(t), &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{GenerateName: pod.Name + ".", Namespace: ns},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: pod.Name, UID: pod.UID, APIVersion: "v1"},
+			Reason:         "Scheduled", Type: corev1.EventTypeNormal, Count: 1,
+			Message:        fmt.Sprintf("Successfully assigned %s/%s to %s", ns, pod.Name, node),
+			Source:         corev1.EventSource{Component: "bench-ceiling"},
+			FirstTimestamp: now, LastTimestamp: now,
 		}, metav1.CreateOptions{})
+		return err
 	})
 	if err != nil {
 		t.Fatalf("ceiling binder: %v", err)

@@ -9,6 +9,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 )
 
 const schedulerName = "devicelet-scheduler"
@@ -415,7 +417,7 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	createTemplate(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
 		request("gpu", "race-gpu", 1, `device.attributes["sched.example.com"].model == "h100"`),
 	}}})
-	startScheduler(t)
+	_, metricsAddr := startScheduler(t)
 	// A selector nothing matches: the condition says which.
 	schedPod(t, ns, "wants-h100", "h100", "", nil)
 	// Pod affinity is not implemented: refused with the field named.
@@ -476,6 +478,35 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	})
 	if c := podScheduledCondition(p); p.Spec.NodeName == "" && (c == nil || !strings.HasPrefix(c.Message, fmt.Sprintf("0/%d nodes are available: %d cannot allocate all claims.", nodes, nodes))) {
 		t.Errorf("an unplaced racing pod's condition: %v", c)
+	}
+	// The scheduler's own view, as `devicelet snapshot` would write it: the 100 allocated
+	// claims of this namespace and every pending pod with a claim.
+	resp, err := http.Get("http://" + metricsAddr + "/debug/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var scenario struct {
+		Kind      string `json:"kind"`
+		Allocated struct {
+			Claims []resourcev1.ResourceClaim `json:"claims"`
+		} `json:"allocated"`
+		Pods []struct {
+			Name string `json:"name"`
+		} `json:"pods"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&scenario); err != nil {
+		t.Fatalf("/debug/snapshot: %v", err)
+	}
+	allocatedHere := 0
+	for _, c := range scenario.Allocated.Claims {
+		if c.Namespace == ns {
+			allocatedHere++
+		}
+	}
+	if scenario.Kind != "AllocationScenario" || allocatedHere != capacity || len(scenario.Pods) != total-capacity+1 {
+		t.Errorf("/debug/snapshot: kind %q, %d allocated claims in %s (want %d), %d pending pods (want %d)",
+			scenario.Kind, allocatedHere, ns, capacity, len(scenario.Pods), total-capacity+1)
 	}
 }
 
@@ -538,4 +569,84 @@ func waitForBound(t *testing.T, ns, name string, timeout time.Duration) {
 		}
 		return p.Spec.NodeName != "", "pending"
 	})
+}
+
+// extPod creates a pod for devicelet's scheduler asking for n of extended resource `res`.
+func extPod(t *testing.T, ns, name, res string, n int64) {
+	t.Helper()
+	schedPod(t, ns, name, "", "", func(s *corev1.PodSpec) {
+		q := *resource.NewQuantity(n, resource.DecimalSI)
+		s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceName(res): q}
+		s.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(res): q}
+	})
+}
+
+// Extended resources backed by DRA (KEP-5004): a pod asking for example.com/ext-gpu, which no
+// node advertises but a DeviceClass names, gets a special claim created by the scheduler (the
+// pod as controller owner, the annotation), allocated and reserved, and named in the pod's
+// status.extendedResourceClaimStatus; the allocation is the Go allocator's. A pod asking for
+// more than is left is unschedulable until the first pod's claim is gone with its pod.
+func TestSchedulerExtendedResourcesBackedByDRA(t *testing.T) {
+	ns := namespace(t, "sched-ext")
+	apiNodeFor(t, "ext-0", 4, "ext.example.com")
+	const res = "example.com/ext-gpu"
+	class := &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext-gpu"},
+		Spec: resourcev1.DeviceClassSpec{
+			Selectors:            []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "ext.example.com"`}}},
+			ExtendedResourceName: ptr.To(res),
+		},
+	}
+	if _, err := controlPlane.admin.ResourceV1().DeviceClasses().Create(ctx(t), class, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = controlPlane.admin.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	startScheduler(t)
+	extPod(t, ns, "two", res, 2)
+	waitForBound(t, ns, "two", 30*time.Second)
+	pod, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "two", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := pod.Status.ExtendedResourceClaimStatus
+	if status == nil || status.ResourceClaimName == "" || len(status.RequestMappings) != 1 ||
+		status.RequestMappings[0] != (corev1.ContainerExtendedResourceRequest{ContainerName: "main", ResourceName: res, RequestName: "container-0-request-0"}) {
+		t.Fatalf("pod status extendedResourceClaimStatus: %+v", status)
+	}
+	claim, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).Get(ctx(t), status.ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := metav1.GetControllerOf(claim)
+	if claim.Annotations["resource.kubernetes.io/extended-resource-claim"] != "true" || owner == nil || owner.UID != pod.UID {
+		t.Errorf("special claim metadata: annotations %v, controller %v", claim.Annotations, owner)
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) != 2 {
+		t.Fatalf("special claim allocation: %+v", claim.Status.Allocation)
+	}
+	if got := reservedFor(claim); len(got) != 1 || got[0] != string(pod.UID) {
+		t.Errorf("special claim reservedFor %v", got)
+	}
+	if n := checkAgainstGoAllocator(t, ns); n != 1 {
+		t.Errorf("%d claims checked against the Go allocator, want 1", n)
+	}
+
+	extPod(t, ns, "three", res, 3)
+	waitFor(t, 30*time.Second, "three: unschedulable (2 of 4 devices left)", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "three", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := podScheduledCondition(p)
+		if c == nil {
+			return false, "no condition"
+		}
+		return p.Spec.NodeName == "" && c.Reason == "Unschedulable" && strings.Contains(c.Message, "cannot allocate all claims"), c.Message
+	})
+	if err := controlPlane.admin.CoreV1().Pods(ns).Delete(ctx(t), "two", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	waitForBound(t, ns, "three", 90*time.Second)
 }

@@ -323,6 +323,11 @@ impl ClusterCache {
         self.classes.contains_key(name)
     }
 
+    /// Every DeviceClass by name.
+    pub fn classes(&self) -> &BTreeMap<String, DeviceClass> {
+        &self.classes
+    }
+
     /// Adds or replaces a ResourceSlice.
     pub fn upsert_slice(&mut self, slice: ResourceSlice) {
         let name = slice.metadata.name.clone().unwrap_or_default();
@@ -540,6 +545,33 @@ impl ClusterCache {
             }
         }
         state
+    }
+
+    /// The cluster as this scheduler sees it, in the form `devicelet snapshot` reads from the
+    /// API (one conversion for both): claims overlaid by this scheduler's writes and by the
+    /// allocations still in flight; `pods` are the pending pods.
+    pub fn cluster_state(&self, pods: Vec<Pod>) -> ClusterState {
+        let mut claims: Vec<ResourceClaim> = self.claims().iter().map(|c| (**c).clone()).collect();
+        for p in self.pending.values() {
+            match claims
+                .iter_mut()
+                .find(|c| c.metadata.uid == p.claim.metadata.uid)
+            {
+                Some(c) if allocation(c).is_none() => *c = (*p.claim).clone(),
+                Some(_) => {}
+                None => claims.push((*p.claim).clone()),
+            }
+        }
+        ClusterState {
+            device_classes: self.classes.values().cloned().collect(),
+            resource_slices: self.slices.values().cloned().collect(),
+            claims,
+            claim_templates: Vec::new(),
+            nodes: self.nodes.iter().map(|e| (*e.node).clone()).collect(),
+            taint_rules: Some(self.taint_rules.values().cloned().collect()),
+            pods,
+            warnings: Vec::new(),
+        }
     }
 
     /// Every claim this scheduler knows (watch, overlaid by its own writes).

@@ -9,7 +9,7 @@
 //! lifetime is invariant), so each pod's claims to allocate are copied into an arena that is
 //! dropped with the snapshot.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use typed_arena::Arena;
 
 use crate::cache::{ClusterCache, NodeEntry};
 use crate::dra::{self, DraState, NodeOutcome};
+use crate::extended::{self, ExtendedPlan, RequestMapping};
 use crate::filters::node_resources_fit::least_allocated_score;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
@@ -49,8 +50,19 @@ pub struct Placement {
     pub claims: Vec<Arc<ResourceClaim>>,
     /// The claims this pod allocates, with their allocation.
     pub allocations: Vec<(Arc<ResourceClaim>, AllocationResult)>,
+    /// The special claim of DRA-backed extended resources (KEP-5004), to be created.
+    pub extended: Option<Box<ExtendedPlacement>>,
     /// Nodes examined and found feasible, for logs.
     pub feasible: usize,
+}
+
+/// The special claim of a placement (in memory: [`extended::IN_MEMORY_NAME`], a temporary
+/// UID) with its allocation and the containers' request mappings for the pod's status.
+#[derive(Debug)]
+pub struct ExtendedPlacement {
+    pub claim: ResourceClaim,
+    pub allocation: AllocationResult,
+    pub mappings: Vec<RequestMapping>,
 }
 
 /// The decision of one cycle.
@@ -73,15 +85,28 @@ pub struct CycleInputs {
     pub nodes: Vec<NodeEntry>,
     pub dra: Result<Option<DraState>, (Rejection, Option<String>)>,
     pub unsupported: Vec<String>,
+    /// DRA-backed extended resources (KEP-5004).
+    pub extended: Option<ExtendedPlan>,
+    /// A special claim left from an earlier attempt (PostFilter deletes it).
+    pub leftover_special: Option<Arc<ResourceClaim>>,
 }
 
 impl CycleInputs {
     /// Reads what `pod` needs from the cache.
     pub fn read(pod: &Pod, cache: &ClusterCache, binding_timeout: Duration) -> Self {
+        let extended = extended::plan(pod, |r| extended::class_for(cache.classes(), r));
+        let leftover_special = extended.as_ref().and_then(|_| {
+            cache
+                .claims()
+                .into_iter()
+                .find(|c| extended::is_special_claim_of(c, pod))
+        });
         CycleInputs {
             nodes: cache.node_entries(),
             dra: dra::pre_filter(pod, cache, binding_timeout),
             unsupported: filters::unsupported::unsupported_fields(pod),
+            extended,
+            leftover_special,
         }
     }
 }
@@ -147,6 +172,15 @@ impl<'a> Engine<'a> {
         self.next_start = start;
     }
 
+    fn allocator(&self) -> Allocator<'a> {
+        Allocator::with_index(
+            self.snapshot.clone(),
+            self.features,
+            Semantics::Fixed,
+            Arc::new(self.index.clone()),
+        )
+    }
+
     /// Runs one cycle for `pod`.
     pub fn schedule(&mut self, pod: &Pod, inputs: CycleInputs) -> Decision {
         let n = inputs.nodes.len();
@@ -169,6 +203,8 @@ impl<'a> Engine<'a> {
             return unschedulable(fit, None, BTreeSet::new());
         }
         let state = match inputs.dra {
+            // DRA-backed extended resources need the DRA plugin without user claims too.
+            Ok(None) if inputs.extended.is_some() => Some(DraState::default()),
             Ok(state) => state,
             Err((rejection, _)) => {
                 let names = dra::claim_names(pod)
@@ -188,7 +224,24 @@ impl<'a> Engine<'a> {
                 )
             })
             .collect();
-        let facts = PodFacts::of(pod);
+        let mut facts = PodFacts::of(pod);
+        if let Some(plan) = &inputs.extended {
+            facts.dra_extended = plan.resources();
+        }
+        if let Some(leftover) = inputs.leftover_special.clone() {
+            // S44: a special claim of an earlier attempt is never reused; PostFilter deletes it.
+            for entry in &inputs.nodes {
+                fit.node_statuses.insert(
+                    entry.name().to_owned(),
+                    Rejection::unresolvable(
+                        Plugin::DynamicResources,
+                        "cannot schedule extended resource claim",
+                    ),
+                );
+            }
+            fit.post_filter_msg = Some("deletion of ResourceClaim completed".to_owned());
+            return unschedulable(fit, Some(leftover), claim_names);
+        }
         // The claims to allocate, copied to live as long as the snapshot.
         let to_allocate: Vec<&'a ResourceClaim> = state
             .iter()
@@ -196,16 +249,20 @@ impl<'a> Engine<'a> {
             .map(|c| &*self.arena.alloc((**c).clone()))
             .collect();
         self.arena_claims += to_allocate.len();
-        let allocator = (!to_allocate.is_empty()).then(|| {
-            Allocator::with_index(
-                self.snapshot.clone(),
-                self.features,
-                Semantics::Fixed,
-                Arc::new(self.index.clone()),
-            )
-        });
+        let allocator =
+            (!to_allocate.is_empty() || inputs.extended.is_some()).then(|| self.allocator());
+        // Per set of resources a node leaves to DRA, the claims to allocate there: the user
+        // claims and the special claim with those resources' requests (S63).
+        let mut variants: BTreeMap<
+            BTreeSet<String>,
+            (Vec<&'a ResourceClaim>, Option<ExtendedPlan>),
+        > = BTreeMap::new();
+        let temp_uid = format!(
+            "extended-resources-{}",
+            pod.metadata.uid.as_deref().unwrap_or("")
+        );
         let to_find = num_feasible_nodes_to_find(n);
-        let mut feasible: Vec<(usize, Vec<AllocationResult>)> = Vec::new();
+        let mut feasible: Vec<(usize, Vec<AllocationResult>, BTreeSet<String>)> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
         let mut first_dra_failure: Option<usize> = None;
@@ -221,17 +278,31 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let Some(state) = &state else {
-                feasible.push((i, Vec::new()));
+                feasible.push((i, Vec::new(), BTreeSet::new()));
                 continue;
             };
+            let via_dra: BTreeSet<String> = facts
+                .dra_extended
+                .iter()
+                .filter(|r| !filters::node_resources_fit::advertises(&entry.node, r))
+                .cloned()
+                .collect();
+            let (claims, _) = variants.entry(via_dra.clone()).or_insert_with(|| {
+                let plan = inputs.extended.as_ref().and_then(|p| p.only(&via_dra));
+                let mut claims = to_allocate.clone();
+                if let Some(plan) = &plan {
+                    claims.push(&*self.arena.alloc(extended::claim(pod, plan, &temp_uid)));
+                }
+                (claims, plan)
+            });
             match dra::filter_node(
                 state,
                 allocator.as_ref(),
-                &to_allocate,
+                claims,
                 &entry.node,
                 &self.options,
             ) {
-                NodeOutcome::Fits(results) => feasible.push((i, results)),
+                NodeOutcome::Fits(results) => feasible.push((i, results, via_dra)),
                 NodeOutcome::Rejected {
                     rejection,
                     unavailable: u,
@@ -278,13 +349,25 @@ impl<'a> Engine<'a> {
             self.select(&facts, &inputs.nodes, &feasible, &to_allocate)
         };
         let feasible_count = feasible.len();
-        let (node_index, results) = feasible.swap_remove(chosen);
+        let (node_index, mut results, via_dra) = feasible.swap_remove(chosen);
+        let extended = variants
+            .remove(&via_dra)
+            .and_then(|(claims, plan)| Some((claims.last().copied()?, plan?)))
+            .and_then(|(claim, plan)| {
+                let allocation = results.pop()?;
+                Some(Box::new(ExtendedPlacement {
+                    claim: claim.clone(),
+                    allocation,
+                    mappings: plan.mappings,
+                }))
+            });
         let node = inputs.nodes[node_index].name().to_owned();
         let Some(state) = state else {
             return Decision::Place(Placement {
                 node,
                 claims: Vec::new(),
                 allocations: Vec::new(),
+                extended: None,
                 feasible: feasible_count,
             });
         };
@@ -305,6 +388,7 @@ impl<'a> Engine<'a> {
             node,
             claims: state.claims.into_iter().map(|c| c.claim).collect(),
             allocations,
+            extended,
             feasible: feasible_count,
         })
     }
@@ -315,17 +399,18 @@ impl<'a> Engine<'a> {
         &self,
         facts: &PodFacts,
         nodes: &[NodeEntry],
-        feasible: &[(usize, Vec<AllocationResult>)],
+        feasible: &[(usize, Vec<AllocationResult>, BTreeSet<String>)],
         claims: &[&ResourceClaim],
     ) -> usize {
+        // The special claim has no prioritized lists: it adds nothing to the DRA score.
         let dra_scores: Vec<i64> = feasible
             .iter()
-            .map(|(_, results)| dra::score(claims, results))
+            .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
             .collect();
         let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
         let mut best: Option<(i64, usize)> = None;
         let mut ties = 0u32;
-        for (k, (i, _)) in feasible.iter().enumerate() {
+        for (k, (i, _, _)) in feasible.iter().enumerate() {
             let entry = &nodes[*i];
             let dra = if max_dra > 0 {
                 dra_scores[k] * 100 / max_dra

@@ -10,6 +10,7 @@
 //! - [`filters`]: NodeName, NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
 //!   NodeResourcesFit, and the refusal of what is not implemented;
 //! - [`dra`]: the DynamicResources plugin's PreEnqueue, PreFilter, Filter, Score, PostFilter;
+//! - [`extended`]: extended resources backed by DRA (KEP-5004), the pod's special claim;
 //! - [`cycle`]: one scheduling cycle, pure (filters + allocator on a snapshot);
 //! - [`binder`]: the binding cycle (claim writes, `pods/binding`, Unreserve) in its own task;
 //! - [`binding_conditions`]: KEP-5007's wait for devices that need more than an allocation;
@@ -23,6 +24,7 @@ pub mod binding_conditions;
 pub mod cache;
 pub mod cycle;
 pub mod dra;
+pub mod extended;
 pub mod filters;
 pub mod framework;
 pub mod informer;

@@ -314,10 +314,15 @@ impl SchedulerMetrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
+/// Produces the `/debug/snapshot` document.
+pub type SnapshotFn = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// Serves `/metrics`, `/healthz` and `/debug/snapshot` (the scheduler's view as an
+/// AllocationScenario) on `listener` until the task is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: SchedulerMetrics,
+    snapshot: SnapshotFn,
 ) -> std::io::Result<()> {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
@@ -328,6 +333,32 @@ pub async fn serve(
             get(move || {
                 let m = m1.clone();
                 async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], m.encode()) }
+            }),
+        )
+        .route(
+            "/debug/snapshot",
+            get(move || {
+                let snapshot = snapshot.clone();
+                async move {
+                    // Cloning the cache's view is quick but not free: off the async workers.
+                    match tokio::task::spawn_blocking(move || snapshot()).await {
+                        Ok(Ok(json)) => (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "application/json")],
+                            json,
+                        ),
+                        Ok(Err(e)) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(header::CONTENT_TYPE, "text/plain")],
+                            e,
+                        ),
+                        Err(e) => (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            [(header::CONTENT_TYPE, "text/plain")],
+                            e.to_string(),
+                        ),
+                    }
+                }
             }),
         )
         .route(

@@ -418,6 +418,14 @@ impl SchedulingQueue {
         self.binding.remove(uid);
     }
 
+    /// Every pod waiting in the queue (active, back-off, unschedulable or in flight).
+    pub fn pending_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .values()
+            .map(|(qp, _, _)| qp.pod.clone())
+            .collect()
+    }
+
     /// Whether the queue holds the pod.
     pub fn contains(&self, uid: &str) -> bool {
         self.pods.contains_key(uid)

@@ -81,22 +81,24 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SchedulerError> {
     let metrics = SchedulerMetrics::new(&config.name);
-    if let Some(address) = config.metrics_address {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| SchedulerError::Metrics { address, source })?;
-        let m = metrics.clone();
-        tokio::spawn(async move {
-            if let Err(e) = crate::metrics::serve(listener, m).await {
-                warn!(error = %e, "metrics server stopped");
-            }
-        });
-    }
     let shared = Arc::new(Shared::new(
         &config.name,
         metrics.clone(),
         config.binding_timeout,
     ));
+    if let Some(address) = config.metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| SchedulerError::Metrics { address, source })?;
+        let m = metrics.clone();
+        let s = shared.clone();
+        let snapshot = Arc::new(move || s.snapshot());
+        tokio::spawn(async move {
+            if let Err(e) = crate::metrics::serve(listener, m, snapshot).await {
+                warn!(error = %e, "metrics server stopped");
+            }
+        });
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leader_tx, mut leader_rx) = watch::channel(if config.leader_elect {
         Leadership::Candidate
@@ -308,6 +310,14 @@ fn handle_decision(
                     c.status
                         .get_or_insert_with(ResourceClaimStatus::default)
                         .allocation = Some(allocation.clone());
+                    cache.add_pending(&uid, c);
+                }
+                if let Some(ext) = &placement.extended {
+                    // Keyed by its temporary UID until PreBind creates it.
+                    let mut c = ext.claim.clone();
+                    c.status
+                        .get_or_insert_with(ResourceClaimStatus::default)
+                        .allocation = Some(ext.allocation.clone());
                     cache.add_pending(&uid, c);
                 }
                 cache.assume_pod(&pod, &placement.node);

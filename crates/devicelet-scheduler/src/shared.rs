@@ -34,6 +34,27 @@ impl Shared {
         }
     }
 
+    /// The scheduler's view as an AllocationScenario (`GET /debug/snapshot`): what
+    /// `devicelet snapshot` writes from the API, from this scheduler's watches, with the
+    /// claims it wrote and the allocations still in flight; `devicelet allocate -f` replays it.
+    pub fn snapshot(&self) -> Result<String, String> {
+        let pending: Vec<k8s_openapi::api::core::v1::Pod> = self
+            .queue()
+            .pending_pods()
+            .into_iter()
+            .map(|p| (*p).clone())
+            .collect();
+        let state = self.cache().cluster_state(pending);
+        let options = devicelet_kube::snapshot::ScenarioOptions {
+            name: format!("{} live snapshot", self.name),
+            redact_config: false,
+        };
+        let scenario = devicelet_kube::snapshot::to_scenario(&state, &options);
+        devicelet_kube::snapshot::scenario_value(&scenario)
+            .and_then(|v| serde_json::to_string_pretty(&v))
+            .map_err(|e| e.to_string())
+    }
+
     /// The cache (a panic while it was held does not stop the scheduler: the data is plain).
     pub fn cache(&self) -> MutexGuard<'_, ClusterCache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())

@@ -13,6 +13,8 @@ pub mod node_unschedulable;
 pub mod taint_toleration;
 pub mod unsupported;
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 
 use crate::framework::Rejection;
@@ -31,6 +33,9 @@ pub struct PodFacts {
     pub requests: ResourceList,
     /// Host ports the pod wants.
     pub host_ports: Vec<HostPort>,
+    /// Extended resources a DeviceClass backs (KEP-5004): left to DRA on nodes that do not
+    /// advertise them (S112).
+    pub dra_extended: BTreeSet<String>,
 }
 
 impl PodFacts {
@@ -45,6 +50,7 @@ impl PodFacts {
             affinity: RequiredNodeAffinity::of(pod),
             requests: pod_requests(pod),
             host_ports: node_ports::host_ports(pod),
+            dra_extended: BTreeSet::new(),
         }
     }
 }
@@ -58,5 +64,5 @@ pub fn filter_node(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<R
         .or_else(|| taint_toleration::filter(&facts.tolerations, node))
         .or_else(|| node_affinity::filter(&facts.affinity, node))
         .or_else(|| node_ports::filter(&facts.host_ports, &usage.host_ports))
-        .or_else(|| node_resources_fit::filter(&facts.requests, node, usage))
+        .or_else(|| node_resources_fit::filter(&facts.requests, &facts.dra_extended, node, usage))
 }

@@ -5,7 +5,7 @@
 //! Quantities are kept in nano-units (`Quantity::nanos`), so cpu, memory and extended resources
 //! compare exactly whatever suffix they were written with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use devicelet_quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
@@ -174,9 +174,25 @@ fn allocatable(node: &Node) -> ResourceList {
         .collect()
 }
 
+/// Whether the node advertises `resource` (allocatable above 0): a DRA-backed extended
+/// resource is then served by the node's device plugin (S112).
+pub fn advertises(node: &Node, resource: &str) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))
+        .is_some_and(|q| parse(q) > 0)
+}
+
 /// Rejects a node without room for the pod: `Too many pods`, `Insufficient <resource>` (one
 /// reason per resource; unresolvable when the request exceeds the node's allocatable itself).
-pub fn filter(requests: &ResourceList, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
+/// Resources in `via_dra` the node does not advertise are left to DRA (S112).
+pub fn filter(
+    requests: &ResourceList,
+    via_dra: &BTreeSet<String>,
+    node: &Node,
+    usage: &NodeUsage,
+) -> Option<Rejection> {
     let alloc = allocatable(node);
     let mut reasons = Vec::new();
     let mut unresolvable = false;
@@ -189,6 +205,9 @@ pub fn filter(requests: &ResourceList, node: &Node, usage: &NodeUsage) -> Option
             continue;
         }
         let have = alloc.get(name).copied().unwrap_or(0);
+        if have <= 0 && via_dra.contains(name) {
+            continue;
+        }
         let used = usage.requested.get(name).copied().unwrap_or(0);
         if *want > have - used {
             reasons.push(format!("Insufficient {name}"));
@@ -309,16 +328,33 @@ mod tests {
             reqs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
         let empty = NodeUsage::default();
-        assert!(filter(&facts(&[("cpu", NANO)]), &node, &empty).is_none());
-        let r = filter(&facts(&[("cpu", 3 * NANO)]), &node, &empty).expect("too big");
+        assert!(filter(&facts(&[("cpu", NANO)]), &BTreeSet::new(), &node, &empty).is_none());
+        let r = filter(
+            &facts(&[("cpu", 3 * NANO)]),
+            &BTreeSet::new(),
+            &node,
+            &empty,
+        )
+        .expect("too big");
         assert_eq!(r.reasons, vec!["Insufficient cpu"]);
         assert_eq!(r.code, Code::UnschedulableAndUnresolvable);
+        // S112: a DRA-backed extended resource the node does not advertise is DRA's to check.
+        let fpga = facts(&[("example.com/fpga", NANO)]);
+        let via_dra = BTreeSet::from(["example.com/fpga".to_owned()]);
+        assert!(filter(&fpga, &via_dra, &node, &empty).is_none());
+        assert!(filter(&fpga, &BTreeSet::new(), &node, &empty).is_some());
         let mut used = NodeUsage::default();
         used.add(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
             host_ports: vec![],
         });
-        let r = filter(&facts(&[("example.com/gpu", NANO)]), &node, &used).expect("full");
+        let r = filter(
+            &facts(&[("example.com/gpu", NANO)]),
+            &BTreeSet::new(),
+            &node,
+            &used,
+        )
+        .expect("full");
         assert_eq!(
             r.reasons,
             vec!["Too many pods", "Insufficient example.com/gpu"]
