@@ -265,7 +265,7 @@ impl<'a> Engine<'a> {
         let mut feasible: Vec<(usize, Vec<AllocationResult>, BTreeSet<String>)> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
-        let mut first_dra_failure: Option<usize> = None;
+        let mut first_dra_failure: Option<(usize, BTreeSet<String>)> = None;
         for k in 0..n {
             if feasible.len() >= to_find {
                 break;
@@ -312,7 +312,7 @@ impl<'a> Engine<'a> {
                         .iter()
                         .any(|r| r == "cannot allocate all claims")
                     {
-                        first_dra_failure.get_or_insert(i);
+                        first_dra_failure.get_or_insert((i, via_dra));
                     }
                     unavailable.extend(u);
                     fit.node_statuses.insert(entry.name().to_owned(), rejection);
@@ -324,6 +324,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.next_start = (self.next_start + examined) % n;
+        self.arena_claims += variants.values().filter(|(_, p)| p.is_some()).count();
         if feasible.is_empty() {
             let mut deallocate = None;
             if let Some(state) = &state {
@@ -337,8 +338,10 @@ impl<'a> Engine<'a> {
                 } else {
                     "still not schedulable".to_owned()
                 });
-                if let (Some(i), Some(a)) = (first_dra_failure, allocator.as_ref()) {
-                    fit.diagnosis = Some(dra::diagnose(a, &inputs.nodes[i].node, &to_allocate));
+                if let (Some((i, via_dra)), Some(a)) = (first_dra_failure, allocator.as_ref()) {
+                    // With the special claim of that node, if any.
+                    let claims = variants.get(&via_dra).map_or(&to_allocate, |(c, _)| c);
+                    fit.diagnosis = Some(dra::diagnose(a, &inputs.nodes[i].node, claims));
                 }
             }
             return unschedulable(fit, deallocate, claim_names);
