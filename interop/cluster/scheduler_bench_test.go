@@ -476,3 +476,161 @@ func TestSchedulerThroughputBesideKubeScheduler(t *testing.T) {
 	}
 	t.Log(table.String())
 }
+
+// preallocate creates the allocated claims init-FROM..init-TO-1 in ns (device i%10 of node
+// SET-i/10 of driver), as scheduler_perf's initClaims: devices in use, reserved by nobody.
+func preallocate(t *testing.T, c kubernetes.Interface, ns, set, driver string, from, to int) {
+	t.Helper()
+	err := parallel(to-from, 64, func(k int) error {
+		i := from + k
+		node := fmt.Sprintf("%s-%d", set, i/benchDevicesPerNode)
+		claim := &resourcev1.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("init-%d", i), Namespace: ns},
+			Spec:       claimSpec(set),
+		}
+		claim, err := c.ResourceV1().ResourceClaims(ns).Create(ctx(t), claim, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		claim.Status.Allocation = &resourcev1.AllocationResult{
+			Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", i%benchDevicesPerNode),
+			}}},
+			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+			}}},
+		}
+		_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx(t), claim, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("preallocate claims in %s: %v", ns, err)
+	}
+}
+
+// steadyState keeps `inFlight` pods with a template claim pending for `scheduler` in ns: each
+// pod seen bound is deleted and replaced, for `duration`. Returns pods bound per second. The
+// pods and their claims are gone again when it returns.
+func steadyState(t *testing.T, c kubernetes.Interface, ns, set, scheduler string, inFlight int, duration time.Duration) float64 {
+	t.Helper()
+	var seq, bound atomic.Int64
+	deadline := time.Now().Add(duration)
+	create := func() {
+		name := fmt.Sprintf("s%d", seq.Add(1))
+		spec := podSpec("", 0)
+		spec.SchedulerName = scheduler
+		spec.NodeSelector = map[string]string{"devicelet.dev/bench": set}
+		spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		usePodClaim(&spec, "gpu", "")
+		if _, err := c.CoreV1().Pods(ns).Create(ctx(t), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+			t.Logf("create %s: %v", name, err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
+	record := func(obj any) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			return
+		}
+		mu.Lock()
+		first := !seen[p.Name]
+		seen[p.Name] = true
+		mu.Unlock()
+		if !first || time.Now().After(deadline) {
+			return
+		}
+		bound.Add(1)
+		go func() {
+			_ = c.CoreV1().Pods(ns).Delete(ctx(t), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			create()
+		}()
+	}
+	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	started := time.Now()
+	for i := 0; i < inFlight; i++ {
+		go create()
+	}
+	time.Sleep(time.Until(deadline))
+	rate := float64(bound.Load()) / time.Since(started).Seconds()
+	close(stop)
+	// Clean up: every pod gone, and with it every template claim (kube-controller-manager).
+	waitForEvery(t, 300*time.Second, time.Second, ns+": steady-state pods and their claims gone", func() (bool, string) {
+		_ = c.CoreV1().Pods(ns).DeleteCollection(ctx(t), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := 0
+		for _, cl := range claims.Items {
+			if !strings.HasPrefix(cl.Name, "init-") {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d claims of steady-state pods left", left)
+	})
+	return rate
+}
+
+// scheduler_perf's SteadyStateClusterResourceClaimTemplate (S160) empty, half and full: nodes
+// with 10 devices each, initClaims allocated claims (0, half the devices, all but 10), then 10
+// pods with a template claim kept pending for SCHEDULER_STEADY_SECONDS (default 10): each pod
+// bound is deleted and replaced. Run with SCHEDULER_BENCH=1 (and SCHEDULER_BENCH_NODES,
+// SCHEDULER_BENCH_ONLY=kube,devicelet as above).
+func TestSchedulerSteadyState(t *testing.T) {
+	if os.Getenv("SCHEDULER_BENCH") == "" {
+		t.Skip("set SCHEDULER_BENCH=1 to run the steady-state comparison")
+	}
+	nodes := envInt("SCHEDULER_BENCH_NODES", 500)
+	duration := time.Duration(envInt("SCHEDULER_STEADY_SECONDS", 10)) * time.Second
+	only := map[string]bool{"kube": true, "devicelet": true}
+	if v := os.Getenv("SCHEDULER_BENCH_ONLY"); v != "" {
+		only = map[string]bool{}
+		for _, s := range strings.Split(v, ",") {
+			only[s] = true
+		}
+	}
+	c := benchClient(t)
+	levels := []struct {
+		name string
+		init int
+	}{{"empty", 0}, {"half", nodes * benchDevicesPerNode / 2}, {"full", nodes*benchDevicesPerNode - 10}}
+	var table strings.Builder
+	fmt.Fprintf(&table, "\nSteadyStateClusterResourceClaimTemplate, %d nodes × %d devices, 10 pods in flight, %v per level (pods/s):\n", nodes, benchDevicesPerNode, duration)
+	for _, d := range []string{"kube", "devicelet"} {
+		if !only[d] {
+			continue
+		}
+		set, driver := "steady-"+d, d+".example.com"
+		benchNodes(t, c, set, driver, nodes)
+		driverClass(t, set, driver)
+		ns := namespace(t, set)
+		createTemplate(t, ns, "gpu", claimSpec(set))
+		name := "kube-scheduler v1.36.3 (QPS 5000)"
+		if d == "kube" {
+			startBenchKubeScheduler(t, set)
+		} else {
+			name = "devicelet scheduler"
+			startScheduler(t, "--scheduler-name", set)
+		}
+		allocated := 0
+		fmt.Fprintf(&table, "%-40s", name)
+		for _, level := range levels {
+			preallocate(t, c, ns, set, driver, allocated, level.init)
+			allocated = level.init
+			rate := steadyState(t, c, ns, set, set, 10, duration)
+			t.Logf("%s, %s (%d claims allocated): %.1f pods/s", name, level.name, level.init, rate)
+			fmt.Fprintf(&table, " %s %7.1f", level.name, rate)
+		}
+		table.WriteString("\n")
+	}
+	t.Log(table.String())
+}
