@@ -347,6 +347,19 @@ func scrapeAsAdmin(t *testing.T, url string) string {
 	return string(body)
 }
 
+// benchAllocation is the allocation of request "gpu" to device i%10 of node (a bench node's
+// pool is named after it).
+func benchAllocation(driver, node string, i int) *resourcev1.AllocationResult {
+	return &resourcev1.AllocationResult{
+		Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", i%benchDevicesPerNode),
+		}}},
+		NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}},
+	}
+}
+
 // ceilingBind writes, for every pod of ns, what a scheduler writes, without deciding anything.
 func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, pods int) {
 	t.Helper()
@@ -376,15 +389,8 @@ func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, p
 		if err != nil {
 			return err
 		}
-		claim.Status.Allocation = &resourcev1.AllocationResult{
-			Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", i%benchDevicesPerNode),
-			}}},
-			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-			}}},
-			AllocationTimestamp: ptr.To(metav1.Now()),
-		}
+		claim.Status.Allocation = benchAllocation(driver, node, i)
+		claim.Status.Allocation.AllocationTimestamp = ptr.To(metav1.Now())
 		claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 		if _, err := c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx(t), claim, metav1.UpdateOptions{}); err != nil {
 			return err
@@ -492,14 +498,7 @@ func preallocate(t *testing.T, c kubernetes.Interface, ns, set, driver string, f
 		if err != nil {
 			return err
 		}
-		claim.Status.Allocation = &resourcev1.AllocationResult{
-			Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: driver, Pool: node, Device: fmt.Sprintf("gpu-%d", i%benchDevicesPerNode),
-			}}},
-			NodeSelector: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
-			}}},
-		}
+		claim.Status.Allocation = benchAllocation(driver, node, i)
 		_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx(t), claim, metav1.UpdateOptions{})
 		return err
 	})

@@ -542,13 +542,7 @@ impl Binder {
     ) {
         {
             let mut cache = self.shared.cache();
-            let special = placement.extended.as_ref().map(|e| &e.claim);
-            for claim in placement
-                .allocations
-                .iter()
-                .map(|(c, _)| &**c)
-                .chain(special)
-            {
+            for (claim, _) in placement.allocating() {
                 cache.remove_pending(claim.metadata.uid.as_deref().unwrap_or(""), false);
             }
         }
@@ -592,12 +586,7 @@ impl Binder {
     /// PostFilter's deallocation (S44): allocation, reservations and device status cleared by
     /// a conflict-checked UpdateStatus; the finalizer stays.
     pub async fn deallocate(&self, claim: &ResourceClaim) -> Result<(), String> {
-        if claim
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(extended::ANNOTATION))
-        {
+        if extended::is_special_claim(claim) {
             // A special claim is never reused: deleted (S44).
             return self.delete_claim(claim).await;
         }

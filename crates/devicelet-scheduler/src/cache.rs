@@ -589,7 +589,8 @@ impl ClusterCache {
     }
 }
 
-fn pod_key(pod: &Pod) -> (String, String) {
+/// A pod's (namespace, name), as relists report them.
+pub fn pod_key(pod: &Pod) -> (String, String) {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
         pod.metadata.name.clone().unwrap_or_default(),

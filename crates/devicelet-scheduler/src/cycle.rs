@@ -56,6 +56,17 @@ pub struct Placement {
     pub feasible: usize,
 }
 
+impl Placement {
+    /// Every claim this pod allocates, with its allocation: the user claims, then the special
+    /// claim (Reserve records them all in flight, Unreserve drops them all).
+    pub fn allocating(&self) -> impl Iterator<Item = (&ResourceClaim, &AllocationResult)> {
+        self.allocations
+            .iter()
+            .map(|(c, a)| (&**c, a))
+            .chain(self.extended.iter().map(|e| (&e.claim, &e.allocation)))
+    }
+}
+
 /// The special claim of a placement (in memory: [`extended::IN_MEMORY_NAME`], a temporary
 /// UID) with its allocation and the containers' request mappings for the pod's status.
 #[derive(Debug)]

@@ -288,14 +288,18 @@ pub fn claim(pod: &Pod, plan: &ExtendedPlan, temp_uid: &str) -> ResourceClaim {
     }
 }
 
-/// Whether `claim` is a special claim created for `pod` (annotation and controller owner).
-pub fn is_special_claim_of(claim: &ResourceClaim, pod: &Pod) -> bool {
-    let annotated = claim
+/// Whether `claim` is a special claim (the annotation, set to "true").
+pub fn is_special_claim(claim: &ResourceClaim) -> bool {
+    claim
         .metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.get(ANNOTATION).is_some_and(|v| v == "true"));
-    annotated
+        .is_some_and(|a| a.get(ANNOTATION).is_some_and(|v| v == "true"))
+}
+
+/// Whether `claim` is a special claim created for `pod` (annotation and controller owner).
+pub fn is_special_claim_of(claim: &ResourceClaim, pod: &Pod) -> bool {
+    is_special_claim(claim)
         && claim
             .metadata
             .owner_references
@@ -426,8 +430,15 @@ mod tests {
             BTreeSet::from(["example.com/gpu".to_owned()])
         );
         assert!(p.only(&BTreeSet::new()).is_none());
-        let c = claim(&pod, &p, "tmp");
+        let mut c = claim(&pod, &p, "tmp");
         assert_eq!(c.metadata.name.as_deref(), Some(IN_MEMORY_NAME));
+        assert!(is_special_claim(&c));
+        // Only the value "true" marks a special claim: anything else is a user's claim.
+        c.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION.to_owned(),
+            "false".to_owned(),
+        )]));
+        assert!(!is_special_claim(&c));
         assert!(plan(&pod, |_| None).is_none());
     }
 }

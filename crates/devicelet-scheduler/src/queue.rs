@@ -397,13 +397,7 @@ impl SchedulingQueue {
         let gone: Vec<String> = self
             .pods
             .iter()
-            .filter(|(_, (qp, _, _))| {
-                let m = &qp.pod.metadata;
-                !names.contains(&(
-                    m.namespace.clone().unwrap_or_default(),
-                    m.name.clone().unwrap_or_default(),
-                ))
-            })
+            .filter(|(_, (qp, _, _))| !names.contains(&crate::cache::pod_key(&qp.pod)))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in &gone {

@@ -305,19 +305,12 @@ fn handle_decision(
         Decision::Place(placement) => {
             {
                 let mut cache = shared.cache();
-                for (claim, allocation) in &placement.allocations {
-                    let mut c = (**claim).clone();
+                // The special claim is keyed by its temporary UID until PreBind creates it.
+                for (claim, allocation) in placement.allocating() {
+                    let mut c = claim.clone();
                     c.status
                         .get_or_insert_with(ResourceClaimStatus::default)
                         .allocation = Some(allocation.clone());
-                    cache.add_pending(&uid, c);
-                }
-                if let Some(ext) = &placement.extended {
-                    // Keyed by its temporary UID until PreBind creates it.
-                    let mut c = ext.claim.clone();
-                    c.status
-                        .get_or_insert_with(ResourceClaimStatus::default)
-                        .allocation = Some(ext.allocation.clone());
                     cache.add_pending(&uid, c);
                 }
                 cache.assume_pod(&pod, &placement.node);

@@ -218,3 +218,25 @@ async fn list_and_watch_with_100000_devices_is_applied() {
     assert_eq!(big.terminate().await, 0);
     assert_eq!(small.terminate().await, 0);
 }
+
+// `devicelet scheduler --binding-timeout` below kube-scheduler's minimum is refused before any
+// connection is made, with the flag named.
+#[test]
+fn scheduler_binding_timeout_below_one_second_is_refused() {
+    let out = std::process::Command::new(common::EXE)
+        .args([
+            "scheduler",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--binding-timeout",
+            "500ms",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--binding-timeout must be at least 1s"),
+        "{stderr}"
+    );
+}
