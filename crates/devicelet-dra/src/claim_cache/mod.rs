@@ -19,6 +19,8 @@
 //!   reboot none are, so the next prepare re-creates the driver side (CDI specs in tmpfs).
 //!   The mark is cleared durably *before* NodeUnprepareResources is sent.
 //! - E11: removing a shared claim's pod reference is written at once.
+//! - Not upstream: a device prepared here for one claim is refused to another (unless admin
+//!   access or two shares), naming both claims (`prepare.rs`).
 //! - Durability: the checkpoint is written with fsync of file and directory; the pod reference is
 //!   durable before NodePrepareResources is sent, the devices before success is reported. A
 //!   change whose write fails (EIO, a full disk) is undone in memory, so memory is never ahead
