@@ -18,6 +18,7 @@ pub fn read_machine(max_pods: Option<u64>) -> MachineInfo {
     MachineInfo {
         cpus,
         memory_bytes,
+        hugepages: read_hugepages(Path::new(HUGEPAGES_DIR)),
         max_pods: max_pods.unwrap_or(DEFAULT_MAX_PODS),
         boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
         machine_id: read_trimmed("/etc/machine-id"),
@@ -29,6 +30,37 @@ pub fn read_machine(max_pods: Option<u64>) -> MachineInfo {
         architecture: go_arch(std::env::consts::ARCH).to_owned(),
         internal_ip: "127.0.0.1".to_owned(),
     }
+}
+
+/// Where the kernel lists the machine's huge page pools.
+pub const HUGEPAGES_DIR: &str = "/sys/kernel/mm/hugepages";
+
+/// Pre-allocated huge pages per page size (bytes → pages), as cadvisor reads them: one
+/// `hugepages-<kB>kB` directory per size with `nr_hugepages`. A pool that cannot be read is
+/// left out rather than reported as 0, as cadvisor does.
+pub fn read_hugepages(dir: &Path) -> std::collections::BTreeMap<u64, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(kib) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hugepages-"))
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let pages = std::fs::read_to_string(entry.path().join("nr_hugepages"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        if let (Some(size), Some(pages)) = (kib.checked_mul(1024), pages) {
+            out.insert(size, pages);
+        }
+    }
+    out
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> String {
@@ -66,6 +98,24 @@ pub fn go_arch(rust_arch: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_hugepage_pools_per_size() {
+        let dir = std::env::temp_dir().join(format!("devicelet-hp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (name, pages) in [("hugepages-2048kB", "512\n"), ("hugepages-1048576kB", "2\n")] {
+            std::fs::create_dir_all(dir.join(name)).unwrap();
+            std::fs::write(dir.join(name).join("nr_hugepages"), pages).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("not-a-pool")).unwrap();
+        let pools = read_hugepages(&dir);
+        assert_eq!(
+            pools,
+            std::collections::BTreeMap::from([(2 << 20, 512), (1 << 30, 2)])
+        );
+        assert!(read_hugepages(&dir.join("missing")).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn parses_meminfo_and_os_release() {

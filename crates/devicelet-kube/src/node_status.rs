@@ -42,6 +42,9 @@ pub struct MachineInfo {
     pub cpus: u64,
     /// Memory in bytes.
     pub memory_bytes: u64,
+    /// Pre-allocated huge pages: page size in bytes → pages (cadvisor's `HugePages`, from
+    /// `/sys/kernel/mm/hugepages`).
+    pub hugepages: BTreeMap<u64, u64>,
     /// Pods the node accepts (`maxPods`).
     pub max_pods: u64,
     /// `/proc/sys/kernel/random/boot_id`.
@@ -158,6 +161,20 @@ pub fn resources(
         ),
         ("pods".to_owned(), q(machine.max_pods)),
     ]);
+    // Each page size is a resource of its own (`hugepages-2Mi`), and memory held in huge pages
+    // is not allocatable as memory (the kubelet's `nodestatus.MachineInfo` setter).
+    let mut hugepage_bytes: u64 = 0;
+    for (size, pages) in &machine.hugepages {
+        let bytes = size.saturating_mul(*pages);
+        hugepage_bytes = hugepage_bytes.saturating_add(bytes);
+        let name = hugepage_resource_name(*size);
+        capacity.insert(name.clone(), Quantity(binary_si(bytes)));
+        allocatable.insert(name, Quantity(binary_si(bytes)));
+    }
+    if hugepage_bytes > 0 {
+        let memory = allocatable_memory.saturating_sub(hugepage_bytes);
+        allocatable.insert("memory".to_owned(), Quantity(format!("{}Ki", memory / 1024)));
+    }
     for name in existing.keys().filter(|n| is_extended_resource(n)) {
         capacity.insert(name.clone(), q(0));
         allocatable.insert(name.clone(), q(0));
@@ -172,6 +189,35 @@ pub fn resources(
         allocatable.insert(name.clone(), q(healthy.min(*count)));
     }
     (capacity, allocatable)
+}
+
+/// `hugepages-<size>` as the API names a page size (`v1helper.HugePageResourceName`):
+/// `hugepages-2Mi`, `hugepages-1Gi`.
+pub fn hugepage_resource_name(page_size_bytes: u64) -> String {
+    format!("hugepages-{}", binary_si(page_size_bytes))
+}
+
+/// A byte count in the API's binary-SI canonical form: the largest power-of-1024 suffix that
+/// divides it (`2Mi`, `3Gi`), else the plain number (`0`, `1000`).
+pub fn binary_si(bytes: u64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes == 0 {
+        return "0".to_owned();
+    }
+    SUFFIXES
+        .iter()
+        .find(|(_, shift)| bytes % (1u64 << shift) == 0)
+        .map_or_else(
+            || bytes.to_string(),
+            |(suffix, shift)| format!("{}{suffix}", bytes >> shift),
+        )
 }
 
 /// The body of the strategic-merge patch of `nodes/<name>/status`.
@@ -262,6 +308,7 @@ mod tests {
         MachineInfo {
             cpus: 4,
             memory_bytes: 8 * 1024 * 1024 * 1024,
+            hugepages: BTreeMap::new(),
             max_pods: 110,
             boot_id: "b".into(),
             machine_id: "m".into(),
@@ -274,6 +321,22 @@ mod tests {
 
     fn qty(map: &BTreeMap<String, Quantity>, key: &str) -> Option<String> {
         map.get(key).map(|q| q.0.clone())
+    }
+
+    #[test]
+    fn hugepages_are_resources_of_their_own_and_not_allocatable_memory() {
+        let mut m = machine();
+        m.hugepages = BTreeMap::from([(2 << 20, 512), (1 << 30, 2), (64 << 10, 0)]);
+        let (cap, alloc) = resources(&m, &DeviceCapacity::default(), &BTreeMap::new());
+        assert_eq!(qty(&cap, "hugepages-2Mi").as_deref(), Some("1Gi"));
+        assert_eq!(qty(&cap, "hugepages-1Gi").as_deref(), Some("2Gi"));
+        assert_eq!(qty(&cap, "hugepages-64Ki").as_deref(), Some("0"));
+        assert_eq!(qty(&alloc, "hugepages-2Mi").as_deref(), Some("1Gi"));
+        assert_eq!(qty(&cap, "memory").as_deref(), Some("8388608Ki"));
+        // 8Gi - 100Mi eviction - 3Gi of huge pages.
+        assert_eq!(qty(&alloc, "memory").as_deref(), Some("5140480Ki"));
+        assert_eq!(binary_si(3 * (2 << 20)), "6Mi");
+        assert_eq!(binary_si(1000), "1000");
     }
 
     #[test]
