@@ -10,6 +10,7 @@
 //!   legacy pre-1.20 layout.
 //! * [`dra`] — `dra_manager_state` (JSON envelope + CRC-32 of the inner JSON string).
 //! * [`cpu`] — `cpu_manager_state` v1/v2, and [`cpuset`] strings such as `0-3,8`.
+//! * [`memory`] — `memory_manager_state` (v1 and the pod-level v2 layout).
 //! * [`atomic_write`] — durable whole-file replacement; [`aside`] — moving a damaged file aside
 //!   (`<name>.corrupt-<UTC>[.n]`), never over an earlier one.
 //! * [`fault`] — injectable write faults (`EIO`, `ENOSPC`) for tests, compiled only with the
@@ -31,6 +32,7 @@ pub mod gojson;
 pub mod hash;
 pub mod inspect;
 pub mod journal;
+pub mod memory;
 pub mod spew;
 pub mod state;
 pub mod store;
