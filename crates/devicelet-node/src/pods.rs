@@ -168,6 +168,15 @@ impl PodAdmitter {
         durable: Arc<DurableState>,
         restored: BTreeMap<String, AdmittedPod>,
     ) -> Self {
+        // CPUs (and memory) are written before the journal acknowledges a pod, so a crash in
+        // between leaves them held by a pod the journal never admitted. The kubelet frees such
+        // state only when its `removeStaleState` next runs with the active pods; here the
+        // journal is the list of admitted pods, so they are freed at start. Not when the
+        // journal is unreadable: then nobody knows which pods are admitted.
+        if durable.ownership_unknown().is_none() {
+            let admitted: std::collections::HashSet<String> = restored.keys().cloned().collect();
+            self.alignment.retain_pods(&admitted);
+        }
         self.durable = durable;
         self.pods = Mutex::new(
             restored

@@ -692,3 +692,49 @@ async fn burst_of_concurrent_admissions_keeps_single_numa_alignment() {
     assert!(err.contains("TopologyAffinityError"), "{err}");
     assert_eq!(plugin.terminate().await, 0);
 }
+
+/// CPUs written to `cpu_manager_state` for a pod the journal never acknowledged (a crash
+/// between the two writes) are freed when devicelet starts; acknowledged pods keep theirs.
+#[tokio::test]
+async fn exclusive_cpus_of_a_pod_the_journal_never_admitted_are_freed_at_start() {
+    let root = Root::new();
+    let cfg = config(
+        &root,
+        "c.yaml",
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"",
+    );
+    let serve = root.serve(&["--config", &cfg]).await;
+    let g = admit(&root, "g", "uid-g", &[("main", 0, Some(2))])
+        .await
+        .unwrap();
+    let g_cpus = cpus_of(g["containers"][0]["cpus"].as_str().unwrap());
+    assert_eq!(serve.terminate().await, 0);
+
+    // Hand two shared CPUs to a pod nobody admitted; checksum 0 is accepted unverified, as the
+    // kubelet accepts it.
+    let state_path = root.path().join("cpu_manager_state");
+    let mut state: Value = serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+    let shared = cpus_of(state["defaultCpuSet"].as_str().unwrap());
+    let ghost: Vec<u32> = shared.iter().copied().filter(|c| *c != 0).take(2).collect();
+    let rest: Vec<String> = shared
+        .iter()
+        .filter(|c| !ghost.contains(c))
+        .map(u32::to_string)
+        .collect();
+    state["defaultCpuSet"] = Value::from(rest.join(","));
+    state["entries"]["uid-ghost"] = serde_json::json!({
+        "c": ghost.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    });
+    state["checksum"] = Value::from(0);
+    std::fs::write(&state_path, serde_json::to_vec(&state).unwrap()).unwrap();
+
+    let _serve = root.serve(&["--config", &cfg]).await;
+    let after: Value = serde_json::from_slice(&std::fs::read(&state_path).unwrap()).unwrap();
+    assert!(after["entries"].get("uid-ghost").is_none(), "{after}");
+    assert_eq!(
+        cpus_of(after["entries"]["uid-g"]["main"].as_str().unwrap()),
+        g_cpus
+    );
+    let default = cpus_of(after["defaultCpuSet"].as_str().unwrap());
+    assert!(ghost.iter().all(|c| default.contains(c)), "{after}");
+}
