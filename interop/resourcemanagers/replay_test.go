@@ -1,0 +1,431 @@
+package resourcemanagers
+
+// The comparison: every case runs through the kubelet's managers (kubelet_test.go) and
+// through `devicelet resources replay` (a few batches in parallel), then each step's
+// decision, CPU sets, NUMA affinities, memory blocks and state files are compared.
+//
+// RM_AREAS=cpu,memory (default: the areas that pass), RM_SEQUENCES=N (default 1000),
+// RM_SEED=S (default fixed; `random` draws one), RM_KEEP=1 keeps the work directory.
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/cpuset"
+)
+
+// defaultAreas is what CI runs: the areas where devicelet matches the kubelet.
+const defaultAreas = "cpu"
+
+// StepResult is one step's outcome, in `devicelet resources replay`'s JSON.
+type StepResult struct {
+	Admitted           bool              `json:"admitted"`
+	Reason             string            `json:"reason"`
+	Message            string            `json:"message"`
+	Containers         []ContainerResult `json:"containers"`
+	CPUManagerState    *string           `json:"cpuManagerState"`
+	MemoryManagerState *string           `json:"memoryManagerState"`
+}
+
+type ContainerResult struct {
+	Name         string        `json:"name"`
+	CPUs         string        `json:"cpus"`
+	NUMAAffinity []int         `json:"numaAffinity"`
+	Memory       []MemoryBlock `json:"memory"`
+}
+
+type MemoryBlock struct {
+	NUMAAffinity []int  `json:"numaAffinity"`
+	Type         string `json:"type"`
+	Size         uint64 `json:"size"`
+}
+
+// Replay is one sequence's outcome.
+type Replay struct {
+	ConfigError        *string      `json:"configError"`
+	Steps              []StepResult `json:"steps"`
+	CPUManagerState    *string      `json:"cpuManagerState"`
+	MemoryManagerState *string      `json:"memoryManagerState"`
+	MemoryManager      bool         `json:"memoryManager"`
+}
+
+// knownDivergences: places where devicelet differs from the kubelet on purpose. Each entry
+// says why; match decides whether a difference found at a step is that one.
+var knownDivergences = []struct {
+	name, reason string
+	match        func(c *Case, step int, kube, dl *StepResult, what string) bool
+}{
+	{
+		name:   "rejection-message",
+		reason: "devicelet's UnexpectedAdmissionError message names devicelet's own error text; reasons are compared, messages are not",
+		match:  func(*Case, int, *StepResult, *StepResult, string) bool { return false },
+	},
+}
+
+func TestMain(m *testing.M) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("alsologtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+func TestResourceManagers(t *testing.T) {
+	bin := os.Getenv("DEVICELET_BIN")
+	if bin == "" {
+		t.Skip("DEVICELET_BIN is not set")
+	}
+	areasText := os.Getenv("RM_AREAS")
+	if areasText == "" {
+		areasText = defaultAreas
+	}
+	areas := map[string]bool{}
+	for _, a := range strings.Split(areasText, ",") {
+		areas[strings.TrimSpace(a)] = true
+	}
+	n := envInt("RM_SEQUENCES", 1000)
+	seed := int64(20260601)
+	if v := os.Getenv("RM_SEED"); v == "random" {
+		seed = time.Now().UnixNano()
+	} else if v != "" {
+		s, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("RM_SEED=%q", v)
+		}
+		seed = s
+	}
+	t.Logf("RM_SEED=%d RM_SEQUENCES=%d RM_AREAS=%s", seed, n, areasText)
+
+	work, err := os.MkdirTemp("", "resourcemanagers-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := os.Getenv("RM_KEEP") != ""
+	defer func() {
+		if !keep && !t.Failed() {
+			os.RemoveAll(work)
+		} else {
+			t.Logf("work directory kept: %s", work)
+		}
+	}()
+	sysfs := map[string]string{}
+	for _, s := range shapes {
+		dir := filepath.Join(work, "sysfs", s.Name)
+		if err := s.WriteSysfs(dir); err != nil {
+			t.Fatal(err)
+		}
+		sysfs[s.Name] = dir
+	}
+
+	r := rand.New(rand.NewSource(seed))
+	cases := make([]*Case, n)
+	for i := range cases {
+		cases[i] = genCase(r, i, areas)
+	}
+
+	start := time.Now()
+	var dlResults []Replay
+	var dlErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dlResults, dlErr = runDevicelet(bin, work, cases, sysfs)
+	}()
+	kubeResults := make([]Replay, n)
+	for i, c := range cases {
+		kubeResults[i] = runKubelet(c, filepath.Join(work, "kubelet", strconv.Itoa(i)))
+	}
+	kubeTime := time.Since(start)
+	wg.Wait()
+	t.Logf("kubelet side %v, both sides %v", kubeTime.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if dlErr != nil {
+		t.Fatal(dlErr)
+	}
+
+	mismatches := 0
+	counts := map[string]int{}
+	known := map[string]int{}
+	for i, c := range cases {
+		what, step, detail, knownName := compare(c, &kubeResults[i], &dlResults[i], areas)
+		if what == "" {
+			continue
+		}
+		if knownName != "" {
+			known[knownName]++
+			continue
+		}
+		mismatches++
+		counts[what]++
+		if mismatches <= 10 {
+			dir := saveCase(t, work, c, &kubeResults[i], &dlResults[i], sysfs)
+			t.Errorf("case %d (seed %d, shape %s, tm %s/%s %v, cpu %s %v, reserved %q/%v): step %d: %s: %s\n  files: %s",
+				i, seed, c.Shape.Name, c.TopologyPolicy, c.TopologyScope, c.TopologyOptions, c.CPUPolicy, c.CPUOptions,
+				c.ReservedSystemCPUs, c.KubeReserved, step, what, detail, dir)
+		}
+	}
+	for name, k := range known {
+		t.Logf("known divergence %s: %d sequences", name, k)
+	}
+	if mismatches > 0 {
+		t.Errorf("%d of %d sequences differ (by first difference: %v); seed %d", mismatches, n, counts, seed)
+	}
+}
+
+// runKubelet replays a case through the kubelet's managers.
+func runKubelet(c *Case, dir string) Replay {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		panic(err)
+	}
+	node, err := newKubeletNode(c, dir)
+	if err != nil {
+		msg := err.Error()
+		return Replay{ConfigError: &msg}
+	}
+	var out Replay
+	for _, s := range c.Steps {
+		var res StepResult
+		if s.Admit != nil {
+			res = node.admit(s.Admit.DeepCopy())
+		} else {
+			res = node.remove(s.Remove)
+		}
+		res.CPUManagerState = readState(dir, "cpu_manager_state")
+		res.MemoryManagerState = readState(dir, "memory_manager_state")
+		out.Steps = append(out.Steps, res)
+	}
+	out.CPUManagerState = readState(dir, "cpu_manager_state")
+	out.MemoryManagerState = readState(dir, "memory_manager_state")
+	out.MemoryManager = node.mem != nil
+	return out
+}
+
+func readState(dir, name string) *string {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+type batchSequence struct {
+	Config map[string]any `json:"config"`
+	Steps  []Step         `json:"steps"`
+}
+
+// runDevicelet replays the cases through devicelet in a few parallel batches.
+func runDevicelet(bin, work string, cases []*Case, sysfs map[string]string) ([]Replay, error) {
+	workers := runtime.NumCPU()
+	if workers > 4 {
+		workers = 4
+	}
+	if workers > len(cases) {
+		workers = len(cases)
+	}
+	if workers < 1 {
+		return nil, nil
+	}
+	out := make([]Replay, len(cases))
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		lo, hi := w*len(cases)/workers, (w+1)*len(cases)/workers
+		wg.Add(1)
+		go func(w, lo, hi int) {
+			defer wg.Done()
+			results, err := replayBatch(bin, filepath.Join(work, "devicelet", strconv.Itoa(w)), cases[lo:hi], sysfs)
+			if err != nil {
+				errs[w] = err
+				return
+			}
+			copy(out[lo:hi], results)
+		}(w, lo, hi)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func replayBatch(bin, dir string, cases []*Case, sysfs map[string]string) ([]Replay, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var batch struct {
+		Sequences []batchSequence `json:"sequences"`
+	}
+	for _, c := range cases {
+		batch.Sequences = append(batch.Sequences, batchSequence{Config: c.KubeletConfig(sysfs[c.Shape.Name]), Steps: c.Steps})
+	}
+	file := filepath.Join(dir, "batch.json")
+	b, err := json.Marshal(batch)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "resources", "replay", "-f", file, "--state-dir", filepath.Join(dir, "state"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("devicelet resources replay %s: %v\n%s", file, err, stderr.String())
+	}
+	var res struct {
+		Sequences []Replay `json:"sequences"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("devicelet output: %v", err)
+	}
+	if len(res.Sequences) != len(cases) {
+		return nil, fmt.Errorf("devicelet answered %d sequences for %d", len(res.Sequences), len(cases))
+	}
+	return res.Sequences, nil
+}
+
+// compare finds the first difference: what kind, at which step, the detail, and the known
+// divergence it is (if any). Steps after the first difference are not compared (they follow
+// from it).
+func compare(c *Case, kube, dl *Replay, areas map[string]bool) (string, int, string, string) {
+	if (kube.ConfigError == nil) != (dl.ConfigError == nil) {
+		return "config", -1, fmt.Sprintf("kubelet error %v, devicelet error %v", str(kube.ConfigError), str(dl.ConfigError)), ""
+	}
+	if kube.ConfigError != nil {
+		return "", 0, "", ""
+	}
+	memory := areas["memory"] && dl.MemoryManager
+	if len(kube.Steps) != len(dl.Steps) {
+		return "steps", -1, fmt.Sprintf("kubelet %d steps, devicelet %d", len(kube.Steps), len(dl.Steps)), ""
+	}
+	for i := range kube.Steps {
+		k, d := &kube.Steps[i], &dl.Steps[i]
+		what, detail := compareStep(c.Steps[i], k, d, memory)
+		if what == "" {
+			continue
+		}
+		for _, kd := range knownDivergences {
+			if kd.match(c, i, k, d, what) {
+				return what, i, detail, kd.name
+			}
+		}
+		return what, i, detail, ""
+	}
+	return "", 0, "", ""
+}
+
+func compareStep(s Step, k, d *StepResult, memory bool) (string, string) {
+	if s.Admit != nil {
+		if k.Admitted != d.Admitted {
+			return "admission", fmt.Sprintf("kubelet admitted=%v (%s: %s), devicelet admitted=%v (%s: %s)", k.Admitted, k.Reason, k.Message, d.Admitted, d.Reason, d.Message)
+		}
+		if !k.Admitted && k.Reason != d.Reason {
+			return "reason", fmt.Sprintf("kubelet %s (%s), devicelet %s (%s)", k.Reason, k.Message, d.Reason, d.Message)
+		}
+		if len(k.Containers) != len(d.Containers) {
+			return "containers", fmt.Sprintf("kubelet %d containers, devicelet %d", len(k.Containers), len(d.Containers))
+		}
+		for j := range k.Containers {
+			kc, dc := k.Containers[j], d.Containers[j]
+			if kc.Name != dc.Name {
+				return "containers", fmt.Sprintf("container %d: kubelet %s, devicelet %s", j, kc.Name, dc.Name)
+			}
+			if !sameCPUs(kc.CPUs, dc.CPUs) {
+				return "cpus", fmt.Sprintf("container %s: kubelet %q, devicelet %q", kc.Name, kc.CPUs, dc.CPUs)
+			}
+			if !reflect.DeepEqual(nilIfEmpty(kc.NUMAAffinity), nilIfEmpty(dc.NUMAAffinity)) {
+				return "affinity", fmt.Sprintf("container %s: kubelet %v, devicelet %v", kc.Name, kc.NUMAAffinity, dc.NUMAAffinity)
+			}
+			if memory && !reflect.DeepEqual(normBlocks(kc.Memory), normBlocks(dc.Memory)) {
+				return "memory", fmt.Sprintf("container %s: kubelet %+v, devicelet %+v", kc.Name, kc.Memory, dc.Memory)
+			}
+		}
+	}
+	if str(k.CPUManagerState) != str(d.CPUManagerState) {
+		return "cpu_manager_state", fmt.Sprintf("kubelet %s\n  devicelet %s", str(k.CPUManagerState), str(d.CPUManagerState))
+	}
+	if memory && str(k.MemoryManagerState) != str(d.MemoryManagerState) {
+		return "memory_manager_state", fmt.Sprintf("kubelet %s\n  devicelet %s", str(k.MemoryManagerState), str(d.MemoryManagerState))
+	}
+	return "", ""
+}
+
+func sameCPUs(a, b string) bool {
+	if a == b {
+		return true
+	}
+	x, err1 := cpuset.Parse(a)
+	y, err2 := cpuset.Parse(b)
+	return err1 == nil && err2 == nil && x.Equals(y)
+}
+
+func nilIfEmpty(x []int) []int {
+	if len(x) == 0 {
+		return nil
+	}
+	return x
+}
+
+func normBlocks(b []MemoryBlock) []MemoryBlock {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func str(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return strings.TrimSpace(*s)
+}
+
+// saveCase writes a failing case where it can be replayed by hand: the devicelet config,
+// the sequence (`devicelet resources replay --config config.json -f seq.json`), both results.
+func saveCase(t *testing.T, work string, c *Case, kube, dl *Replay, sysfs map[string]string) string {
+	dir := filepath.Join(work, "mismatch", strconv.Itoa(c.Index))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, v any) {
+		b, _ := json.MarshalIndent(v, "", "  ")
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("config.json", c.KubeletConfig(sysfs[c.Shape.Name]))
+	write("seq.json", map[string]any{"steps": c.Steps})
+	write("case.json", c)
+	write("kubelet.json", kube)
+	write("devicelet.json", dl)
+	return dir
+}
