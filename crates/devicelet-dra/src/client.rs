@@ -213,3 +213,25 @@ pub trait DraPluginDialer: Send + Sync + 'static {
         service: DraService,
     ) -> Result<Arc<dyn DraPluginClient>, DraError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_message_is_cut_to_the_api_limit_like_the_kubelet() {
+        // core/v1 ResourceHealthMessageMaxLength; manager.go keeps max-3 bytes and adds "...".
+        assert_eq!(HEALTH_MESSAGE_MAX_LENGTH, 1024);
+        let exact = "a".repeat(1024);
+        assert_eq!(truncate_health_message(&exact), exact);
+        let long = "b".repeat(1025);
+        let cut = truncate_health_message(&long);
+        assert_eq!(cut.len(), 1024);
+        assert_eq!(cut, format!("{}...", "b".repeat(1021)));
+        // A multi-byte character across the cut is dropped whole, not split.
+        let utf8 = format!("{}é{}", "c".repeat(1020), "d".repeat(10));
+        let cut = truncate_health_message(&utf8);
+        assert_eq!(cut, format!("{}...", "c".repeat(1020)));
+        assert!(cut.len() <= 1024);
+    }
+}

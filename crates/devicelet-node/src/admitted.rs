@@ -115,4 +115,9 @@ pub struct ResourceHealth {
     pub resource_id: String,
     /// `Healthy`, `Unhealthy` (or `Unknown` for DRA).
     pub health: String,
+    /// The DRA driver's message for the device's health (1.36 `ResourceHealth.message`, gate
+    /// `ResourceHealthStatusMessage`, beta and on): only a non-empty message from a current
+    /// report; absent for device plugin devices, whose API has no message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }

@@ -15,6 +15,10 @@
 //! the API's own value for "no current information" (core/v1 `ResourceHealthStatus`) and what
 //! the kubelet reports for DRA devices whose health stream ended.
 //!
+//! `message` (1.36, gate `ResourceHealthStatusMessage`) stays empty here: the device plugin
+//! API v1beta1 `Device` carries only ID, health and topology, so there is nothing to report
+//! (DRA devices get theirs from the driver's health stream, see `dra/health.rs`).
+//!
 //! The status is computed when pods are shown (`GET /v1/pods`, the watch), from the live
 //! inventory, so a health change reaches the next answer without any bookkeeping.
 
@@ -75,6 +79,9 @@ pub fn container_status(
                     ResourceHealth {
                         resource_id: id.clone(),
                         health: health.to_owned(),
+                        // The device plugin API (v1beta1 `Device`) has no health message in
+                        // 1.36, so a plugin device never carries one.
+                        message: None,
                     }
                 })
                 .collect(),
@@ -146,5 +153,7 @@ mod tests {
         assert_eq!(got, ["Unknown", "Unknown", "Healthy"]);
         assert_eq!(json[0]["name"], "r/a");
         assert_eq!(json[0]["resources"][1]["resourceID"], "d1");
+        // No message from the device plugin API, so none in the status either.
+        assert!(json[0]["resources"][1].get("message").is_none(), "{json}");
     }
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use devicelet_dra::HealthStatus;
 use devicelet_dra::pod::resolve_pod_claim;
 use futures::StreamExt;
 use tokio::sync::watch;
@@ -15,6 +16,17 @@ use super::HEALTH_RESTART_DELAY;
 use super::health_cache::health_str;
 use super::node::{DraNode, find_container, lock};
 use super::store::ns_of;
+
+/// One `resources[]` entry of a claim's status: the cached health and, when the driver sent one
+/// with a current report, its message (the kubelet leaves `message` unset for an empty one, and
+/// the cache already answers a stale device with Unknown and no message).
+fn resource_health(resource_id: String, health: HealthStatus, message: String) -> ResourceHealth {
+    ResourceHealth {
+        resource_id,
+        health: health_str(health).to_owned(),
+        message: Some(message).filter(|m| !m.is_empty()),
+    }
+}
 
 impl DraNode {
     /// The container's `allocatedResourcesStatus` entries for its claims (B17,
@@ -59,11 +71,8 @@ impl DraNode {
                     if resources.iter().any(|x| x.resource_id == id) {
                         continue;
                     }
-                    let (health, _) = self.health.get(driver, &d.pool_name, &d.device_name);
-                    resources.push(ResourceHealth {
-                        resource_id: id,
-                        health: health_str(health).to_owned(),
-                    });
+                    let (health, message) = self.health.get(driver, &d.pool_name, &d.device_name);
+                    resources.push(resource_health(id, health, message));
                 }
             }
             if resources.is_empty() {
@@ -134,5 +143,102 @@ impl DraNode {
         {
             let _ = stop.send(true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::health_cache::HealthCache;
+    use super::*;
+    use devicelet_dra::DeviceHealthReport;
+    use std::time::Duration;
+
+    fn report(device: &str, health: HealthStatus, message: &str) -> DeviceHealthReport {
+        DeviceHealthReport {
+            pool_name: "pool".to_owned(),
+            device_name: device.to_owned(),
+            health,
+            timeout: Duration::from_secs(30),
+            message: message.to_owned(),
+        }
+    }
+
+    fn entry(cache: &HealthCache, device: &str) -> ResourceHealth {
+        let (health, message) = cache.get("drv", "pool", device);
+        resource_health(format!("drv/pool/{device}"), health, message)
+    }
+
+    #[test]
+    fn message_reaches_the_status_entry_and_an_empty_one_is_left_out() {
+        let cache = HealthCache::default();
+        cache.update(
+            "drv",
+            vec![
+                report(
+                    "gpu-0",
+                    HealthStatus::Unhealthy,
+                    "ECC errors over threshold",
+                ),
+                report("gpu-1", HealthStatus::Healthy, ""),
+            ],
+        );
+        let sick = entry(&cache, "gpu-0");
+        assert_eq!(sick.health, "Unhealthy");
+        assert_eq!(sick.message.as_deref(), Some("ECC errors over threshold"));
+        let well = entry(&cache, "gpu-1");
+        assert_eq!(well.health, "Healthy");
+        assert_eq!(well.message, None);
+        let json = serde_json::to_value([&sick, &well]).unwrap();
+        assert_eq!(json[0]["message"], "ECC errors over threshold");
+        assert!(
+            json[1].get("message").is_none(),
+            "no message key without a message: {json}"
+        );
+
+        // Never reported, or the driver's stream ended: Unknown without a message.
+        assert_eq!(entry(&cache, "gpu-9").message, None);
+        cache.clear_driver("drv");
+        let gone = entry(&cache, "gpu-0");
+        assert_eq!((gone.health.as_str(), gone.message), ("Unknown", None));
+    }
+
+    #[test]
+    fn a_stale_report_loses_its_message() {
+        let cache = HealthCache::default();
+        let mut r = report("gpu-0", HealthStatus::Unhealthy, "fan stopped");
+        r.timeout = Duration::ZERO;
+        cache.update("drv", vec![r]);
+        std::thread::sleep(Duration::from_millis(5));
+        let stale = entry(&cache, "gpu-0");
+        assert_eq!((stale.health.as_str(), stale.message), ("Unknown", None));
+    }
+
+    #[test]
+    fn a_message_change_alone_signals_a_status_update() {
+        let cache = HealthCache::default();
+        let changes = cache.changes.subscribe();
+        let seen = |c: &tokio::sync::watch::Receiver<u64>| *c.borrow();
+        cache.update(
+            "drv",
+            vec![report("gpu-0", HealthStatus::Unhealthy, "fan slow")],
+        );
+        let first = seen(&changes);
+        assert_ne!(first, 0, "a new device is a change");
+        // The periodic resend of the same report is not.
+        cache.update(
+            "drv",
+            vec![report("gpu-0", HealthStatus::Unhealthy, "fan slow")],
+        );
+        assert_eq!(seen(&changes), first);
+        // Same health, new message: the pod status must be written again.
+        cache.update(
+            "drv",
+            vec![report("gpu-0", HealthStatus::Unhealthy, "fan stopped")],
+        );
+        assert_ne!(seen(&changes), first);
+        assert_eq!(
+            entry(&cache, "gpu-0").message.as_deref(),
+            Some("fan stopped")
+        );
     }
 }
