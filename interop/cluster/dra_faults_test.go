@@ -183,7 +183,7 @@ func pendingUnprepare(t *testing.T, n *node) []string {
 }
 
 // containerHealth returns the main container's allocatedResourcesStatus entry `name` as
-// resourceID -> health.
+// resourceID -> "health" or "health: message" (1.36 ResourceHealth.message, when set).
 func containerHealth(p *corev1.Pod, name string) map[string]string {
 	out := map[string]string{}
 	for _, cs := range p.Status.ContainerStatuses {
@@ -192,7 +192,11 @@ func containerHealth(p *corev1.Pod, name string) map[string]string {
 				continue
 			}
 			for _, r := range st.Resources {
-				out[string(r.ResourceID)] = string(r.Health)
+				got := string(r.Health)
+				if r.Message != nil {
+					got += ": " + *r.Message
+				}
+				out[string(r.ResourceID)] = got
 			}
 		}
 	}
@@ -201,7 +205,8 @@ func containerHealth(p *corev1.Pod, name string) map[string]string {
 
 // KEP-4680 with a DRA driver: the driver's v1alpha1 health stream reaches the pod's
 // containerStatuses[].allocatedResourcesStatus ("claim:gpu", resourceID = the device's CDI ID)
-// in the API, and a later report replaces it.
+// in the API, with the 1.36 per-device message, and a later report replaces it: a new message
+// with the same health alone rewrites the status, and an empty message leaves the field unset.
 func TestDRAHealthReachesPodStatus(t *testing.T) {
 	n, driver, ns := draTestNode(t, "dra-health")
 	pod, claim := templatePod(t, ns, "consumer", n, "dra-health-gpu")
@@ -211,15 +216,19 @@ func TestDRAHealthReachesPodStatus(t *testing.T) {
 	// Let the pod's own status writes and watch events settle: from here only a health report
 	// can change the status.
 	time.Sleep(3 * time.Second)
-	for _, health := range []string{"Unhealthy", "Healthy"} {
-		driver.HealthControlChan <- app.DeviceHealthUpdate{PoolName: n.name, DeviceName: device, Health: health}
-		waitFor(t, 30*time.Second, "allocatedResourcesStatus claim:gpu "+health, func() (bool, string) {
+	for _, report := range []struct{ health, message, want string }{
+		{"Unhealthy", "ECC errors", "Unhealthy: ECC errors"},
+		{"Unhealthy", "fan stopped", "Unhealthy: fan stopped"},
+		{"Healthy", "", "Healthy"},
+	} {
+		driver.HealthControlChan <- app.DeviceHealthUpdate{PoolName: n.name, DeviceName: device, Health: report.health, Message: report.message}
+		waitFor(t, 30*time.Second, "allocatedResourcesStatus claim:gpu "+report.want, func() (bool, string) {
 			p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), pod.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, err.Error()
 			}
 			got := containerHealth(p, "claim:gpu")
-			return got[cdiID] == health, fmt.Sprintf("%v", got)
+			return got[cdiID] == report.want, fmt.Sprintf("%v", got)
 		})
 	}
 }
