@@ -319,19 +319,22 @@ func nodeAllocatableReservation(kube, system, eviction map[string]string) (v1.Re
 
 // admit runs the Topology Manager's admit handler and reads back what each container got.
 func (n *kubeletNode) admit(pod *v1.Pod) StepResult {
+	// kubelet.go HandlePodAdditions adds the pod to the pod manager before admission, so it
+	// is among the active pods that removeStaleState keeps while it is being admitted.
+	n.active[string(pod.UID)] = pod
 	res := n.tm.Admit(&lifecycle.PodAdmitAttributes{Pod: pod})
 	out := StepResult{Admitted: res.Admit, Reason: res.Reason, Message: res.Message}
 	if !res.Admit {
-		// The kubelet frees what a rejected pod got at the next removeStaleState (the next
+		// rejectPod makes the pod Failed, so it is no longer active. The kubelet frees what a rejected pod got at the next removeStaleState (the next
 		// admission's hints); devicelet frees it at once. Do it now so the state files after
 		// the step compare (see knownDivergences).
+		delete(n.active, string(pod.UID))
 		n.cpu.removeStaleState()
 		if n.mem != nil {
 			n.mem.removeStaleState()
 		}
 		return out
 	}
-	n.active[string(pod.UID)] = pod
 	for _, c := range append(append([]v1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		cr := ContainerResult{Name: c.Name, Memory: []MemoryBlock{}}
 		if set, ok := n.cpu.state.GetCPUSet(string(pod.UID), c.Name); ok {
