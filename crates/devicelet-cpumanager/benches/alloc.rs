@@ -25,6 +25,7 @@ fn machine() -> devicelet_cpumanager::CpuTopology {
         cores_per_socket: 32,
         threads_per_core: 2,
         numa_nodes: 2,
+        cores_per_uncore_cache: None,
     }
     .to_topology()
     .expect("valid machine")
@@ -90,6 +91,8 @@ fn bench(c: &mut Criterion) {
         policy: "static".into(),
         reserved: ReservedCpus::List("0,64".into()),
         policy_options: BTreeMap::new(),
+        feature_gates: devicelet_topology::FeatureGates::default(),
+        topology_manager_policy: "none".into(),
     };
     let m = CpuManager::new(machine(), &cfg, dir.path()).expect("starts");
     let pods = pods();

@@ -27,6 +27,13 @@ pub enum CpuTopologyError {
 /// `takeByTopology` failures.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum TakeError {
+    /// `takeByTopologyNUMADistributed` took a different count than asked (cannot happen unless
+    /// the machine description is inconsistent; the kubelet's text).
+    #[error("accounting error, not enough CPUs allocated, remaining: {0}")]
+    Accounting(usize),
+    /// The packed accumulator ran out of CPUs (the kubelet's text).
+    #[error("failed to allocate cpus")]
+    Failed,
     /// Fewer free CPUs than requested (the kubelet's text).
     #[error(
         "not enough cpus available to satisfy request: requested={requested}, available={available}"
@@ -84,6 +91,36 @@ pub enum CpuManagerError {
         /// Value.
         value: String,
     },
+    /// An option whose stage gate is off (`CheckPolicyOptionAvailable`).
+    #[error("CPU Manager Policy {level}-level Options not enabled, but option \"{option}\" provided")]
+    OptionGateDisabled {
+        /// `Alpha` or `Beta`.
+        level: &'static str,
+        /// The option.
+        option: String,
+    },
+    /// Two options that `NewStaticPolicyOptions` refuses together.
+    #[error("static policy options {first} and {second} can not be used at the same time")]
+    IncompatibleOptions {
+        /// First option (the kubelet's order).
+        first: &'static str,
+        /// Second option.
+        second: &'static str,
+    },
+    /// `align-by-socket` with the Topology Manager's `single-numa-node` policy (the kubelet's
+    /// text, typo included).
+    #[error(
+        "Topolgy manager single-numa-node policy is incompatible with CPUManager align-by-socket policy option"
+    )]
+    AlignBySocketWithSingleNumaNode,
+    /// `align-by-socket` on a machine with more sockets than NUMA nodes.
+    #[error(
+        "Align by socket is not compatible with hardware where number of sockets are more than number of NUMA"
+    )]
+    AlignBySocketMoreSocketsThanNuma,
+    /// The none policy with options (`NewNonePolicy`).
+    #[error("None policy: received unsupported options=map[{0}]")]
+    NonePolicyOptions(String),
     /// Not enough CPUs.
     #[error(transparent)]
     Take(#[from] TakeError),

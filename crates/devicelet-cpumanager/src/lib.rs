@@ -14,6 +14,7 @@ pub mod assign;
 pub mod bits;
 pub mod error;
 pub mod manager;
+pub mod options;
 pub mod pod;
 pub mod state;
 pub mod topology;
@@ -21,9 +22,8 @@ pub mod topology;
 pub use assign::{cpus_in_free_cores, take_by_topology};
 pub use bits::CpuBits;
 pub use error::{CpuManagerError, CpuTopologyError, TakeError};
-pub use manager::{
-    CPU_RESOURCE, CpuManager, CpuManagerConfig, CpuPolicyName, ReservedCpus, StaticPolicyOptions,
-};
+pub use manager::{CPU_RESOURCE, CpuManager, CpuManagerConfig, CpuPolicyName, ReservedCpus};
+pub use options::StaticPolicyOptions;
 pub use pod::{PodConversionError, PodCpuInfo, QosClass, Quantity, QuantityError, pod_from_k8s};
 pub use state::{Assignments, CheckpointFile, CpuState};
 pub use topology::{CpuInfo, CpuMachineConfig, CpuPlacement, CpuTopology};

@@ -2,7 +2,12 @@
 //! `cpumanager/cpu_manager.go` (construction, reserved CPUs, state), `policy_none.go`,
 //! `policy_static.go` (`Allocate`, `RemoveContainer`, `validateState`, `GetTopologyHints`,
 //! `GetPodTopologyHints`, `generateCPUTopologyHints`, `updateCPUsToReuse`) and
-//! `policy_options.go` (`full-pcpus-only`).
+//! `policy_options.go` (every 1.36.3 option, parsed in [`crate::options`]).
+//!
+//! `strict-cpu-reservation`: the reserved CPUs are left out of `defaultCpuSet` itself (so of
+//! the shared pool and of the checkpoint), exactly as `validateState` initialises it.
+//! `align-by-socket`: hints spanning the fewest sockets are preferred too, and the allocation
+//! first takes CPUs from the sockets of the hint's NUMA nodes.
 //!
 //! The Topology Manager talks to it through [`HintProvider`]; its pod view ([`PodSpec`]) has no
 //! QoS class, so admission registers each pod's [`PodCpuInfo`] first
@@ -23,13 +28,14 @@ use std::sync::{Mutex, MutexGuard};
 
 use devicelet_checkpoint::cpuset::CpuSet;
 use devicelet_topology::{
-    ContainerSpec, HintFamily, HintProvider, NumaMask, PodSpec, ProviderError, ProviderHints,
-    ResourceHints, TopologyHint,
+    ContainerSpec, FeatureGates, HintFamily, HintProvider, NumaMask, PodSpec, ProviderError,
+    ProviderHints, ResourceHints, TopologyHint,
 };
 
-use crate::assign::{cpus_in_free_cores, take_by_topology};
+use crate::assign::take_by_topology_with;
 use crate::bits::CpuBits;
 use crate::error::CpuManagerError;
+use crate::options::StaticPolicyOptions;
 use crate::pod::PodCpuInfo;
 use crate::state::{CheckpointFile, CpuState};
 use crate::topology::CpuTopology;
@@ -117,38 +123,10 @@ pub struct CpuManagerConfig {
     pub reserved: ReservedCpus,
     /// `cpuManagerPolicyOptions`.
     pub policy_options: BTreeMap<String, String>,
-}
-
-/// Parsed static policy options.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StaticPolicyOptions {
-    /// `full-pcpus-only`: only whole physical cores.
-    pub full_pcpus_only: bool,
-}
-
-impl StaticPolicyOptions {
-    /// Parses the options; the ones upstream knows but devicelet lacks are refused.
-    pub fn parse(options: &BTreeMap<String, String>) -> Result<Self, CpuManagerError> {
-        let mut out = StaticPolicyOptions::default();
-        for (k, v) in options {
-            match k.as_str() {
-                "full-pcpus-only" => {
-                    out.full_pcpus_only = match v.as_str() {
-                        "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
-                        "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
-                        _ => {
-                            return Err(CpuManagerError::BadOptionValue {
-                                option: k.clone(),
-                                value: v.clone(),
-                            });
-                        }
-                    }
-                }
-                other => return Err(CpuManagerError::UnknownOption(other.to_string())),
-            }
-        }
-        Ok(out)
-    }
+    /// `featureGates` (the options' stage gates); `Default` is 1.36.3's defaults.
+    pub feature_gates: FeatureGates,
+    /// `topologyManagerPolicy`, which `align-by-socket` is checked against.
+    pub topology_manager_policy: String,
 }
 
 struct Inner {
@@ -174,6 +152,8 @@ pub struct CpuManager {
     policy: CpuPolicyName,
     options: StaticPolicyOptions,
     reserved: CpuBits,
+    /// Every thread of the cores holding a reserved CPU (`reservedPhysicalCPUs`).
+    reserved_physical: CpuBits,
     checkpoint: CheckpointFile,
     inner: Mutex<Inner>,
     /// The version of `state` the file holds. Held for the whole write (lock order: this, then
@@ -203,17 +183,40 @@ impl CpuManager {
         let policy: CpuPolicyName = config.policy.parse()?;
         let checkpoint = CheckpointFile::new(state_dir, policy.as_str());
         let (options, reserved) = match policy {
-            CpuPolicyName::None => (StaticPolicyOptions::default(), CpuBits::new()),
+            CpuPolicyName::None => {
+                if !config.policy_options.is_empty() {
+                    // Go prints the map with `%v`: sorted `key:value` pairs.
+                    let pairs: Vec<String> = config
+                        .policy_options
+                        .iter()
+                        .map(|(k, v)| format!("{k}:{v}"))
+                        .collect();
+                    return Err(CpuManagerError::NonePolicyOptions(pairs.join(" ")));
+                }
+                (StaticPolicyOptions::default(), CpuBits::new())
+            }
             CpuPolicyName::Static => {
-                let options = StaticPolicyOptions::parse(&config.policy_options)?;
-                (options, Self::pick_reserved(&topology, &config.reserved)?)
+                let options =
+                    StaticPolicyOptions::parse(&config.policy_options, &config.feature_gates)?;
+                options.validate_with_topology(&topology, &config.topology_manager_policy)?;
+                let reserved = Self::pick_reserved(&topology, &config.reserved, &options)?;
+                (options, reserved)
             }
         };
+        let mut reserved_physical = CpuBits::new();
+        for cpu in reserved.iter() {
+            if let Some(core) = topology
+                .info(cpu)
+                .and_then(|i| topology.cores().get(&i.core))
+            {
+                reserved_physical = reserved_physical.union(core);
+            }
+        }
         let restored = checkpoint.load()?;
         let mut changed = restored.is_none();
         let mut state = restored.unwrap_or_default();
         if policy == CpuPolicyName::Static {
-            changed |= Self::validate_state(&topology, &reserved, &mut state)?;
+            changed |= Self::validate_state(&topology, &reserved, &options, &mut state)?;
         }
         if changed {
             checkpoint.store(&state)?;
@@ -223,6 +226,7 @@ impl CpuManager {
             policy,
             options,
             reserved,
+            reserved_physical,
             checkpoint,
             inner: Mutex::new(Inner {
                 state,
@@ -237,6 +241,7 @@ impl CpuManager {
     fn pick_reserved(
         topology: &CpuTopology,
         reserved: &ReservedCpus,
+        options: &StaticPolicyOptions,
     ) -> Result<CpuBits, CpuManagerError> {
         let all = topology.all_cpus();
         match reserved {
@@ -256,7 +261,8 @@ impl CpuManager {
                 Ok(bits)
             }
             ReservedCpus::Count(0) => Err(CpuManagerError::NoReservedCpus),
-            ReservedCpus::Count(n) => match take_by_topology(topology, all, *n) {
+            // The kubelet picks them with the policy's own take, options included.
+            ReservedCpus::Count(n) => match take_by_topology_with(topology, all, *n, options) {
                 Ok(bits) if bits.len() == *n => Ok(bits),
                 Ok(bits) => Err(CpuManagerError::ReserveFailed {
                     got: bits.to_string(),
@@ -270,13 +276,21 @@ impl CpuManager {
         }
     }
 
-    /// The static policy's `validateState`; returns whether the state was initialised.
+    /// The static policy's `validateState`; returns whether the state was initialised. With
+    /// `strict-cpu-reservation` the machine's CPUs minus the reserved ones are what the state
+    /// must account for, and the reserved CPUs must not be in `defaultCpuSet`.
     fn validate_state(
         topology: &CpuTopology,
         reserved: &CpuBits,
+        options: &StaticPolicyOptions,
         state: &mut CpuState,
     ) -> Result<bool, CpuManagerError> {
-        let all = topology.all_cpus();
+        let all = if options.strict_cpu_reservation {
+            topology.all_cpus().difference(reserved)
+        } else {
+            topology.all_cpus().clone()
+        };
+        let all = &all;
         if state.default_cpu_set.is_empty() {
             if !state.assignments.values().all(|c| c.is_empty()) {
                 return Err(CpuManagerError::InvalidState(
@@ -286,7 +300,15 @@ impl CpuManager {
             state.default_cpu_set = all.clone();
             return Ok(true);
         }
-        if !reserved.is_subset_of(&state.default_cpu_set) {
+        if options.strict_cpu_reservation {
+            let present = reserved.intersection(&state.default_cpu_set);
+            if !present.is_empty() {
+                return Err(CpuManagerError::InvalidState(format!(
+                    "some of strictly reserved cpus: \"{}\" are present in defaultCpuSet: \"{}\"",
+                    present, state.default_cpu_set
+                )));
+            }
+        } else if !reserved.is_subset_of(&state.default_cpu_set) {
             return Err(CpuManagerError::InvalidState(format!(
                 "not all reserved cpus: \"{}\" are present in defaultCpuSet: \"{}\"",
                 reserved, state.default_cpu_set
@@ -482,7 +504,13 @@ impl CpuManager {
                     cpus_per_core: per_core,
                 });
             }
-            let physical = cpus_in_free_cores(&self.topology, &available);
+            // `GetAvailablePhysicalCPUs`: the shared pool minus every thread of the reserved
+            // cores (not a count of wholly free cores).
+            let physical = inner
+                .state
+                .default_cpu_set
+                .difference(&self.reserved_physical)
+                .len();
             if count > physical {
                 return Err(CpuManagerError::SmtNotEnoughPhysical {
                     available: physical,
@@ -499,14 +527,20 @@ impl CpuManager {
         let allocatable = available.union(&reusable);
         let mut result = CpuBits::new();
         if let Some(mask) = hint.affinity {
-            let aligned = allocatable.intersection(&self.topology.cpus_in_numa_mask(mask));
+            let region = if self.options.align_by_socket {
+                self.topology.cpus_in_sockets_of_numa_mask(mask)
+            } else {
+                self.topology.cpus_in_numa_mask(mask)
+            };
+            let aligned = allocatable.intersection(&region);
             let take = aligned.len().min(count);
-            result = take_by_topology(&self.topology, &aligned, take)?;
+            result = take_by_topology_with(&self.topology, &aligned, take, &self.options)?;
         }
-        let rest = take_by_topology(
+        let rest = take_by_topology_with(
             &self.topology,
             &allocatable.difference(&result),
             count - result.len(),
+            &self.options,
         )?;
         result = result.union(&rest);
 
@@ -662,13 +696,37 @@ impl CpuManager {
                 break;
             }
         }
-        ResourceHints::Family(HintFamily::new(
-            universe,
-            items,
-            required,
-            request,
-            min_affinity,
-        ))
+        let family = HintFamily::new(universe, items, required, request, min_affinity);
+        if !self.options.align_by_socket {
+            return ResourceHints::Family(family);
+        }
+        // align-by-socket also prefers hints spanning the fewest sockets, which the compact
+        // family cannot say: list the hints as the kubelet does. Beyond 16 NUMA nodes the
+        // listing is refused and the plain family (NUMA-count preference only) is returned.
+        match family.to_hints(16) {
+            Ok(mut hints) => {
+                for h in &mut hints {
+                    if let Some(mask) = h.affinity
+                        && self.is_hint_socket_aligned(mask, min_affinity)
+                    {
+                        h.preferred = true;
+                    }
+                }
+                ResourceHints::Hints(hints)
+            }
+            Err(_) => ResourceHints::Family(family),
+        }
+    }
+
+    /// `isHintSocketAligned`: the hint's NUMA nodes lie on as few sockets as the narrowest
+    /// hint needs.
+    fn is_hint_socket_aligned(&self, mask: NumaMask, min_affinity: usize) -> bool {
+        let per_socket = self.topology.num_numa_nodes() / self.topology.num_sockets().max(1);
+        if per_socket == 0 {
+            return false;
+        }
+        let min_sockets = min_affinity.div_ceil(per_socket);
+        self.topology.sockets_in_numa_mask(mask).len() == min_sockets
     }
 
     fn hints_map(h: ResourceHints) -> ProviderHints {

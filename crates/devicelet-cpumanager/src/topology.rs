@@ -5,8 +5,13 @@
 //! from a machine description ([`CpuMachineConfig`]: sockets × cores × threads, NUMA nodes), or
 //! from an explicit list (tests that mirror upstream's fixed topologies).
 //!
-//! Core ids in sysfs repeat across sockets, so a core is identified by (socket, core_id) and
-//! renumbered densely here.
+//! Core ids in sysfs repeat across sockets, so cadvisor groups threads into a core by (NUMA
+//! node, socket, core_id), and the kubelet names the core by its lowest thread id
+//! (`getUniqueCoreID`); the same is done here, so ties in the allocator's sorts break alike.
+//!
+//! Each CPU also carries its uncore (L3) cache id: cadvisor's first cache above L2 that is not
+//! shared by the whole NUMA node (`UncoreCaches[0].Id`), or, without one, the socket id, as the
+//! kubelet's `getUncoreCacheID` falls back.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +32,8 @@ pub struct CpuInfo {
     pub core: u32,
     /// NUMA node id.
     pub numa: usize,
+    /// Uncore (L3) cache id, or the socket id where the machine reports none.
+    pub uncore_cache: u32,
 }
 
 /// Where sysfs places one logical CPU (`Discover`'s view): `core_id` is per socket, so it
@@ -41,6 +48,8 @@ pub struct CpuPlacement {
     pub core_id: u32,
     /// NUMA node id.
     pub numa: usize,
+    /// Uncore (L3) cache id (`UncoreCaches[0].Id`), or the socket id when cadvisor found none.
+    pub uncore_cache: u32,
 }
 
 /// The machine's CPUs grouped by socket, NUMA node and core.
@@ -51,6 +60,7 @@ pub struct CpuTopology {
     by_socket: BTreeMap<u32, CpuBits>,
     by_numa: BTreeMap<usize, CpuBits>,
     by_core: BTreeMap<u32, CpuBits>,
+    by_uncore: BTreeMap<u32, CpuBits>,
     info: BTreeMap<u32, CpuInfo>,
     numa_mask: NumaMask,
 }
@@ -68,6 +78,11 @@ pub struct CpuMachineConfig {
     /// NUMA nodes in total: a multiple of `sockets` (split each socket) or a divisor of it
     /// (several sockets per node).
     pub numa_nodes: u32,
+    /// Physical cores sharing one L3 (uncore) cache, e.g. 8 on AMD EPYC (a CCX). Must divide
+    /// `coresPerSocket`. Absent, or a cache as large as a NUMA node (cadvisor then files it as
+    /// a node cache): the uncore id is the socket id, as the kubelet falls back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores_per_uncore_cache: Option<u32>,
 }
 
 impl CpuMachineConfig {
@@ -120,6 +135,23 @@ impl CpuMachineConfig {
                 Ok((socket / (s / n)) as usize)
             }
         };
+        // CPUs of one NUMA node, to tell an uncore cache from a node-wide one (cadvisor's
+        // `addCacheInfo` compares the cache's CPU count with the node's).
+        let cpus_per_node = (s as u64 * c as u64 * t as u64) / n as u64;
+        let uncore_of = |socket: u32, core: u32| -> Result<u32, CpuTopologyError> {
+            let Some(k) = self.cores_per_uncore_cache else {
+                return Ok(socket);
+            };
+            if k == 0 || c % k != 0 {
+                return Err(CpuTopologyError::BadMachine(format!(
+                    "{c} cores per socket cannot be split evenly into uncore caches of {k} cores"
+                )));
+            }
+            if k as u64 * t as u64 == cpus_per_node {
+                return Ok(socket);
+            }
+            Ok(socket * (c / k) + core / k)
+        };
         let mut cpus = vec![];
         for thread in 0..t {
             for socket in 0..s {
@@ -129,6 +161,7 @@ impl CpuMachineConfig {
                         socket,
                         core: socket * c + core,
                         numa: node_of(socket, core)?,
+                        uncore_cache: uncore_of(socket, core)?,
                     });
                 }
             }
@@ -148,6 +181,7 @@ impl CpuTopology {
         let mut by_socket: BTreeMap<u32, CpuBits> = BTreeMap::new();
         let mut by_numa: BTreeMap<usize, CpuBits> = BTreeMap::new();
         let mut by_core: BTreeMap<u32, CpuBits> = BTreeMap::new();
+        let mut by_uncore: BTreeMap<u32, CpuBits> = BTreeMap::new();
         let mut numa_mask = NumaMask::EMPTY;
         let mut core_socket: BTreeMap<u32, u32> = BTreeMap::new();
         for c in &cpus {
@@ -169,6 +203,7 @@ impl CpuTopology {
             by_socket.entry(c.socket).or_default().insert(c.id);
             by_numa.entry(c.numa).or_default().insert(c.id);
             by_core.entry(c.core).or_default().insert(c.id);
+            by_uncore.entry(c.uncore_cache).or_default().insert(c.id);
         }
         let mut cpus = cpus;
         cpus.sort_by_key(|c| c.id);
@@ -178,26 +213,32 @@ impl CpuTopology {
             by_socket,
             by_numa,
             by_core,
+            by_uncore,
             info,
             numa_mask,
         })
     }
 
-    /// Builds a topology from sysfs placements, numbering cores densely by (socket, core_id).
+    /// Builds a topology from sysfs placements: threads with the same (NUMA node, socket,
+    /// core_id) form a core (cadvisor's grouping), named by its lowest CPU id (the kubelet's
+    /// `getUniqueCoreID`).
     pub fn from_placements(placements: Vec<CpuPlacement>) -> Result<Self, CpuTopologyError> {
-        let keys: BTreeSet<(u32, u32)> = placements.iter().map(|p| (p.socket, p.core_id)).collect();
-        let dense: BTreeMap<(u32, u32), u32> = keys
-            .into_iter()
-            .enumerate()
-            .map(|(i, k)| (k, i as u32))
-            .collect();
+        let mut lowest: BTreeMap<(usize, u32, u32), u32> = BTreeMap::new();
+        for p in &placements {
+            let slot = lowest.entry((p.numa, p.socket, p.core_id)).or_insert(p.id);
+            *slot = (*slot).min(p.id);
+        }
         let cpus = placements
             .into_iter()
             .map(|p| CpuInfo {
                 id: p.id,
                 socket: p.socket,
-                core: dense.get(&(p.socket, p.core_id)).copied().unwrap_or(0),
+                core: lowest
+                    .get(&(p.numa, p.socket, p.core_id))
+                    .copied()
+                    .unwrap_or(p.id),
                 numa: p.numa,
+                uncore_cache: p.uncore_cache,
             })
             .collect();
         CpuTopology::new(cpus)
@@ -214,6 +255,7 @@ impl CpuTopology {
                     socket: n.id as u32,
                     core: c,
                     numa: n.id,
+                    uncore_cache: n.id as u32,
                 })
             })
             .collect();
@@ -283,6 +325,46 @@ impl CpuTopology {
         self.num_cpus() / self.num_cores().max(1)
     }
 
+    /// The kubelet's `CPUsPerSocket` (`NumCPUs / NumSockets`), the size a free socket has.
+    pub fn cpus_per_socket(&self) -> usize {
+        self.num_cpus() / self.num_sockets().max(1)
+    }
+
+    /// Number of distinct uncore cache ids.
+    pub fn num_uncore_caches(&self) -> usize {
+        self.by_uncore.len()
+    }
+
+    /// The kubelet's `CPUsPerUncore` (`NumCPUs / NumUncoreCache`).
+    pub fn cpus_per_uncore_cache(&self) -> usize {
+        self.num_cpus() / self.num_uncore_caches().max(1)
+    }
+
+    /// CPUs per uncore cache.
+    pub fn uncore_caches(&self) -> &BTreeMap<u32, CpuBits> {
+        &self.by_uncore
+    }
+
+    /// CPUs of the sockets that hold any CPU of the NUMA nodes in `mask` (`align-by-socket`).
+    pub fn cpus_in_sockets_of_numa_mask(&self, mask: NumaMask) -> CpuBits {
+        let mut out = CpuBits::new();
+        for s in self.sockets_in_numa_mask(mask) {
+            if let Some(b) = self.by_socket.get(&s) {
+                out = out.union(b);
+            }
+        }
+        out
+    }
+
+    /// Sockets holding any CPU of the NUMA nodes in `mask` (`SocketsInNUMANodes`).
+    pub fn sockets_in_numa_mask(&self, mask: NumaMask) -> BTreeSet<u32> {
+        self.cpus
+            .iter()
+            .filter(|c| mask.nodes().any(|n| n == c.numa))
+            .map(|c| c.socket)
+            .collect()
+    }
+
     /// NUMA nodes with CPUs, as a mask.
     pub fn numa_mask(&self) -> NumaMask {
         self.numa_mask
@@ -334,6 +416,7 @@ mod tests {
             cores_per_socket: 4,
             threads_per_core: 2,
             numa_nodes: 4,
+            cores_per_uncore_cache: None,
         }
         .to_topology()
         .expect("valid machine");
@@ -357,6 +440,7 @@ mod tests {
                 socket: (id % 4) / 2,
                 core_id: id % 2,
                 numa: ((id % 4) / 2) as usize,
+                uncore_cache: (id % 4) / 2,
             })
             .collect();
         let t = CpuTopology::from_placements(placements).expect("valid");
@@ -379,6 +463,7 @@ mod tests {
             socket,
             core,
             numa: 0,
+            uncore_cache: socket,
         };
         assert!(matches!(
             CpuTopology::new(vec![info(0, 0, 0), info(0, 0, 1)]).expect_err("dup"),
@@ -408,6 +493,7 @@ mod tests {
                 cores_per_socket: c,
                 threads_per_core: t,
                 numa_nodes: n,
+                cores_per_uncore_cache: None,
             }
             .to_topology();
             assert!(

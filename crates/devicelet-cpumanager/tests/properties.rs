@@ -28,6 +28,7 @@ fn topo() -> devicelet_cpumanager::CpuTopology {
         cores_per_socket: 8,
         threads_per_core: 2,
         numa_nodes: 4,
+        cores_per_uncore_cache: None,
     }
     .to_topology()
     .expect("valid")

@@ -202,10 +202,23 @@ fn bad_static_configuration_gives_the_kubelet_errors() {
     let mut cfg = static_config(ReservedCpus::Count(1));
     cfg.policy_options
         .insert("align-by-socket".into(), "true".into());
+    assert_eq!(
+        mk(cfg).expect_err("alpha gate off").to_string(),
+        "CPU Manager Policy Alpha-level Options not enabled, but option \"align-by-socket\" provided"
+    );
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy_options.insert("no-such-option".into(), "true".into());
     assert!(matches!(
-        mk(cfg).expect_err("not implemented"),
+        mk(cfg).expect_err("unknown"),
         CpuManagerError::UnknownOption(_)
     ));
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy = "none".into();
+    cfg.policy_options.insert("full-pcpus-only".into(), "true".into());
+    assert_eq!(
+        mk(cfg).expect_err("none takes no options").to_string(),
+        "None policy: received unsupported options=map[full-pcpus-only:true]"
+    );
     let mut cfg = static_config(ReservedCpus::Count(1));
     cfg.policy_options
         .insert("full-pcpus-only".into(), "yes".into());
@@ -325,6 +338,8 @@ fn none_policy_gives_every_cpu_and_no_hints() {
         policy: "none".into(),
         reserved: ReservedCpus::Count(0),
         policy_options: BTreeMap::new(),
+        feature_gates: devicelet_topology::FeatureGates::default(),
+        topology_manager_policy: "none".into(),
     };
     let m = CpuManager::new(dual_socket_ht(), &cfg, dir.path()).expect("starts");
     alloc(&m, &gu_pod("a", 2000), no_hint()).expect("none allocates nothing");

@@ -55,6 +55,9 @@ pub struct AlignmentConfig {
     /// `cpuManagerPolicyOptions`: full-pcpus-only.
     #[serde(default)]
     pub cpu_manager_policy_options: BTreeMap<String, String>,
+    /// `featureGates` (name → on/off); the resource managers' gates are checked.
+    #[serde(default)]
+    pub feature_gates: BTreeMap<String, bool>,
     /// `reservedSystemCPUs`: CPUs kept for the system (a cpulist such as `0,4`).
     #[serde(default, rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
@@ -88,6 +91,7 @@ impl Default for AlignmentConfig {
             topology_manager_policy_options: BTreeMap::new(),
             cpu_manager_policy: none(),
             cpu_manager_policy_options: BTreeMap::new(),
+            feature_gates: BTreeMap::new(),
             reserved_system_cpus: None,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
@@ -254,6 +258,9 @@ impl Alignment {
             policy: config.cpu_manager_policy.clone(),
             reserved,
             policy_options: config.cpu_manager_policy_options.clone(),
+            feature_gates: devicelet_topology::FeatureGates::from_map(&config.feature_gates)
+                .map_err(|e| field("featureGates", e))?,
+            topology_manager_policy: config.topology_manager_policy.clone(),
         };
         let cpu = CpuManager::new(cpus, &cpu_config, state_dir).map_err(|e| match e {
             CpuManagerError::UnknownOption(_) | CpuManagerError::BadOptionValue { .. } => {

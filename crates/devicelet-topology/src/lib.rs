@@ -15,6 +15,7 @@
 
 pub mod device;
 pub mod error;
+pub mod gates;
 pub mod hint;
 pub mod manager;
 pub mod mask;
@@ -28,6 +29,7 @@ pub use device::{
     device_numa_nodes, filter_by_affinity, has_topology_alignment, resource_hints,
 };
 pub use error::{AdmissionError, ConfigError, CpuListError, DiscoveryError, TopologyError};
+pub use gates::{FeatureGateError, FeatureGates};
 pub use hint::{HintFamily, ProviderHints, ResourceHints, TopologyHint};
 pub use manager::{
     ContainerSpec, HintMerger, HintProvider, PodAdmission, PodSpec, ProviderError, TopologyManager,

@@ -19,6 +19,7 @@ pub fn single_socket_ht() -> CpuTopology {
                 socket: 0,
                 core: id % 4,
                 numa: 0,
+                uncore_cache: 0,
             })
             .collect(),
     )
@@ -34,6 +35,7 @@ pub fn dual_socket_ht() -> CpuTopology {
                 socket: id % 2,
                 core: id % 6,
                 numa: (id % 2) as usize,
+                uncore_cache: id % 2,
             })
             .collect(),
     )
@@ -47,6 +49,7 @@ pub fn dual_socket_multi_numa_ht() -> CpuTopology {
         cores_per_socket: 20,
         threads_per_core: 2,
         numa_nodes: 4,
+        cores_per_uncore_cache: None,
     }
     .to_topology()
     .expect("valid fixture")
@@ -61,6 +64,8 @@ pub fn static_config(reserved: ReservedCpus) -> CpuManagerConfig {
         policy: "static".into(),
         reserved,
         policy_options: BTreeMap::new(),
+        feature_gates: devicelet_topology::FeatureGates::default(),
+        topology_manager_policy: "none".into(),
     }
 }
 
