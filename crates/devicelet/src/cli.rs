@@ -71,6 +71,10 @@ pub enum Command {
     /// are allocated by devicelet's allocator.
     #[command(long_about = SCHEDULER_ABOUT)]
     Scheduler(SchedulerArgs),
+    /// Replay a sequence of pod admissions and removals through the resource managers
+    /// (Topology, CPU, Memory Manager) of a KubeletConfiguration, offline; prints each decision
+    /// and the state files as JSON.
+    Resources(ResourcesArgs),
 }
 
 const SCHEDULER_ABOUT: &str = "A secondary Kubernetes scheduler, in the foreground until \
@@ -468,6 +472,35 @@ pub struct SnapshotArgs {
     /// The scenario file to write (`.json`: JSON, anything else YAML); `-` writes YAML to stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
+}
+
+/// `devicelet resources`.
+#[derive(Debug, Clone, Args)]
+pub struct ResourcesArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub what: ResourcesWhat,
+}
+
+/// `devicelet resources` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ResourcesWhat {
+    /// Admit and remove pods in order (`{"steps":[{"admit": POD}, {"remove": "UID"}]}`, or
+    /// `{"sequences":[{"config": KUBELETCONFIG, "steps": [...]}]}`) and print each decision and
+    /// the state files as JSON.
+    Replay {
+        /// KubeletConfiguration (YAML/JSON) as `serve --config` reads it; the machine comes
+        /// from its `devicelet:` block. Not needed for a file of `sequences`.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The sequence file (JSON).
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// Where the managers write cpu_manager_state and memory_manager_state (default: a
+        /// fresh temporary directory); a batch uses one subdirectory per sequence.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 /// `devicelet state`.

@@ -41,7 +41,8 @@ async fn main() -> std::process::ExitCode {
         | Command::Allocate(_)
         | Command::State(_)
         | Command::Explain(_)
-        | Command::Snapshot(_) => "warn",
+        | Command::Snapshot(_)
+        | Command::Resources(_) => "warn",
     };
     let level = if cli.verbose > 0 {
         "debug"
@@ -72,6 +73,7 @@ async fn main() -> std::process::ExitCode {
         Command::Explain(args) => commands::explain::run(args).await,
         Command::Snapshot(args) => commands::snapshot::run(args).await,
         Command::Scheduler(args) => commands::scheduler::run(args).await,
+        Command::Resources(args) => commands::resources::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

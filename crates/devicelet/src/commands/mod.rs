@@ -8,6 +8,7 @@ pub mod example_plugin;
 pub mod explain;
 pub mod get;
 pub mod remove;
+pub mod resources;
 pub mod scheduler;
 pub mod serve;
 pub mod snapshot;
