@@ -30,7 +30,6 @@ use crate::spew;
 pub const MEMORY_CHECKPOINT_FILE: &str = "memory_manager_state";
 
 const FORMAT: &str = "memory_manager_state";
-const FIELDS_V1: [&str; 4] = ["policyName", "machineState", "entries", "checksum"];
 const FIELDS_V2: [&str; 5] = [
     "policyName",
     "machineState",
