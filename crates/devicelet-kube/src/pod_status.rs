@@ -279,6 +279,35 @@ mod tests {
     }
 
     #[test]
+    fn dra_health_message_is_written_and_a_new_message_alone_changes_the_status() {
+        let health = |message: Option<&str>| {
+            BTreeMap::from([(
+                "app".to_owned(),
+                vec![ResourceStatus {
+                    name: "claim:gpu".into(),
+                    resources: Some(vec![ResourceHealth {
+                        resource_id: "example.com/gpu=gpu-0".into(),
+                        health: Some("Unhealthy".into()),
+                        message: message.map(str::to_owned),
+                    }]),
+                }],
+            )])
+        };
+        let at = "2026-01-01T00:00:00Z";
+        let first = running(&pod(), "127.0.0.1", at, &health(Some("ECC errors")));
+        let entry = &first["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0];
+        assert_eq!(entry["resources"][0]["message"], "ECC errors");
+        // The status manager writes whenever the desired patch differs from the last one sent,
+        // so a message-only change (same health) must change the patch.
+        let second = running(&pod(), "127.0.0.1", at, &health(Some("fan stopped")));
+        assert_ne!(first, second);
+        let none = running(&pod(), "127.0.0.1", at, &health(None));
+        assert_ne!(first, none);
+        let entry = &none["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0];
+        assert!(entry["resources"][0].get("message").is_none(), "{entry}");
+    }
+
+    #[test]
     fn terminal_phases() {
         let mut p = pod();
         assert_eq!(phase(&p), "Pending");
