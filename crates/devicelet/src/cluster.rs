@@ -132,7 +132,9 @@ impl NodeCore for ClusterNode {
                                 .map(|r| ResourceHealth {
                                     resource_id: r.resource_id,
                                     health: Some(r.health),
-                                    ..ResourceHealth::default()
+                                    // 1.36 `message` (DRA only); a change of it alone changes
+                                    // the desired status, so the status manager writes it.
+                                    message: r.message,
                                 })
                                 .collect(),
                         ),

@@ -535,6 +535,80 @@ async fn b17_health_stream_shows_in_get_pods() {
     }
 }
 
+/// The `resources[0]` of the `claim:s` status entry of the only pod in `get pods -o json`.
+fn claim_s_health(pods: &Value) -> Value {
+    pods["pods"][0]["containers"][0]["allocatedResourcesStatus"]
+        .as_array()
+        .and_then(|s| s.iter().find(|e| e["name"] == "claim:s"))
+        .map_or(Value::Null, |e| e["resources"][0].clone())
+}
+
+/// Polls `get pods -o json` until the claim's health entry satisfies `ready`.
+async fn wait_claim_health(node: &Node, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = node.ok(&["get", "pods", "-o", "json"]).await;
+        let entry = claim_s_health(&serde_json::from_str(&out).unwrap());
+        if ready(&entry) {
+            return entry;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: last entry {entry}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn kep4680_dra_health_message_reaches_allocated_resources_status() {
+    let node = Node::start(&[]).await;
+    let (code, out) = node.admit("pod-m", &[("s", "shared", false)]).await;
+    assert_eq!(code, 0, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let device = v["containers"][0]["claims"][0]["device"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let health_file = node.root.path().join("plugins").join(DRIVER).join("health");
+
+    // Healthy without a message: no `message` key (the kubelet leaves it unset).
+    let entry = wait_claim_health(&node, "healthy", |e| e["health"] == "Healthy").await;
+    assert!(entry.get("message").is_none(), "{entry}");
+
+    std::fs::write(
+        &health_file,
+        format!("{device} Unhealthy ECC errors over threshold\n"),
+    )
+    .unwrap();
+    let entry = wait_claim_health(&node, "unhealthy with message", |e| {
+        e["health"] == "Unhealthy"
+    })
+    .await;
+    assert_eq!(entry["message"], "ECC errors over threshold");
+
+    // Same health, only the message changes: reported too.
+    std::fs::write(&health_file, format!("{device} Unhealthy fan stopped\n")).unwrap();
+    wait_claim_health(&node, "new message", |e| e["message"] == "fan stopped").await;
+    let table = node.ok(&["get", "pods"]).await;
+    assert!(table.contains("(fan stopped)"), "{table}");
+
+    // A message over the API's 1024 bytes is cut as the kubelet cuts it.
+    let long = "x".repeat(1500);
+    std::fs::write(&health_file, format!("{device} Unhealthy {long}\n")).unwrap();
+    let entry = wait_claim_health(&node, "truncated message", |e| {
+        e["message"].as_str().is_some_and(|m| m.starts_with('x'))
+    })
+    .await;
+    let message = entry["message"].as_str().unwrap();
+    assert_eq!(message, format!("{}...", "x".repeat(1021)));
+
+    // Healthy again with no message: the message is gone.
+    std::fs::write(&health_file, format!("{device} Healthy\n")).unwrap();
+    let entry = wait_claim_health(&node, "healthy again", |e| e["health"] == "Healthy").await;
+    assert!(entry.get("message").is_none(), "{entry}");
+}
+
 /// A free local TCP address for `--metrics-address`.
 fn free_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -122,18 +122,30 @@ fn claim_cell(claim: &ClaimDeviceView) -> String {
     )
 }
 
+/// Longest DRA health message shown in a table cell (the API allows 1024 bytes; the full text
+/// is in `-o json`).
+const TABLE_MESSAGE_CHARS: usize = 40;
+
 /// `Healthy`, `Unhealthy: id,id` / `Unknown: id,id` naming the devices that are not healthy
-/// (unhealthy first), or `-` without a status (no devices, or an init container).
+/// (unhealthy first), each followed by its DRA health message as ` (message)` when there is
+/// one, or `-` without a status (no devices, or an init container).
 fn health_cell(status: &[devicelet_node::health::ResourceStatus]) -> String {
     if status.is_empty() {
         return "-".to_owned();
     }
-    let ids = |health: &str| -> Vec<&str> {
+    let ids = |health: &str| -> Vec<String> {
         status
             .iter()
             .flat_map(|s| &s.resources)
             .filter(|r| r.health == health)
-            .map(|r| r.resource_id.as_str())
+            .map(|r| match &r.message {
+                Some(m) if m.chars().count() > TABLE_MESSAGE_CHARS => {
+                    let short: String = m.chars().take(TABLE_MESSAGE_CHARS - 3).collect();
+                    format!("{} ({short}...)", r.resource_id)
+                }
+                Some(m) => format!("{} ({m})", r.resource_id),
+                None => r.resource_id.clone(),
+            })
             .collect()
     };
     let parts: Vec<String> = [
@@ -173,5 +185,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn health_cell_shows_dra_messages_of_devices_that_are_not_healthy() {
+        use devicelet_node::health::{ResourceHealth, ResourceStatus};
+        let device = |id: &str, health: &str, message: Option<&str>| ResourceHealth {
+            resource_id: id.to_owned(),
+            health: health.to_owned(),
+            message: message.map(str::to_owned),
+        };
+        let status = [ResourceStatus {
+            name: "claim:gpu".to_owned(),
+            resources: vec![
+                device("a", "Healthy", Some("all good")),
+                device("b", "Unhealthy", Some("ECC errors")),
+                device("c", "Unhealthy", None),
+                device("d", "Unknown", Some(&"z".repeat(100))),
+            ],
+        }];
+        assert_eq!(
+            health_cell(&status),
+            format!(
+                "Unhealthy: b (ECC errors),c; Unknown: d ({}...)",
+                "z".repeat(TABLE_MESSAGE_CHARS - 3)
+            )
+        );
     }
 }
