@@ -15,10 +15,12 @@
 pub mod cpu;
 pub mod error;
 pub mod machine;
+pub mod memory;
 pub mod numa;
 mod sysfs;
 
 pub use cpu::read_cpu_topology;
 pub use error::MachineError;
 pub use machine::{Machine, SYSFS_ROOT, discover};
+pub use memory::read_memory_topology;
 pub use numa::read_numa_topology;
