@@ -111,7 +111,7 @@ func genCase(r *rand.Rand, index int, areas map[string]bool) *Case {
 	if r.Intn(12) == 0 {
 		c.CPUPolicy = "none"
 	}
-	if areas["cpu"] && c.CPUPolicy == "static" {
+	if areas["cpu-options"] && c.CPUPolicy == "static" {
 		opts := map[string]string{}
 		for _, name := range cpuOptionNames {
 			if r.Intn(4) == 0 {
