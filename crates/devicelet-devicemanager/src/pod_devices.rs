@@ -29,6 +29,11 @@ pub struct RunContainerOptions {
     /// exclusive CPUs, else the shared pool. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpuset_cpus: Option<String>,
+    /// The container's memory nodes (`cpuset.mems`) under the Static memory manager policy:
+    /// the NUMA nodes of its memory blocks, comma-separated as the kubelet writes them.
+    /// Absent when its memory is not pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpuset_mems: Option<String>,
 }
 
 /// Merges cached `Allocate` answers (spec §2 D2): first value wins for env and annotation

@@ -48,12 +48,39 @@ pub struct ContainerView {
         skip_serializing_if = "Option::is_none"
     )]
     pub numa_affinity: Option<Vec<usize>>,
+    /// Memory and huge pages pinned to NUMA nodes (Static memory manager policy).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<MemoryView>,
     /// Device-plugin limits, kept for `start`.
     #[serde(skip)]
     pub limits: BTreeMap<String, u64>,
     /// Init, sidecar or app: PodResources lists sidecars and app containers only.
     #[serde(skip, default = "app_container")]
     pub kind: ContainerKind,
+}
+
+/// One memory block of a container (the memory manager's `Block`, PodResources
+/// `ContainerMemory`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryView {
+    /// `memory` or `hugepages-<size>`.
+    #[serde(rename = "type")]
+    pub memory_type: String,
+    /// Bytes.
+    pub size: u64,
+    /// NUMA nodes the block is on.
+    pub numa_nodes: Vec<usize>,
+}
+
+impl From<devicelet_memorymanager::MemoryBlock> for MemoryView {
+    fn from(block: devicelet_memorymanager::MemoryBlock) -> Self {
+        MemoryView {
+            memory_type: block.resource,
+            size: block.size,
+            numa_nodes: block.numa_affinity,
+        }
+    }
 }
 
 fn app_container() -> ContainerKind {

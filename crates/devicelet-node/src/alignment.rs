@@ -26,6 +26,10 @@ use devicelet_cpumanager::{
     ReservedCpus,
 };
 use devicelet_devicemanager::{AdmissionError, ContainerDevices, ContainerRequest, DeviceManager};
+use devicelet_memorymanager::{
+    MemoryBlock, MemoryManager, MemoryManagerConfig, MemoryManagerError, MemoryPolicyName,
+    MemoryTopology, NumaMemory, ReservedMemory,
+};
 use devicelet_topology::{
     ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, PodAdmission, Policy,
     ProviderHints, ScopeName, TopologyManager, pod_effective_limits, resource_hints,
@@ -61,12 +65,26 @@ pub struct AlignmentConfig {
     /// `reservedSystemCPUs`: CPUs kept for the system (a cpulist such as `0,4`).
     #[serde(default, rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
-    /// `kubeReserved` (only `cpu` is read).
+    /// `kubeReserved` (`cpu`, `memory` and `hugepages-<size>` are read).
     #[serde(default)]
     pub kube_reserved: BTreeMap<String, String>,
-    /// `systemReserved` (only `cpu` is read).
+    /// `systemReserved` (`cpu`, `memory` and `hugepages-<size>` are read).
     #[serde(default)]
     pub system_reserved: BTreeMap<String, String>,
+    /// `memoryManagerPolicy`: `None` (default) or `Static`.
+    #[serde(default = "memory_none")]
+    pub memory_manager_policy: String,
+    /// `reservedMemory`: memory and huge pages kept for the system, per NUMA node.
+    #[serde(default)]
+    pub reserved_memory: Vec<MemoryReservation>,
+    /// `evictionHard` (only `memory.available` is read: the kubelet counts it in the memory
+    /// that `reservedMemory` must add up to). Absent: the kubelet's default `100Mi`.
+    #[serde(default)]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    /// `mergeDefaultEvictionSettings`: thresholds `evictionHard` leaves out take the
+    /// kubelet's defaults (so `memory.available` is 100Mi unless set).
+    #[serde(default)]
+    pub merge_default_eviction_settings: bool,
     /// devicelet's extension: where the machine's NUMA layout comes from.
     #[serde(default)]
     pub devicelet: MachineSource,
@@ -83,6 +101,21 @@ fn container() -> String {
     "container".to_owned()
 }
 
+fn memory_none() -> String {
+    "None".to_owned()
+}
+
+/// One `reservedMemory` entry of a KubeletConfiguration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryReservation {
+    /// `numaNode`.
+    pub numa_node: i32,
+    /// `limits`: resource name (`memory`, `hugepages-<size>`) → quantity.
+    #[serde(default)]
+    pub limits: BTreeMap<String, String>,
+}
+
 impl Default for AlignmentConfig {
     fn default() -> Self {
         AlignmentConfig {
@@ -95,6 +128,10 @@ impl Default for AlignmentConfig {
             reserved_system_cpus: None,
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),
+            memory_manager_policy: memory_none(),
+            reserved_memory: Vec::new(),
+            eviction_hard: None,
+            merge_default_eviction_settings: false,
             devicelet: MachineSource::default(),
             ignored: BTreeMap::new(),
         }
@@ -112,6 +149,21 @@ pub struct MachineSource {
     /// Root of the sysfs tree to read (default `/sys`).
     #[serde(default)]
     pub sysfs_root: Option<PathBuf>,
+    /// Memory of every NUMA node of a described `machine` (the Memory Manager's view);
+    /// ignored with sysfs, which has the real amounts.
+    #[serde(default)]
+    pub memory: Option<DescribedMemory>,
+}
+
+/// Memory of each node of a described machine (all nodes alike).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DescribedMemory {
+    /// Memory per NUMA node, a quantity (`16Gi`).
+    pub per_node: String,
+    /// Huge pages per NUMA node: page size (`2Mi`, `1Gi`) → pages.
+    #[serde(default)]
+    pub hugepages_per_node: BTreeMap<String, u64>,
 }
 
 /// Configuration problems, each naming the KubeletConfiguration field at fault.
@@ -136,6 +188,9 @@ pub enum AlignmentError {
     /// The CPU manager's state could not be restored or written.
     #[error("{0}")]
     CpuState(CpuManagerError),
+    /// The memory manager's state could not be restored or written.
+    #[error("{0}")]
+    MemoryState(MemoryManagerError),
 }
 
 /// A pod the Topology Manager refused, or whose CPUs could not be allocated.
@@ -158,6 +213,16 @@ pub enum AlignmentRejection {
         container: String,
         /// Cause.
         source: CpuManagerError,
+    },
+    /// The memory manager failed (`UnexpectedAdmissionError` in the kubelet).
+    #[error(
+        "UnexpectedAdmissionError: container {container:?}: Allocate failed due to {source}, which is unexpected"
+    )]
+    Memory {
+        /// Container name.
+        container: String,
+        /// Cause.
+        source: MemoryManagerError,
     },
 }
 
@@ -186,6 +251,8 @@ pub struct AlignedContainer {
     pub numa_affinity: Option<Vec<usize>>,
     /// Exclusive CPUs (static policy, Guaranteed pod, integer CPU request).
     pub cpus: Option<String>,
+    /// Memory and huge pages pinned to NUMA nodes (Static memory policy, Guaranteed pod).
+    pub memory: Vec<MemoryBlock>,
 }
 
 /// Topology Manager + CPU manager for one node.
@@ -197,6 +264,7 @@ pub struct Alignment {
     topology: Option<TopologyManager>,
     machine: NumaMask,
     cpu: Option<CpuManager>,
+    memory: Option<MemoryManager>,
 }
 
 fn field(field: &'static str, message: impl ToString) -> AlignmentError {
@@ -213,6 +281,7 @@ impl Alignment {
             topology: None,
             machine: NumaMask::EMPTY,
             cpu: None,
+            memory: None,
         }
     }
 
@@ -223,9 +292,14 @@ impl Alignment {
             .cpu_manager_policy
             .parse()
             .map_err(|e| field("cpuManagerPolicy", e))?;
-        let all_none =
-            config.topology_manager_policy == "none" && cpu_policy == CpuPolicyName::None;
-        let (numa, cpus) = match discover(&config.devicelet) {
+        let memory_policy: MemoryPolicyName = config
+            .memory_manager_policy
+            .parse()
+            .map_err(|e| field("memoryManagerPolicy", e))?;
+        let all_none = config.topology_manager_policy == "none"
+            && cpu_policy == CpuPolicyName::None
+            && memory_policy == MemoryPolicyName::None;
+        let (numa, cpus, memory_topology) = match discover(&config.devicelet) {
             Ok(found) => found,
             Err(err) if all_none => {
                 warn!(error = %err, "no NUMA topology; running without topology alignment and CPU manager");
@@ -272,24 +346,32 @@ impl Alignment {
             | CpuManagerError::BadReservedList(..) => field("reservedSystemCPUs", e),
             other => AlignmentError::CpuState(other),
         })?;
+        let memory = start_memory_manager(config, memory_topology, state_dir)?;
         info!(
             topology_manager_policy = %tm.policy().name(),
             scope = ?tm.scope(),
             numa_nodes = numa.node_count(),
             cpu_manager_policy = cpu_policy.as_str(),
             reserved = %cpu.reserved_cpus(),
+            memory_manager_policy = memory_policy.as_str(),
             "resource managers configured"
         );
         Ok(Alignment {
             topology: Some(tm),
             machine: numa.default_mask(),
             cpu: Some(cpu),
+            memory: Some(memory),
         })
     }
 
     /// The CPU manager, when one runs.
     pub fn cpu_manager(&self) -> Option<&CpuManager> {
         self.cpu.as_ref()
+    }
+
+    /// The memory manager, when one runs.
+    pub fn memory_manager(&self) -> Option<&MemoryManager> {
+        self.memory.as_ref()
     }
 
     /// Admits a pod's containers (`requests` in admission order: init, then app containers);
@@ -304,6 +386,9 @@ impl Alignment {
     ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
         if let Some(cpu) = &self.cpu {
             cpu.register_pod(info);
+        }
+        if let Some(memory) = &self.memory {
+            memory.register_pod(info);
         }
         let start = std::time::Instant::now();
         let result = self.admit_inner(manager, info, requests).await;
@@ -349,7 +434,12 @@ impl Alignment {
                         .as_ref()
                         .map(|c| c.pod_hints(pod))
                         .unwrap_or_default();
-                    vec![devices, cpus]
+                    let memory = self
+                        .memory
+                        .as_ref()
+                        .map(|m| m.pod_hints(pod))
+                        .unwrap_or_default();
+                    vec![devices, cpus, memory]
                 })
                 .map_err(|_| {
                     let asked = self.asked(&pod_limits, info.pod_guaranteed_cpus());
@@ -386,7 +476,12 @@ impl Alignment {
                         .as_ref()
                         .map(|c| c.container_hints(pod, spec))
                         .unwrap_or_default();
-                    vec![devices, cpus]
+                    let memory = self
+                        .memory
+                        .as_ref()
+                        .map(|m| m.container_hints(pod, spec))
+                        .unwrap_or_default();
+                    vec![devices, cpus, memory]
                 })
                 .map_err(|_| {
                     let asked =
@@ -426,10 +521,22 @@ impl Alignment {
                     .get(&pod.uid, &request.container)
                     .map(|set| set.to_string());
             }
+            // The kubelet's provider order: devices, CPUs, then memory.
+            let mut memory = Vec::new();
+            if let Some(mm) = &self.memory {
+                mm.assign_container(pod, spec, &hint).map_err(|source| {
+                    AdmitFailure::Rejected(AlignmentRejection::Memory {
+                        container: request.container.clone(),
+                        source,
+                    })
+                })?;
+                memory = mm.memory_blocks(&pod.uid, &request.container);
+            }
             out.push(AlignedContainer {
                 devices,
                 numa_affinity: hint.affinity.map(|m| m.nodes().collect()),
                 cpus,
+                memory,
             });
             self.count_aligned(manager, ScopeName::Container, false);
         }
@@ -529,6 +636,7 @@ impl Alignment {
         self: &Arc<Self>,
         containers: &[ContainerView],
     ) -> Result<(), AlignmentRejection> {
+        self.persist_memory(containers).await?;
         let (Some(cpu), Some(pinned)) = (&self.cpu, containers.iter().find(|c| c.cpus.is_some()))
         else {
             return Ok(());
@@ -553,17 +661,68 @@ impl Alignment {
             })
     }
 
-    /// Frees a pod's CPUs.
+    /// `memory_manager_state` with the blocks [`Alignment::admit`] assigned in memory, as
+    /// [`Alignment::persist_cpus`] writes the CPUs (which calls it first).
+    async fn persist_memory(
+        self: &Arc<Self>,
+        containers: &[ContainerView],
+    ) -> Result<(), AlignmentRejection> {
+        let (Some(memory), Some(pinned)) = (
+            &self.memory,
+            containers.iter().find(|c| !c.memory.is_empty()),
+        ) else {
+            return Ok(());
+        };
+        let path = memory.state_file().to_owned();
+        let this = Arc::clone(self);
+        let written = tokio::task::spawn_blocking(move || {
+            this.memory
+                .as_ref()
+                .map_or(Ok(false), MemoryManager::persist)
+        })
+        .await
+        .unwrap_or_else(|join| {
+            Err(MemoryManagerError::Write {
+                path,
+                detail: format!("write task failed: {join}"),
+            })
+        });
+        written
+            .map(drop)
+            .map_err(|source| AlignmentRejection::Memory {
+                container: pinned.name.clone(),
+                source,
+            })
+    }
+
+    /// Frees a pod's CPUs and memory.
     pub fn remove_pod(&self, pod_uid: &str) {
         if let Some(cpu) = &self.cpu
             && let Err(err) = cpu.remove_pod(pod_uid)
         {
             warn!(pod_uid, error = %err, "cannot free the pod's CPUs");
         }
+        if let Some(memory) = &self.memory
+            && let Err(err) = memory.remove_pod(pod_uid)
+        {
+            warn!(pod_uid, error = %err, "cannot free the pod's memory");
+        }
     }
 
-    /// Frees the CPUs of every pod not in `active` (the CPU manager's `removeStaleState`).
+    /// Frees the CPUs and memory of every pod not in `active` (the CPU and memory managers'
+    /// `removeStaleState`).
     pub fn retain_pods(&self, active: &std::collections::HashSet<String>) {
+        if let Some(memory) = &self.memory {
+            match memory.retain_pods(|uid| active.contains(uid)) {
+                Ok(freed) if freed.is_empty() => {}
+                Ok(freed) => {
+                    info!(pods = ?freed, "freed the memory of pods that are not active")
+                }
+                Err(err) => {
+                    warn!(error = %err, "freed the memory of pods that are not active, but cannot write the memory state")
+                }
+            }
+        }
         let Some(cpu) = &self.cpu else {
             return;
         };
@@ -595,6 +754,31 @@ impl Alignment {
                     .get(pod_uid, container)
                     .map(|s| s.iter().map(i64::from).collect())
             })
+            .unwrap_or_default()
+    }
+
+    /// Memory blocks of a container (PodResources `memory`).
+    pub fn memory_blocks(&self, pod_uid: &str, container: &str) -> Vec<MemoryBlock> {
+        self.memory
+            .as_ref()
+            .map(|m| m.memory_blocks(pod_uid, container))
+            .unwrap_or_default()
+    }
+
+    /// NUMA nodes a container's memory is pinned to (`cpusetMems`); empty when not pinned.
+    pub fn memory_numa_nodes(&self, pod_uid: &str, container: &str) -> Vec<usize> {
+        self.memory
+            .as_ref()
+            .map(|m| m.memory_numa_nodes(pod_uid, container))
+            .unwrap_or_default()
+    }
+
+    /// Allocatable memory per NUMA node (PodResources `GetAllocatableResources`): the Static
+    /// policy's blocks, none under `None`.
+    pub fn allocatable_memory(&self) -> Vec<MemoryBlock> {
+        self.memory
+            .as_ref()
+            .map(MemoryManager::allocatable_memory)
             .unwrap_or_default()
     }
 
@@ -641,8 +825,146 @@ fn reject(
     AdmitFailure::Rejected(AlignmentRejection::TopologyAffinity { detail })
 }
 
+/// The kubelet's default hard eviction threshold for memory (`eviction.DefaultEvictionHard`).
+const DEFAULT_EVICTION_MEMORY_AVAILABLE: &str = "100Mi";
+
+/// The memory part of the kubelet's `GetNodeAllocatableReservation`: `kubeReserved` +
+/// `systemReserved` + the hard eviction threshold for `memory.available` (an absolute
+/// quantity, or a percentage of `memory_capacity`), per resource. `reservedMemory` must add up
+/// to exactly this. The reserved lists are checked as the kubelet's `parseResourceList` checks
+/// them (only cpu, memory, ephemeral-storage and pid may be reserved).
+pub fn memory_reservation(
+    config: &AlignmentConfig,
+    memory_capacity: u64,
+) -> Result<BTreeMap<String, i64>, AlignmentError> {
+    use devicelet_quantity::Quantity;
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for (name, list) in [
+        ("kubeReserved", &config.kube_reserved),
+        ("systemReserved", &config.system_reserved),
+    ] {
+        for (resource, value) in list {
+            if !matches!(
+                resource.as_str(),
+                "cpu" | "memory" | "ephemeral-storage" | "pid"
+            ) {
+                return Err(field(name, format!("cannot reserve {resource:?} resource")));
+            }
+            let q = Quantity::parse(value).map_err(|e| {
+                field(
+                    name,
+                    format!("failed to parse quantity {value:?} for {resource:?} resource: {e}"),
+                )
+            })?;
+            if q.sign() < 0 {
+                return Err(field(
+                    name,
+                    format!("resource quantity for {resource:?} cannot be negative: {value}"),
+                ));
+            }
+            if resource == "memory" {
+                let bytes = i64::try_from(q.value_ceil()).unwrap_or(i64::MAX);
+                let e = out.entry("memory".to_owned()).or_insert(0);
+                *e = e.saturating_add(bytes);
+            }
+        }
+    }
+    // `evictionHard` absent: the kubelet's defaults; present: only what it lists, unless
+    // `mergeDefaultEvictionSettings` fills the gaps (cmd/kubelet/app/server.go).
+    let threshold = match &config.eviction_hard {
+        None => Some(DEFAULT_EVICTION_MEMORY_AVAILABLE.to_owned()),
+        Some(map) => map.get("memory.available").cloned().or_else(|| {
+            config
+                .merge_default_eviction_settings
+                .then(|| DEFAULT_EVICTION_MEMORY_AVAILABLE.to_owned())
+        }),
+    };
+    if let Some(value) = threshold {
+        let bytes = if let Some(pct) = value.trim().strip_suffix('%') {
+            // The kubelet parses the percentage as a float32 fraction and scales the capacity
+            // in float64 (`ParsePercentage`, `GetThresholdQuantity`).
+            let fraction =
+                pct.trim().parse::<f32>().map_err(|e| {
+                    field("evictionHard", format!("memory.available: {value:?}: {e}"))
+                })? / 100.0;
+            (memory_capacity as f64 * f64::from(fraction)) as i64
+        } else {
+            let q = Quantity::parse(&value)
+                .map_err(|e| field("evictionHard", format!("memory.available: {value:?}: {e}")))?;
+            i64::try_from(q.value_ceil()).unwrap_or(i64::MAX)
+        };
+        let e = out.entry("memory".to_owned()).or_insert(0);
+        *e = e.saturating_add(bytes);
+    }
+    Ok(out)
+}
+
+/// Starts the memory manager (`memoryManagerPolicy`, `reservedMemory` checked against the
+/// memory `kubeReserved`, `systemReserved` and `evictionHard` keep) with its state file
+/// `<state_dir>/memory_manager_state`.
+fn start_memory_manager(
+    config: &AlignmentConfig,
+    topology: MemoryTopology,
+    state_dir: &Path,
+) -> Result<MemoryManager, AlignmentError> {
+    let capacity = topology
+        .nodes()
+        .values()
+        .map(|n| n.memory_bytes)
+        .fold(0u64, u64::saturating_add);
+    let memory_config = MemoryManagerConfig {
+        policy: config.memory_manager_policy.clone(),
+        reserved_memory: config
+            .reserved_memory
+            .iter()
+            .map(|r| ReservedMemory {
+                numa_node: i64::from(r.numa_node),
+                limits: r.limits.clone(),
+            })
+            .collect(),
+        node_allocatable_reservation: memory_reservation(config, capacity)?,
+    };
+    MemoryManager::new(topology, &memory_config, state_dir).map_err(|e| {
+        use MemoryManagerError as E;
+        match e {
+            E::UnknownPolicy(_) | E::BestEffortNotSupported => field("memoryManagerPolicy", e),
+            E::ReservedOnMissingNode(_)
+            | E::ReservedMismatch { .. }
+            | E::ReservedNotInteger
+            | E::BadQuantity { .. }
+            | E::NoReservedMemory => field("reservedMemory", e),
+            other => AlignmentError::MemoryState(other),
+        }
+    })
+}
+
+/// The memory of a described machine's nodes; nodes without a description have none.
+fn described_memory(
+    numa: &NumaTopology,
+    memory: Option<&DescribedMemory>,
+) -> Result<MemoryTopology, String> {
+    let mut node = NumaMemory::default();
+    if let Some(memory) = memory {
+        let per_node = devicelet_quantity::Quantity::parse(&memory.per_node)
+            .map_err(|e| format!("memory.perNode {:?}: {e}", memory.per_node))?;
+        node.memory_bytes = u64::try_from(per_node.value_ceil()).unwrap_or(0);
+        for (size, pages) in &memory.hugepages_per_node {
+            let q = devicelet_quantity::Quantity::parse(size)
+                .map_err(|e| format!("memory.hugepagesPerNode {size:?}: {e}"))?;
+            let bytes = u64::try_from(q.value_ceil())
+                .ok()
+                .filter(|b| *b > 0)
+                .ok_or_else(|| format!("memory.hugepagesPerNode {size:?}: not a page size"))?;
+            node.hugepages.insert(bytes, *pages);
+        }
+    }
+    MemoryTopology::new(numa.nodes.iter().map(|n| (n.id, node.clone()))).map_err(|e| e.to_string())
+}
+
 /// Reads the machine: the described one, or sysfs.
-fn discover(source: &MachineSource) -> Result<(NumaTopology, CpuTopology), AlignmentError> {
+fn discover(
+    source: &MachineSource,
+) -> Result<(NumaTopology, CpuTopology, MemoryTopology), AlignmentError> {
     if let Some(machine) = &source.machine {
         let fail = |message: String| AlignmentError::Discovery {
             source_name: "devicelet.machine".into(),
@@ -650,7 +972,8 @@ fn discover(source: &MachineSource) -> Result<(NumaTopology, CpuTopology), Align
         };
         let numa = machine.to_topology().map_err(|e| fail(e.to_string()))?;
         let cpus = CpuTopology::from_numa(&numa).map_err(|e| fail(e.to_string()))?;
-        return Ok((numa, cpus));
+        let memory = described_memory(&numa, source.memory.as_ref()).map_err(fail)?;
+        return Ok((numa, cpus, memory));
     }
     let root = source
         .sysfs_root
@@ -661,5 +984,6 @@ fn discover(source: &MachineSource) -> Result<(NumaTopology, CpuTopology), Align
         message,
     };
     let machine = devicelet_machine::discover(&root).map_err(|e| fail(e.to_string()))?;
-    Ok((machine.numa, machine.cpus))
+    let memory = devicelet_machine::read_memory_topology(&root).map_err(|e| fail(e.to_string()))?;
+    Ok((machine.numa, machine.cpus, memory))
 }

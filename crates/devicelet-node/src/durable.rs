@@ -451,6 +451,7 @@ pub fn restore(
                     allocated_resources_status: Vec::new(),
                     cpus: Default::default(),
                     numa_affinity: Default::default(),
+                    memory: Vec::new(),
                     kind: ContainerKind::App,
                 }
             })
@@ -531,6 +532,9 @@ fn pods_from_records(state: &DeviceState) -> BTreeMap<String, AdmittedPod> {
                 allocated_resources_status: Vec::new(),
                 cpus: c.cpus.clone(),
                 numa_affinity: c.numa_affinity.clone(),
+                // Not in the journal: `memory_manager_state` holds the blocks, and the
+                // admitter fills them in from the memory manager when it restores the pods.
+                memory: Vec::new(),
                 limits: c.limits.clone(),
                 kind: kind_from_name(&c.kind),
             })

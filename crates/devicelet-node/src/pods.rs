@@ -105,7 +105,9 @@ impl PodError {
             PodError::Alignment(AlignmentRejection::TopologyAffinity { .. }) => {
                 "TopologyAffinityError"
             }
-            PodError::Alignment(AlignmentRejection::Cpus { .. }) => "UnexpectedAdmissionError",
+            PodError::Alignment(
+                AlignmentRejection::Cpus { .. } | AlignmentRejection::Memory { .. },
+            ) => "UnexpectedAdmissionError",
             PodError::Durable(DurableError::OwnershipUnknown(_)) => "DeviceOwnershipUnknown",
             PodError::Durable(DurableError::Write(_)) => "CheckpointWriteFailed",
             PodError::Claims(crate::dra::DraNodeError::Allocation(_)) => "ClaimAllocationFailed",
@@ -181,7 +183,17 @@ impl PodAdmitter {
         self.pods = Mutex::new(
             restored
                 .into_iter()
-                .map(|(k, v)| (k, Arc::new(v)))
+                .map(|(uid, mut pod)| {
+                    for c in &mut pod.containers {
+                        c.memory = self
+                            .alignment
+                            .memory_blocks(&uid, &c.name)
+                            .into_iter()
+                            .map(Into::into)
+                            .collect();
+                    }
+                    (uid, Arc::new(pod))
+                })
                 .collect(),
         );
         self
@@ -329,6 +341,7 @@ impl PodAdmitter {
                 allocated_resources_status: Vec::new(),
                 cpus: got.cpus,
                 numa_affinity: got.numa_affinity,
+                memory: got.memory.into_iter().map(Into::into).collect(),
                 limits,
                 kind,
             })
@@ -417,6 +430,12 @@ impl PodAdmitter {
             })?
             .unwrap_or_default();
         options.cpuset_cpus = self.alignment.cpuset_for(uid, container);
+        // The kubelet's PreCreateContainer: the memory manager's nodes, joined with commas.
+        let mems = self.alignment.memory_numa_nodes(uid, container);
+        if !mems.is_empty() {
+            let mems: Vec<String> = mems.iter().map(usize::to_string).collect();
+            options.cpuset_mems = Some(mems.join(","));
+        }
         if let Some(dra) = &self.dra {
             for id in dra.container_cdi_devices(uid, container)? {
                 if !options.cdi_devices.contains(&id) {

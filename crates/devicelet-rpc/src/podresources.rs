@@ -10,7 +10,9 @@
 //!   (spec §2 F1). For allocations the NUMA nodes are those recorded at allocation time.
 //! - `cpu_ids`: a container's exclusive CPUs, and for `GetAllocatableResources` every CPU but
 //!   the reserved ones, both from the static CPU manager (empty under the none policy).
-//! - `memory` stays empty: no memory manager is wired into the daemon yet.
+//! - `memory`: a container's blocks from the memory manager (`Static` policy), and for
+//!   `GetAllocatableResources` the allocatable memory of every NUMA node and resource; empty
+//!   under the `None` policy. Each block lists all its NUMA nodes (`containerMemoryFromBlock`).
 //! - `dynamic_resources`: the prepared devices of the container's claims, one `DynamicResource`
 //!   per claim. Unlike the kubelet (E24, a CDI slice shared across one driver's devices) each
 //!   `ClaimResource` lists only its own device's CDI IDs.
@@ -255,8 +257,7 @@ impl PodResourcesService {
                 name: c.name.clone(),
                 devices: container_devices(held.as_deref(), &c.name),
                 cpu_ids: self.pods.alignment().exclusive_cpus(uid, &c.name),
-                // Memory blocks come from the memory manager, which the daemon lacks.
-                memory: Vec::new(),
+                memory: container_memory(self.pods.alignment().memory_blocks(uid, &c.name)),
                 dynamic_resources: self
                     .pods
                     .dra()
@@ -396,8 +397,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         Ok(Response::new(v1::AllocatableResourcesResponse {
             devices,
             cpu_ids: self.pods.alignment().allocatable_cpus(),
-            // No memory manager yet (see the module header).
-            memory: Vec::new(),
+            memory: container_memory(self.pods.alignment().allocatable_memory()),
         }))
     }
 
@@ -469,6 +469,25 @@ impl v1alpha1::pod_resources_lister_server::PodResourcesLister for PodResourcesS
             pod_resources,
         }))
     }
+}
+
+/// Memory manager blocks as PodResources `ContainerMemory` (the kubelet's
+/// `containerMemoryFromBlock`): every block carries a topology, empty or not.
+fn container_memory(blocks: Vec<devicelet_memorymanager::MemoryBlock>) -> Vec<v1::ContainerMemory> {
+    blocks
+        .into_iter()
+        .map(|b| v1::ContainerMemory {
+            memory_type: b.resource,
+            size: b.size,
+            topology: Some(v1::TopologyInfo {
+                nodes: b
+                    .numa_affinity
+                    .into_iter()
+                    .map(|id| v1::NumaNode { id: id as i64 })
+                    .collect(),
+            }),
+        })
+        .collect()
 }
 
 #[cfg(test)]

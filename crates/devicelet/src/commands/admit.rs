@@ -91,6 +91,7 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
                         |n| n.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
                     ),
                     c.cpus.clone().unwrap_or_else(|| "-".to_owned()),
+                    memory_cell(&c.memory),
                 ]
             })
         })
@@ -104,9 +105,27 @@ pub fn pods_table(pods: &[AdmittedPod]) -> String {
             "HEALTH",
             "NUMA",
             "CPUS",
+            "MEMORY",
         ],
         &rows,
     )
+}
+
+/// Pinned memory: `memory=1Gi@0 hugepages-2Mi=4Mi@0,1` (type, size, NUMA nodes); `-` when
+/// the container's memory is not pinned.
+fn memory_cell(blocks: &[devicelet_node::admitted::MemoryView]) -> String {
+    if blocks.is_empty() {
+        return "-".to_owned();
+    }
+    blocks
+        .iter()
+        .map(|b| {
+            let nodes: Vec<String> = b.numa_nodes.iter().map(usize::to_string).collect();
+            let size = devicelet_kube::node_status::binary_si(b.size);
+            format!("{}={size}@{}", b.memory_type, nodes.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A DRA claim device: `claim:<claim>=<driver>/<pool>/<device>` (health appended unless

@@ -50,6 +50,11 @@ pub async fn run(root_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|c| vec!["cpuset".into(), c.clone()]),
         );
+        rows.extend(
+            o.cpuset_mems
+                .iter()
+                .map(|m| vec!["cpuset-mems".into(), m.clone()]),
+        );
         output::render_table(&["KIND", "VALUE"], &rows)
     })
 }
