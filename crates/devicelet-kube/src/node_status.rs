@@ -213,7 +213,7 @@ pub fn binary_si(bytes: u64) -> String {
     }
     SUFFIXES
         .iter()
-        .find(|(_, shift)| bytes % (1u64 << shift) == 0)
+        .find(|(_, shift)| bytes.is_multiple_of(1u64 << shift))
         .map_or_else(
             || bytes.to_string(),
             |(suffix, shift)| format!("{}{suffix}", bytes >> shift),

@@ -346,6 +346,19 @@ impl Alignment {
             | CpuManagerError::BadReservedList(..) => field("reservedSystemCPUs", e),
             other => AlignmentError::CpuState(other),
         })?;
+        // Memory that cannot be read matters only to the Static policy; `None` pins nothing
+        // and keeps only its state file, as the kubelet does.
+        let memory_topology = match memory_topology {
+            Ok(found) => found,
+            Err(err) if memory_policy == MemoryPolicyName::None => {
+                warn!(error = %err, "cannot read memory per NUMA node; the None memory policy does not need it");
+                described_memory(&numa, None).map_err(|message| AlignmentError::Discovery {
+                    source_name: "NUMA nodes".into(),
+                    message,
+                })?
+            }
+            Err(err) => return Err(err),
+        };
         let memory = start_memory_manager(config, memory_topology, state_dir)?;
         info!(
             topology_manager_policy = %tm.policy().name(),
@@ -962,9 +975,15 @@ fn described_memory(
 }
 
 /// Reads the machine: the described one, or sysfs.
-fn discover(
-    source: &MachineSource,
-) -> Result<(NumaTopology, CpuTopology, MemoryTopology), AlignmentError> {
+/// The machine's NUMA nodes, CPUs and memory; the memory is a result of its own, because only
+/// the Static memory policy needs it.
+type Discovered = (
+    NumaTopology,
+    CpuTopology,
+    Result<MemoryTopology, AlignmentError>,
+);
+
+fn discover(source: &MachineSource) -> Result<Discovered, AlignmentError> {
     if let Some(machine) = &source.machine {
         let fail = |message: String| AlignmentError::Discovery {
             source_name: "devicelet.machine".into(),
@@ -972,7 +991,7 @@ fn discover(
         };
         let numa = machine.to_topology().map_err(|e| fail(e.to_string()))?;
         let cpus = CpuTopology::from_numa(&numa).map_err(|e| fail(e.to_string()))?;
-        let memory = described_memory(&numa, source.memory.as_ref()).map_err(fail)?;
+        let memory = described_memory(&numa, source.memory.as_ref()).map_err(fail);
         return Ok((numa, cpus, memory));
     }
     let root = source
@@ -984,6 +1003,6 @@ fn discover(
         message,
     };
     let machine = devicelet_machine::discover(&root).map_err(|e| fail(e.to_string()))?;
-    let memory = devicelet_machine::read_memory_topology(&root).map_err(|e| fail(e.to_string()))?;
+    let memory = devicelet_machine::read_memory_topology(&root).map_err(|e| fail(e.to_string()));
     Ok((machine.numa, machine.cpus, memory))
 }

@@ -704,10 +704,13 @@ async fn exclusive_cpus_of_a_pod_the_journal_never_admitted_are_freed_at_start()
         "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"",
     );
     let serve = root.serve(&["--config", &cfg]).await;
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "2"]);
+    root.wait_counts(GPU, 2, 2).await;
     let g = admit(&root, "g", "uid-g", &[("main", 0, Some(2))])
         .await
         .unwrap();
     let g_cpus = cpus_of(g["containers"][0]["cpus"].as_str().unwrap());
+    assert_eq!(plugin.terminate().await, 0);
     assert_eq!(serve.terminate().await, 0);
 
     // Hand two shared CPUs to a pod nobody admitted; checksum 0 is accepted unverified, as the
