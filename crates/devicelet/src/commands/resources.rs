@@ -1,6 +1,5 @@
 //! `devicelet resources replay`: a sequence of pod admissions and removals through the node's
-//! resource managers (Topology Manager, CPU Manager and, once the node has one, Memory
-//! Manager), offline. It drives the daemon's own admission path
+//! resource managers (Topology Manager, CPU Manager, Memory Manager), offline. It drives the daemon's own admission path
 //! ([`devicelet_node::PodAdmitter`] over [`devicelet_node::Alignment`], a device manager
 //! without plugins) so that interop/resourcemanagers can replay the same machine and pods
 //! through the kubelet's Go managers (k8s.io/kubernetes `pkg/kubelet/cm/topologymanager`,
@@ -167,7 +166,7 @@ async fn replay(config: &AlignmentConfig, state_dir: &Path, steps: Vec<Step>) ->
         Arc::new(SystemClock),
     );
     let admitter = PodAdmitter::with_alignment(manager, Arc::clone(&alignment));
-    let memory_manager = memory_manager_present(&alignment);
+    let memory_manager = alignment.memory_manager().is_some();
     let mut results = Vec::with_capacity(steps.len());
     for step in steps {
         let mut result = match step {
@@ -225,12 +224,26 @@ fn read_state(dir: &Path, name: &str) -> Option<String> {
     std::fs::read_to_string(dir.join(name)).ok()
 }
 
-/// Whether the node runs a Memory Manager. Until `Alignment` has one, never.
-fn memory_manager_present(_alignment: &Alignment) -> bool {
-    false
-}
-
-/// The memory blocks a container got (none until `Alignment` has a Memory Manager).
-fn container_memory(_alignment: &Alignment, _pod_uid: &str, _container: &str) -> Vec<MemoryBlock> {
-    Vec::new()
+/// The memory blocks a container holds once its pod is admitted, from the Memory Manager's
+/// state: what the kubelet's `GetMemoryNUMANodes` reads when the container starts. An init
+/// container's blocks shrink by what later containers reuse, so this can be less than what
+/// admission first gave it.
+fn container_memory(alignment: &Alignment, pod_uid: &str, container: &str) -> Vec<MemoryBlock> {
+    let Some(memory) = alignment.memory_manager() else {
+        return Vec::new();
+    };
+    memory
+        .state()
+        .blocks(pod_uid, container)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .map(|b| MemoryBlock {
+                    numa_affinity: b.numa_affinity.clone(),
+                    kind: b.resource.clone(),
+                    size: b.size,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
