@@ -14,6 +14,13 @@
 //! [`STATIC_CPUS_PER_NODE`] CPUs each, and admits [`STATIC_PODS`] Guaranteed pods (one CPU and
 //! one device each), so every admission takes an exclusive CPU and changes `cpu_manager_state`.
 //! Only the durable admission figures are printed.
+//!
+//! `ADMISSION_BENCH_CPU_POLICY=aligned` measures a GPU node's full resource managers (issue 26):
+//! `topologyManagerPolicy: single-numa-node`, the static CPU manager and the Static memory
+//! manager on a described machine of [`ALIGNED_NUMA_NODES`] NUMA nodes, with devices spread over
+//! all of them; [`ALIGNED_PODS`] Guaranteed pods each take one device, one exclusive CPU and
+//! 64Mi of memory from one NUMA node, so every admission merges three providers' hints and
+//! writes `cpu_manager_state`, `memory_manager_state` and the journal.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +43,89 @@ const RESOURCE: &str = "example.com/gpu";
 const STATIC_PODS: usize = 2_000;
 /// 2 × 1 025 CPUs: every pod gets one besides the reserved CPU 0.
 const STATIC_CPUS_PER_NODE: u32 = 1_025;
+
+/// NUMA nodes of the aligned run.
+const ALIGNED_NUMA_NODES: usize = 8;
+/// Pods of the aligned run.
+const ALIGNED_PODS: usize = 2_000;
+
+/// `ADMISSION_BENCH_CPU_POLICY=aligned`: device + CPU + memory on one of 8 NUMA nodes.
+fn aligned_policy() -> bool {
+    std::env::var("ADMISSION_BENCH_CPU_POLICY").is_ok_and(|v| v == "aligned")
+}
+
+/// The aligned run (see the module docs).
+async fn aligned_run(clients: usize) {
+    let root = tempfile::Builder::new()
+        .prefix("dl-adm-aligned-")
+        .tempdir_in("/tmp")
+        .expect("temp root");
+    let mut config = DaemonConfig::new(root.path());
+    let a = &mut config.alignment;
+    a.topology_manager_policy = "single-numa-node".into();
+    a.cpu_manager_policy = "static".into();
+    a.reserved_system_cpus = Some("0".into());
+    a.memory_manager_policy = "Static".into();
+    a.kube_reserved = [("memory".to_owned(), "924Mi".to_owned())].into();
+    a.reserved_memory = vec![devicelet_node::alignment::MemoryReservation {
+        numa_node: 0,
+        limits: [("memory".to_owned(), "1Gi".to_owned())].into(),
+    }];
+    // One spare CPU per node beyond the pods' share (CPU 0 is reserved).
+    let cpus_per_node = (ALIGNED_PODS / ALIGNED_NUMA_NODES + 1) as u32;
+    a.devicelet.machine = Some(devicelet_topology::MachineConfig::uniform(
+        ALIGNED_NUMA_NODES,
+        cpus_per_node,
+    ));
+    a.devicelet.memory = Some(devicelet_node::alignment::DescribedMemory {
+        per_node: "64Gi".into(),
+        hugepages_per_node: Default::default(),
+    });
+    let daemon = Daemon::start(config).await.expect("daemon");
+    let devices = (0..ALIGNED_PODS)
+        .map(|i| {
+            devicelet_rpc::test_utils::device(
+                &format!("gpu-{i}"),
+                "Healthy",
+                Some(vec![(i % ALIGNED_NUMA_NODES) as i64]),
+            )
+        })
+        .collect();
+    StaticDevicePlugin::new(devices)
+        .with_device_envs()
+        .serve(&daemon.paths().device_plugins.join("gpu.sock"))
+        .expect("serve plugin");
+    register_and_wait(
+        &daemon,
+        "gpu.sock",
+        RESOURCE,
+        ALIGNED_PODS as u64,
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("register the plugin");
+    let pods: Arc<Vec<Pod>> = Arc::new((0..ALIGNED_PODS).map(guaranteed_pod).collect());
+    let admitter = daemon.pods().clone();
+    let (latencies, total) = admit_all(admitter.clone(), pods, 0..ALIGNED_PODS, clients).await;
+    report("admission_durable_aligned_8numa", &latencies, total, clients);
+    let alignment = admitter.alignment();
+    let pinned = alignment
+        .memory_manager()
+        .expect("memory manager")
+        .assignments()
+        .len();
+    assert_eq!(pinned, ALIGNED_PODS, "every pod's memory pinned");
+    println!(
+        "FIGURE admission_durable_aligned_8numa_state numa_nodes={ALIGNED_NUMA_NODES} memory_pinned_pods={pinned} exclusive_cpu_pods={}",
+        alignment
+            .cpu_manager()
+            .expect("CPU manager")
+            .state()
+            .assignments
+            .len()
+    );
+    daemon.shutdown().await.expect("clean stop");
+}
 
 /// `ADMISSION_BENCH_CPU_POLICY=static`: the static CPU manager variant.
 fn static_cpu_policy() -> bool {
@@ -194,6 +284,9 @@ fn main() {
     runtime.block_on(async {
         if static_cpu_policy() {
             return static_cpu_run(clients()).await;
+        }
+        if aligned_policy() {
+            return aligned_run(clients()).await;
         }
         let root = tempfile::Builder::new()
             .prefix("dl-adm-")
