@@ -2,8 +2,11 @@
 //! child processes, the inventory printed, one device flipped unhealthy through the plugin's
 //! health file and the inventory printed again, the sample pods of `examples/pods` admitted
 //! (devices, runtime settings, a rejection with its reason), the example DRA driver with the
-//! objects and pod of `examples/dra` (claims allocated, prepared into CDI specs, released), then a clean stop (SIGTERM to both children,
-//! both must exit 0). Child logs go to files in the temporary root.
+//! objects and pod of `examples/dra` (claims allocated, prepared into CDI specs, released), a
+//! second node running `examples/kubelet/gpu-node.yaml` (Topology, CPU and Memory Manager) on a
+//! described two-NUMA machine with a pod whose GPU, CPUs, memory and huge pages share one NUMA
+//! node, then a clean stop (SIGTERM to every child, each must exit 0). Child logs go to files
+//! in the temporary root.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -97,6 +100,7 @@ async fn demo(root: &Path) -> anyhow::Result<()> {
     let mut driver = dra_demo(&exe, &control, root).await?;
 
     stop(&mut driver, "example DRA driver").await?;
+    aligned_demo(&exe, root).await?;
     stop(&mut plugin, "example plugin").await?;
     stop(&mut serve, "devicelet serve").await?;
     if paths.kubelet_socket.exists() || paths.control_socket.exists() {
@@ -227,6 +231,89 @@ async fn dra_demo(exe: &Path, control: &ControlClient, root: &Path) -> anyhow::R
         "\n$ devicelet remove {uid}\npod {uid} removed; claims unprepared (CDI files removed)\n"
     );
     Ok(driver)
+}
+
+/// A GPU node's resource managers: `examples/kubelet/gpu-node.yaml` (single-numa-node, static
+/// CPUs with strict-cpu-reservation, Static memory) on a described machine of two NUMA nodes,
+/// the example plugin's GPUs on both, and `examples/pods/aligned-gpu.yaml` admitted: its GPU,
+/// exclusive CPUs, memory and huge pages come from one node, and `start` pins both.
+async fn aligned_demo(exe: &Path, root: &Path) -> anyhow::Result<()> {
+    const CONFIG: &str = include_str!("../../../examples/kubelet/gpu-node.yaml");
+    const POD: &str = include_str!("../../../examples/pods/aligned-gpu.yaml");
+    const MACHINE: &str = "devicelet:\n  machine: {nodes: 2, cpusPerNode: 8}\n  memory: {perNode: 16Gi, hugepagesPerNode: {2Mi: 1024}}\n";
+    let node_root = root.join("gpu-node");
+    std::fs::create_dir_all(&node_root)
+        .with_context(|| format!("create {}", node_root.display()))?;
+    let config = node_root.join("kubelet.yaml");
+    std::fs::write(&config, format!("{CONFIG}{MACHINE}"))
+        .with_context(|| format!("write {}", config.display()))?;
+    let paths = RootPaths::new(&node_root);
+    let control = ControlClient::new(&paths.control_socket);
+    let config_arg = config.to_string_lossy().into_owned();
+    let mut serve = spawn(
+        exe,
+        &node_root,
+        "serve.log",
+        &["serve", "--config", &config_arg],
+    )?;
+    wait_for(&control, "the GPU node to answer", |_| true)
+        .await
+        .inspect_err(|_| show_log(&node_root, "serve.log"))?;
+    println!(
+        "$ devicelet serve --root-dir {} --config examples/kubelet/gpu-node.yaml   (running, pid {})\n  \
+         machine described in the demo: 2 NUMA nodes of 8 CPUs, 16Gi and 1024 huge pages of 2Mi each",
+        node_root.display(),
+        pid(&serve)?
+    );
+    let plugin_args = [
+        "example-plugin",
+        "--resource",
+        RESOURCE,
+        "--devices",
+        "4",
+        "--numa-nodes",
+        "2",
+    ];
+    let mut plugin = spawn(exe, &node_root, "plugin.log", &plugin_args)?;
+    wait_for(&control, "the GPU node's 4 devices", |s| {
+        s.resource(RESOURCE).is_some_and(|r| r.allocatable == 4)
+    })
+    .await
+    .inspect_err(|_| show_log(&node_root, "plugin.log"))?;
+    println!("$ devicelet {}   (running)", plugin_args.join(" "));
+
+    let mut pod = crate::commands::admit::parse_pod(POD).context("sample pod aligned-gpu")?;
+    pod.metadata.uid = Some("demo-aligned".to_owned());
+    let admitted = control
+        .admit(serde_json::to_vec(&pod)?.into())
+        .await
+        .context("admit sample pod aligned-gpu")?;
+    println!("\n$ devicelet admit -f examples/pods/aligned-gpu.yaml");
+    print!(
+        "{}",
+        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
+    );
+    let options = control
+        .start("demo-aligned", "trainer")
+        .await
+        .context("start container trainer")?;
+    println!(
+        "\n$ devicelet start demo-aligned trainer   (cpuset and cpuset-mems: what the runtime pins)"
+    );
+    print!("{}", crate::commands::start::options_table(&options));
+    if options.cpuset_mems.is_none() || options.cpuset_cpus.is_none() {
+        bail!("the aligned pod's CPUs or memory were not pinned: {options:?}");
+    }
+    control
+        .remove("demo-aligned")
+        .await
+        .context("remove the aligned pod")?;
+    println!(
+        "\n$ devicelet remove demo-aligned\npod demo-aligned removed; CPUs and memory freed\n"
+    );
+    stop(&mut plugin, "GPU node's example plugin").await?;
+    stop(&mut serve, "GPU node's devicelet serve").await?;
+    Ok(())
 }
 
 fn spawn(exe: &Path, root: &Path, log: &str, args: &[&str]) -> anyhow::Result<Child> {

@@ -192,3 +192,24 @@ async fn memory_configurations_the_kubelet_refuses_are_refused_with_its_message(
     let serve = root.serve(&["--config", &cfg]).await;
     assert_eq!(serve.terminate().await, 0);
 }
+
+/// `examples/kubelet/gpu-node.yaml` as shipped starts a daemon on this machine's own sysfs
+/// (the README and docs point newcomers at it), and its memory manager writes its state.
+#[tokio::test]
+async fn the_gpu_node_example_configuration_starts_on_this_machine() {
+    let root = Root::new();
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/kubelet/gpu-node.yaml"
+    );
+    let serve = root.serve(&["--config", example]).await;
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(root.path().join("memory_manager_state")).unwrap())
+            .unwrap();
+    assert_eq!(state["policyName"], "Static", "{state}");
+    let cpu: Value =
+        serde_json::from_slice(&std::fs::read(root.path().join("cpu_manager_state")).unwrap())
+            .unwrap();
+    assert_eq!(cpu["policyName"], "static", "{cpu}");
+    assert_eq!(serve.terminate().await, 0);
+}
