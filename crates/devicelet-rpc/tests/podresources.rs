@@ -334,6 +334,105 @@ async fn cpu_ids_are_exclusive_cpus_and_allocatable_cpus_under_the_static_policy
     daemon.shutdown().await.unwrap();
 }
 
+/// The Static memory manager's blocks in List, Get and GetAllocatableResources, each with its
+/// NUMA nodes (`containerMemoryFromBlock`), on a described 2-node machine.
+#[tokio::test]
+async fn memory_blocks_and_allocatable_memory_under_the_static_memory_policy() {
+    let root = tempfile::Builder::new()
+        .prefix("dl-podres-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let mut config = DaemonConfig::new(root.path());
+    config.plugin_watcher = false;
+    let a = &mut config.alignment;
+    a.topology_manager_policy = "single-numa-node".into();
+    a.memory_manager_policy = "Static".into();
+    a.reserved_memory = vec![devicelet_node::alignment::MemoryReservation {
+        numa_node: 1,
+        limits: [("memory".to_owned(), "100Mi".to_owned())].into(),
+    }];
+    a.devicelet.machine = Some(devicelet_topology::MachineConfig::uniform(2, 2));
+    a.devicelet.memory = Some(devicelet_node::alignment::DescribedMemory {
+        per_node: "2Gi".into(),
+        hugepages_per_node: [("2Mi".to_owned(), 8)].into(),
+    });
+    let daemon = Daemon::start(config).await.unwrap();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "g", "namespace": "team", "uid": "uid-g"},
+        "spec": {"containers": [{"name": "app", "resources": {"limits": {
+            "cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"}}}]}
+    }))
+    .unwrap();
+    daemon.pods().admit(&pod).await.unwrap();
+    let mut v1_client =
+        v1::pod_resources_lister_client::PodResourcesListerClient::new(client(&daemon).await);
+    let nodes = |m: &v1::ContainerMemory| -> Vec<i64> {
+        m.topology
+            .as_ref()
+            .unwrap()
+            .nodes
+            .iter()
+            .map(|n| n.id)
+            .collect()
+    };
+    let list = v1_client
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let memory = &list.pod_resources[0].containers[0].memory;
+    let got: Vec<(String, u64, Vec<i64>)> = memory
+        .iter()
+        .map(|m| (m.memory_type.clone(), m.size, nodes(m)))
+        .collect();
+    // Node 0: nothing reserved there, so the narrowest preferred hint is node 0.
+    assert_eq!(
+        got,
+        [
+            ("hugepages-2Mi".to_owned(), 4 << 20, vec![0]),
+            ("memory".to_owned(), 1 << 30, vec![0]),
+        ]
+    );
+    let one = v1_client
+        .get(v1::GetPodResourcesRequest {
+            pod_name: "g".into(),
+            pod_namespace: "team".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(one.pod_resources.unwrap().containers[0].memory, *memory);
+    let alloc = v1_client
+        .get_allocatable_resources(v1::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let allocatable: Vec<(String, u64, Vec<i64>)> = alloc
+        .memory
+        .iter()
+        .map(|m| (m.memory_type.clone(), m.size, nodes(m)))
+        .collect();
+    // Per node: 2Gi less the 16Mi of huge pages, and node 1's 100Mi reserved.
+    assert!(
+        allocatable.contains(&("memory".to_owned(), (2 << 30) - (16 << 20), vec![0])),
+        "{allocatable:?}"
+    );
+    assert!(
+        allocatable.contains(&(
+            "memory".to_owned(),
+            (2 << 30) - (16 << 20) - (100 << 20),
+            vec![1]
+        )),
+        "{allocatable:?}"
+    );
+    assert!(
+        allocatable.contains(&("hugepages-2Mi".to_owned(), 16 << 20, vec![0])),
+        "{allocatable:?}"
+    );
+    daemon.shutdown().await.unwrap();
+}
+
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
