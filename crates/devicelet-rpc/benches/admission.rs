@@ -107,7 +107,12 @@ async fn aligned_run(clients: usize) {
     let pods: Arc<Vec<Pod>> = Arc::new((0..ALIGNED_PODS).map(guaranteed_pod).collect());
     let admitter = daemon.pods().clone();
     let (latencies, total) = admit_all(admitter.clone(), pods, 0..ALIGNED_PODS, clients).await;
-    report("admission_durable_aligned_8numa", &latencies, total, clients);
+    report(
+        "admission_durable_aligned_8numa",
+        &latencies,
+        total,
+        clients,
+    );
     let alignment = admitter.alignment();
     let pinned = alignment
         .memory_manager()
