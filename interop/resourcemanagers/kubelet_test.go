@@ -11,6 +11,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"sync"
 
 	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
@@ -28,6 +29,8 @@ import (
 )
 
 var quiet = logr.Discard()
+
+var buildLock sync.Mutex
 
 // kubeletNode is one node's resource managers, fresh per sequence.
 type kubeletNode struct {
@@ -144,6 +147,9 @@ func setFeatureGates(gates map[string]bool) error {
 // cm/container_manager_linux.go, cpu_manager.go NewManager, memory_manager.go NewManager);
 // an error is a configuration the kubelet refuses.
 func newKubeletNode(c *Case, dir string) (*kubeletNode, error) {
+	// The gates are process-wide; the policies read the option gates only when built.
+	buildLock.Lock()
+	defer buildLock.Unlock()
 	if err := setFeatureGates(c.FeatureGates); err != nil {
 		return nil, fmt.Errorf("featureGates: %w", err)
 	}
