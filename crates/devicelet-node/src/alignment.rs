@@ -337,9 +337,13 @@ impl Alignment {
             topology_manager_policy: config.topology_manager_policy.clone(),
         };
         let cpu = CpuManager::new(cpus, &cpu_config, state_dir).map_err(|e| match e {
-            CpuManagerError::UnknownOption(_) | CpuManagerError::BadOptionValue { .. } => {
-                field("cpuManagerPolicyOptions", e)
-            }
+            CpuManagerError::UnknownOption(_)
+            | CpuManagerError::BadOptionValue { .. }
+            | CpuManagerError::OptionGateDisabled { .. }
+            | CpuManagerError::IncompatibleOptions { .. }
+            | CpuManagerError::AlignBySocketWithSingleNumaNode
+            | CpuManagerError::AlignBySocketMoreSocketsThanNuma
+            | CpuManagerError::NonePolicyOptions(_) => field("cpuManagerPolicyOptions", e),
             CpuManagerError::NoReservedCpus
             | CpuManagerError::ReserveFailed { .. }
             | CpuManagerError::ReservedNotOnMachine { .. }
