@@ -332,6 +332,7 @@ fn the_node_core_and_the_managers_carry_no_wire() {
         "devicelet-node",
         "devicelet-devicemanager",
         "devicelet-cpumanager",
+        "devicelet-memorymanager",
         "devicelet-dra",
         "devicelet-checkpoint",
         "devicelet-topology",
