@@ -209,7 +209,9 @@ impl<'a> Accumulator<'a> {
             .filter(|s| self.free_of(sockets, s) == per_socket)
             .collect();
         for s in free {
-            let Some(cpus) = sockets.get(&s) else { continue };
+            let Some(cpus) = sockets.get(&s) else {
+                continue;
+            };
             if self.needs_at_least(cpus.len()) {
                 self.take(cpus);
             }
@@ -252,10 +254,12 @@ impl<'a> Accumulator<'a> {
             }
         }
         // Upstream tests oddness with `% 2`, not with the SMT level, and drops the highest CPU.
-        if self.needed % 2 != 0 && per_core > 1 && cpus.len() as isize > self.needed {
-            if let Some(last) = cpus.iter().last() {
-                cpus.remove(last);
-            }
+        if self.needed % 2 != 0
+            && per_core > 1
+            && cpus.len() as isize > self.needed
+            && let Some(last) = cpus.iter().last()
+        {
+            cpus.remove(last);
         }
         if self.needed == cpus.len() as isize {
             self.take(&cpus);
@@ -536,6 +540,28 @@ pub fn take_distributed(
     let numa_cpus = topo.numa_nodes();
     let numas = acc.sort_numa_nodes();
     let free_in = |acc: &Accumulator, n: usize| acc.free_of(numa_cpus, &n);
+    // The search below does not take anything: count each node's available CPUs once. NUMA
+    // ids are below 64 (`NumaMask`), so plain arrays indexed by id hold the counts.
+    let mut free_count = [0usize; 64];
+    for &n in &numas {
+        if n < 64 {
+            free_count[n] = free_in(&acc, n);
+        }
+    }
+    let count_of = |n: usize| free_count.get(n).copied().unwrap_or(0);
+    // Upstream's `availableAfterAllocation` map has one key per available node; the balance
+    // is computed over them (in id order here; Go's map order only changes float rounding).
+    let keys: Vec<usize> = numas
+        .iter()
+        .copied()
+        .collect::<BTreeSet<usize>>()
+        .into_iter()
+        .filter(|&n| n < 64)
+        .collect();
+    let balance_of = |after: &[usize; 64]| -> f64 {
+        let values: Vec<usize> = keys.iter().map(|&n| after[n]).collect();
+        standard_deviation(&values)
+    };
     let (min_nodes, max_nodes) = acc.numa_nodes_needed(group);
     for k in min_nodes..=max_nodes {
         let mut best_balance = f64::MAX;
@@ -546,22 +572,21 @@ pub fn take_distributed(
                 return true;
             }
             let combo = combo_slice.to_vec();
-            let in_combo: usize = combo.iter().map(|&n| free_in(&acc, n)).sum();
+            let in_combo: usize = combo.iter().map(|&n| count_of(n)).sum();
             if in_combo < count {
                 return false;
             }
-            let groups: usize = combo.iter().map(|&n| free_in(&acc, n) / group).sum();
+            let groups: usize = combo.iter().map(|&n| count_of(n) / group).sum();
             if groups * group < count {
                 return false;
             }
             let distribution = (count / combo.len() / group) * group;
-            if combo.iter().any(|&n| free_in(&acc, n) < distribution) {
+            if combo.iter().any(|&n| count_of(n) < distribution) {
                 return false;
             }
-            // Free CPUs per node after the even share (keys: every available node).
-            let mut after: BTreeMap<usize, usize> =
-                numas.iter().map(|&n| (n, free_in(&acc, n))).collect();
-            for n in &combo {
+            // Free CPUs per node after the even share.
+            let mut after = free_count;
+            for &n in &combo {
                 if let Some(v) = after.get_mut(n) {
                     *v -= distribution;
                 }
@@ -570,26 +595,29 @@ pub fn take_distributed(
             let remainder_nodes: Vec<usize> = combo
                 .iter()
                 .copied()
-                .filter(|n| after.get(n).copied().unwrap_or(0) >= group)
+                .filter(|&n| after.get(n).copied().unwrap_or(0) >= group)
                 .collect();
             let mut best_local = f64::MAX;
             let mut best_local_remainder: Option<GoSlice> = None;
             if remainder == 0 {
-                best_local = standard_deviation(&after.values().copied().collect::<Vec<_>>());
+                best_local = balance_of(&after);
             }
             let mut size = remainder_nodes.len();
             while remainder > 0 && size >= 1 {
                 iterate_combinations(&remainder_nodes, size, &mut |subset_slice| {
                     let subset = subset_slice.to_vec();
                     let mut left = remainder;
-                    let mut after = after.clone();
-                    let room: usize = subset.iter().map(|n| after.get(n).copied().unwrap_or(0)).sum();
+                    let mut after = after;
+                    let room: usize = subset
+                        .iter()
+                        .map(|&n| after.get(n).copied().unwrap_or(0))
+                        .sum();
                     if room < left {
                         return false;
                     }
                     while left > 0 {
                         let before = left;
-                        for n in &subset {
+                        for &n in &subset {
                             if left == 0 {
                                 break;
                             }
@@ -605,7 +633,7 @@ pub fn take_distributed(
                             return false;
                         }
                     }
-                    let balance = standard_deviation(&after.values().copied().collect::<Vec<_>>());
+                    let balance = balance_of(&after);
                     if balance < best_local {
                         best_local = balance;
                         best_local_remainder = Some(subset_slice.clone());
@@ -632,8 +660,8 @@ pub fn take_distributed(
                 .get(&n)
                 .map_or_else(CpuBits::new, |c| c.intersection(&acc.free));
             // Upstream ignores a failure here and takes nothing.
-            let cpus = take_packed(topo, &in_node, distribution, strategy, false)
-                .unwrap_or_default();
+            let cpus =
+                take_packed(topo, &in_node, distribution, strategy, false).unwrap_or_default();
             acc.take(&cpus);
         }
         let mut remainder = count - distribution * best_combo.len();

@@ -92,7 +92,9 @@ pub enum CpuManagerError {
         value: String,
     },
     /// An option whose stage gate is off (`CheckPolicyOptionAvailable`).
-    #[error("CPU Manager Policy {level}-level Options not enabled, but option \"{option}\" provided")]
+    #[error(
+        "CPU Manager Policy {level}-level Options not enabled, but option \"{option}\" provided"
+    )]
     OptionGateDisabled {
         /// `Alpha` or `Beta`.
         level: &'static str,

@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use devicelet_topology::FeatureGates;
-use devicelet_topology::gates::{CPU_MANAGER_POLICY_ALPHA_OPTIONS, CPU_MANAGER_POLICY_BETA_OPTIONS};
+use devicelet_topology::gates::{
+    CPU_MANAGER_POLICY_ALPHA_OPTIONS, CPU_MANAGER_POLICY_BETA_OPTIONS,
+};
 
 use crate::error::CpuManagerError;
 use crate::topology::CpuTopology;
@@ -209,14 +211,18 @@ mod tests {
         );
         let mut no_beta = FeatureGates::default();
         no_beta.set(CPU_MANAGER_POLICY_BETA_OPTIONS, false);
-        let e = StaticPolicyOptions::parse(&opts(&[(DISTRIBUTE_CPUS_ACROSS_NUMA, "true")]), &no_beta)
-            .expect_err("beta off");
+        let e =
+            StaticPolicyOptions::parse(&opts(&[(DISTRIBUTE_CPUS_ACROSS_NUMA, "true")]), &no_beta)
+                .expect_err("beta off");
         assert_eq!(
             e.to_string(),
             "CPU Manager Policy Beta-level Options not enabled, but option \"distribute-cpus-across-numa\" provided"
         );
         let e = StaticPolicyOptions::parse(&opts(&[("bogus", "true")]), &d).expect_err("unknown");
-        assert_eq!(e.to_string(), "unknown CPU Manager Policy option: \"bogus\"");
+        assert_eq!(
+            e.to_string(),
+            "unknown CPU Manager Policy option: \"bogus\""
+        );
         let e = StaticPolicyOptions::parse(&opts(&[(STRICT_CPU_RESERVATION, "yes")]), &d)
             .expect_err("bad bool");
         assert_eq!(
@@ -231,8 +237,14 @@ mod tests {
         for (a, b) in [
             (FULL_PCPUS_ONLY, DISTRIBUTE_CPUS_ACROSS_CORES),
             (DISTRIBUTE_CPUS_ACROSS_NUMA, DISTRIBUTE_CPUS_ACROSS_CORES),
-            (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_CORES),
-            (PREFER_ALIGN_CPUS_BY_UNCORECACHE, DISTRIBUTE_CPUS_ACROSS_NUMA),
+            (
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_CORES,
+            ),
+            (
+                PREFER_ALIGN_CPUS_BY_UNCORECACHE,
+                DISTRIBUTE_CPUS_ACROSS_NUMA,
+            ),
         ] {
             let e = StaticPolicyOptions::parse(&opts(&[(a, "true"), (b, "true")]), &g)
                 .expect_err("refused");

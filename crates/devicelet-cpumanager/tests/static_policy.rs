@@ -207,14 +207,16 @@ fn bad_static_configuration_gives_the_kubelet_errors() {
         "CPU Manager Policy Alpha-level Options not enabled, but option \"align-by-socket\" provided"
     );
     let mut cfg = static_config(ReservedCpus::Count(1));
-    cfg.policy_options.insert("no-such-option".into(), "true".into());
+    cfg.policy_options
+        .insert("no-such-option".into(), "true".into());
     assert!(matches!(
         mk(cfg).expect_err("unknown"),
         CpuManagerError::UnknownOption(_)
     ));
     let mut cfg = static_config(ReservedCpus::Count(1));
     cfg.policy = "none".into();
-    cfg.policy_options.insert("full-pcpus-only".into(), "true".into());
+    cfg.policy_options
+        .insert("full-pcpus-only".into(), "true".into());
     assert_eq!(
         mk(cfg).expect_err("none takes no options").to_string(),
         "None policy: received unsupported options=map[full-pcpus-only:true]"
