@@ -114,3 +114,94 @@ fn a_cpu_on_two_nodes_or_a_missing_tree_is_refused() {
         MachineError::Io { ref path, .. } if path.ends_with("devices/system/node")
     ));
 }
+
+/// One socket, one NUMA node, 4 cores × 2 threads (cpu c and c+4 are siblings). Each CPU gets
+/// L1d/L1i/L2 private caches and an L3 shared by `l3_cores` cores (ids 10, 11, ...); cores
+/// listed in `no_cache` have no `cache` directory.
+fn cache_tree(root: &Path, l3_cores: u32, no_cache: &[u32]) {
+    write(root, "devices/system/node/node0/cpulist", "0-7\n");
+    write(root, "devices/system/node/node0/distance", "10\n");
+    for cpu in 0..8u32 {
+        let core = cpu % 4;
+        let topo = format!("devices/system/cpu/cpu{cpu}/topology");
+        write(root, &format!("{topo}/physical_package_id"), "3\n");
+        write(root, &format!("{topo}/core_id"), &format!("{core}\n"));
+        if no_cache.contains(&core) {
+            continue;
+        }
+        let siblings = (1u32 << core) | (1u32 << (core + 4));
+        let group = core / l3_cores;
+        let mut l3_mask = 0u32;
+        for c in 0..4u32 {
+            if c / l3_cores == group {
+                l3_mask |= (1 << c) | (1 << (c + 4));
+            }
+        }
+        let caches = [
+            (1, "Data", 32, core, siblings),
+            (1, "Instruction", 32, core, siblings),
+            (2, "Unified", 1024, core, siblings),
+            (3, "Unified", 32768, 10 + group, l3_mask),
+        ];
+        for (k, (level, kind, size, id, mask)) in caches.iter().enumerate() {
+            let dir = format!("devices/system/cpu/cpu{cpu}/cache/index{k}");
+            write(root, &format!("{dir}/level"), &format!("{level}\n"));
+            write(root, &format!("{dir}/type"), &format!("{kind}\n"));
+            write(root, &format!("{dir}/size"), &format!("{size}K\n"));
+            write(root, &format!("{dir}/id"), &format!("{id}\n"));
+            write(root, &format!("{dir}/shared_cpu_map"), &format!("{mask:08x}\n"));
+        }
+        // Not a cache index: cadvisor skips names without the `index` prefix.
+        write(root, &format!("devices/system/cpu/cpu{cpu}/cache/uevent"), "\n");
+    }
+}
+
+fn uncore_ids(root: &Path) -> Vec<u32> {
+    let t = discover(root).expect("valid tree").cpus;
+    t.cpus().iter().map(|c| c.uncore_cache).collect()
+}
+
+#[test]
+fn an_l3_shared_by_part_of_a_node_is_the_uncore_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    cache_tree(dir.path(), 2, &[]);
+    assert_eq!(uncore_ids(dir.path()), vec![10, 10, 11, 11, 10, 10, 11, 11]);
+    let t = discover(dir.path()).expect("valid").cpus;
+    assert_eq!(t.num_uncore_caches(), 2);
+    assert_eq!(t.cpus_per_uncore_cache(), 4);
+    assert_eq!(t.uncore_caches()[&11].to_string(), "2-3,6-7");
+}
+
+#[test]
+fn a_node_wide_l3_or_no_cache_information_falls_back_to_the_socket_id() {
+    // The L3 spans all 8 CPUs of the node: cadvisor files it as a node cache.
+    let dir = tempfile::tempdir().expect("tempdir");
+    cache_tree(dir.path(), 4, &[]);
+    assert_eq!(uncore_ids(dir.path()), vec![3; 8]);
+    // No cache directories at all (the older fake tree).
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake_tree(dir.path());
+    let t = discover(dir.path()).expect("valid").cpus;
+    let ids: Vec<u32> = t.cpus().iter().map(|c| c.uncore_cache).collect();
+    let sockets: Vec<u32> = t.cpus().iter().map(|c| c.socket).collect();
+    assert_eq!(ids, sockets);
+}
+
+#[test]
+fn an_unreadable_cache_ends_the_nodes_cache_scan_as_in_cadvisor() {
+    // Core 1 has no cache directory: cores 0 keeps its L3, cores 1..3 (scanned after it)
+    // get the socket id.
+    let dir = tempfile::tempdir().expect("tempdir");
+    cache_tree(dir.path(), 2, &[1]);
+    assert_eq!(uncore_ids(dir.path()), vec![10, 3, 3, 3, 10, 3, 3, 3]);
+}
+
+#[test]
+fn a_core_is_named_by_its_lowest_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    cache_tree(dir.path(), 2, &[]);
+    let t = discover(dir.path()).expect("valid").cpus;
+    let names: Vec<u32> = t.cores().keys().copied().collect();
+    assert_eq!(names, vec![0, 1, 2, 3]);
+    assert_eq!(t.info(6).map(|i| i.core), Some(2));
+}
