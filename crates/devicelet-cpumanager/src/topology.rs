@@ -480,6 +480,47 @@ mod tests {
     }
 
     #[test]
+    fn machine_config_numbers_uncore_caches_and_falls_back_to_the_socket() {
+        let epyc = CpuMachineConfig {
+            sockets: 2,
+            cores_per_socket: 32,
+            threads_per_core: 2,
+            numa_nodes: 4,
+            cores_per_uncore_cache: Some(8),
+        }
+        .to_topology()
+        .expect("valid machine");
+        assert_eq!(epyc.num_uncore_caches(), 8);
+        assert_eq!(epyc.cpus_per_uncore_cache(), 16);
+        assert_eq!(epyc.uncore_caches()[&5].to_string(), "40-47,104-111");
+        // An L3 as large as a NUMA node is a node cache for cadvisor: socket ids.
+        let node_wide = CpuMachineConfig {
+            cores_per_uncore_cache: Some(16),
+            ..epyc_config()
+        }
+        .to_topology()
+        .expect("valid machine");
+        let ids: Vec<u32> = node_wide.uncore_caches().keys().copied().collect();
+        assert_eq!(ids, vec![0, 1]);
+        let uneven = CpuMachineConfig {
+            cores_per_uncore_cache: Some(5),
+            ..epyc_config()
+        }
+        .to_topology();
+        assert!(matches!(uneven, Err(CpuTopologyError::BadMachine(_))));
+    }
+
+    fn epyc_config() -> CpuMachineConfig {
+        CpuMachineConfig {
+            sockets: 2,
+            cores_per_socket: 32,
+            threads_per_core: 2,
+            numa_nodes: 4,
+            cores_per_uncore_cache: None,
+        }
+    }
+
+    #[test]
     fn machine_config_rejects_impossible_shapes() {
         for (s, c, t, n) in [
             (0, 4, 2, 1),

@@ -436,3 +436,90 @@ fn pod_scope_admission_places_init_and_app_containers_on_one_numa_node() {
         set(&a.to_string()).union(&set(&b.to_string()))
     );
 }
+
+#[test]
+fn strict_cpu_reservation_keeps_reserved_cpus_out_of_the_checkpointed_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = static_config(ReservedCpus::List("0,4".into()));
+    cfg.policy_options
+        .insert("strict-cpu-reservation".into(), "true".into());
+    let m = CpuManager::new(single_socket_ht(), &cfg, dir.path()).expect("starts");
+    assert_eq!(m.default_cpu_set().to_string(), "1-3,5-7");
+    let bytes = std::fs::read(m.state_file()).expect("state file");
+    let text = String::from_utf8(bytes).expect("utf8");
+    assert!(
+        text.starts_with("{\"policyName\":\"static\",\"defaultCpuSet\":\"1-3,5-7\","),
+        "{text}"
+    );
+    alloc(&m, &gu_pod("a", 2000), no_hint()).expect("fits");
+    assert_eq!(m.cpuset_for("a", "c").to_string(), "1,5");
+    // A best-effort container runs on the shared pool, without the reserved CPUs.
+    assert_eq!(m.cpuset_for("be", "c").to_string(), "2-3,6-7");
+    m.remove_container("a", "c").expect("remove");
+    assert_eq!(m.default_cpu_set().to_string(), "1-3,5-7");
+    drop(m);
+
+    // The same file under the non-strict policy lacks the reserved CPUs: refused.
+    let plain = static_config(ReservedCpus::List("0,4".into()));
+    let err = CpuManager::new(single_socket_ht(), &plain, dir.path()).expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        "[cpumanager] invalid state: not all reserved cpus: \"0,4\" are present in defaultCpuSet: \"1-3,5-7\", please drain node and remove policy state file"
+    );
+    // And a non-strict file under the strict policy holds them: refused too.
+    let dir = tempfile::tempdir().expect("tempdir");
+    drop(CpuManager::new(single_socket_ht(), &plain, dir.path()).expect("starts"));
+    let err = CpuManager::new(single_socket_ht(), &cfg, dir.path()).expect_err("invalid");
+    assert_eq!(
+        err.to_string(),
+        "[cpumanager] invalid state: some of strictly reserved cpus: \"0,4\" are present in defaultCpuSet: \"0-7\", please drain node and remove policy state file"
+    );
+}
+
+#[test]
+fn align_by_socket_prefers_socket_aligned_hints_and_takes_from_the_socket() {
+    // 2 sockets × 2 NUMA nodes, 10 cores per node, SMT-2 (nodes 0,1 on socket 0).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = static_config(ReservedCpus::Count(1));
+    cfg.policy_options
+        .insert("align-by-socket".into(), "true".into());
+    cfg.feature_gates.set("CPUManagerPolicyAlphaOptions", true);
+    let m = CpuManager::new(dual_socket_multi_numa_ht(), &cfg, dir.path()).expect("starts");
+    let pod = gu_pod("a", 4000);
+    m.register_pod(&pod);
+    let hints = match m
+        .container_hints(&pod.spec, &pod.spec.containers[0])
+        .remove("cpu")
+    {
+        Some(devicelet_topology::ResourceHints::Hints(h)) => h,
+        other => panic!("explicit hints expected, got {other:?}"),
+    };
+    let preferred: Vec<Vec<usize>> = hints
+        .iter()
+        .filter(|h| h.preferred)
+        .filter_map(|h| h.affinity.map(|a| a.nodes().collect()))
+        .collect();
+    // Single nodes, plus the two same-socket pairs.
+    assert_eq!(
+        preferred,
+        vec![vec![0], vec![1], vec![2], vec![3], vec![0, 1], vec![2, 3]]
+    );
+    // Hint node 3 alone: the aligned CPUs are socket 1's (nodes 2 and 3), and the packed
+    // order starts with node 2 (without the option they would be 30-31,70-71).
+    let hint = TopologyHint {
+        affinity: NumaMask::from_nodes([3]).ok(),
+        preferred: true,
+    };
+    alloc(&m, &pod, hint).expect("fits");
+    assert_eq!(m.cpuset_for("a", "c").to_string(), "20-21,60-61");
+    // With single-numa-node the option is refused.
+    let mut cfg2 = cfg.clone();
+    cfg2.topology_manager_policy = "single-numa-node".into();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let err = CpuManager::new(dual_socket_multi_numa_ht(), &cfg2, dir.path()).expect_err("refused");
+    assert!(
+        err.to_string()
+            .starts_with("Topolgy manager single-numa-node"),
+        "{err}"
+    );
+}
