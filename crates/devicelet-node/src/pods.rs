@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use devicelet_cpumanager::pod_from_k8s;
+use devicelet_cpumanager::{CpuManagerError, pod_from_k8s};
 use devicelet_devicemanager::{
     AdmissionError, ContainerKind, ContainerRequest, DeviceManager, RunContainerOptions, validation,
 };
@@ -77,16 +77,28 @@ impl PodError {
     /// unexpected" for every other failure. Cluster mode writes these into the pod's status;
     /// the CLI prints them.
     pub fn kubelet_rejection(&self) -> (&'static str, String) {
-        if self.reason() == "TopologyAffinityError" {
-            return (
+        let unexpected = |cause: &dyn std::fmt::Display| {
+            format!("Allocate failed due to {cause}, which is unexpected")
+        };
+        match self {
+            PodError::Alignment(AlignmentRejection::TopologyAffinity { .. }) => (
                 "TopologyAffinityError",
                 "Resources cannot be allocated with Topology locality".to_owned(),
-            );
+            ),
+            // `full-pcpus-only` refusals are admission errors of their own type in the kubelet
+            // (`SMTAlignmentError`), with the CPU manager's text as the message.
+            PodError::Alignment(AlignmentRejection::Cpus { source, .. }) if is_smt(source) => {
+                ("SMTAlignmentError", source.to_string())
+            }
+            // The managers' own errors, wrapped once as the kubelet wraps them.
+            PodError::Alignment(AlignmentRejection::Cpus { source, .. }) => {
+                ("UnexpectedAdmissionError", unexpected(source))
+            }
+            PodError::Alignment(AlignmentRejection::Memory { source, .. }) => {
+                ("UnexpectedAdmissionError", unexpected(source))
+            }
+            _ => ("UnexpectedAdmissionError", unexpected(self)),
         }
-        (
-            "UnexpectedAdmissionError",
-            format!("Allocate failed due to {self}, which is unexpected"),
-        )
     }
 
     /// A short CamelCase reason for `devicelet_pod_rejections_total{reason}`.
@@ -105,6 +117,9 @@ impl PodError {
             PodError::Alignment(AlignmentRejection::TopologyAffinity { .. }) => {
                 "TopologyAffinityError"
             }
+            PodError::Alignment(AlignmentRejection::Cpus { source, .. }) if is_smt(source) => {
+                "SMTAlignmentError"
+            }
             PodError::Alignment(
                 AlignmentRejection::Cpus { .. } | AlignmentRejection::Memory { .. },
             ) => "UnexpectedAdmissionError",
@@ -116,6 +131,14 @@ impl PodError {
             PodError::NoSuchContainer { .. } => "NoSuchContainer",
         }
     }
+}
+
+/// A `full-pcpus-only` refusal (the kubelet's `SMTAlignmentError`).
+fn is_smt(err: &CpuManagerError) -> bool {
+    matches!(
+        err,
+        CpuManagerError::SmtNotMultiple { .. } | CpuManagerError::SmtNotEnoughPhysical { .. }
+    )
 }
 
 impl From<AdmitFailure> for PodError {
