@@ -3,7 +3,10 @@
 //!
 //! * [`CpuTopology`]: sockets / cores / threads / NUMA nodes, from a description or from sysfs
 //!   placements ([`CpuPlacement`], read by `devicelet-machine`);
-//! * [`take_by_topology`]: the NUMA-packed CPU accumulator;
+//! * [`take_by_topology`] / [`take_by_topology_with`]: the kubelet's CPU accumulator (NUMA
+//!   packed, NUMA distributed, spread over cores, uncore-cache aware);
+//! * [`StaticPolicyOptions`]: every 1.36.3 static-policy option, checked against the feature
+//!   gates ([`devicelet_topology::FeatureGates`]) and the machine;
 //! * [`CpuManager`]: exclusive integer CPUs for Guaranteed pods, shared pool for the rest,
 //!   reserved CPUs, init-container CPU reuse, NUMA-aligned allocation, `cpu_manager_state`;
 //!   a [`devicelet_topology::HintProvider`] for the Topology Manager;
@@ -19,7 +22,10 @@ pub mod pod;
 pub mod state;
 pub mod topology;
 
-pub use assign::{cpus_in_free_cores, take_by_topology};
+pub use assign::{
+    SortingStrategy, cpus_in_free_cores, take_by_topology, take_by_topology_with, take_distributed,
+    take_packed,
+};
 pub use bits::CpuBits;
 pub use error::{CpuManagerError, CpuTopologyError, TakeError};
 pub use manager::{CPU_RESOURCE, CpuManager, CpuManagerConfig, CpuPolicyName, ReservedCpus};
