@@ -103,7 +103,10 @@ mod tests {
     fn reads_hugepage_pools_per_size() {
         let dir = std::env::temp_dir().join(format!("devicelet-hp-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        for (name, pages) in [("hugepages-2048kB", "512\n"), ("hugepages-1048576kB", "2\n")] {
+        for (name, pages) in [
+            ("hugepages-2048kB", "512\n"),
+            ("hugepages-1048576kB", "2\n"),
+        ] {
             std::fs::create_dir_all(dir.join(name)).unwrap();
             std::fs::write(dir.join(name).join("nr_hugepages"), pages).unwrap();
         }

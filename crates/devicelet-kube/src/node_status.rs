@@ -173,7 +173,10 @@ pub fn resources(
     }
     if hugepage_bytes > 0 {
         let memory = allocatable_memory.saturating_sub(hugepage_bytes);
-        allocatable.insert("memory".to_owned(), Quantity(format!("{}Ki", memory / 1024)));
+        allocatable.insert(
+            "memory".to_owned(),
+            Quantity(format!("{}Ki", memory / 1024)),
+        );
     }
     for name in existing.keys().filter(|n| is_extended_resource(n)) {
         capacity.insert(name.clone(), q(0));
