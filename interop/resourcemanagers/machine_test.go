@@ -5,14 +5,21 @@ package resourcemanagers
 // cpumanager/topology.Discover, Topology Manager and Memory Manager read.
 
 import (
+	"encoding/json"
 	"fmt"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"testing"
 
 	cadvisorapi "github.com/google/cadvisor/info/v1"
+	"github.com/google/cadvisor/utils/sysfs"
+	"github.com/google/cadvisor/utils/sysinfo"
+	"k8s.io/utils/cpuset"
 )
 
 // Shape describes a machine. CPU numbering follows Linux on x86: the first thread of every
@@ -86,38 +93,179 @@ func (s Shape) distance(a, b int) uint64 {
 	}
 }
 
-// MachineInfo is what cadvisor reports for the shape.
+// MachineInfo is what cadvisor reports for the shape: its own sysfs parsing
+// (sysinfo.GetNodesInfo, the code machine.Info runs) over the tree WriteSysfs writes, so the
+// kubelet and devicelet read one machine. Parsed once per shape; every caller gets a copy.
 func (s Shape) MachineInfo() *cadvisorapi.MachineInfo {
+	machineInfoLock.Lock()
+	defer machineInfoLock.Unlock()
+	mi, ok := machineInfos[s.Name]
+	if !ok {
+		var err error
+		mi, err = s.parseMachineInfo()
+		if err != nil {
+			panic(fmt.Sprintf("shape %s: cadvisor could not read its sysfs tree: %v", s.Name, err))
+		}
+		machineInfos[s.Name] = mi
+	}
+	raw, err := json.Marshal(mi)
+	if err != nil {
+		panic(err)
+	}
+	out := &cadvisorapi.MachineInfo{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+var (
+	machineInfoLock sync.Mutex
+	machineInfos    = map[string]*cadvisorapi.MachineInfo{}
+)
+
+func (s Shape) parseMachineInfo() (*cadvisorapi.MachineInfo, error) {
+	root, err := os.MkdirTemp("", "rm-sysfs-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(root)
+	if err := s.WriteSysfs(root); err != nil {
+		return nil, err
+	}
+	nodes, threads, err := sysinfo.GetNodesInfo(rootedSysFs{SysFs: sysfs.NewRealSysFs(), root: root})
+	if err != nil {
+		return nil, err
+	}
+	// NumPhysicalCores, NumSockets and MemoryCapacity come from /proc in machine.Info; the
+	// machine-wide huge pages from /sys/kernel/mm/hugepages (every node's pages).
 	mi := &cadvisorapi.MachineInfo{
-		NumCores:         s.cpus(),
+		NumCores:         threads,
 		NumPhysicalCores: s.cores(),
 		NumSockets:       s.Sockets,
 		MemoryCapacity:   s.MemoryBytes * uint64(s.numaNodes()),
+		Topology:         nodes,
+		HugePages:        s.hugePages(),
 	}
-	cores := s.coreList()
-	for n := 0; n < s.numaNodes(); n++ {
-		node := cadvisorapi.Node{Id: n, Memory: s.MemoryBytes, HugePages: s.hugePages()}
-		for m := 0; m < s.numaNodes(); m++ {
-			node.Distances = append(node.Distances, s.distance(n, m))
-		}
-		for _, c := range cores {
-			if c.node != n {
-				continue
-			}
-			node.Cores = append(node.Cores, cadvisorapi.Core{
-				Id:           c.coreID,
-				Threads:      append([]int(nil), c.threads...),
-				SocketID:     c.socket,
-				UncoreCaches: []cadvisorapi.Cache{{Id: c.l3, Size: 32 << 20, Type: "Unified", Level: 3}},
-			})
-		}
-		mi.Topology = append(mi.Topology, node)
-	}
-	mi.HugePages = s.hugePages()
 	for i := range mi.HugePages {
 		mi.HugePages[i].NumPages *= uint64(s.numaNodes())
 	}
-	return mi
+	return mi, nil
+}
+
+// rootedSysFs is cadvisor's real sysfs reader moved under root. The readers that take a path
+// already work there (GetNodesPaths' and GetCPUsPaths' globs, core and package ids, meminfo,
+// distance, huge pages); the ones with /sys built in are redone here, reading the same files
+// the same way.
+type rootedSysFs struct {
+	sysfs.SysFs
+	root string
+}
+
+func (fs rootedSysFs) GetNodesPaths() ([]string, error) {
+	return filepath.Glob(filepath.Join(fs.root, "devices/system/node/node*[0-9]"))
+}
+
+func (fs rootedSysFs) cacheDir(cpu int) string {
+	return filepath.Join(fs.root, fmt.Sprintf("devices/system/cpu/cpu%d/cache", cpu))
+}
+
+func (fs rootedSysFs) GetCaches(cpu int) ([]os.FileInfo, error) {
+	entries, err := os.ReadDir(fs.cacheDir(cpu))
+	if err != nil {
+		return nil, err
+	}
+	var out []os.FileInfo
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fi)
+	}
+	return out, nil
+}
+
+// GetCacheInfo reads id, size (in K), level, type and the shared_cpu_map bit count.
+func (fs rootedSysFs) GetCacheInfo(cpu int, name string) (sysfs.CacheInfo, error) {
+	dir := filepath.Join(fs.cacheDir(cpu), name)
+	read := func(file string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		return string(b), err
+	}
+	var info sysfs.CacheInfo
+	text, err := read("id")
+	if err != nil {
+		return info, err
+	}
+	if _, err := fmt.Sscanf(text, "%d", &info.Id); err != nil {
+		return info, err
+	}
+	if text, err = read("size"); err != nil {
+		return info, err
+	}
+	if _, err := fmt.Sscanf(text, "%dK", &info.Size); err != nil {
+		return info, err
+	}
+	info.Size *= 1024
+	if text, err = read("level"); err != nil {
+		return info, err
+	}
+	if _, err := fmt.Sscanf(text, "%d", &info.Level); err != nil {
+		return info, err
+	}
+	if text, err = read("type"); err != nil {
+		return info, err
+	}
+	info.Type = strings.TrimSpace(text)
+	if text, err = read("shared_cpu_map"); err != nil {
+		return info, err
+	}
+	for _, word := range strings.Split(text, ",") {
+		mask, err := strconv.ParseUint(strings.TrimSpace(word), 16, 64)
+		if err != nil {
+			return info, fmt.Errorf("shared_cpu_map %q: %w", text, err)
+		}
+		info.Cpus += bits.OnesCount64(mask)
+	}
+	return info, nil
+}
+
+// IsCPUOnline looks the CPU up in the tree's cpu/online list (everything is online when the
+// file is missing).
+func (fs rootedSysFs) IsCPUOnline(cpuDir string) bool {
+	b, err := os.ReadFile(filepath.Join(fs.root, "devices/system/cpu/online"))
+	if os.IsNotExist(err) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	online, err := cpuset.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return false
+	}
+	id, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(cpuDir), "cpu"))
+	return err == nil && online.Contains(id)
+}
+
+// cpuMask is a CPU set as Linux prints a cpumask (%*pb): 32-bit hex words, most significant
+// first, comma separated, the first word only as wide as the bits it holds.
+func cpuMask(cpus []int, bitsTotal int) string {
+	words := (bitsTotal + 31) / 32
+	vals := make([]uint32, words)
+	for _, c := range cpus {
+		vals[c/32] |= 1 << (c % 32)
+	}
+	var parts []string
+	for w := words - 1; w >= 0; w-- {
+		width := 8
+		if w == words-1 && bitsTotal%32 != 0 {
+			width = (bitsTotal%32 + 3) / 4
+		}
+		parts = append(parts, fmt.Sprintf("%0*x", width, vals[w]))
+	}
+	return strings.Join(parts, ",")
 }
 
 func (s Shape) hugePages() []cadvisorapi.HugePagesInfo {
@@ -220,6 +368,7 @@ func (s Shape) WriteSysfs(root string) error {
 				files[cd+"/type"] = cache.typ + "\n"
 				files[cd+"/id"] = fmt.Sprintf("%d\n", cache.id)
 				files[cd+"/shared_cpu_list"] = cpuList(append([]int(nil), cache.shared...)) + "\n"
+				files[cd+"/shared_cpu_map"] = cpuMask(cache.shared, s.cpus()) + "\n"
 				files[cd+"/size"] = cache.size + "\n"
 			}
 		}
@@ -233,5 +382,60 @@ func (s Shape) WriteSysfs(root string) error {
 			return err
 		}
 	}
+	// Each node directory links its CPUs (node/nodeN/cpuM -> ../../cpu/cpuM); cadvisor walks
+	// these.
+	for _, c := range cores {
+		for _, cpu := range c.threads {
+			link := filepath.Join(root, fmt.Sprintf("%s/node%d/cpu%d", nodeDir, c.node, cpu))
+			if err := os.Symlink(fmt.Sprintf("../../cpu/cpu%d", cpu), link); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// TestShapeMachineInfo checks that cadvisor reads each shape's tree as the shape means it:
+// every core with its threads and socket, and an uncore cache exactly where an L3 is not
+// shared by just the NUMA node's threads (an L3 spanning exactly the node is a node cache,
+// and the kubelet then groups the cores by socket).
+func TestShapeMachineInfo(t *testing.T) {
+	for _, s := range shapes {
+		mi := s.MachineInfo()
+		if mi.NumCores != s.cpus() || len(mi.Topology) != s.numaNodes() {
+			t.Fatalf("%s: %d CPUs in %d nodes, want %d in %d", s.Name, mi.NumCores, len(mi.Topology), s.cpus(), s.numaNodes())
+		}
+		want := map[int]core{}
+		for _, c := range s.coreList() {
+			for _, cpu := range c.threads {
+				want[cpu] = c
+			}
+		}
+		l3Cores := s.CoresPerL3
+		if l3Cores == 0 {
+			l3Cores = s.NUMAPerSocket * s.CoresPerNUMA
+		}
+		l3Node := l3Cores == s.CoresPerNUMA
+		for _, node := range mi.Topology {
+			if len(node.Cores) != s.CoresPerNUMA {
+				t.Errorf("%s node %d: %d cores", s.Name, node.Id, len(node.Cores))
+			}
+			for _, got := range node.Cores {
+				c, ok := want[got.Threads[0]]
+				if !ok || c.node != node.Id || c.socket != got.SocketID || c.coreID != got.Id || cpuList(append([]int(nil), got.Threads...)) != cpuList(append([]int(nil), c.threads...)) {
+					t.Errorf("%s node %d: unexpected core %+v", s.Name, node.Id, got)
+					continue
+				}
+				switch {
+				case l3Node && len(got.UncoreCaches) != 0:
+					t.Errorf("%s core %v: uncore caches %+v, want none", s.Name, got.Threads, got.UncoreCaches)
+				case !l3Node && (len(got.UncoreCaches) != 1 || got.UncoreCaches[0].Id != c.l3):
+					t.Errorf("%s core %v: uncore caches %+v, want L3 %d", s.Name, got.Threads, got.UncoreCaches, c.l3)
+				}
+			}
+			if l3Node && len(node.Caches) != 1 {
+				t.Errorf("%s node %d: node caches %+v", s.Name, node.Id, node.Caches)
+			}
+		}
+	}
 }
