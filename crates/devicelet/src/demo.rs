@@ -115,21 +115,15 @@ async fn demo(root: &Path) -> anyhow::Result<()> {
 async fn admit_samples(control: &ControlClient, root: &Path) -> anyhow::Result<()> {
     const TRAINING: &str = include_str!("../../../examples/pods/gpu-training.yaml");
     const TOO_MANY: &str = include_str!("../../../examples/pods/too-many-gpus.yaml");
-    let mut pod = crate::commands::admit::parse_pod(TRAINING).context("sample pod gpu-training")?;
-    pod.metadata.uid = Some("demo-training".to_owned());
-    let admitted = control
-        .admit(serde_json::to_vec(&pod)?.into())
-        .await
-        .context("admit sample pod gpu-training")?;
-    println!("$ devicelet admit -f examples/pods/gpu-training.yaml");
-    print!(
-        "{}",
-        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
-    );
-    let options = control
-        .start("demo-training", "trainer")
-        .await
-        .context("start container trainer")?;
+    let options = admit_and_start(
+        control,
+        TRAINING,
+        "gpu-training",
+        "demo-training",
+        "trainer",
+        "$ ",
+    )
+    .await?;
     println!("\n$ devicelet start demo-training trainer -o json");
     println!("{}", serde_json::to_string_pretty(&options)?);
 
@@ -150,6 +144,34 @@ async fn admit_samples(control: &ControlClient, root: &Path) -> anyhow::Result<(
         .context("remove sample pod")?;
     println!("\n$ devicelet remove demo-training\npod demo-training removed\n");
     Ok(())
+}
+
+/// Admits the sample pod `examples/pods/<name>.yaml` (text `yaml`) under `uid`, prints its
+/// table after `prompt`, and returns what starting `container` injects.
+async fn admit_and_start(
+    control: &ControlClient,
+    yaml: &str,
+    name: &str,
+    uid: &str,
+    container: &str,
+    prompt: &str,
+) -> anyhow::Result<devicelet_devicemanager::RunContainerOptions> {
+    let mut pod =
+        crate::commands::admit::parse_pod(yaml).with_context(|| format!("sample pod {name}"))?;
+    pod.metadata.uid = Some(uid.to_owned());
+    let admitted = control
+        .admit(serde_json::to_vec(&pod)?.into())
+        .await
+        .with_context(|| format!("admit sample pod {name}"))?;
+    println!("{prompt}devicelet admit -f examples/pods/{name}.yaml");
+    print!(
+        "{}",
+        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
+    );
+    control
+        .start(uid, container)
+        .await
+        .with_context(|| format!("start container {container}"))
 }
 
 /// DRA: the example driver registers through `R/plugins_registry` and publishes its slice; the
@@ -282,21 +304,15 @@ async fn aligned_demo(exe: &Path, root: &Path) -> anyhow::Result<()> {
     .inspect_err(|_| show_log(&node_root, "plugin.log"))?;
     println!("$ devicelet {}   (running)", plugin_args.join(" "));
 
-    let mut pod = crate::commands::admit::parse_pod(POD).context("sample pod aligned-gpu")?;
-    pod.metadata.uid = Some("demo-aligned".to_owned());
-    let admitted = control
-        .admit(serde_json::to_vec(&pod)?.into())
-        .await
-        .context("admit sample pod aligned-gpu")?;
-    println!("\n$ devicelet admit -f examples/pods/aligned-gpu.yaml");
-    print!(
-        "{}",
-        crate::commands::admit::pods_table(std::slice::from_ref(&admitted))
-    );
-    let options = control
-        .start("demo-aligned", "trainer")
-        .await
-        .context("start container trainer")?;
+    let options = admit_and_start(
+        &control,
+        POD,
+        "aligned-gpu",
+        "demo-aligned",
+        "trainer",
+        "\n$ ",
+    )
+    .await?;
     println!(
         "\n$ devicelet start demo-aligned trainer   (cpuset and cpuset-mems: what the runtime pins)"
     );
