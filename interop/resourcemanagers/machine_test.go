@@ -45,9 +45,11 @@ var shapes = []Shape{
 	{Name: "2s-1numa-smt", Sockets: 2, NUMAPerSocket: 1, CoresPerNUMA: 8, ThreadsPerCore: 2, MemoryBytes: 64 * gib, Huge2Mi: 512},
 	// Intel with sub-NUMA clustering: 2 sockets x 2 NUMA, SMT.
 	{Name: "2s-2numa-smt", Sockets: 2, NUMAPerSocket: 2, CoresPerNUMA: 4, ThreadsPerCore: 2, MemoryBytes: 32 * gib, Huge2Mi: 256, Huge1Gi: 4},
-	// AMD EPYC NPS4, 1 socket x 4 NUMA, L3 per 8 cores (CCX), SMT.
-	{Name: "epyc-1s-4numa", Sockets: 1, NUMAPerSocket: 4, CoresPerNUMA: 8, ThreadsPerCore: 2, CoresPerL3: 8, MemoryBytes: 32 * gib, Huge1Gi: 8},
-	// AMD EPYC NPS4, 2 sockets x 4 NUMA, L3 per 4 cores, SMT.
+	// AMD EPYC Zen 2 (7452-like) NPS4, 1 socket x 4 NUMA, L3 per 4-core CCX (two per node),
+	// SMT: cadvisor reports the L3s as uncore caches.
+	{Name: "epyc-1s-4numa", Sockets: 1, NUMAPerSocket: 4, CoresPerNUMA: 8, ThreadsPerCore: 2, CoresPerL3: 4, MemoryBytes: 32 * gib, Huge1Gi: 8},
+	// AMD EPYC Zen 3 (7313-like) NPS4, 2 sockets x 4 NUMA, L3 per 4 cores (one per node, so
+	// cadvisor reports it as a node cache and the kubelet falls back to sockets), SMT.
 	{Name: "epyc-2s-4numa", Sockets: 2, NUMAPerSocket: 4, CoresPerNUMA: 4, ThreadsPerCore: 2, CoresPerL3: 4, MemoryBytes: 16 * gib, Huge2Mi: 1024},
 	// 8 NUMA nodes (4 sockets x 2), no SMT.
 	{Name: "4s-8numa", Sockets: 4, NUMAPerSocket: 2, CoresPerNUMA: 4, ThreadsPerCore: 1, MemoryBytes: 16 * gib},

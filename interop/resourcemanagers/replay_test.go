@@ -34,7 +34,7 @@ import (
 )
 
 // defaultAreas is what CI runs: the areas where devicelet matches the kubelet.
-const defaultAreas = "cpu,memory"
+const defaultAreas = "cpu,cpu-options,memory"
 
 // StepResult is one step's outcome, in `devicelet resources replay`'s JSON.
 type StepResult struct {

@@ -4,7 +4,7 @@
 # proxy) against `devicelet resources replay` on the same machines and pods: random seeded
 # sequences of admissions and removals, every decision and both state files compared.
 # See interop/README.md. Usage: DEVICELET_BIN=/path/to/devicelet bash interop/resourcemanagers/run.sh
-# RM_AREAS=cpu,memory RM_SEQUENCES=N RM_SEED=S select what runs (replay_test.go).
+# RM_AREAS=cpu,cpu-options,memory RM_SEQUENCES=N RM_SEED=S select what runs (replay_test.go).
 set -euo pipefail
 : "${DEVICELET_BIN:?set DEVICELET_BIN to a built devicelet binary}"
 # Resolved before the cd, so a path relative to the caller's directory works.

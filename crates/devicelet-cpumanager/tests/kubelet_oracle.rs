@@ -156,3 +156,105 @@ fn replay(raw: &str) -> usize {
     }
     compared_ops
 }
+
+/// `prefer-align-cpus-by-uncorecache` on the resource-manager oracle's AMD EPYC machines
+/// (`interop/resourcemanagers`), answers from the kubelet 1.36.3 static policy over the
+/// `MachineInfo` that cadvisor parses from the same sysfs tree. A Zen 2-like 1 socket × 4 NUMA
+/// with an L3 per 4 cores (two per node: real uncore caches), and a Zen 3-like 2 sockets × 4
+/// NUMA whose L3 spans exactly a node (a node cache for cadvisor, so the kubelet groups by
+/// socket). The oracle once gave the kubelet uncore caches its sysfs tree did not have and
+/// reported mismatches such as 2 CPUs with `0,31` reserved on the 2-socket machine (devicelet
+/// "16,48", which is the kubelet's answer on the machine the tree describes).
+#[test]
+fn uncore_alignment_on_oracle_epyc_shapes_matches_kubelet_1_36_3() {
+    struct Check {
+        name: &'static str,
+        machine: CpuMachineConfig,
+        reserved: ReservedCpus,
+        /// (CPUs asked, CPU set the kubelet gave)
+        allocations: &'static [(i64, &'static str)],
+        default_set: &'static str,
+    }
+    let zen2 = CpuMachineConfig {
+        sockets: 1,
+        cores_per_socket: 32,
+        threads_per_core: 2,
+        numa_nodes: 4,
+        cores_per_uncore_cache: Some(4),
+    };
+    let zen3 = CpuMachineConfig {
+        sockets: 2,
+        cores_per_socket: 16,
+        threads_per_core: 2,
+        numa_nodes: 8,
+        cores_per_uncore_cache: Some(4),
+    };
+    let checks = [
+        Check {
+            name: "epyc-1s-4numa, 1 reserved",
+            machine: zen2.clone(),
+            reserved: ReservedCpus::Count(1),
+            allocations: &[(18, "4,8-15,36,40-47"), (2, "5,37"), (6, "16-18,48-50")],
+            default_set: "0-3,6-7,19-35,38-39,51-63",
+        },
+        Check {
+            name: "epyc-1s-4numa, reserved 0,31",
+            machine: zen2,
+            reserved: ReservedCpus::List("0,31".into()),
+            allocations: &[
+                (2, "4,36"),
+                (4, "5-6,37-38"),
+                (8, "24-27,56-59"),
+                (3, "28-29,60"),
+                (16, "8-15,40-47"),
+            ],
+            default_set: "0-3,7,16-23,30-35,39,48-55,61-63",
+        },
+        Check {
+            name: "epyc-2s-4numa, reserved 0,31",
+            machine: zen3,
+            reserved: ReservedCpus::List("0,31".into()),
+            allocations: &[(2, "16,48"), (4, "17-18,49-50"), (6, "19-21,51-53")],
+            default_set: "0-15,22-47,54-63",
+        },
+    ];
+    for check in checks {
+        let name = check.name;
+        let topo = check.machine.to_topology().expect("valid machine");
+        let cfg = CpuManagerConfig {
+            policy: "static".into(),
+            reserved: check.reserved,
+            policy_options: BTreeMap::from([(
+                "prefer-align-cpus-by-uncorecache".to_string(),
+                "true".to_string(),
+            )]),
+            feature_gates: FeatureGates::default(),
+            topology_manager_policy: "none".into(),
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let manager =
+            CpuManager::new(topo, &cfg, dir.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for (i, &(cpus, want)) in check.allocations.iter().enumerate() {
+            let pod_name = format!("p{i}");
+            let pod = gu_pod(&pod_name, cpus * 1000);
+            manager.register_pod(&pod);
+            let hint = TopologyHint {
+                affinity: None,
+                preferred: true,
+            };
+            manager
+                .allocate_container(&pod.spec, &pod.spec.containers[0], &hint)
+                .unwrap_or_else(|e| panic!("{name}: {cpus} CPUs: {e}"));
+            assert_eq!(
+                manager.cpuset_for(&pod_name, "c").to_string(),
+                want,
+                "{name}: {cpus} CPUs"
+            );
+        }
+        assert_eq!(
+            manager.default_cpu_set().to_string(),
+            check.default_set,
+            "{name}: defaultCpuSet"
+        );
+    }
+}
