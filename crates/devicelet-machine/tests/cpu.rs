@@ -149,10 +149,18 @@ fn cache_tree(root: &Path, l3_cores: u32, no_cache: &[u32]) {
             write(root, &format!("{dir}/type"), &format!("{kind}\n"));
             write(root, &format!("{dir}/size"), &format!("{size}K\n"));
             write(root, &format!("{dir}/id"), &format!("{id}\n"));
-            write(root, &format!("{dir}/shared_cpu_map"), &format!("{mask:08x}\n"));
+            write(
+                root,
+                &format!("{dir}/shared_cpu_map"),
+                &format!("{mask:08x}\n"),
+            );
         }
         // Not a cache index: cadvisor skips names without the `index` prefix.
-        write(root, &format!("devices/system/cpu/cpu{cpu}/cache/uevent"), "\n");
+        write(
+            root,
+            &format!("devices/system/cpu/cpu{cpu}/cache/uevent"),
+            "\n",
+        );
     }
 }
 
