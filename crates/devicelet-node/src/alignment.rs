@@ -56,7 +56,9 @@ pub struct AlignmentConfig {
     /// `cpuManagerPolicy`: none (default) or static.
     #[serde(default = "none")]
     pub cpu_manager_policy: String,
-    /// `cpuManagerPolicyOptions`: full-pcpus-only.
+    /// `cpuManagerPolicyOptions`: every static-policy option of 1.36 (`full-pcpus-only`,
+    /// `distribute-cpus-across-numa`, `align-by-socket`, `distribute-cpus-across-cores`,
+    /// `strict-cpu-reservation`, `prefer-align-cpus-by-uncorecache`).
     #[serde(default)]
     pub cpu_manager_policy_options: BTreeMap<String, String>,
     /// `featureGates` (name → on/off); the resource managers' gates are checked.
@@ -65,10 +67,11 @@ pub struct AlignmentConfig {
     /// `reservedSystemCPUs`: CPUs kept for the system (a cpulist such as `0,4`).
     #[serde(default, rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
-    /// `kubeReserved` (`cpu`, `memory` and `hugepages-<size>` are read).
+    /// `kubeReserved` (`cpu` and `memory` are read; like the kubelet, only cpu, memory,
+    /// ephemeral-storage and pid may be listed).
     #[serde(default)]
     pub kube_reserved: BTreeMap<String, String>,
-    /// `systemReserved` (`cpu`, `memory` and `hugepages-<size>` are read).
+    /// `systemReserved` (as `kubeReserved`).
     #[serde(default)]
     pub system_reserved: BTreeMap<String, String>,
     /// `memoryManagerPolicy`: `None` (default) or `Static`.
@@ -255,7 +258,7 @@ pub struct AlignedContainer {
     pub memory: Vec<MemoryBlock>,
 }
 
-/// Topology Manager + CPU manager for one node.
+/// Topology Manager + CPU and memory managers for one node.
 #[derive(Debug)]
 pub struct Alignment {
     /// The Topology Manager (policy, scope); `None` when alignment is disabled. No providers
