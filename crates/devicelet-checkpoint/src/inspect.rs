@@ -1,8 +1,8 @@
 //! Recognise, verify and render any node checkpoint for `devicelet state inspect`.
 //!
 //! Handles the kubelet's `kubelet_internal_checkpoint` ([`crate::device`]), `dra_manager_state`
-//! ([`crate::dra`]), `cpu_manager_state` ([`crate::cpu`]) and devicelet's own journal
-//! ([`crate::journal`]). The report is serde-serialisable (for `-o json|yaml`) and has a plain
+//! ([`crate::dra`]), `cpu_manager_state` ([`crate::cpu`]), `memory_manager_state`
+//! ([`crate::memory`]) and devicelet's own journal ([`crate::journal`]). The report is serde-serialisable (for `-o json|yaml`) and has a plain
 //! text table rendering. A file whose checksum does not verify is still shown (decoded without
 //! verification) with `valid: false`, so an operator can see what it claims before deciding.
 
@@ -17,7 +17,7 @@ use crate::error::DecodeError;
 use crate::gojson::key_matches;
 use crate::journal::{self, JournalHeader, JournalRecord, TornTail};
 use crate::state::Change;
-use crate::{cpu, device, dra};
+use crate::{cpu, device, dra, memory};
 
 /// Which file it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -29,6 +29,8 @@ pub enum CheckpointKind {
     Dra,
     /// `cpu_manager_state`.
     CpuManager,
+    /// `memory_manager_state`.
+    MemoryManager,
     /// devicelet's device journal.
     DeviceletJournal,
     /// Not recognised.
@@ -87,6 +89,51 @@ pub struct CpuRow {
     pub cpuset: String,
 }
 
+/// One resource of one NUMA node in the memory manager's machine state, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryTableRow {
+    /// Resource (`memory`, `hugepages-2Mi`, ...).
+    pub resource: String,
+    /// `total`.
+    pub total: u64,
+    /// `systemReserved`.
+    pub system_reserved: u64,
+    /// `allocatable`.
+    pub allocatable: u64,
+    /// `reserved` (given to containers).
+    pub reserved: u64,
+    /// `free`.
+    pub free: u64,
+}
+
+/// One NUMA node of the memory manager's machine state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryNodeRow {
+    /// NUMA node id.
+    pub node: i64,
+    /// `numberOfAssignments`.
+    pub number_of_assignments: i64,
+    /// `cells`: the group the node belongs to (`null` shown as empty).
+    pub cells: Vec<i64>,
+    /// `memoryMap`, by resource name (`null` shown as empty).
+    pub memory: Vec<MemoryTableRow>,
+}
+
+/// One memory block given to a container (or, in the v2 layout, to a pod).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryBlockRow {
+    /// Pod UID.
+    pub pod_uid: String,
+    /// Container name (empty for a pod-level block).
+    pub container: String,
+    /// Resource (`type`).
+    pub resource: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// `numaAffinity` (`null` shown as empty).
+    pub numa_affinity: Vec<i64>,
+}
+
 /// One journal record row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JournalRow {
@@ -124,6 +171,17 @@ pub enum InspectBody {
         default_cpu_set: String,
         /// Assignments.
         entries: Vec<CpuRow>,
+    },
+    /// Memory manager state.
+    MemoryManager {
+        /// `policyName`.
+        policy_name: String,
+        /// `machineState`, by node id.
+        nodes: Vec<MemoryNodeRow>,
+        /// `entries`: container blocks.
+        entries: Vec<MemoryBlockRow>,
+        /// `podEntries` (v2 layout only): pod-level blocks.
+        pod_entries: Vec<MemoryBlockRow>,
     },
     /// devicelet journal.
     Journal {
@@ -198,6 +256,10 @@ fn sniff(bytes: &[u8], name_hint: Option<&str>) -> CheckpointKind {
                 _ => CheckpointKind::DeviceManager,
             };
         }
+        // Both managers' files have `policyName`; only the memory manager's has a machine state.
+        if has("machineState") {
+            return CheckpointKind::MemoryManager;
+        }
         if has("policyName") || has("defaultCpuSet") {
             return CheckpointKind::CpuManager;
         }
@@ -206,6 +268,7 @@ fn sniff(bytes: &[u8], name_hint: Option<&str>) -> CheckpointKind {
         Some(n) if n.starts_with(device::DEVICE_CHECKPOINT_FILE) => CheckpointKind::DeviceManager,
         Some(n) if n.starts_with(dra::DRA_CHECKPOINT_FILE) => CheckpointKind::Dra,
         Some(n) if n.starts_with(cpu::CPU_CHECKPOINT_FILE) => CheckpointKind::CpuManager,
+        Some(n) if n.starts_with(memory::MEMORY_CHECKPOINT_FILE) => CheckpointKind::MemoryManager,
         Some(n) if n.starts_with(crate::store::JOURNAL_FILE) => CheckpointKind::DeviceletJournal,
         _ => CheckpointKind::Unknown,
     }
@@ -217,6 +280,7 @@ pub fn inspect(bytes: &[u8], name_hint: Option<&str>) -> InspectReport {
         CheckpointKind::DeviceManager => inspect_device(bytes),
         CheckpointKind::Dra => inspect_dra(bytes),
         CheckpointKind::CpuManager => inspect_cpu(bytes),
+        CheckpointKind::MemoryManager => inspect_memory(bytes),
         CheckpointKind::DeviceletJournal => inspect_journal(bytes),
         CheckpointKind::Unknown => InspectReport {
             kind: CheckpointKind::Unknown,
@@ -225,7 +289,7 @@ pub fn inspect(bytes: &[u8], name_hint: Option<&str>) -> InspectReport {
             checksum: None,
             error: Some(match crate::error::parse_json(bytes, "checkpoint") {
                 Err(e) => e.to_string(),
-                Ok(_) => "JSON that is none of kubelet_internal_checkpoint, dra_manager_state, cpu_manager_state".into(),
+                Ok(_) => "JSON that is none of kubelet_internal_checkpoint, dra_manager_state, cpu_manager_state, memory_manager_state".into(),
             }),
             warnings: Vec::new(),
             body: None,
@@ -479,6 +543,153 @@ fn inspect_cpu(bytes: &[u8]) -> InspectReport {
     }
 }
 
+fn memory_blocks<'a>(
+    pod: &'a str,
+    container: &'a str,
+    blocks: Option<&'a Vec<memory::Block>>,
+) -> impl Iterator<Item = MemoryBlockRow> + 'a {
+    blocks.into_iter().flatten().map(move |b| MemoryBlockRow {
+        pod_uid: pod.to_string(),
+        container: container.to_string(),
+        resource: b.resource.clone(),
+        size: b.size,
+        numa_affinity: b.numa_affinity.clone().unwrap_or_default(),
+    })
+}
+
+fn memory_body(cp: &memory::MemoryCheckpoint) -> InspectBody {
+    let nodes = cp
+        .machine_state
+        .iter()
+        .flatten()
+        .map(|(id, node)| MemoryNodeRow {
+            node: *id,
+            number_of_assignments: node.number_of_assignments,
+            cells: node.cells.clone().unwrap_or_default(),
+            memory: node
+                .memory_map
+                .iter()
+                .flatten()
+                .map(|(name, t)| MemoryTableRow {
+                    resource: name.clone(),
+                    total: t.total,
+                    system_reserved: t.system_reserved,
+                    allocatable: t.allocatable,
+                    reserved: t.reserved,
+                    free: t.free,
+                })
+                .collect(),
+        })
+        .collect();
+    let entries = cp
+        .entries
+        .iter()
+        .flatten()
+        .flat_map(|(pod, containers)| {
+            containers
+                .iter()
+                .flatten()
+                .flat_map(move |(c, blocks)| memory_blocks(pod, c, blocks.as_ref()))
+        })
+        .collect();
+    let pod_entries = cp
+        .pod_entries
+        .iter()
+        .flatten()
+        .flat_map(|(pod, blocks)| memory_blocks(pod, "", blocks.as_ref()))
+        .collect();
+    InspectBody::MemoryManager {
+        policy_name: cp.policy_name.clone(),
+        nodes,
+        entries,
+        pod_entries,
+    }
+}
+
+fn memory_format(layout: memory::MemoryLayout) -> String {
+    match layout {
+        memory::MemoryLayout::V1 => "v1",
+        memory::MemoryLayout::V1OwnName => "v1 (hashed as MemoryManagerCheckpointV1)",
+        memory::MemoryLayout::V2 => "v2 (podEntries; PodLevelResourceManagers)",
+    }
+    .into()
+}
+
+fn inspect_memory(bytes: &[u8]) -> InspectReport {
+    match memory::decode(bytes) {
+        Ok(d) => {
+            let mut warnings: Vec<String> =
+                unknown_warning(&d.unknown_fields).into_iter().collect();
+            if d.checksum_status == memory::MemoryChecksumStatus::NotPresent {
+                warnings.push(
+                    "checksum is 0: accepted without verification, as the kubelet does".into(),
+                );
+            }
+            let cp = &d.checkpoint;
+            if cp.policy_name != "Static" && cp.policy_name != "None" {
+                warnings.push(format!(
+                    "policyName {:?} is neither Static nor None; no kubelet policy accepts it",
+                    cp.policy_name
+                ));
+            }
+            for (id, node) in cp.machine_state.iter().flatten() {
+                for (name, t) in node.memory_map.iter().flatten() {
+                    if t.reserved.checked_add(t.free) != Some(t.allocatable) {
+                        warnings.push(format!(
+                            "machineState.{id}.memoryMap.{name}: reserved {} + free {} is not allocatable {}",
+                            t.reserved, t.free, t.allocatable
+                        ));
+                    }
+                }
+            }
+            InspectReport {
+                kind: CheckpointKind::MemoryManager,
+                format: Some(memory_format(d.layout)),
+                valid: true,
+                checksum: Some(ChecksumReport {
+                    algorithm: "fnv32a-spew",
+                    stored: Some(d.checksum),
+                    computed: (d.checksum_status == memory::MemoryChecksumStatus::Verified)
+                        .then_some(d.checksum),
+                    ok: true,
+                }),
+                error: None,
+                warnings,
+                body: Some(memory_body(cp)),
+            }
+        }
+        Err(err) => {
+            let mut report = InspectReport::invalid(CheckpointKind::MemoryManager, &err);
+            if let Ok(d) = memory::decode_unverified(bytes) {
+                report.format = Some(memory_format(d.layout));
+                report.body = Some(memory_body(&d.checkpoint));
+            }
+            report
+        }
+    }
+}
+
+/// Bytes as an exact binary multiple when there is one (`4Gi`, `1020Mi`), else plain.
+fn bytes_text(n: u64) -> String {
+    const UNITS: [(&str, u32); 4] = [("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)];
+    if n == 0 {
+        return "0".into();
+    }
+    for (unit, shift) in UNITS {
+        if n.trailing_zeros() >= shift {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
+fn ints_text(v: &[i64]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+}
+
 fn describe_change(c: &Change) -> String {
     match c {
         Change::AddContainer {
@@ -626,6 +837,7 @@ pub fn render_table(report: &InspectReport) -> String {
         CheckpointKind::DeviceManager => "kubelet_internal_checkpoint (device manager)",
         CheckpointKind::Dra => "dra_manager_state (DRA claim cache)",
         CheckpointKind::CpuManager => "cpu_manager_state (CPU manager)",
+        CheckpointKind::MemoryManager => "memory_manager_state (memory manager)",
         CheckpointKind::DeviceletJournal => "devicelet device journal",
         CheckpointKind::Unknown => "unknown",
     };
@@ -718,6 +930,84 @@ pub fn render_table(report: &InspectReport) -> String {
                 &rows,
             );
         }
+        Some(InspectBody::MemoryManager {
+            policy_name,
+            nodes,
+            entries,
+            pod_entries,
+        }) => {
+            let _ = writeln!(out, "POLICY: {policy_name}\n");
+            let rows: Vec<Vec<String>> = nodes
+                .iter()
+                .flat_map(|n| {
+                    let node = [
+                        n.node.to_string(),
+                        ints_text(&n.cells),
+                        n.number_of_assignments.to_string(),
+                    ];
+                    let mut rows: Vec<Vec<String>> = n
+                        .memory
+                        .iter()
+                        .map(|t| {
+                            let mut row = node.to_vec();
+                            row.extend([
+                                t.resource.clone(),
+                                bytes_text(t.total),
+                                bytes_text(t.system_reserved),
+                                bytes_text(t.allocatable),
+                                bytes_text(t.reserved),
+                                bytes_text(t.free),
+                            ]);
+                            row
+                        })
+                        .collect();
+                    if rows.is_empty() {
+                        let mut row = node.to_vec();
+                        row.extend(std::iter::repeat_n("-".to_string(), 6));
+                        rows.push(row);
+                    }
+                    rows
+                })
+                .collect();
+            table(
+                &mut out,
+                &[
+                    "NUMA NODE",
+                    "CELLS",
+                    "ASSIGNMENTS",
+                    "RESOURCE",
+                    "TOTAL",
+                    "SYSTEM RESERVED",
+                    "ALLOCATABLE",
+                    "RESERVED",
+                    "FREE",
+                ],
+                &rows,
+            );
+            out.push('\n');
+            let rows: Vec<Vec<String>> = entries
+                .iter()
+                .chain(pod_entries)
+                .map(|b| {
+                    vec![
+                        b.pod_uid.clone(),
+                        if b.container.is_empty() {
+                            "(pod)".to_string()
+                        } else {
+                            b.container.clone()
+                        },
+                        b.resource.clone(),
+                        bytes_text(b.size),
+                        ints_text(&b.numa_affinity),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &["POD UID", "CONTAINER", "RESOURCE", "SIZE", "NUMA NODES"],
+                &rows,
+            );
+        }
         Some(InspectBody::Journal {
             header, records, ..
         }) => {
@@ -791,6 +1081,192 @@ mod tests {
         assert_eq!(json["body"]["entries"][0]["resource"], "example.com/gpu");
     }
 
+    /// What `devicelet serve` wrote for a Guaranteed pod on a described 2-node machine (1Gi
+    /// reserved on node 0), checked against the kubelet's code by `interop/checkpoint`.
+    const MEMORY_EXAMPLE: &str = r#"{"policyName":"Static","machineState":{"0":{"numberOfAssignments":2,"memoryMap":{"hugepages-2Mi":{"total":1073741824,"systemReserved":0,"allocatable":1073741824,"reserved":4194304,"free":1069547520},"memory":{"total":4294967296,"systemReserved":1073741824,"allocatable":2147483648,"reserved":1073741824,"free":1073741824}},"cells":[0]},"1":{"numberOfAssignments":0,"memoryMap":{"hugepages-2Mi":{"total":1073741824,"systemReserved":0,"allocatable":1073741824,"reserved":0,"free":1073741824},"memory":{"total":4294967296,"systemReserved":0,"allocatable":3221225472,"reserved":0,"free":3221225472}},"cells":[1]}},"entries":{"11111111-0000-4000-8000-000000000001":{"app":[{"numaAffinity":[0],"type":"hugepages-2Mi","size":4194304},{"numaAffinity":[0],"type":"memory","size":1073741824}]}},"checksum":3415222003}"#;
+
+    fn memory_parts(
+        r: &InspectReport,
+    ) -> (&str, &[MemoryNodeRow], &[MemoryBlockRow], &[MemoryBlockRow]) {
+        match &r.body {
+            Some(InspectBody::MemoryManager {
+                policy_name,
+                nodes,
+                entries,
+                pod_entries,
+            }) => (policy_name, nodes, entries, pod_entries),
+            other => panic!("not a memory manager body: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn memory_manager_state_is_told_apart_from_cpu_manager_state_and_verified() {
+        for hint in [None, Some("/var/lib/kubelet/memory_manager_state")] {
+            let r = inspect(MEMORY_EXAMPLE.as_bytes(), hint);
+            assert_eq!(r.kind, CheckpointKind::MemoryManager, "{r:?}");
+            assert!(r.valid, "{r:?}");
+            assert_eq!(r.format.as_deref(), Some("v1"));
+            let c = r.checksum.clone().expect("checksum report");
+            assert_eq!(
+                (c.algorithm, c.stored, c.computed, c.ok),
+                (
+                    "fnv32a-spew",
+                    Some(3_415_222_003),
+                    Some(3_415_222_003),
+                    true
+                )
+            );
+            assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        }
+        let r = inspect(MEMORY_EXAMPLE.as_bytes(), None);
+        let (policy, nodes, entries, pod_entries) = memory_parts(&r);
+        assert_eq!(policy, "Static");
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(
+            (
+                nodes[0].node,
+                nodes[0].number_of_assignments,
+                &nodes[0].cells
+            ),
+            (0, 2, &vec![0])
+        );
+        let mem0 = nodes[0]
+            .memory
+            .iter()
+            .find(|t| t.resource == "memory")
+            .expect("node 0 memory");
+        assert_eq!(
+            (
+                mem0.total,
+                mem0.system_reserved,
+                mem0.allocatable,
+                mem0.reserved,
+                mem0.free
+            ),
+            (4 << 30, 1 << 30, 2 << 30, 1 << 30, 1 << 30)
+        );
+        assert_eq!(
+            entries
+                .iter()
+                .map(|b| (
+                    b.container.as_str(),
+                    b.resource.as_str(),
+                    b.size,
+                    b.numa_affinity.clone()
+                ))
+                .collect::<Vec<_>>(),
+            vec![
+                ("app", "hugepages-2Mi", 4 << 20, vec![0]),
+                ("app", "memory", 1 << 30, vec![0]),
+            ]
+        );
+        assert!(pod_entries.is_empty());
+
+        let text = render_table(&r);
+        assert!(
+            text.contains("memory_manager_state (memory manager)"),
+            "{text}"
+        );
+        assert!(text.contains("POLICY: Static"), "{text}");
+        assert!(text.contains("CHECKSUM: OK (fnv32a-spew"), "{text}");
+        let squeeze = |l: &str| l.split_whitespace().collect::<Vec<_>>().join(" ");
+        let lines: Vec<String> = text.lines().map(squeeze).collect();
+        for want in [
+            "0 0 2 hugepages-2Mi 1Gi 0 1Gi 4Mi 1020Mi",
+            "0 0 2 memory 4Gi 1Gi 2Gi 1Gi 1Gi",
+            "1 1 0 memory 4Gi 0 3Gi 0 3Gi",
+            "11111111-0000-4000-8000-000000000001 app memory 1Gi 0",
+        ] {
+            assert!(
+                lines.iter().any(|l| l == want),
+                "no line {want:?} in\n{text}"
+            );
+        }
+        let json = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(json["kind"], "memory_manager");
+        assert_eq!(json["body"]["type"], "memory_manager");
+        assert_eq!(json["body"]["nodes"][1]["memory"][1]["free"], 3_u64 << 30);
+        assert_eq!(json["body"]["entries"][1]["numa_affinity"][0], 0);
+    }
+
+    #[test]
+    fn a_memory_manager_state_with_a_bad_checksum_is_invalid_but_shown() {
+        let bad = MEMORY_EXAMPLE.replace("\"size\":1073741824}]", "\"size\":1073741825}]");
+        assert_ne!(bad, MEMORY_EXAMPLE);
+        let r = inspect(bad.as_bytes(), None);
+        assert_eq!(r.kind, CheckpointKind::MemoryManager);
+        assert!(!r.valid);
+        let c = r.checksum.clone().expect("checksum report");
+        assert_eq!(c.stored, Some(3_415_222_003));
+        assert!(c.computed.is_some_and(|v| v != 3_415_222_003), "{c:?}");
+        assert!(!c.ok);
+        let (_, _, entries, _) = memory_parts(&r);
+        assert_eq!(entries[1].size, (1 << 30) + 1);
+        let text = render_table(&r);
+        assert!(text.contains("MISMATCH"), "{text}");
+        assert!(text.contains("NOT verified"), "{text}");
+        assert!(text.contains("1073741825"), "{text}");
+    }
+
+    #[test]
+    fn memory_manager_state_v2_pod_blocks_and_unverified_zero_checksum() {
+        let cp = memory::MemoryCheckpoint {
+            policy_name: "Static".into(),
+            machine_state: Some(memory::NumaNodeMap::from([(
+                0,
+                memory::NumaNodeState {
+                    number_of_assignments: 1,
+                    memory_map: None,
+                    cells: Some(vec![0]),
+                },
+            )])),
+            entries: Some(memory::ContainerAssignments::new()),
+            pod_entries: Some(memory::PodAssignments::from([(
+                "pod-z".to_string(),
+                Some(vec![memory::Block {
+                    numa_affinity: Some(vec![0]),
+                    resource: "memory".into(),
+                    size: 5,
+                }]),
+            )])),
+        };
+        let r = inspect(&memory::encode(&cp, memory::MemoryLayout::V2), None);
+        assert!(r.valid, "{r:?}");
+        assert_eq!(
+            r.format.as_deref(),
+            Some("v2 (podEntries; PodLevelResourceManagers)")
+        );
+        let (_, nodes, entries, pod_entries) = memory_parts(&r);
+        assert!(nodes[0].memory.is_empty());
+        assert!(entries.is_empty());
+        assert_eq!(
+            (
+                pod_entries[0].pod_uid.as_str(),
+                pod_entries[0].container.as_str(),
+                pod_entries[0].size
+            ),
+            ("pod-z", "", 5)
+        );
+        let text = render_table(&r);
+        assert!(
+            text.lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                    == ["pod-z", "(pod)", "memory", "5", "0"]),
+            "{text}"
+        );
+
+        let zero = r#"{"policyName":"None","machineState":{},"checksum":0}"#;
+        let r = inspect(zero.as_bytes(), None);
+        assert_eq!(r.kind, CheckpointKind::MemoryManager);
+        assert!(r.valid);
+        assert!(
+            r.warnings.iter().any(|w| w.contains("checksum is 0")),
+            "{:?}",
+            r.warnings
+        );
+        assert_eq!(r.checksum.and_then(|c| c.computed), None);
+    }
+
     #[test]
     fn garbage_with_a_file_name_hint_is_classified_and_explained() {
         let r = inspect(
@@ -805,6 +1281,9 @@ mod tests {
                 .is_some_and(|e| e.contains("not valid JSON")),
             "{r:?}"
         );
+        let r = inspect(b"{", Some("memory_manager_state"));
+        assert_eq!(r.kind, CheckpointKind::MemoryManager);
+        assert!(!r.valid && r.body.is_none());
         let r = inspect(b"", None);
         assert_eq!(r.kind, CheckpointKind::Unknown);
         assert!(r.error.as_deref().is_some_and(|e| e.contains("empty")));
