@@ -1,4 +1,5 @@
-// Package checkpoint checks devicelet's device checkpoint against the kubelet's own Go code:
+// Package checkpoint checks devicelet's device checkpoint (and, in resource_state_test.go, its
+// cpu_manager_state and memory_manager_state) against the kubelet's own Go code:
 // k8s.io/kubernetes v1.36 pkg/kubelet/checkpointmanager (which verifies the checksum on read and
 // computes it on write) and pkg/kubelet/cm/devicemanager/checkpoint (the file's types), with the
 // cached Allocate answers decoded as k8s.io/kubelet deviceplugin v1beta1

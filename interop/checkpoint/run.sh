@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoint interop: the kubelet's own Go checkpoint code (k8s.io/kubernetes v1.36
-# pkg/kubelet/checkpointmanager and pkg/kubelet/cm/devicemanager/checkpoint, from the Go module
-# proxy) loads the device checkpoint devicelet writes, and devicelet (`state inspect`,
-# `state import`, `serve`, `start`) loads one the kubelet's code wrote. See interop/README.md.
+# pkg/kubelet/checkpointmanager, pkg/kubelet/cm/devicemanager/checkpoint and the CPU and memory
+# managers' state packages, from the Go module proxy) loads the device checkpoint,
+# cpu_manager_state and memory_manager_state devicelet writes, and devicelet (`state inspect`,
+# `state import`, `serve`, `start`) loads the ones the kubelet's code wrote. See interop/README.md.
 # Usage: DEVICELET_BIN=/path/to/devicelet bash interop/checkpoint/run.sh
 set -euo pipefail
 : "${DEVICELET_BIN:?set DEVICELET_BIN to a built devicelet binary}"
