@@ -213,3 +213,89 @@ async fn the_gpu_node_example_configuration_starts_on_this_machine() {
     assert_eq!(cpu["policyName"], "static", "{cpu}");
     assert_eq!(serve.terminate().await, 0);
 }
+
+/// `devicelet resources replay` runs the same admissions offline: the GPU-node example on a
+/// described machine, a Guaranteed pod pinned to one node, its removal freeing the state, and a
+/// malformed step file refused with the place of the error.
+#[tokio::test]
+async fn resources_replay_admits_and_removes_offline_and_names_bad_input() {
+    let root = Root::new();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/kubelet/gpu-node.yaml"
+    ))
+    .unwrap();
+    let cfg = root.path().join("gpu-node.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{example}devicelet:\n  machine: {{nodes: 2, cpusPerNode: 4}}\n  memory: {{perNode: 4Gi}}\n"
+        ),
+    )
+    .unwrap();
+    let steps = serde_json::json!({"steps": [
+        {"admit": {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "g", "uid": "uid-g"},
+            "spec": {"containers": [{"name": "main",
+                "resources": {"limits": {"cpu": "2", "memory": "1Gi"}}}]}}},
+        {"remove": "uid-g"}
+    ]});
+    let file = root.path().join("steps.json");
+    std::fs::write(&file, steps.to_string()).unwrap();
+    let (code, out, err) = cli(
+        root.path(),
+        &[
+            "resources",
+            "replay",
+            "--config",
+            cfg.to_str().unwrap(),
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let replay: Value = serde_json::from_str(&out).unwrap();
+    let admitted = &replay["steps"][0];
+    assert_eq!(admitted["admitted"], true, "{replay}");
+    let main = &admitted["containers"][0];
+    let node = main["numaAffinity"][0].as_u64().unwrap();
+    assert_eq!(
+        main["memory"][0]["numaAffinity"][0].as_u64(),
+        Some(node),
+        "{replay}"
+    );
+    assert_eq!(
+        main["cpus"].as_str().map(|c| c.is_empty()),
+        Some(false),
+        "{replay}"
+    );
+    // After the removal nothing is pinned.
+    let state: Value =
+        serde_json::from_str(replay["memoryManagerState"].as_str().unwrap()).unwrap();
+    assert!(
+        state
+            .get("entries")
+            .is_none_or(|e| e.get("uid-g").is_none()),
+        "{state}"
+    );
+
+    std::fs::write(&file, r#"{"steps":[{"admitt":{}}]}"#).unwrap();
+    let (code, _, err) = cli(
+        root.path(),
+        &[
+            "resources",
+            "replay",
+            "--config",
+            cfg.to_str().unwrap(),
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("unknown variant `admitt`") && err.contains("line 1"),
+        "{err}"
+    );
+}
