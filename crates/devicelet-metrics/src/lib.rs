@@ -255,6 +255,8 @@ struct Families {
     aligned_failures: Family<AlignLabels, Counter>,
     cpu_pinning_requests: Counter,
     cpu_pinning_errors: Counter,
+    memory_pinning_requests: Counter,
+    memory_pinning_errors: Counter,
     // kubelet: DRA
     dra_operations: HistogramFamily<DraOperationLabels>,
     dra_grpc_operations: HistogramFamily<DraGrpcLabels>,
@@ -322,6 +324,8 @@ impl Metrics {
             aligned_failures: Family::default(),
             cpu_pinning_requests: Counter::default(),
             cpu_pinning_errors: Counter::default(),
+            memory_pinning_requests: Counter::default(),
+            memory_pinning_errors: Counter::default(),
             dra_operations: Family::new_with_constructor(dra_buckets),
             dra_grpc_operations: Family::new_with_constructor(dra_buckets),
             dra_claims_in_use: Family::default(),
@@ -431,6 +435,16 @@ impl Metrics {
             "kubelet_cpu_manager_pinning_errors",
             alpha("The number of cpu core allocations which required pinning failed"),
             f.cpu_pinning_errors.clone(),
+        );
+        r.register(
+            "kubelet_memory_manager_pinning_requests",
+            alpha("The number of memory pages allocations which required pinning."),
+            f.memory_pinning_requests.clone(),
+        );
+        r.register(
+            "kubelet_memory_manager_pinning_errors",
+            alpha("The number of memory pages allocations which required pinning that failed."),
+            f.memory_pinning_errors.clone(),
         );
         r.register(
             "dra_operations_duration_seconds",
@@ -630,6 +644,16 @@ impl Metrics {
         f.cpu_pinning_requests.inc();
         if failed {
             f.cpu_pinning_errors.inc();
+        }
+    }
+
+    /// One Static memory manager allocation for a Guaranteed pod's container
+    /// (`memory_manager_pinning_requests_total`, `..._errors_total`).
+    pub fn memory_pinning(&self, failed: bool) {
+        let f = self.f();
+        f.memory_pinning_requests.inc();
+        if failed {
+            f.memory_pinning_errors.inc();
         }
     }
 
@@ -1122,6 +1146,8 @@ mod tests {
         m.aligned_compute_resources(AlignScope::Container, AlignBoundary::NumaNode, false);
         m.aligned_compute_resources(AlignScope::Pod, AlignBoundary::NumaNode, true);
         m.cpu_pinning(true);
+        m.memory_pinning(true);
+        m.memory_pinning(false);
         m.dra_operation("PrepareResources", false, Duration::from_millis(200));
         m.dra_grpc_operation("d", "/m", "OK", Duration::from_millis(1));
         m.set_dra_claims_in_use(0, []);
@@ -1161,6 +1187,8 @@ mod tests {
             ),
             ("kubelet_cpu_manager_pinning_requests_total", "counter"),
             ("kubelet_cpu_manager_pinning_errors_total", "counter"),
+            ("kubelet_memory_manager_pinning_requests_total", "counter"),
+            ("kubelet_memory_manager_pinning_errors_total", "counter"),
             ("dra_operations_duration_seconds", "histogram"),
             ("dra_grpc_operations_duration_seconds", "histogram"),
             ("dra_resource_claims_in_use", "gauge"),

@@ -544,7 +544,15 @@ impl Alignment {
             // The kubelet's provider order: devices, CPUs, then memory.
             let mut memory = Vec::new();
             if let Some(mm) = &self.memory {
-                mm.assign_container(pod, spec, &hint).map_err(|source| {
+                // The kubelet counts every Static-policy allocation of a Guaranteed pod's
+                // container as a pinning request.
+                let pinned = mm.policy() == MemoryPolicyName::Static
+                    && info.qos == devicelet_cpumanager::QosClass::Guaranteed;
+                let allocated = mm.assign_container(pod, spec, &hint);
+                if pinned {
+                    manager.metrics().memory_pinning(allocated.is_err());
+                }
+                allocated.map_err(|source| {
                     AdmitFailure::Rejected(AlignmentRejection::Memory {
                         container: request.container.clone(),
                         source,
