@@ -6,8 +6,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +213,7 @@ func TestDeploymentScheduledAdmittedReleased(t *testing.T) {
 	n := startNode(t, "node-deploy")
 	n.plugin(t, "--devices", "4")
 	waitForResource(t, n.name, gpu, 4, 4)
+	hugepagesMatchTheHost(t, n.name)
 
 	createDeployment(t, ns, "web", n.name, 3, 1)
 	pods := waitForRunning(t, ns, "web", 3, 90*time.Second)
@@ -256,6 +259,36 @@ func TestDeploymentScheduledAdmittedReleased(t *testing.T) {
 	for name := range held {
 		if !strings.Contains(out, name) {
 			t.Fatalf("devicelet get pods does not list %s:\n%s", name, out)
+		}
+	}
+}
+
+// hugepagesMatchTheHost: the Node advertises one hugepages-<size> resource per pool in
+// /sys/kernel/mm/hugepages, capacity and allocatable = nr_hugepages × page size, as the kubelet's
+// MachineInfo setter does.
+func hugepagesMatchTheHost(t *testing.T, node string) {
+	t.Helper()
+	pools, err := filepath.Glob("/sys/kernel/mm/hugepages/hugepages-*kB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pool := range pools {
+		var kib int64
+		if _, err := fmt.Sscanf(filepath.Base(pool), "hugepages-%dkB", &kib); err != nil {
+			t.Fatalf("%s: %v", pool, err)
+		}
+		raw, err := os.ReadFile(filepath.Join(pool, "nr_hugepages"))
+		if err != nil {
+			continue
+		}
+		pages, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", pool, err)
+		}
+		name := "hugepages-" + resource.NewQuantity(kib*1024, resource.BinarySI).String()
+		capacity, allocatable, _ := resourceOf(t, node, name)
+		if capacity != pages*kib*1024 || allocatable != capacity {
+			t.Fatalf("node %s %s: capacity %d allocatable %d, want %d (%d pages)", node, name, capacity, allocatable, pages*kib*1024, pages)
 		}
 	}
 }
