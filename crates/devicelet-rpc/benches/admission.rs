@@ -81,7 +81,6 @@ async fn aligned_run(clients: usize) {
         per_node: "64Gi".into(),
         hugepages_per_node: Default::default(),
     });
-    let daemon = Daemon::start(config).await.expect("daemon");
     let devices = (0..ALIGNED_PODS)
         .map(|i| {
             devicelet_rpc::test_utils::device(
@@ -91,19 +90,7 @@ async fn aligned_run(clients: usize) {
             )
         })
         .collect();
-    StaticDevicePlugin::new(devices)
-        .with_device_envs()
-        .serve(&daemon.paths().device_plugins.join("gpu.sock"))
-        .expect("serve plugin");
-    register_and_wait(
-        &daemon,
-        "gpu.sock",
-        RESOURCE,
-        ALIGNED_PODS as u64,
-        Duration::from_secs(60),
-    )
-    .await
-    .expect("register the plugin");
+    let daemon = start_with_plugin(config, StaticDevicePlugin::new(devices), ALIGNED_PODS).await;
     let pods: Arc<Vec<Pod>> = Arc::new((0..ALIGNED_PODS).map(guaranteed_pod).collect());
     let admitter = daemon.pods().clone();
     let (latencies, total) = admit_all(admitter.clone(), pods, 0..ALIGNED_PODS, clients).await;
@@ -154,8 +141,18 @@ fn guaranteed_pod(i: usize) -> Pod {
 /// A daemon started with `config`, with `devices` GPUs served over real gRPC (on NUMA nodes 0
 /// and 1; `Allocate` answers EXAMPLE_DEVICES=<ids>) and registered.
 async fn start_with_gpus(config: DaemonConfig, devices: usize) -> Daemon {
+    start_with_plugin(config, StaticDevicePlugin::healthy("gpu", devices), devices).await
+}
+
+/// A daemon started with `config` and `plugin` (its `devices` GPUs) served over real gRPC and
+/// registered; `Allocate` answers EXAMPLE_DEVICES=<ids>.
+async fn start_with_plugin(
+    config: DaemonConfig,
+    plugin: StaticDevicePlugin,
+    devices: usize,
+) -> Daemon {
     let daemon = Daemon::start(config).await.expect("daemon");
-    StaticDevicePlugin::healthy("gpu", devices)
+    plugin
         .with_device_envs()
         .serve(&daemon.paths().device_plugins.join("gpu.sock"))
         .expect("serve plugin");
