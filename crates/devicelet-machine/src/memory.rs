@@ -14,7 +14,7 @@ use std::path::Path;
 use devicelet_memorymanager::{MemoryTopology, NumaMemory};
 
 use crate::error::MachineError;
-use crate::sysfs::read;
+use crate::sysfs::{node_dirs, read};
 
 /// `MemTotal: <n> kB` anywhere in a node's meminfo (`Node 0 MemTotal: ...`), in bytes.
 fn mem_total(content: &str) -> Option<u64> {
@@ -80,25 +80,10 @@ fn read_node(dir: &Path) -> Result<NumaMemory, MachineError> {
 
 /// Reads `<sysfs_root>/devices/system/node/node*/{meminfo,hugepages}`.
 pub fn read_memory_topology(sysfs_root: &Path) -> Result<MemoryTopology, MachineError> {
-    let dir = sysfs_root.join("devices/system/node");
-    let io = |source| MachineError::Io {
-        path: dir.clone(),
-        source,
-    };
+    let (dir, found) = node_dirs(sysfs_root)?;
     let mut nodes = vec![];
-    for entry in fs::read_dir(&dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(suffix) = name.strip_prefix("node") else {
-            continue;
-        };
-        let id: usize = suffix
-            .parse()
-            .map_err(|_| MachineError::BadNodeName(name.clone()))?;
-        nodes.push((id, read_node(&entry.path())?));
-    }
-    if nodes.is_empty() {
-        return Err(MachineError::NoNodes(dir));
+    for (id, path) in found {
+        nodes.push((id, read_node(&path)?));
     }
     MemoryTopology::new(nodes).map_err(|e| MachineError::BadValue {
         path: dir,

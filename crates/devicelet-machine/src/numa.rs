@@ -5,39 +5,17 @@
 //! position among online nodes, so a tree with holes in its ids is refused as such rather than
 //! as whatever file happens to be missing.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use devicelet_topology::numa::parse_cpu_list;
 use devicelet_topology::{DiscoveryError, NumaNode, NumaTopology};
 
 use crate::error::MachineError;
-use crate::sysfs::read;
+use crate::sysfs::{node_dirs, read};
 
 /// Reads `<sysfs_root>/devices/system/node/node*/{cpulist,distance}`.
 pub fn read_numa_topology(sysfs_root: &Path) -> Result<NumaTopology, MachineError> {
-    let dir = sysfs_root.join("devices/system/node");
-    let io = |source| MachineError::Io {
-        path: dir.clone(),
-        source,
-    };
-    let mut found: Vec<(usize, PathBuf)> = vec![];
-    for entry in fs::read_dir(&dir).map_err(io)? {
-        let entry = entry.map_err(io)?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        // Real trees also hold `online`, `possible`, `power`, ...
-        let Some(suffix) = name.strip_prefix("node") else {
-            continue;
-        };
-        let id: usize = suffix
-            .parse()
-            .map_err(|_| MachineError::BadNodeName(name.clone()))?;
-        found.push((id, entry.path()));
-    }
-    if found.is_empty() {
-        return Err(MachineError::NoNodes(dir));
-    }
-    found.sort();
+    let (_, found) = node_dirs(sysfs_root)?;
     NumaTopology::check_node_ids(&found.iter().map(|(id, _)| *id).collect::<Vec<_>>())?;
     let mut nodes = vec![];
     let mut distances = vec![];
