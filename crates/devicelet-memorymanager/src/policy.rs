@@ -25,7 +25,7 @@ use devicelet_topology::{ContainerSpec, NumaMask, PodSpec, TopologyHint};
 
 use crate::config::SystemReserved;
 use crate::error::MemoryManagerError;
-use crate::state::{MachineState, MemoryBlock, MemoryState, NodeState};
+use crate::state::{MachineState, MemoryBlock, MemoryState, MemoryTableState, NodeState};
 use crate::topology::{
     MEMORY_RESOURCE, MemoryTopology, hugepage_resource_name, is_memory_resource,
 };
@@ -415,22 +415,19 @@ pub fn place(machine: &mut MachineState, affinity: &[usize], name: &str, mut siz
         if size == 0 {
             continue;
         }
-        let Some(t) = node.memory_map.get_mut(name) else {
-            continue;
-        };
-        if t.free == 0 {
-            continue;
+        if let Some(t) = node.memory_map.get_mut(name) {
+            size = reserve_from(t, size);
         }
-        if t.free >= size {
-            t.reserved += size;
-            t.free -= size;
-            size = 0;
-            continue;
-        }
-        size -= t.free;
-        t.reserved += t.free;
-        t.free = 0;
     }
+}
+
+/// Moves up to `size` bytes of a node's free memory of one resource to reserved; returns
+/// what is still to be placed on the next nodes.
+fn reserve_from(t: &mut MemoryTableState, size: u64) -> u64 {
+    let taken = size.min(t.free);
+    t.reserved += taken;
+    t.free -= taken;
+    size - taken
 }
 
 /// `releaseMemory`.
@@ -576,18 +573,7 @@ fn expect_blocks(
                     "[memorymanager] (pod: {pod}, container: {container}) the memory assignment uses memory resource that does not exist"
                 )));
             };
-            if size == 0 || t.free == 0 {
-                continue;
-            }
-            if t.free >= size {
-                t.reserved += size;
-                t.free -= size;
-                size = 0;
-                continue;
-            }
-            size -= t.free;
-            t.reserved += t.free;
-            t.free = 0;
+            size = reserve_from(t, size);
         }
     }
     Ok(())
