@@ -173,15 +173,7 @@ async fn memory_configurations_the_kubelet_refuses_are_refused_with_its_message(
     ];
     for (i, (fields, expected)) in cases.iter().enumerate() {
         let cfg = config(&root, &format!("bad{i}.yaml"), fields);
-        let (code, log) = root
-            .spawn("serve", &["serve", "--config", &cfg])
-            .wait_exit()
-            .await;
-        assert_ne!(code, 0, "{fields}");
-        assert!(
-            log.contains(expected) || log.contains(&expected.replace('"', "\\\"")),
-            "{fields}: {log}"
-        );
+        root.assert_serve_refuses(&cfg, expected).await;
     }
     // The default hard eviction threshold (100Mi) counts when evictionHard is absent.
     let cfg = config(

@@ -401,15 +401,7 @@ async fn bad_configurations_name_the_field_and_never_start() {
     ];
     for (i, (fields, expected)) in cases.iter().enumerate() {
         let cfg = config(&root, &format!("bad{i}.yaml"), fields);
-        let (code, log) = root
-            .spawn("serve", &["serve", "--config", &cfg])
-            .wait_exit()
-            .await;
-        assert_ne!(code, 0, "{fields}");
-        assert!(
-            log.contains(expected) || log.contains(&expected.replace('"', "\\\"")),
-            "{fields}: {log}"
-        );
+        root.assert_serve_refuses(&cfg, expected).await;
     }
     // Files that are not a configuration at all.
     for (name, text, expected) in [

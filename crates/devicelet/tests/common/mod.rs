@@ -96,6 +96,20 @@ impl Root {
         self.spawn_env(name, args, &[])
     }
 
+    /// `serve --config CONFIG` refuses to start: it exits non-zero and its log holds
+    /// `expected`, as written or with its quotes escaped (a debug-formatted error).
+    pub async fn assert_serve_refuses(&self, config: &str, expected: &str) {
+        let (code, log) = self
+            .spawn("serve", &["serve", "--config", config])
+            .wait_exit()
+            .await;
+        assert_ne!(code, 0, "{config}: {log}");
+        assert!(
+            log.contains(expected) || log.contains(&expected.replace('"', "\\\"")),
+            "{config}: want {expected:?} in\n{log}"
+        );
+    }
+
     /// Like [`Root::spawn`] with extra environment variables.
     pub fn spawn_env(&self, name: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let log = self.path().join(format!("{name}-{}.log", unique()));
