@@ -206,6 +206,19 @@ async fn the_gpu_node_example_configuration_starts_on_this_machine() {
     assert_eq!(serve.terminate().await, 0);
 }
 
+async fn run_replay(
+    root: &Root,
+    config: &std::path::Path,
+    steps: &std::path::Path,
+) -> (i32, String, String) {
+    let (config, steps) = (config.to_str().unwrap(), steps.to_str().unwrap());
+    cli(
+        root.path(),
+        &["resources", "replay", "--config", config, "-f", steps],
+    )
+    .await
+}
+
 /// `devicelet resources replay` runs the same admissions offline: the GPU-node example on a
 /// described machine, a Guaranteed pod pinned to one node, its removal freeing the state, and a
 /// malformed step file refused with the place of the error.
@@ -234,18 +247,7 @@ async fn resources_replay_admits_and_removes_offline_and_names_bad_input() {
     ]});
     let file = root.path().join("steps.json");
     std::fs::write(&file, steps.to_string()).unwrap();
-    let (code, out, err) = cli(
-        root.path(),
-        &[
-            "resources",
-            "replay",
-            "--config",
-            cfg.to_str().unwrap(),
-            "-f",
-            file.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (code, out, err) = run_replay(&root, &cfg, &file).await;
     assert_eq!(code, 0, "{err}");
     let replay: Value = serde_json::from_str(&out).unwrap();
     let admitted = &replay["steps"][0];
@@ -273,18 +275,7 @@ async fn resources_replay_admits_and_removes_offline_and_names_bad_input() {
     );
 
     std::fs::write(&file, r#"{"steps":[{"admitt":{}}]}"#).unwrap();
-    let (code, _, err) = cli(
-        root.path(),
-        &[
-            "resources",
-            "replay",
-            "--config",
-            cfg.to_str().unwrap(),
-            "-f",
-            file.to_str().unwrap(),
-        ],
-    )
-    .await;
+    let (code, _, err) = run_replay(&root, &cfg, &file).await;
     assert_ne!(code, 0);
     assert!(
         err.contains("unknown variant `admitt`") && err.contains("line 1"),
