@@ -167,9 +167,10 @@ pub fn resources(
     for (size, pages) in &machine.hugepages {
         let bytes = size.saturating_mul(*pages);
         hugepage_bytes = hugepage_bytes.saturating_add(bytes);
-        let name = hugepage_resource_name(*size);
-        capacity.insert(name.clone(), Quantity(binary_si(bytes)));
-        allocatable.insert(name, Quantity(binary_si(bytes)));
+        let name = devicelet_quantity::hugepage_resource_name(*size);
+        let amount = devicelet_quantity::Quantity::from_bytes(bytes).to_k8s();
+        capacity.insert(name.clone(), amount.clone());
+        allocatable.insert(name, amount);
     }
     if hugepage_bytes > 0 {
         let memory = allocatable_memory.saturating_sub(hugepage_bytes);
@@ -192,35 +193,6 @@ pub fn resources(
         allocatable.insert(name.clone(), q(healthy.min(*count)));
     }
     (capacity, allocatable)
-}
-
-/// `hugepages-<size>` as the API names a page size (`v1helper.HugePageResourceName`):
-/// `hugepages-2Mi`, `hugepages-1Gi`.
-pub fn hugepage_resource_name(page_size_bytes: u64) -> String {
-    format!("hugepages-{}", binary_si(page_size_bytes))
-}
-
-/// A byte count in the API's binary-SI canonical form: the largest power-of-1024 suffix that
-/// divides it (`2Mi`, `3Gi`), else the plain number (`0`, `1000`).
-pub fn binary_si(bytes: u64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    if bytes == 0 {
-        return "0".to_owned();
-    }
-    SUFFIXES
-        .iter()
-        .find(|(_, shift)| bytes.is_multiple_of(1u64 << shift))
-        .map_or_else(
-            || bytes.to_string(),
-            |(suffix, shift)| format!("{}{suffix}", bytes >> shift),
-        )
 }
 
 /// The body of the strategic-merge patch of `nodes/<name>/status`.
@@ -338,8 +310,6 @@ mod tests {
         assert_eq!(qty(&cap, "memory").as_deref(), Some("8388608Ki"));
         // 8Gi - 100Mi eviction - 3Gi of huge pages.
         assert_eq!(qty(&alloc, "memory").as_deref(), Some("5140480Ki"));
-        assert_eq!(binary_si(3 * (2 << 20)), "6Mi");
-        assert_eq!(binary_si(1000), "1000");
     }
 
     #[test]

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use devicelet_quantity::{Quantity, QuantityFormat};
 use devicelet_topology::{MAX_NUMA_NODES, NumaMask};
 
 use crate::error::MemoryManagerError;
@@ -15,13 +14,7 @@ pub const MEMORY_RESOURCE: &str = "memory";
 /// Prefix of hugepage resource names (`hugepages-2Mi`).
 pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
-/// The kubelet's `HugePageResourceName` of a page size in bytes: `hugepages-` and the size as
-/// a binary-SI quantity (`2097152` → `hugepages-2Mi`).
-pub fn hugepage_resource_name(page_size_bytes: u64) -> String {
-    let value = i64::try_from(page_size_bytes).unwrap_or(i64::MAX);
-    let q = Quantity::from_int(value, QuantityFormat::BinarySI);
-    format!("{HUGEPAGES_PREFIX}{}", q.canonical())
-}
+pub use devicelet_quantity::hugepage_resource_name;
 
 /// Whether a resource is one the memory manager handles (`memory`, `hugepages-*`).
 pub fn is_memory_resource(name: &str) -> bool {

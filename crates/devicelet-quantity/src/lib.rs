@@ -273,6 +273,15 @@ impl Quantity {
         })
     }
 
+    /// A byte count as the API holds memory (Go: `resource.NewQuantity(n, resource.BinarySI)`),
+    /// so that [`Quantity::canonical`] gives `2Mi`, `1536Ki`, `0`.
+    pub fn from_bytes(bytes: u64) -> Self {
+        Self::from_int(
+            i64::try_from(bytes).unwrap_or(i64::MAX),
+            QuantityFormat::BinarySI,
+        )
+    }
+
     /// Canonical Kubernetes string form (Go: `Quantity.String()` after canonicalisation).
     pub fn canonical(&self) -> String {
         if self.nanos == 0 {
@@ -375,6 +384,15 @@ fn parse_suffix(suffix: &str) -> Option<(bool, i64)> {
     }
 }
 
+/// The resource name of a huge page size (Go: `v1helper.HugePageResourceName`): `hugepages-`
+/// and the page size in bytes as a binary-SI quantity (`2097152` → `hugepages-2Mi`).
+pub fn hugepage_resource_name(page_size_bytes: u64) -> String {
+    format!(
+        "hugepages-{}",
+        Quantity::from_bytes(page_size_bytes).canonical()
+    )
+}
+
 impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.canonical())
@@ -395,6 +413,17 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap()
+    }
+
+    #[test]
+    fn byte_counts_and_hugepage_names_print_as_go_prints_them() {
+        assert_eq!(Quantity::from_bytes(3 * (2 << 20)).canonical(), "6Mi");
+        assert_eq!(Quantity::from_bytes(1536 << 10).canonical(), "1536Ki");
+        assert_eq!(Quantity::from_bytes(0).canonical(), "0");
+        // Below 1Ki Go's canonical form is decimal.
+        assert_eq!(Quantity::from_bytes(1000).canonical(), "1k");
+        assert_eq!(hugepage_resource_name(2 << 20), "hugepages-2Mi");
+        assert_eq!(hugepage_resource_name(1 << 30), "hugepages-1Gi");
     }
 
     #[test]

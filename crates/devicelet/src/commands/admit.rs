@@ -121,7 +121,7 @@ fn memory_cell(blocks: &[devicelet_node::admitted::MemoryView]) -> String {
         .iter()
         .map(|b| {
             let nodes: Vec<String> = b.numa_nodes.iter().map(usize::to_string).collect();
-            let size = devicelet_kube::node_status::binary_si(b.size);
+            let size = devicelet_quantity::Quantity::from_bytes(b.size).canonical();
             format!("{}={size}@{}", b.memory_type, nodes.join(","))
         })
         .collect::<Vec<_>>()
