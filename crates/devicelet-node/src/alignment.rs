@@ -525,7 +525,7 @@ impl Alignment {
                 let pinned = cpu.policy() == CpuPolicyName::Static
                     && info.guaranteed_cpus(&request.container) > 0;
                 // In memory: the file is written once per pod, after the admission lock
-                // ([`Alignment::persist_cpus`]).
+                // ([`Alignment::persist_state`]).
                 let allocated = cpu.assign_container(pod, spec, &hint);
                 if pinned {
                     manager.metrics().cpu_pinning(allocated.is_err());
@@ -654,73 +654,64 @@ impl Alignment {
         hints
     }
 
-    /// Writes `cpu_manager_state` with the exclusive CPUs [`Alignment::admit`] assigned in
-    /// memory for a pod's `containers`, on a blocking thread; one write may cover several
-    /// admissions, and a pod without exclusive CPUs writes nothing. Call it outside the
-    /// admission lock and before the journal commit that acknowledges the pod. The error names
-    /// the pod's first pinned container, as an `Allocate` failure does; the caller's admission
-    /// guard then rolls the pod back.
-    pub async fn persist_cpus(
+    /// Writes `memory_manager_state`, then `cpu_manager_state`, with the blocks and exclusive
+    /// CPUs [`Alignment::admit`] assigned in memory for a pod's `containers`, on one blocking
+    /// thread; one write may cover several admissions, and a pod that pinned nothing writes
+    /// nothing. Call it outside the admission lock and before the journal commit that
+    /// acknowledges the pod. The error names the pod's first pinned container, as an `Allocate`
+    /// failure does; the caller's admission guard then rolls the pod back.
+    pub async fn persist_state(
         self: &Arc<Self>,
         containers: &[ContainerView],
     ) -> Result<(), AlignmentRejection> {
-        self.persist_memory(containers).await?;
-        let (Some(cpu), Some(pinned)) = (&self.cpu, containers.iter().find(|c| c.cpus.is_some()))
-        else {
-            return Ok(());
+        let first = |pinned: fn(&ContainerView) -> bool| {
+            containers
+                .iter()
+                .find(|c| pinned(c))
+                .map(|c| c.name.clone())
         };
-        let path = cpu.state_file().to_owned();
+        let memory_owner = self.memory.as_ref().and(first(|c| !c.memory.is_empty()));
+        let cpu_owner = self.cpu.as_ref().and(first(|c| c.cpus.is_some()));
+        if memory_owner.is_none() && cpu_owner.is_none() {
+            return Ok(());
+        }
         let this = Arc::clone(self);
-        let written = tokio::task::spawn_blocking(move || {
-            this.cpu.as_ref().map_or(Ok(false), CpuManager::persist)
-        })
-        .await
-        .unwrap_or_else(|join| {
-            Err(CpuManagerError::Write {
-                path,
-                detail: format!("write task failed: {join}"),
-            })
-        });
-        written
-            .map(drop)
-            .map_err(|source| AlignmentRejection::Cpus {
-                container: pinned.name.clone(),
-                source,
+        let (memory, cpu) = (memory_owner.clone(), cpu_owner.clone());
+        tokio::task::spawn_blocking(move || this.persist_blocking(memory, cpu))
+            .await
+            .unwrap_or_else(|join| {
+                let detail = format!("write task failed: {join}");
+                if let (Some(container), Some(mm)) = (memory_owner, &self.memory) {
+                    let path = mm.state_file().to_owned();
+                    let source = MemoryManagerError::Write { path, detail };
+                    return Err(AlignmentRejection::Memory { container, source });
+                }
+                let path = self.cpu.as_ref().map(|c| c.state_file().to_owned());
+                let source = CpuManagerError::Write {
+                    path: path.unwrap_or_default(),
+                    detail,
+                };
+                let container = cpu_owner.unwrap_or_default();
+                Err(AlignmentRejection::Cpus { container, source })
             })
     }
 
-    /// `memory_manager_state` with the blocks [`Alignment::admit`] assigned in memory, as
-    /// [`Alignment::persist_cpus`] writes the CPUs (which calls it first).
-    async fn persist_memory(
-        self: &Arc<Self>,
-        containers: &[ContainerView],
+    /// The writes of [`Alignment::persist_state`]: memory first, then CPUs, each only when the
+    /// pod pinned some (`*_owner`: its first container that did).
+    fn persist_blocking(
+        &self,
+        memory_owner: Option<String>,
+        cpu_owner: Option<String>,
     ) -> Result<(), AlignmentRejection> {
-        let (Some(memory), Some(pinned)) = (
-            &self.memory,
-            containers.iter().find(|c| !c.memory.is_empty()),
-        ) else {
-            return Ok(());
-        };
-        let path = memory.state_file().to_owned();
-        let this = Arc::clone(self);
-        let written = tokio::task::spawn_blocking(move || {
-            this.memory
-                .as_ref()
-                .map_or(Ok(false), MemoryManager::persist)
-        })
-        .await
-        .unwrap_or_else(|join| {
-            Err(MemoryManagerError::Write {
-                path,
-                detail: format!("write task failed: {join}"),
-            })
-        });
-        written
-            .map(drop)
-            .map_err(|source| AlignmentRejection::Memory {
-                container: pinned.name.clone(),
-                source,
-            })
+        if let (Some(mm), Some(container)) = (&self.memory, memory_owner) {
+            mm.persist()
+                .map_err(|source| AlignmentRejection::Memory { container, source })?;
+        }
+        if let (Some(cpu), Some(container)) = (&self.cpu, cpu_owner) {
+            cpu.persist()
+                .map_err(|source| AlignmentRejection::Cpus { container, source })?;
+        }
+        Ok(())
     }
 
     /// Frees a pod's CPUs and memory.

@@ -388,12 +388,13 @@ impl PodAdmitter {
         // runs after the allocation lock is released.
         let changes = self.durable.admission_changes(&admitted, &self.manager);
         drop(serial);
-        // One ordered commit: cpu_manager_state (the CPUs assigned in memory above; one write
-        // may cover several admissions), then the journal, which acknowledges the pod.
-        // dra_manager_state was written by prepare, before a driver's answer counted. A crash
-        // in between leaves CPUs of an unacknowledged pod, which `retain_pods` frees.
+        // One ordered commit: memory_manager_state and cpu_manager_state (what was assigned in
+        // memory above; one write may cover several admissions), then the journal, which
+        // acknowledges the pod. dra_manager_state was written by prepare, before a driver's
+        // answer counted. A crash in between leaves CPUs and memory of an unacknowledged pod,
+        // which `retain_pods` frees at the next start.
         self.alignment
-            .persist_cpus(&admitted.containers)
+            .persist_state(&admitted.containers)
             .await
             .map_err(PodError::Alignment)?;
         self.durable.commit(changes).await?;
