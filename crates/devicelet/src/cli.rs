@@ -55,7 +55,8 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run the built-in example DRA driver (a separate process registering through plugins_registry).
     ExampleDriver(ExampleDriverArgs),
-    /// Temporary root + daemon + example plugin: show the inventory, flip a device, stop.
+    /// Temporary root + daemon + example plugin and DRA driver: the inventory, a device flipped
+    /// unhealthy, sample pods, DRA claims, a GPU node's GPU/CPU/memory alignment; then stop.
     Demo(DemoArgs),
     /// Offline DRA structured allocation: AllocationScenario in, AllocationOutcome out.
     Allocate(AllocateArgs),
@@ -146,8 +147,10 @@ pub struct OutputArgs {
 pub struct ServeArgs {
     /// KubeletConfiguration-style YAML/JSON file: topologyManagerPolicy, topologyManagerScope,
     /// topologyManagerPolicyOptions, cpuManagerPolicy, cpuManagerPolicyOptions,
-    /// reservedSystemCPUs, kubeReserved/systemReserved cpu, and a `devicelet:` block describing
-    /// the machine (see docs/topology.md). Other fields are ignored.
+    /// reservedSystemCPUs, memoryManagerPolicy, reservedMemory, kubeReserved/systemReserved
+    /// (cpu, memory), evictionHard memory.available, featureGates, and a `devicelet:` block
+    /// describing the machine (see docs/topology.md, examples/kubelet/gpu-node.yaml). Other
+    /// fields are ignored.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Serve Prometheus metrics on http://HOST:PORT/metrics [default: 127.0.0.1:10255, the
