@@ -212,6 +212,8 @@ pub enum DraError {
         name: String,
         /// Why.
         reason: String,
+        /// The API server refused the read (403): see [`DraError::is_claim_not_linked_yet`].
+        forbidden: bool,
     },
     /// A pod claim entry could not be resolved to a claim name (B1).
     #[error("pod \"{namespace}/{pod}\": {reason}")]
@@ -332,6 +334,17 @@ impl DraError {
                 RpcCode::Unavailable | RpcCode::DeadlineExceeded | RpcCode::Cancelled
             ),
             DraError::Multiple(errs) => errs.iter().any(DraError::is_driver_unavailable),
+            _ => false,
+        }
+    }
+
+    /// Whether a claim read was refused (403): in cluster mode the Node authorizer has not
+    /// linked the pod's claim to this node yet, which clears within milliseconds of the pod's
+    /// binding, with no event the node could watch for (the node may not list or watch claims).
+    pub fn is_claim_not_linked_yet(&self) -> bool {
+        match self {
+            DraError::FetchClaim { forbidden, .. } => *forbidden,
+            DraError::Multiple(errs) => errs.iter().any(DraError::is_claim_not_linked_yet),
             _ => false,
         }
     }

@@ -52,7 +52,7 @@ pub mod registry;
 pub mod source;
 
 pub use boot::{BootIdSource, FixedBootId, ProcBootId};
-pub use claim_cache::{CachedClaim, ClaimCache};
+pub use claim_cache::{CachedClaim, ClaimCache, PrepareTimings};
 pub use client::{
     ClaimPrepareResult, ClaimRef, DeviceHealthReport, DraPluginClient, DraPluginDialer, DraService,
     HEALTH_MESSAGE_MAX_LENGTH, HealthStatus, HealthStream, PrepareResponse, PreparedDevice,

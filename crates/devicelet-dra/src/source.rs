@@ -33,7 +33,13 @@ pub enum ClaimSourceError {
         /// Why.
         reason: String,
     },
-    /// Anything else (transport, authorization).
+    /// The API server refused the read (HTTP 403). For a node this is usually the Node
+    /// authorizer not having linked the claim to a pod bound to the node *yet*: its graph
+    /// follows the pod's binding and `status.resourceClaimStatuses` a few milliseconds after
+    /// the node's own watch shows them.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Anything else (transport, other errors).
     #[error("{0}")]
     Other(String),
 }

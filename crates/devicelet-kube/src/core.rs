@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceStatus};
 use tokio::sync::watch;
@@ -23,6 +24,22 @@ pub struct Rejection {
     /// it stays Pending and is tried again with back-off, as the kubelet's pod sync retries
     /// `PrepareResources`; `false` is a final rejection (the pod is Failed).
     pub retry: bool,
+    /// With `retry`: the cause clears on its own within milliseconds, with no event the node
+    /// can watch for (the Node authorizer has not linked the pod's claim to the node yet), so
+    /// the pod is tried again after a few milliseconds rather than the usual back-off.
+    pub retry_soon: bool,
+}
+
+/// Where the node spent an admission's time, for the pod start-up record
+/// ([`crate::startup`]). Zero for what the admission did not do.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AdmitStages {
+    /// Reading the pod's ResourceClaims from the API server.
+    pub claim_get: Duration,
+    /// The DRA drivers' NodePrepareResources (the drivers' own time, not devicelet's).
+    pub driver_prepare: Duration,
+    /// Durable writes: `dra_manager_state`, the CPU and memory state, the device journal.
+    pub checkpoint_write: Duration,
 }
 
 /// A failure of the node to release a pod (logged and retried by the caller).
@@ -31,8 +48,8 @@ pub type ReleaseError = Box<dyn std::error::Error + Send + Sync>;
 /// What the cluster front end needs of the node.
 pub trait NodeCore: Send + Sync + 'static {
     /// Admits `pod` (devices, Topology and CPU managers, DRA claims), durably. Idempotent by
-    /// UID: an admitted pod gets its existing allocation.
-    fn admit(&self, pod: &Pod) -> impl Future<Output = Result<(), Rejection>> + Send;
+    /// UID: an admitted pod gets its existing allocation. Says where the time went.
+    fn admit(&self, pod: &Pod) -> impl Future<Output = Result<AdmitStages, Rejection>> + Send;
 
     /// Releases an admitted pod's devices, CPUs and claims; a pod that is not admitted is a
     /// no-op.

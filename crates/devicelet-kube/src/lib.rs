@@ -37,6 +37,7 @@ pub mod pod_status;
 pub mod pods;
 pub mod slices;
 pub mod snapshot;
+pub mod startup;
 pub mod status_manager;
 
 use std::sync::Arc;
@@ -47,7 +48,7 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "node")]
 pub use crate::claims::ApiClaimSource;
 pub use crate::client::{ClusterSource, connect};
-pub use crate::core::{NodeCore, Rejection, ReleaseError};
+pub use crate::core::{AdmitStages, NodeCore, Rejection, ReleaseError};
 pub use crate::error::ClusterError;
 pub use crate::metrics::ClusterMetrics;
 pub use crate::node_status::{DeviceCapacity, MachineInfo, Readiness};

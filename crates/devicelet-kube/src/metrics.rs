@@ -25,6 +25,16 @@ impl ClusterMetrics {
         }
     }
 
+    /// One stage of a pod's start (`devicelet_pod_start_stage_duration_seconds`).
+    pub fn pod_start_stage(&self, stage: &str, took: std::time::Duration) {
+        self.metrics.pod_start_stage(stage, took);
+    }
+
+    /// A pod's whole start and devicelet's share of it.
+    pub fn pod_started(&self, total: std::time::Duration, own: std::time::Duration) {
+        self.metrics.pod_started(total, own);
+    }
+
     /// The watch of the node's pods failed once.
     pub fn watch_error(&self) {
         self.metrics.pod_watch_error();

@@ -24,12 +24,24 @@
 //!
 //! Inventory changes re-report the `allocatedResourcesStatus` of admitted pods (KEP-4680).
 //!
+//! Admissions run concurrently, one at a time per pod: the loop hands each to its own task and
+//! goes on with other pods' events, so a pod whose claims take a GET and a driver call holds up
+//! no other pod (the kubelet's pod workers are per pod too). An event for a pod whose admission
+//! is in flight is kept and handled when it finishes (the latest one wins). A full list is still
+//! admitted one pod at a time, oldest first.
+//!
 //! A pod the node cannot admit *yet* ([`Rejection::retry`]: its claims are not ready — the Node
 //! authorizer may not know the pod's claim yet, a DRA driver is away, an API call failed) stays
-//! Pending and is tried again with back-off (0.5 s doubling to 10 s, the kubelet's pod sync
-//! back-off) and on every event for it, with a Warning event `FailedPrepareDynamicResources`
-//! each time the reason changes; the kubelet prepares claims in pod sync, not in admission,
-//! and never fails a pod for it.
+//! Pending and is tried again on every event for it — kube-controller-manager writing its
+//! `resourceClaimStatuses`, kube-scheduler's binding — and with back-off, with a Warning event
+//! `FailedPrepareDynamicResources` each time the reason changes; the kubelet prepares claims in
+//! pod sync, not in admission, and never fails a pod for it. The back-off starts at 0.5 s
+//! (the kubelet's pod sync back-off), except for a claim the Node authorizer has not linked to
+//! the node yet ([`Rejection::retry_soon`]): its graph follows the binding within milliseconds
+//! and the node cannot watch it, so that retry starts at 5 ms.
+//!
+//! Every admitted pod gets a start-up record ([`crate::startup`]): where its time went from the
+//! moment the node first saw it bound to its Running status written.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -37,6 +49,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use tokio::task::{JoinError, JoinSet};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -45,11 +58,12 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::core::{NodeCore, Rejection};
+use crate::core::{AdmitStages, NodeCore, Rejection};
 use crate::events::EventRecorder;
 use crate::metrics::ClusterMetrics;
 use crate::node::now_rfc3339;
 use crate::pod_status;
+use crate::startup::StartupRecord;
 use crate::status_manager::{Desired, StatusManager};
 
 /// How long the first list after a start waits for the device plugins the node had before
@@ -60,15 +74,45 @@ pub const PLUGIN_REREGISTRATION_WAIT: Duration = Duration::from_secs(30);
 pub const ADMIT_RETRY_INITIAL: Duration = Duration::from_millis(500);
 /// See [`ADMIT_RETRY_INITIAL`].
 pub const ADMIT_RETRY_MAX: Duration = Duration::from_secs(10);
+/// First pause before a pod whose claim the Node authorizer has not linked yet
+/// ([`Rejection::retry_soon`]) is tried again; doubling to [`ADMIT_RETRY_MAX`].
+pub const ADMIT_RETRY_SOON: Duration = Duration::from_millis(5);
+/// How long a claim the Node authorizer has not linked yet is only logged at debug level
+/// before it gets a warning and an event.
+const QUIET_NOT_LINKED: Duration = Duration::from_secs(2);
 
 /// A pod waiting to be admitted again.
 #[derive(Debug)]
 struct Waiting {
     pod: Pod,
     backoff: Backoff,
+    /// The back-off of [`Rejection::retry_soon`] causes.
+    soon: Backoff,
     due: tokio::time::Instant,
     /// The last message reported in an event (a new one is sent only when it changes).
     message: String,
+}
+
+/// A pod on its way to admission: when the node first saw it, and how many tries so far.
+#[derive(Debug, Clone, Copy)]
+struct Starting {
+    seen: tokio::time::Instant,
+    attempts: u32,
+}
+
+/// What arrived for a pod while its admission was in flight.
+#[derive(Debug)]
+enum Followup {
+    Apply(Pod),
+    Delete(Pod),
+}
+
+/// One finished admission attempt.
+struct Attempt {
+    pod: Pod,
+    started: tokio::time::Instant,
+    took: Duration,
+    result: Result<AdmitStages, Rejection>,
 }
 
 /// A pod the node admitted, as last seen.
@@ -85,6 +129,8 @@ pub trait PodWrites: Send + 'static {
     fn set(&self, uid: &str, namespace: &str, name: &str, desired: Desired);
     /// Pod `uid`'s object is gone.
     fn forget(&self, uid: &str);
+    /// Pod `uid` was admitted: `record` is completed when its Running status is written.
+    fn started(&self, _uid: &str, _record: StartupRecord) {}
     /// Like `set`, but sent even if it was sent before (the API object lost it).
     fn resend(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
         self.set(uid, namespace, name, desired);
@@ -98,6 +144,10 @@ impl PodWrites for StatusManager {
 
     fn forget(&self, uid: &str) {
         StatusManager::forget(self, uid);
+    }
+
+    fn started(&self, uid: &str, record: StartupRecord) {
+        StatusManager::started(self, uid, record);
     }
 
     fn resend(&self, uid: &str, namespace: &str, name: &str, desired: Desired) {
@@ -114,6 +164,12 @@ pub struct PodWorker<N, W = StatusManager> {
     admitted: HashMap<String, Admitted>,
     rejected: HashSet<String>,
     waiting: HashMap<String, Waiting>,
+    starting: HashMap<String, Starting>,
+    /// Pods whose admission is in flight, with what arrived for them meanwhile.
+    in_flight: HashMap<String, Option<Followup>>,
+    admissions: JoinSet<Attempt>,
+    /// Which pod each admission task is for.
+    tasks: HashMap<tokio::task::Id, String>,
     events: Option<EventRecorder>,
     /// Pods of a relist in progress (between `Init` and `InitDone`).
     listing: Option<Vec<Pod>>,
@@ -141,6 +197,10 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             admitted: HashMap::new(),
             rejected: HashSet::new(),
             waiting: HashMap::new(),
+            starting: HashMap::new(),
+            in_flight: HashMap::new(),
+            admissions: JoinSet::new(),
+            tasks: HashMap::new(),
             events: None,
             listing: None,
             listed_once: false,
@@ -159,22 +219,41 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         self.waiting.keys().cloned().collect()
     }
 
-    /// Tries every waiting pod whose back-off has passed again.
+    /// Tries every waiting pod whose back-off has passed again and waits for those tries.
     pub async fn retry_due(&mut self) {
+        self.start_due_retries().await;
+        self.settle().await;
+    }
+
+    /// Starts the admission of every waiting pod whose back-off has passed.
+    async fn start_due_retries(&mut self) {
         let now = tokio::time::Instant::now();
         let due: Vec<Pod> = self
             .waiting
-            .values()
-            .filter(|w| w.due <= now)
-            .map(|w| w.pod.clone())
+            .iter()
+            .filter(|(uid, w)| w.due <= now && !self.in_flight.contains_key(*uid))
+            .map(|(_, w)| w.pod.clone())
             .collect();
         for pod in due {
             self.apply(pod).await;
         }
     }
 
-    fn next_retry(&self) -> Option<tokio::time::Instant> {
-        self.waiting.values().map(|w| w.due).min()
+    /// When the next waiting pod is due to be tried again.
+    pub fn next_retry(&self) -> Option<tokio::time::Instant> {
+        self.waiting
+            .iter()
+            .filter(|(uid, _)| !self.in_flight.contains_key(*uid))
+            .map(|(_, w)| w.due)
+            .min()
+    }
+
+    /// Waits for every admission in flight to finish and handles its result (and whatever
+    /// arrived for the pod meanwhile).
+    pub async fn settle(&mut self) {
+        while let Some(joined) = self.admissions.join_next_with_id().await {
+            self.admission_done(joined).await;
+        }
     }
 
     /// Sets how long the first list waits for device plugins to register again.
@@ -233,7 +312,10 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             let retry_at = self.next_retry();
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = sleep_until_some(retry_at) => self.retry_due().await,
+                _ = sleep_until_some(retry_at) => self.start_due_retries().await,
+                Some(joined) = self.admissions.join_next_with_id(), if !self.admissions.is_empty() => {
+                    self.admission_done(joined).await;
+                }
                 changed = inventory.changed() => {
                     if changed.is_err() { return; }
                     self.report_health();
@@ -245,7 +327,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 }
                 event = events.next() => match event {
                     None => return,
-                    Some(Ok(event)) => self.handle(event).await,
+                    Some(Ok(event)) => self.dispatch(event).await,
                     Some(Err(e)) => {
                         metrics.watch_error();
                         warn!(node = %self.node_name, error = %e, "pod watch failed; retrying with back-off");
@@ -255,8 +337,15 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         }
     }
 
-    /// Handles one watch event.
+    /// Handles one watch event and waits for the admissions it started ([`Self::settle`]).
     pub async fn handle(&mut self, event: Event<Pod>) {
+        self.dispatch(event).await;
+        self.settle().await;
+    }
+
+    /// Handles one watch event; admissions it starts run on (see the module docs) until
+    /// [`Self::settle`] or the watch loop collects them.
+    pub async fn dispatch(&mut self, event: Event<Pod>) {
         match event {
             Event::Init => self.listing = Some(Vec::new()),
             Event::InitApply(pod) => match &mut self.listing {
@@ -290,6 +379,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         }
         self.rejected.retain(|uid| listed.contains(uid.as_str()));
         self.waiting.retain(|uid, _| listed.contains(uid.as_str()));
+        self.starting.retain(|uid, _| listed.contains(uid.as_str()));
         pods.sort_by(|a, b| {
             let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             t(a).cmp(&t(b)).then_with(|| key(a).cmp(&key(b)))
@@ -307,8 +397,10 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 self.wait_for_plugins().await;
             }
         }
+        // One at a time, oldest first: the oldest pod gets the devices, as on the kubelet.
         for pod in pods {
             self.apply(pod).await;
+            self.settle().await;
         }
     }
 
@@ -316,9 +408,14 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
+        if let Some(next) = self.in_flight.get_mut(&uid) {
+            *next = Some(Followup::Apply(pod));
+            return;
+        }
         let name = key(&pod);
         if pod.metadata.deletion_timestamp.is_some() || pod_status::is_terminal(&pod) {
             self.waiting.remove(&uid);
+            self.starting.remove(&uid);
         }
         if pod.metadata.deletion_timestamp.is_some() {
             self.release(&uid, Some(&name)).await;
@@ -356,12 +453,76 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             self.report(&uid);
             return;
         }
-        let start = Instant::now();
-        match self.node.admit(&pod).await {
-            Ok(()) => {
+        self.start_admission(uid, pod);
+    }
+
+    /// Hands the admission of `pod` to its own task ([`Self::admission_done`] gets the result).
+    fn start_admission(&mut self, uid: String, pod: Pod) {
+        let starting = self.starting.entry(uid.clone()).or_insert(Starting {
+            seen: tokio::time::Instant::now(),
+            attempts: 0,
+        });
+        starting.attempts += 1;
+        self.in_flight.insert(uid.clone(), None);
+        let node = Arc::clone(&self.node);
+        let task = self.admissions.spawn(async move {
+            let started = tokio::time::Instant::now();
+            let result = node.admit(&pod).await;
+            Attempt {
+                pod,
+                started,
+                took: started.elapsed(),
+                result,
+            }
+        });
+        self.tasks.insert(task.id(), uid);
+    }
+
+    /// An admission task finished: its result, then what arrived for the pod meanwhile.
+    async fn admission_done(&mut self, joined: Result<(tokio::task::Id, Attempt), JoinError>) {
+        let (uid, attempt) = match joined {
+            Ok((id, attempt)) => (self.tasks.remove(&id), Some(attempt)),
+            Err(e) => (self.tasks.remove(&e.id()), None),
+        };
+        let Some(uid) = uid else {
+            return;
+        };
+        let followup = self.in_flight.remove(&uid).flatten();
+        match attempt {
+            Some(attempt) => self.admission_result(uid, attempt),
+            // A panic in the node: nothing was admitted; the next event or relist tries again.
+            None => warn!(pod_uid = %uid, "pod admission task failed; the next event for the pod tries again"),
+        }
+        match followup {
+            Some(Followup::Apply(pod)) => self.apply(pod).await,
+            Some(Followup::Delete(pod)) => self.deleted(pod).await,
+            None => {}
+        }
+    }
+
+    fn admission_result(&mut self, uid: String, attempt: Attempt) {
+        let Attempt {
+            pod,
+            started,
+            took,
+            result,
+        } = attempt;
+        let name = key(&pod);
+        match result {
+            Ok(stages) => {
                 self.waiting.remove(&uid);
-                let elapsed = start.elapsed();
-                info!(pod = %name, pod_uid = %uid, admission_ms = elapsed.as_secs_f64() * 1e3, "pod admitted");
+                let starting = self.starting.remove(&uid);
+                info!(pod = %name, pod_uid = %uid, admission_ms = took.as_secs_f64() * 1e3, "pod admitted");
+                let record = StartupRecord {
+                    pod: name,
+                    seen: starting.map_or(started, |s| s.seen).into_std(),
+                    attempt_started: started.into_std(),
+                    admitted: (started + took).into_std(),
+                    stages,
+                    attempts: starting.map_or(1, |s| s.attempts),
+                };
+                // Before the status is queued, so its write completes the record.
+                self.statuses.started(&uid, record);
                 self.admitted.insert(
                     uid.clone(),
                     Admitted {
@@ -374,6 +535,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             Err(rejection) if rejection.retry => self.wait(uid, pod, &name, &rejection),
             Err(rejection) => {
                 self.waiting.remove(&uid);
+                self.starting.remove(&uid);
                 warn!(pod = %name, pod_uid = %uid, reason = %rejection.reason,
                       message = %rejection.message, "pod rejected");
                 self.rejected.insert(uid.clone());
@@ -391,16 +553,31 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
 
     /// Pod `uid` cannot be admitted yet: it waits (Pending) and is tried again after a back-off.
     fn wait(&mut self, uid: String, pod: Pod, name: &str, rejection: &Rejection) {
+        // Expected right after a binding: no warning and no event unless it lasts.
+        let quiet = rejection.retry_soon
+            && self
+                .starting
+                .get(&uid)
+                .is_some_and(|s| s.seen.elapsed() < QUIET_NOT_LINKED);
         let entry = self.waiting.entry(uid.clone()).or_insert_with(|| Waiting {
             pod: pod.clone(),
             backoff: Backoff::new(ADMIT_RETRY_INITIAL, ADMIT_RETRY_MAX),
+            soon: Backoff::new(ADMIT_RETRY_SOON, ADMIT_RETRY_MAX),
             due: tokio::time::Instant::now(),
             message: String::new(),
         });
         entry.pod = pod;
-        let delay = entry.backoff.next_delay();
+        let delay = if rejection.retry_soon {
+            entry.soon.next_delay()
+        } else {
+            entry.backoff.next_delay()
+        };
         entry.due = tokio::time::Instant::now() + delay;
-        if entry.message != rejection.message {
+        if quiet {
+            debug!(pod = %name, pod_uid = %uid, message = %rejection.message,
+                   retry_in_ms = delay.as_millis() as u64,
+                   "claim not linked to the node by the Node authorizer yet; retrying");
+        } else if entry.message != rejection.message {
             entry.message.clone_from(&rejection.message);
             warn!(pod = %name, pod_uid = %uid, reason = %rejection.reason,
                   message = %rejection.message, retry_in_ms = delay.as_millis() as u64,
@@ -418,7 +595,12 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
+        if let Some(next) = self.in_flight.get_mut(&uid) {
+            *next = Some(Followup::Delete(pod));
+            return;
+        }
         self.waiting.remove(&uid);
+        self.starting.remove(&uid);
         self.release(&uid, Some(&key(&pod))).await;
         self.rejected.remove(&uid);
         self.statuses.forget(&uid);

@@ -22,6 +22,7 @@ use crate::backoff::Backoff;
 use crate::client::with_deadline;
 use crate::error::ClusterError;
 use crate::metrics::ClusterMetrics;
+use crate::startup::StartupRecord;
 
 /// How many pod writes may be in flight at once.
 pub const MAX_CONCURRENT_WRITES: usize = 16;
@@ -50,6 +51,8 @@ struct Entry {
 pub struct StatusManager {
     metrics: ClusterMetrics,
     entries: Arc<Mutex<HashMap<String, Entry>>>,
+    /// Start-up records completed by the pod's next successful status write.
+    startups: Arc<Mutex<HashMap<String, StartupRecord>>>,
     queue: mpsc::UnboundedSender<String>,
 }
 
@@ -60,6 +63,7 @@ impl StatusManager {
         let manager = StatusManager {
             metrics,
             entries: Arc::new(Mutex::new(HashMap::new())),
+            startups: Arc::default(),
             queue,
         };
         tokio::spawn(manager.clone().work(client, rx));
@@ -108,6 +112,18 @@ impl StatusManager {
     /// Forgets pod `uid` (its object is gone).
     pub fn forget(&self, uid: &str) {
         self.entries().remove(uid);
+        self.startups().remove(uid);
+    }
+
+    /// Pod `uid` was admitted: its next successful status write completes `record`.
+    pub fn started(&self, uid: &str, record: StartupRecord) {
+        self.startups().insert(uid.to_owned(), record);
+    }
+
+    fn startups(&self) -> MutexGuard<'_, HashMap<String, StartupRecord>> {
+        self.startups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// How many pods have a write pending or in flight.
@@ -173,6 +189,9 @@ impl StatusManager {
                     if written == Desired::Delete {
                         entries.remove(uid);
                         return;
+                    }
+                    if let Some(record) = self.startups().remove(uid) {
+                        record.finish(uid, std::time::Instant::now(), &self.metrics);
                     }
                     entry.sent = Some(written);
                     if entry.sent.as_ref() == Some(&entry.desired) {

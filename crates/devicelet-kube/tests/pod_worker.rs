@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-use devicelet_kube::core::{NodeCore, Rejection, ReleaseError};
+use devicelet_kube::core::{AdmitStages, NodeCore, Rejection, ReleaseError};
 use devicelet_kube::node_status::DeviceCapacity;
 use devicelet_kube::pods::{PodWorker, PodWrites};
 use devicelet_kube::status_manager::Desired;
@@ -24,6 +24,10 @@ struct FakeNode {
     changes: watch::Sender<u64>,
     /// How many admissions answer "not yet" (a claim not ready) before they work.
     not_ready: Mutex<usize>,
+    /// Whether "not yet" is the Node authorizer not having linked the claim (retry soon).
+    not_linked: std::sync::atomic::AtomicBool,
+    /// Admissions of these pods wait until the gate opens.
+    gates: Mutex<BTreeMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 impl FakeNode {
@@ -35,6 +39,8 @@ impl FakeNode {
             calls: Mutex::new(Vec::new()),
             changes: watch::channel(0).0,
             not_ready: Mutex::new(0),
+            not_linked: std::sync::atomic::AtomicBool::new(false),
+            gates: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -44,15 +50,19 @@ impl FakeNode {
 }
 
 impl NodeCore for FakeNode {
-    async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+    async fn admit(&self, pod: &Pod) -> Result<AdmitStages, Rejection> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.calls
             .lock()
             .expect("lock")
             .push(format!("admit {uid}"));
+        let gate = self.gates.lock().expect("lock").get(&uid).cloned();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
         let mut admitted = self.admitted.lock().expect("lock");
         if admitted.contains(&uid) {
-            return Ok(());
+            return Ok(AdmitStages::default());
         }
         let mut not_ready = self.not_ready.lock().expect("lock");
         if *not_ready > 0 {
@@ -61,6 +71,7 @@ impl NodeCore for FakeNode {
                 reason: "FailedPrepareDynamicResources".into(),
                 message: "claim not reserved for the pod yet".into(),
                 retry: true,
+                retry_soon: self.not_linked.load(std::sync::atomic::Ordering::Relaxed),
             });
         }
         if admitted.len() >= self.slots {
@@ -68,10 +79,11 @@ impl NodeCore for FakeNode {
                 reason: "UnexpectedAdmissionError".into(),
                 message: "no device left".into(),
                 retry: false,
+                retry_soon: false,
             });
         }
         admitted.insert(uid);
-        Ok(())
+        Ok(AdmitStages::default())
     }
 
     async fn release(&self, uid: &str) -> Result<(), ReleaseError> {
@@ -115,7 +127,10 @@ impl NodeCore for FakeNode {
 
 /// Records what the worker asks of pod objects.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(String, String)>>>);
+struct Recorder(
+    Arc<Mutex<Vec<(String, String)>>>,
+    Arc<Mutex<Vec<(String, devicelet_kube::startup::StartupRecord)>>>,
+);
 
 impl Recorder {
     fn writes(&self) -> Vec<(String, String)> {
@@ -136,6 +151,10 @@ impl PodWrites for Recorder {
             }
         };
         self.0.lock().expect("lock").push((uid.to_owned(), what));
+    }
+
+    fn started(&self, uid: &str, record: devicelet_kube::startup::StartupRecord) {
+        self.1.lock().expect("lock").push((uid.to_owned(), record));
     }
 
     fn forget(&self, uid: &str) {
@@ -418,4 +437,101 @@ async fn a1_3_a_completed_pod_listed_after_a_restart_is_not_admitted_again() {
     w.handle(Event::InitDone).await;
     assert!(node.calls().is_empty(), "{:?}", node.calls());
     assert!(rec.writes().is_empty(), "{:?}", rec.writes());
+}
+
+#[tokio::test]
+async fn a_slow_admission_holds_up_no_other_pod() {
+    let node = FakeNode::new(2, &[]);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    node.gates
+        .lock()
+        .expect("lock")
+        .insert("slow".into(), gate.clone());
+    let (mut w, rec) = worker(&node);
+    w.dispatch(Event::Apply(pod("slow", 1))).await;
+    w.dispatch(Event::Apply(pod("fast", 2))).await;
+    // The fast pod is admitted by the node while the slow one's admission still waits.
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while !node.is_admitted("fast") {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the fast pod is admitted while the slow one waits");
+    assert!(!node.is_admitted("slow"));
+    gate.notify_one();
+    w.settle().await;
+    assert_eq!(
+        rec.writes(),
+        [
+            ("fast".into(), "Running".into()),
+            ("slow".into(), "Running".into())
+        ],
+        "each pod is reported when its own admission finishes"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_deleted_while_its_admission_runs_is_released_after_it() {
+    let node = FakeNode::new(1, &[]);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    node.gates.lock().expect("lock").insert("x".into(), gate.clone());
+    let (mut w, rec) = worker(&node);
+    w.dispatch(Event::Apply(pod("x", 1))).await;
+    // Repeated events while in flight start no second admission.
+    w.dispatch(Event::Apply(pod("x", 1))).await;
+    let mut deleting = pod("x", 1);
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    w.dispatch(Event::Apply(deleting)).await;
+    gate.notify_one();
+    w.settle().await;
+    assert_eq!(node.calls(), ["admit x", "release x"]);
+    assert_eq!(
+        rec.writes(),
+        [
+            ("x".into(), "Running".into()),
+            ("x".into(), "delete".into())
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_not_linked_yet_is_retried_within_milliseconds_and_recorded() {
+    let node = FakeNode::new(1, &[]);
+    *node.not_ready.lock().expect("lock") = 2;
+    node.not_linked
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut w, rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    let due = w.next_retry().expect("waiting") - tokio::time::Instant::now();
+    assert!(
+        due <= std::time::Duration::from_millis(6),
+        "the Node authorizer's lag is retried after 5 ms, not 0.5 s: {due:?}"
+    );
+    tokio::time::advance(std::time::Duration::from_millis(6)).await;
+    w.retry_due().await;
+    tokio::time::advance(std::time::Duration::from_millis(12)).await;
+    w.retry_due().await;
+    assert_eq!(node.calls(), ["admit x", "admit x", "admit x"]);
+    assert_eq!(rec.writes(), [("x".into(), "Running".into())]);
+    let records = rec.1.lock().expect("lock").clone();
+    assert_eq!(records.len(), 1);
+    let (uid, record) = &records[0];
+    assert_eq!(uid, "x");
+    assert_eq!(record.attempts, 3);
+    let times = record.times(record.admitted);
+    assert!(
+        times.stages[0].1 >= std::time::Duration::from_millis(18),
+        "the claim wait covers both retries: {times:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn other_not_ready_causes_keep_the_half_second_back_off() {
+    let node = FakeNode::new(1, &[]);
+    *node.not_ready.lock().expect("lock") = 1;
+    let (mut w, _rec) = worker(&node);
+    w.handle(Event::Apply(pod("x", 1))).await;
+    let due = w.next_retry().expect("waiting") - tokio::time::Instant::now();
+    assert!(due >= std::time::Duration::from_millis(500), "{due:?}");
 }

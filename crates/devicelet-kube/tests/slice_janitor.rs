@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use devicelet_kube::slices::{SliceApi, SliceJanitor};
-use devicelet_kube::{ClusterError, DeviceCapacity, NodeCore, Rejection, ReleaseError};
+use devicelet_kube::{
+    AdmitStages, ClusterError, DeviceCapacity, NodeCore, Rejection, ReleaseError,
+};
 use k8s_openapi::api::core::v1::{Pod, ResourceStatus};
 use tokio::sync::watch;
 
@@ -21,8 +23,8 @@ struct FakeNode {
 }
 
 impl NodeCore for FakeNode {
-    async fn admit(&self, _pod: &Pod) -> Result<(), Rejection> {
-        Ok(())
+    async fn admit(&self, _pod: &Pod) -> Result<AdmitStages, Rejection> {
+        Ok(AdmitStages::default())
     }
     async fn release(&self, _uid: &str) -> Result<(), ReleaseError> {
         Ok(())

@@ -179,6 +179,17 @@ struct NodeLabel {
     node: String,
 }
 
+/// `{stage}` of `devicelet_pod_start_stage_duration_seconds`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: String,
+}
+
+/// 100 µs to ~52 s: pod start-up stages range from a cached write to a claim that waits.
+fn pod_start_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 20))
+}
+
 /// `{checkpoint}` of `devicelet_checkpoint_write_duration_seconds`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckpointLabel {
@@ -269,6 +280,9 @@ struct Families {
     api_errors: Family<ApiErrorLabels, Counter>,
     pod_watch_errors: Counter,
     checkpoint_write: HistogramFamily<CheckpointLabel>,
+    pod_start_stage: HistogramFamily<StageLabel>,
+    pod_start: Histogram,
+    pod_start_own: Histogram,
     checkpoint_errors: Family<CheckpointLabel, Counter>,
     plugin_rpc: HistogramFamily<PluginRpcLabels>,
     capacity: Family<ResourceLabel, Gauge>,
@@ -336,6 +350,9 @@ impl Metrics {
             api_errors: Family::default(),
             pod_watch_errors: Counter::default(),
             checkpoint_write: Family::new_with_constructor(checkpoint_buckets),
+            pod_start_stage: Family::new_with_constructor(pod_start_buckets),
+            pod_start: pod_start_buckets(),
+            pod_start_own: pod_start_buckets(),
             checkpoint_errors: Family::default(),
             plugin_rpc: Family::new_with_constructor(fast_buckets),
             capacity: Family::default(),
@@ -490,6 +507,21 @@ impl Metrics {
             "devicelet_pod_watch_errors",
             "Errors of the watch of the pods bound to this node (each is retried with back-off; 410 Gone relists)",
             f.pod_watch_errors.clone(),
+        );
+        r.register(
+            "devicelet_pod_start_stage_duration_seconds",
+            "Duration in seconds of each stage of a pod's start in cluster mode, from the node first seeing the bound pod to its Running status written: claim_wait (until its claims could be prepared), claim_get, driver_prepare (the DRA drivers' own time), checkpoint_write, admission (devices, CPUs, memory, device plugin Allocate), status_write",
+            f.pod_start_stage.clone(),
+        );
+        r.register(
+            "devicelet_pod_start_duration_seconds",
+            "Duration in seconds from the node first seeing a bound pod to its Running status written, in cluster mode",
+            f.pod_start.clone(),
+        );
+        r.register(
+            "devicelet_pod_start_own_duration_seconds",
+            "devicelet_pod_start_duration_seconds minus the DRA drivers' own NodePrepareResources time: devicelet's share of a pod's start",
+            f.pod_start_own.clone(),
         );
         r.register(
             "devicelet_checkpoint_write_duration_seconds",
@@ -753,6 +785,24 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// `devicelet_pod_start_stage_duration_seconds{stage}`: one stage of a pod's start.
+    pub fn pod_start_stage(&self, stage: &str, took: Duration) {
+        self.f()
+            .pod_start_stage
+            .get_or_create(&StageLabel {
+                stage: stage.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// `devicelet_pod_start_duration_seconds` (`total`) and
+    /// `devicelet_pod_start_own_duration_seconds` (`own`, without the drivers' time).
+    pub fn pod_started(&self, total: Duration, own: Duration) {
+        let f = self.f();
+        f.pod_start.observe(total.as_secs_f64());
+        f.pod_start_own.observe(own.as_secs_f64());
     }
 
     /// `devicelet_pod_watch_errors_total`: the watch of the node's pods failed once.

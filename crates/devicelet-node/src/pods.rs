@@ -248,23 +248,37 @@ impl PodAdmitter {
     /// `devicelet_pod_admissions_total` (new admissions only) or
     /// `devicelet_pod_rejections_total{reason}`.
     pub async fn admit(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
+        self.admit_timed(pod).await.0
+    }
+
+    /// [`Self::admit`], also saying where the time went (the pod start-up record of cluster
+    /// mode); the timings cover the last attempt only and are zero for what it did not do.
+    pub async fn admit_timed(
+        &self,
+        pod: &Pod,
+    ) -> (Result<AdmittedPod, PodError>, AdmissionTimings) {
         let start = std::time::Instant::now();
         let known = pod
             .metadata
             .uid
             .as_ref()
             .is_some_and(|uid| self.pods().contains_key(uid));
-        let result = self.admit_pod(pod).await;
+        let mut timings = AdmissionTimings::default();
+        let result = self.admit_pod(pod, &mut timings).await;
         let metrics = self.manager.metrics();
         match &result {
             Ok(_) if !known => metrics.pod_admitted(start.elapsed()),
             Ok(_) => {}
             Err(err) => metrics.pod_rejected(err.reason()),
         }
-        result
+        (result, timings)
     }
 
-    async fn admit_pod(&self, pod: &Pod) -> Result<AdmittedPod, PodError> {
+    async fn admit_pod(
+        &self,
+        pod: &Pod,
+        timings: &mut AdmissionTimings,
+    ) -> Result<AdmittedPod, PodError> {
         if let Some(reason) = self.durable.ownership_unknown() {
             return Err(DurableError::OwnershipUnknown(reason.to_owned()).into());
         }
@@ -277,10 +291,11 @@ impl PodAdmitter {
             .ok_or_else(|| PodError::Invalid("metadata.uid is missing".into()))?;
         let existing = self.pods().get(&uid).map(|p| AdmittedPod::clone(p));
         if let Some(mut existing) = existing {
+            drop(serial);
             // Re-admission (e.g. sandbox re-created after a reboot): claims not prepared on
             // this boot are prepared again; prepared ones cost no driver call.
             if let Some(dra) = &self.dra {
-                dra.admit(pod).await?;
+                timings.claims = dra.admit_timed(pod).await?.1;
                 for c in &mut existing.containers {
                     c.claims = dra.container_claims(&uid, &c.name);
                 }
@@ -369,9 +384,12 @@ impl PodAdmitter {
                 kind,
             })
             .collect();
+        // Claims are prepared outside the allocation lock: a pod whose claim GETs and driver
+        // calls take a while holds up no other pod's admission.
+        drop(serial);
         if let Some(dra) = &self.dra {
             // All or nothing: a claim that cannot be prepared frees the devices and CPUs.
-            dra.admit(pod).await?;
+            timings.claims = dra.admit_timed(pod).await?.1;
             for c in &mut containers {
                 c.claims = dra.container_claims(&uid, &c.name);
             }
@@ -387,7 +405,7 @@ impl PodAdmitter {
         // Durable before it is answered; the fsync is shared with concurrent admissions, so it
         // runs after the allocation lock is released.
         let changes = self.durable.admission_changes(&admitted, &self.manager);
-        drop(serial);
+        let writing = std::time::Instant::now();
         // One ordered commit: memory_manager_state and cpu_manager_state (what was assigned in
         // memory above; one write may cover several admissions), then the journal, which
         // acknowledges the pod. dra_manager_state was written by prepare, before a driver's
@@ -398,6 +416,7 @@ impl PodAdmitter {
             .await
             .map_err(PodError::Alignment)?;
         self.durable.commit(changes).await?;
+        timings.state_write = writing.elapsed();
         guard.commit();
         info!(pod_uid = %uid, pod = %admitted.pod.name, "pod admitted");
         self.pods().insert(uid, Arc::new(admitted.clone()));
@@ -641,6 +660,16 @@ impl PodAdmitter {
 /// at each `return`. Claims are not part of it: their preparation is durable on its own in
 /// `dra_manager_state`, as in the kubelet (where claims are prepared in pod sync, after
 /// admission), and they are unprepared when the pod is removed.
+/// Where the time of one admission went ([`PodAdmitter::admit_timed`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AdmissionTimings {
+    /// Preparing the pod's DRA claims (claim reads, drivers, `dra_manager_state`).
+    pub claims: devicelet_dra::PrepareTimings,
+    /// Making the admission durable: `memory_manager_state`, `cpu_manager_state` and the
+    /// device journal (group commit).
+    pub state_write: std::time::Duration,
+}
+
 struct AdmissionGuard<'a> {
     admitter: &'a PodAdmitter,
     uid: String,

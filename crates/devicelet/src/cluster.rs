@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use devicelet_kube::{DeviceCapacity, NodeCore, Rejection, ReleaseError};
+use devicelet_kube::{AdmitStages, DeviceCapacity, NodeCore, Rejection, ReleaseError};
 use devicelet_node::pods::{PodAdmitter, PodError};
 use k8s_openapi::api::core::v1::{Pod, ResourceHealth, ResourceStatus};
 use tokio::sync::watch;
@@ -31,10 +31,13 @@ impl ClusterNode {
 /// restarting). The pod waits with the kubelet's `FailedPrepareDynamicResources` event.
 pub fn rejection(err: &PodError) -> Rejection {
     if let PodError::Claims(e) = err {
+        let retry_soon =
+            matches!(e, devicelet_node::dra::DraNodeError::Dra(d) if d.is_claim_not_linked_yet());
         return Rejection {
             reason: "FailedPrepareDynamicResources".to_owned(),
             message: format!("Failed to prepare dynamic resources: {e}"),
             retry: true,
+            retry_soon,
         };
     }
     let (reason, message) = err.kubelet_rejection();
@@ -42,16 +45,19 @@ pub fn rejection(err: &PodError) -> Rejection {
         reason: reason.to_owned(),
         message,
         retry: false,
+        retry_soon: false,
     }
 }
 
 impl NodeCore for ClusterNode {
-    async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
-        self.pods
-            .admit(pod)
-            .await
-            .map(|_| ())
-            .map_err(|e| rejection(&e))
+    async fn admit(&self, pod: &Pod) -> Result<AdmitStages, Rejection> {
+        let (result, timings) = self.pods.admit_timed(pod).await;
+        result.map_err(|e| rejection(&e))?;
+        Ok(AdmitStages {
+            claim_get: timings.claims.claim_get,
+            driver_prepare: timings.claims.driver,
+            checkpoint_write: timings.claims.checkpoint + timings.state_write,
+        })
     }
 
     async fn release(&self, uid: &str) -> Result<(), ReleaseError> {

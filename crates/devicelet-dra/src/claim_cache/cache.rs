@@ -65,10 +65,21 @@ pub(super) struct Shared {
     pub(super) rebooted: bool,
     pub(super) state: Mutex<CacheState>,
     pub(super) claim_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Serialises snapshot+write so an older snapshot never overwrites a newer one.
-    pub(super) write_lock: Mutex<()>,
+    /// Serialises snapshot+write so an older snapshot never overwrites a newer one; holds
+    /// which change each file covers (group commit, `persistence.rs`).
+    pub(super) write_lock: Mutex<Written>,
+    /// Changes made in memory so far (each durable write covers every change counted before
+    /// its snapshot).
+    pub(super) changes: std::sync::atomic::AtomicU64,
     /// The node's metrics (B15); set once by whoever wires the node.
     pub(super) metrics: OnceLock<Metrics>,
+}
+
+/// The last change (of [`Shared::changes`]) each file's latest successful write covers.
+#[derive(Debug, Default)]
+pub(super) struct Written {
+    pub(super) checkpoint: u64,
+    pub(super) marks: u64,
 }
 
 impl std::fmt::Debug for ClaimCache {

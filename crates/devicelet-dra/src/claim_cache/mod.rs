@@ -50,3 +50,4 @@ mod unprepare;
 pub use cache::ClaimCache;
 pub use cached_claim::CachedClaim;
 pub use persistence::{DEVICELET_DIR, PREPARED_FILE, QUARANTINE_FILE};
+pub use prepare::PrepareTimings;

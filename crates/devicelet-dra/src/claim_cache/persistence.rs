@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use devicelet_checkpoint::aside::{self, move_aside};
@@ -129,6 +130,7 @@ impl ClaimCache {
                 }),
                 claim_locks: Mutex::default(),
                 write_lock: Mutex::default(),
+                changes: AtomicU64::new(0),
                 metrics: OnceLock::new(),
             }),
         })
@@ -173,28 +175,78 @@ impl ClaimCache {
         }
     }
 
-    /// [`ClaimCache::persist`]; when it fails, the entries are put back as `saved`.
-    pub(super) fn persist_or_restore(
+    /// Makes the change just made in memory durable: `checkpoint` and/or the prepared
+    /// `marks`; when that fails, the entries are put back as `saved` and the error returned.
+    ///
+    /// Group commit, off the async threads: the write (file and directory fsyncs) runs on a
+    /// blocking thread, and one write covers every change made before its snapshot, so pods
+    /// preparing at once share writes instead of queueing one full rewrite each (the kubelet
+    /// writes the whole checkpoint once per claim change, in its pod worker). A change that a
+    /// write started after it already covers returns without writing.
+    pub(super) async fn persist_or_restore(
         &self,
         checkpoint: bool,
-        prepared: bool,
+        marks: bool,
         saved: Vec<(String, Option<CachedClaim>)>,
     ) -> Result<(), DraError> {
-        let result = self.persist(checkpoint, prepared);
-        if let Err(e) = &result {
-            warn!(error = %e, "DRA state could not be written; the change is undone in memory");
-            self.restore_entries(saved);
-        }
-        result
+        // Counted after the change is in memory: a snapshot taken once this count is visible
+        // contains the change.
+        let change = self.shared.changes.fetch_add(1, Ordering::SeqCst) + 1;
+        let cache = self.clone();
+        let path = self.shared.checkpoint_path.clone();
+        tokio::task::spawn_blocking(move || cache.persist_change(change, checkpoint, marks, saved))
+            .await
+            .unwrap_or_else(|join| {
+                Err(DraError::CheckpointWrite {
+                    path,
+                    reason: format!("write task failed: {join}"),
+                })
+            })
     }
 
-    /// Writes the checkpoint and/or the prepared marks from the current state, durably.
-    fn persist(&self, checkpoint: bool, prepared: bool) -> Result<(), DraError> {
-        let _w = self
+    /// [`Self::persist_or_restore`] on the blocking thread.
+    fn persist_change(
+        &self,
+        change: u64,
+        checkpoint: bool,
+        marks: bool,
+        saved: Vec<(String, Option<CachedClaim>)>,
+    ) -> Result<(), DraError> {
+        let mut written = self
             .shared
             .write_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let checkpoint = checkpoint && written.checkpoint < change;
+        let marks = marks && written.marks < change;
+        if !checkpoint && !marks {
+            return Ok(());
+        }
+        // Read before the snapshot: every change counted up to here is in it.
+        let covers = self.shared.changes.load(Ordering::SeqCst);
+        match self.write_files(checkpoint, marks) {
+            Ok(()) => {
+                if checkpoint {
+                    written.checkpoint = covers;
+                }
+                if marks {
+                    written.marks = covers;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                warn!(error = %e, "DRA state could not be written; the change is undone in memory");
+                // Undone while the write lock is held, so no later write can still pick the
+                // failed change up.
+                self.restore_entries(saved);
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the checkpoint and/or the prepared marks from the current state, durably (the
+    /// caller holds the write lock).
+    fn write_files(&self, checkpoint: bool, prepared: bool) -> Result<(), DraError> {
         let (bytes, marks) = {
             let st = self.state();
             let mut list: Vec<&CachedClaim> = st.entries.values().collect();

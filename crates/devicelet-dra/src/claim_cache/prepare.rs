@@ -13,7 +13,7 @@
 //! (the checkpoint does not say which devices were taken with admin access).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -22,7 +22,7 @@ use crate::client::ClaimRef;
 use crate::error::{DraError, RpcCode};
 use crate::pod::pod_claim_names;
 use crate::registry::DraPluginInstance;
-use crate::source::ClaimSource;
+use crate::source::{ClaimSource, ClaimSourceError};
 
 use super::cache::{AllocatedDevice, CacheState, ClaimCache};
 use super::cached_claim::{CachedClaim, key};
@@ -61,6 +61,19 @@ fn device_in_use(st: &CacheState, v: &ValidatedClaim) -> Option<(String, String)
     None
 }
 
+/// Where the time of one successful [`ClaimCache::prepare_resources`] went (the pod start-up
+/// record of cluster mode).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PrepareTimings {
+    /// Reading the pod's claims from the claim source (concurrent GETs: the slowest one).
+    pub claim_get: Duration,
+    /// The drivers' NodePrepareResources calls (concurrent, one per driver: the slowest one).
+    pub driver: Duration,
+    /// Writing `dra_manager_state` and the prepared marks (the pod reference before the
+    /// drivers are called, the devices after).
+    pub checkpoint: Duration,
+}
+
 impl ClaimCache {
     /// B1–B2: resolves, fetches and validates the pod's claims without changing any state.
     async fn validate_pod(
@@ -71,23 +84,29 @@ impl ClaimCache {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        // Upstream bug E4: a claim listed twice went into one batch twice and the driver's
+        // single answer made every prepare fail with "skipped 1"; we keep one copy.
         let mut seen_names = HashSet::new();
+        let names: Vec<_> = pod_claim_names(pod)?
+            .into_iter()
+            .filter(|pc| seen_names.insert(pc.claim_name.clone()))
+            .collect();
+        // One GET per claim, all at once: a pod's claims do not wait for each other's round
+        // trips (the kubelet reads them one after another).
+        let fetched = futures::future::join_all(
+            names
+                .iter()
+                .map(|pc| source.get_claim(&namespace, &pc.claim_name)),
+        )
+        .await;
         let mut seen_uids = HashSet::new();
         let mut out = Vec::new();
-        for pc in pod_claim_names(pod)? {
-            // Upstream bug E4: a claim listed twice went into one batch twice and the driver's
-            // single answer made every prepare fail with "skipped 1"; we keep one copy.
-            if !seen_names.insert(pc.claim_name.clone()) {
-                continue;
-            }
-            let claim: ResourceClaim =
-                source
-                    .get_claim(&namespace, &pc.claim_name)
-                    .await
-                    .map_err(|e| DraError::FetchClaim {
-                        name: pc.claim_name.clone(),
-                        reason: e.to_string(),
-                    })?;
+        for (pc, fetched) in names.into_iter().zip(fetched) {
+            let claim: ResourceClaim = fetched.map_err(|e| DraError::FetchClaim {
+                name: pc.claim_name.clone(),
+                forbidden: matches!(e, ClaimSourceError::Forbidden(_)),
+                reason: e.to_string(),
+            })?;
             let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
             if !seen_uids.insert(claim_uid.clone()) {
                 continue;
@@ -161,11 +180,12 @@ impl ClaimCache {
     /// `PrepareResources(pod)` (B1–B7): validates the pod's claims, records the pod reference
     /// durably, sends one NodePrepareResources per driver for the claims not yet prepared, and
     /// returns only after the devices are durable in the checkpoint.
+    /// Returns where the time went.
     pub async fn prepare_resources(
         &self,
         pod: &Pod,
         source: &dyn ClaimSource,
-    ) -> Result<(), DraError> {
+    ) -> Result<PrepareTimings, DraError> {
         let start = Instant::now();
         let result = self.prepare_resources_inner(pod, source).await;
         self.record_operation("PrepareResources", result.is_err(), start.elapsed());
@@ -176,24 +196,30 @@ impl ClaimCache {
         &self,
         pod: &Pod,
         source: &dyn ClaimSource,
-    ) -> Result<(), DraError> {
+    ) -> Result<PrepareTimings, DraError> {
         self.check_quarantine()?;
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut timings = PrepareTimings::default();
+        let fetching = Instant::now();
         let validated = self.validate_pod(pod, source).await?;
+        timings.claim_get = fetching.elapsed();
         if validated.is_empty() {
-            return Ok(());
+            return Ok(timings);
         }
         let keys: BTreeSet<String> = validated.iter().map(|v| v.key.clone()).collect();
         let _guards = self.lock_claims(&keys).await;
-        let result = self.prepare_locked(&pod_uid, &validated).await;
+        let result = self
+            .prepare_locked(&pod_uid, &validated, &mut timings)
+            .await;
         self.prune_locks(&keys);
-        result
+        result.map(|()| timings)
     }
 
     async fn prepare_locked(
         &self,
         pod_uid: &str,
         validated: &[ValidatedClaim],
+        timings: &mut PrepareTimings,
     ) -> Result<(), DraError> {
         // B3: record the intent. All UID checks first, so nothing is recorded on mismatch.
         let mut batches: BTreeMap<String, (DraPluginInstance, Vec<ClaimRef>)> = BTreeMap::new();
@@ -260,11 +286,14 @@ impl ClaimCache {
         // E10: the pod reference is durable before any driver is called; if it cannot be
         // written it is not kept in memory either (a retry must write it again).
         if changed {
-            self.persist_or_restore(true, false, before)?;
+            let writing = Instant::now();
+            self.persist_or_restore(true, false, before).await?;
+            timings.checkpoint += writing.elapsed();
         }
         if batches.is_empty() {
             return Ok(());
         }
+        let calling = Instant::now();
         let calls = batches
             .into_iter()
             .map(|(driver, (inst, claims))| async move {
@@ -283,6 +312,7 @@ impl ClaimCache {
                 (driver, claims, result)
             });
         let answers = futures::future::join_all(calls).await;
+        timings.driver = calling.elapsed();
 
         let mut errors = Vec::new();
         // claim UID -> all of its drivers answered successfully so far
@@ -347,7 +377,9 @@ impl ClaimCache {
         // B5: durable before success is reported. Not durable: the devices are not kept in
         // memory only and the preparation is not claimed; the durable pod reference makes the
         // next attempt (or an unprepare) reach the drivers again.
-        self.persist_or_restore(true, true, intended)?;
+        let writing = Instant::now();
+        self.persist_or_restore(true, true, intended).await?;
+        timings.checkpoint += writing.elapsed();
         match errors.len() {
             0 => Ok(()),
             1 => Err(errors.remove(0)),

@@ -82,7 +82,8 @@ impl ClaimCache {
         // E11: the dropped shared reference is durable at once; the "prepared" mark is gone
         // durably before any driver starts tearing the claim down.
         if refs_dropped || marks_cleared {
-            self.persist_or_restore(refs_dropped, marks_cleared, before)?;
+            self.persist_or_restore(refs_dropped, marks_cleared, before)
+                .await?;
         }
         if to_unprepare.is_empty() {
             return Ok(());
@@ -168,7 +169,7 @@ impl ClaimCache {
         }
         // Not durable: the claims stay cached and referenced, so the unprepare is retried.
         if removed {
-            self.persist_or_restore(true, false, unprepared)?;
+            self.persist_or_restore(true, false, unprepared).await?;
         }
         match errors.len() {
             0 => Ok(()),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use devicelet_allocator::explain::{Explanation, explain_node};
 use devicelet_allocator::scenario::{apply_api_defaults, render_explanation_table};
@@ -15,66 +15,17 @@ use devicelet_allocator::{
 use devicelet_dra::pod::{
     POD_CLAIM_NAME_ANNOTATION, extended_resource_claim, pod_claim_names, template_claim_name,
 };
-use devicelet_dra::{ClaimSource, ClaimSourceError};
-use futures::FutureExt;
+use devicelet_dra::{ClaimSource, PrepareTimings};
 use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaimStatus, PodStatus};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus, ResourceSlice,
+    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::node::{DraNode, lock};
 use super::store::{Objects, key, ns_of};
 use super::{ClaimOrigin, DraNodeError};
-
-/// A claim source that adds up the time its GETs take (for the admission log line: how much
-/// of a prepare is the API server's).
-pub(super) struct TimedSource {
-    inner: Arc<dyn ClaimSource>,
-    spent_us: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl TimedSource {
-    pub(super) fn new(inner: Arc<dyn ClaimSource>) -> Self {
-        TimedSource {
-            inner,
-            spent_us: Arc::default(),
-        }
-    }
-
-    pub(super) fn spent(&self) -> Duration {
-        Duration::from_micros(self.spent_us.load(std::sync::atomic::Ordering::Relaxed))
-    }
-}
-
-impl ClaimSource for TimedSource {
-    fn get_claim(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> futures::future::BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
-        let call = self.inner.get_claim(namespace, name);
-        let spent = Arc::clone(&self.spent_us);
-        async move {
-            let started = Instant::now();
-            let result = call.await;
-            let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            spent.fetch_add(us, std::sync::atomic::Ordering::Relaxed);
-            result
-        }
-        .boxed()
-    }
-
-    fn update_status(
-        &self,
-        namespace: &str,
-        name: &str,
-        status: ResourceClaimStatus,
-    ) -> futures::future::BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
-        self.inner.update_status(namespace, name, status)
-    }
-}
 
 impl DraNode {
     /// Admits the claims of `pod`: creates template claims, allocates unallocated claims,
@@ -82,6 +33,14 @@ impl DraNode {
     /// with `status.resourceClaimStatuses` filled in. Idempotent by pod UID. On failure
     /// nothing stays allocated or reserved for the pod.
     pub async fn admit(&self, pod: &Pod) -> Result<Option<Pod>, DraNodeError> {
+        self.admit_timed(pod).await.map(|(resolved, _)| resolved)
+    }
+
+    /// [`Self::admit`], also saying where the time of the prepare went.
+    pub async fn admit_timed(
+        &self,
+        pod: &Pod,
+    ) -> Result<(Option<Pod>, PrepareTimings), DraNodeError> {
         let has_claims = pod
             .spec
             .as_ref()
@@ -92,10 +51,13 @@ impl DraNode {
         let extended =
             matches!(self.origin, ClaimOrigin::Api(_)) && extended_resource_claim(pod).is_some();
         if !has_claims && !extended {
-            return Ok(None);
+            return Ok((None, PrepareTimings::default()));
         }
         if let ClaimOrigin::Api(source) = &self.origin {
-            return self.admit_from_api(pod, source).await.map(Some);
+            return self
+                .admit_from_api(pod, source)
+                .await
+                .map(|(resolved, timings)| (Some(resolved), timings));
         }
         // Fail-closed before anything is allocated or reserved (a prepare refused afterwards
         // would leave a reservation that cannot be undone until recovery).
@@ -105,7 +67,9 @@ impl DraNode {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let resolved = self.allocate_and_reserve(pod)?;
         let result = self.cache.prepare_resources(&resolved, &*self.store).await;
-        if let Err(err) = result {
+        let timings = match result {
+            Ok(timings) => timings,
+            Err(err) => {
             // All or nothing: undo the pod's reference and reservations (a driver that is away
             // leaves this to the background retry; the claims stay reserved meanwhile).
             warn!(pod_uid = %uid, error = %err, "preparing claims failed; releasing them");
@@ -114,9 +78,10 @@ impl DraNode {
                 lock(&self.pending).insert(uid);
             }
             return Err(err.into());
-        }
+            }
+        };
         info!(pod_uid = %uid, "claims prepared");
-        Ok(Some(resolved))
+        Ok((Some(resolved), timings))
     }
 
     /// Cluster mode admission (spec cluster.md §3): claim names from `spec.resourceClaims`
@@ -127,47 +92,67 @@ impl DraNode {
     /// nothing is prepared; the claim cache does these checks before any driver call). Nothing
     /// is created, allocated or reserved here. The pod is recorded before the driver is called,
     /// so a failure leaves nothing behind for a new pod; a re-admitted pod keeps what it had.
+    ///
+    /// Pods prepare concurrently: the node's admission lock covers only the pending unprepares
+    /// and the record (and the release after a failure); the claim GETs, the drivers' calls
+    /// and the checkpoint writes run outside it, serialised per claim by the claim cache, so a
+    /// pod never waits for an unrelated pod's round trips (the kubelet prepares in per-pod
+    /// workers too). The claim cache's device-in-use check still refuses a device another
+    /// prepared claim holds.
     pub(super) async fn admit_from_api(
         &self,
         pod: &Pod,
         source: &Arc<dyn ClaimSource>,
-    ) -> Result<Pod, DraNodeError> {
-        let source = TimedSource::new(Arc::clone(source));
+    ) -> Result<(Pod, PrepareTimings), DraNodeError> {
         self.store.check_quarantine()?;
         self.cache.check_quarantine()?;
-        let _serial = self.admission.lock().await;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        // Claims of deleted pods whose driver was away are unprepared before anything new is
-        // prepared: the control plane may have given their devices to this pod's claims.
-        self.unprepare_pending_locked().await;
         let mut resolved = pod.clone();
         resolved.metadata.namespace = Some(ns_of(&pod.metadata));
-        // Resolved before anything is recorded: an unresolvable pod leaves no trace.
-        pod_claim_names(&resolved)?;
-        let readmission = self.store.lock().pods.contains_key(&uid);
-        let record = resolved.clone();
-        self.store.update(|o| {
-            o.pods.insert(uid.clone(), record);
-        })?;
+        let readmission = {
+            let _serial = self.admission.lock().await;
+            // Claims of deleted pods whose driver was away are unprepared before anything new
+            // is prepared: the control plane may have given their devices to this pod's claims.
+            self.unprepare_pending_locked().await;
+            // Resolved before anything is recorded: an unresolvable pod leaves no trace.
+            pod_claim_names(&resolved)?;
+            let readmission = self.store.lock().pods.contains_key(&uid);
+            let record = resolved.clone();
+            self.store.update(|o| {
+                o.pods.insert(uid.clone(), record);
+            })?;
+            readmission
+        };
         let started = Instant::now();
-        if let Err(err) = self.cache.prepare_resources(&resolved, &source).await {
-            if readmission {
+        let timings = match self.cache.prepare_resources(&resolved, &**source).await {
+            Ok(timings) => timings,
+            Err(err) if readmission => {
                 // A running pod's claims stay prepared; the failure is reported only.
                 warn!(pod_uid = %uid, error = %err, "preparing claims of an admitted pod again failed");
                 return Err(err.into());
             }
-            warn!(pod_uid = %uid, error = %err, "preparing claims failed; unpreparing them");
-            if let Err(e) = self.release_pod_locked(&uid).await {
-                warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
-                lock(&self.pending).insert(uid);
+            Err(err) => {
+                if err.is_claim_not_linked_yet() {
+                    debug!(pod_uid = %uid, error = %err, "claim not readable by the node yet (the Node authorizer has not linked it); the pod waits");
+                } else {
+                    warn!(pod_uid = %uid, error = %err, "preparing claims failed; unpreparing them");
+                }
+                let _serial = self.admission.lock().await;
+                if let Err(e) = self.release_pod_locked(&uid).await {
+                    warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
+                    lock(&self.pending).insert(uid);
+                }
+                return Err(err.into());
             }
-            return Err(err.into());
-        }
-        // prepare_ms: claim GETs (fetch_ms), the drivers' NodePrepareResources and the checkpoint.
+        };
+        // prepare_ms: claim GETs (fetch_ms), the drivers' NodePrepareResources (driver_ms) and
+        // the checkpoint writes (checkpoint_ms).
         info!(pod_uid = %uid, prepare_ms = started.elapsed().as_secs_f64() * 1e3,
-              fetch_ms = source.spent().as_secs_f64() * 1e3,
+              fetch_ms = timings.claim_get.as_secs_f64() * 1e3,
+              driver_ms = timings.driver.as_secs_f64() * 1e3,
+              checkpoint_ms = timings.checkpoint.as_secs_f64() * 1e3,
               "claims from the API server prepared");
-        Ok(resolved)
+        Ok((resolved, timings))
     }
 
     /// Steps before prepare, in one store update: template claims, allocation, reservation.
