@@ -79,9 +79,43 @@ pub struct CheckpointStatus {
     pub open_ms: f64,
 }
 
+/// One commit for the journal thread, and where its result goes.
+type JournalRequest = (Vec<Change>, tokio::sync::oneshot::Sender<Result<(), StoreError>>);
+
+/// The thread that writes the journal (group commit): it takes every commit queued while its
+/// previous write and fsync ran and makes them durable with one record and one fsync, so under
+/// load each fsync carries many admissions, no async worker ever waits on a disk, and no
+/// blocking-pool thread is parked per admission.
+struct JournalThread {
+    queue: std::sync::mpsc::Sender<JournalRequest>,
+}
+
+impl JournalThread {
+    /// Starts the thread for `store`; it ends when the last sender is dropped.
+    fn start(store: Arc<DeviceStore>) -> std::io::Result<Self> {
+        let (queue, requests) = std::sync::mpsc::channel::<JournalRequest>();
+        std::thread::Builder::new()
+            .name("devicelet-journal".into())
+            .spawn(move || {
+                while let Ok(first) = requests.recv() {
+                    let mut group = vec![first];
+                    group.extend(requests.try_iter());
+                    let (commits, answers): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+                    let results = store.commit_group(commits);
+                    for (answer, result) in answers.into_iter().zip(results) {
+                        // The admission may have been dropped meanwhile: nothing to tell.
+                        let _ = answer.send(result);
+                    }
+                }
+            })?;
+        Ok(JournalThread { queue })
+    }
+}
+
 /// The daemon's durable device state (see the module docs).
 pub struct DurableState {
     store: Option<Arc<DeviceStore>>,
+    journal: Option<JournalThread>,
     /// How `AllocResp` is stored; `None` only without a store.
     codec: Option<Arc<dyn AllocRespCodec>>,
     unknown: Option<String>,
@@ -122,6 +156,7 @@ impl DurableState {
     pub fn disabled() -> Self {
         DurableState {
             store: None,
+            journal: None,
             codec: None,
             unknown: None,
             errors: AtomicU64::new(0),
@@ -158,7 +193,13 @@ impl DurableState {
                     ms = durable.open_ms,
                     "device state restored"
                 );
-                durable.store = Some(Arc::new(store));
+                let store = Arc::new(store);
+                match JournalThread::start(Arc::clone(&store)) {
+                    Ok(thread) => durable.journal = Some(thread),
+                    // Commits then run on the blocking pool, sharing fsyncs among themselves.
+                    Err(e) => warn!(error = %e, "cannot start the journal thread; committing on the blocking pool"),
+                }
+                durable.store = Some(store);
                 (durable, pods)
             }
             Err(e) => {
@@ -197,11 +238,22 @@ impl DurableState {
             return Ok(());
         };
         let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || store.commit(&changes))
-            .await
-            .unwrap_or_else(|join| {
-                Err(StoreError::Poisoned(format!("commit task failed: {join}")))
-            });
+        let result = match &self.journal {
+            Some(journal) => {
+                let (answer, result) = tokio::sync::oneshot::channel();
+                match journal.queue.send((changes, answer)) {
+                    Ok(()) => result.await.unwrap_or_else(|_| {
+                        Err(StoreError::Poisoned("the journal thread stopped".into()))
+                    }),
+                    Err(_) => Err(StoreError::Poisoned("the journal thread stopped".into())),
+                }
+            }
+            None => tokio::task::spawn_blocking(move || store.commit(&changes))
+                .await
+                .unwrap_or_else(|join| {
+                    Err(StoreError::Poisoned(format!("commit task failed: {join}")))
+                }),
+        };
         self.observe(started.elapsed());
         if let Err(e) = &result {
             self.count_error();

@@ -55,6 +55,37 @@ impl DeviceStore {
     }
 }
 
+impl DeviceStore {
+    /// Makes several independent commits durable with one journal record and one fsync, for a
+    /// caller that gathers them itself (devicelet's journal thread drains every admission that
+    /// queued while the previous fsync ran). Returns one result per commit, in order: an
+    /// invalid commit fails alone; a failed write fails every valid one (none was applied).
+    pub fn commit_group(&self, commits: Vec<Vec<Change>>) -> Vec<Result<(), StoreError>> {
+        let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(commits.len());
+        let mut valid = Vec::with_capacity(commits.len());
+        for changes in commits {
+            match changes.iter().try_for_each(Change::validate) {
+                Err(e) => results.push(Err(StoreError::InvalidChange(e))),
+                Ok(()) => {
+                    results.push(Ok(()));
+                    if !changes.is_empty() {
+                        valid.push(changes);
+                    }
+                }
+            }
+        }
+        if valid.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.shared.write_batch(valid) {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(e.clone());
+            }
+        }
+        results
+    }
+}
+
 impl Shared {
     fn write_batch(&self, commits: Vec<Vec<Change>>) -> Result<(), StoreError> {
         let mut w = lock(&self.writer);
