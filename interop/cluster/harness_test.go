@@ -188,7 +188,8 @@ func startProgram(t *testing.T, name, bin string, args ...string) *process {
 	p := &process{name: name, output: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	p.cmd.Env = append(os.Environ(), "RUST_LOG=info", "NO_COLOR=1")
+	// devicelet's per-pod start-up record is a debug line (the scale tests read it).
+	p.cmd.Env = append(os.Environ(), "RUST_LOG=info,devicelet_kube::startup=debug", "NO_COLOR=1")
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}

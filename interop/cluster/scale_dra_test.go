@@ -92,6 +92,9 @@ func TestScaleDRA(t *testing.T) {
 		quantile(prepare, 0.5), quantile(prepare, 0.99), prepare[len(prepare)-1],
 		quantile(fetch, 0.5), quantile(fetch, 0.99),
 		quantile(admission, 0.5), quantile(admission, 0.99))
+	table, own := startupTable(t, all, pods)
+	t.Logf("SCALE-DRA start-up stages per pod (node first sees it bound -> Running written; own = total - driver_prepare - plugin_allocate):\n%s", table)
+	t.Logf("SCALE-DRA devicelet's own share of a pod's start: p50 %.2f ms p99 %.2f ms (goal: p99 under 20 ms at 100 nodes)", quantile(own, 0.5), quantile(own, 0.99))
 	for _, n := range all {
 		if cached := cachedClaims(t, n); len(cached) != 0 {
 			t.Fatalf("node %s still caches %v after every pod was deleted", n.name, cached)

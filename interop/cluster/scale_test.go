@@ -68,6 +68,51 @@ func admissionTimes(output string) []float64 {
 	return out
 }
 
+// startupStages are the fields of devicelet's "pod start-up stages" debug line (one per admitted
+// pod, target devicelet_kube::startup): the stages in order, then the whole span from the node
+// first seeing the bound pod to its Running status written, that span without the DRA
+// drivers' and device plugins' own time (devicelet's share), and the attempts the admission
+// took (more than 1: a claim was not usable yet).
+var startupStages = []string{"claim_wait_ms", "claim_get_ms", "driver_prepare_ms", "plugin_allocate_ms", "checkpoint_write_ms", "admission_ms", "status_write_ms", "total_ms", "own_ms", "attempts"}
+
+// startupTable collects every node's start-up records, checks that there is one per pod and
+// that the stages add up to the whole span, and returns a table of p50/p99/max per field and
+// the sorted own_ms values.
+func startupTable(t *testing.T, all []*node, pods int) (string, []float64) {
+	t.Helper()
+	fields := map[string][]float64{}
+	for _, n := range all {
+		out := n.devicelet.output.String()
+		for _, f := range startupStages {
+			fields[f] = append(fields[f], logField(out, "pod start-up stages", f)...)
+		}
+		// Each record's stages add up to its total (rounding aside).
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.Contains(line, "pod start-up stages") {
+				continue
+			}
+			sum, total := 0.0, logField(line, "pod start-up stages", "total_ms")
+			for _, f := range startupStages[:7] {
+				sum += logField(line, "pod start-up stages", f)[0]
+			}
+			if len(total) != 1 || sum < total[0]-0.01 || sum > total[0]+0.01 {
+				t.Fatalf("stages of %q do not add up to total_ms", line)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-20s %10s %10s %10s\n", "stage (ms)", "p50", "p99", "max")
+	for _, f := range startupStages {
+		v := fields[f]
+		if len(v) != pods {
+			t.Fatalf("%d start-up records carry %s, want %d (one per pod)", len(v), f, pods)
+		}
+		sort.Float64s(v)
+		fmt.Fprintf(&b, "%-20s %10.2f %10.2f %10.2f\n", strings.TrimSuffix(f, "_ms"), quantile(v, 0.5), quantile(v, 0.99), v[len(v)-1])
+	}
+	return b.String(), fields["own_ms"]
+}
+
 func quantile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
 		return 0
@@ -134,6 +179,8 @@ func TestScaleManyNodes(t *testing.T) {
 		quantile(times, 0.5), quantile(times, 0.99), times[len(times)-1],
 		quantile(idleRSS, 0.5), idleRSS[len(idleRSS)-1], quantile(busyRSS, 0.5), busyRSS[len(busyRSS)-1],
 		quantile(cpus, 0.5), cpus[len(cpus)-1])
+	table, _ := startupTable(t, all, pods)
+	t.Logf("SCALE start-up stages per pod (node first sees it bound -> Running written):\n%s", table)
 	// No device held twice, none leaked: every node is back to all devices free.
 	for _, n := range all {
 		if held := podResources(t, n); len(held) != 0 {

@@ -38,6 +38,8 @@ pub struct AdmitStages {
     pub claim_get: Duration,
     /// The DRA drivers' NodePrepareResources (the drivers' own time, not devicelet's).
     pub driver_prepare: Duration,
+    /// The device plugins' `Allocate` calls (the plugins' own time, not devicelet's).
+    pub plugin_allocate: Duration,
     /// Durable writes: `dra_manager_state`, the CPU and memory state, the device journal.
     pub checkpoint_write: Duration,
 }

@@ -38,7 +38,9 @@
 //! pod sync, not in admission, and never fails a pod for it. The back-off starts at 0.5 s
 //! (the kubelet's pod sync back-off), except for a claim the Node authorizer has not linked to
 //! the node yet ([`Rejection::retry_soon`]): its graph follows the binding within milliseconds
-//! and the node cannot watch it, so that retry starts at 5 ms.
+//! (hundreds under load) and the node cannot watch it, so that pod is tried again after 5 ms,
+//! then every 20 ms at most, quietly, for 2 s; only then does it get a warning, an event and the
+//! usual back-off.
 //!
 //! Every admitted pod gets a start-up record ([`crate::startup`]): where its time went from the
 //! moment the node first saw it bound to its Running status written.
@@ -75,10 +77,14 @@ pub const ADMIT_RETRY_INITIAL: Duration = Duration::from_millis(500);
 /// See [`ADMIT_RETRY_INITIAL`].
 pub const ADMIT_RETRY_MAX: Duration = Duration::from_secs(10);
 /// First pause before a pod whose claim the Node authorizer has not linked yet
-/// ([`Rejection::retry_soon`]) is tried again; doubling to [`ADMIT_RETRY_MAX`].
+/// ([`Rejection::retry_soon`]) is tried again; doubling to [`ADMIT_RETRY_SOON_MAX`].
 pub const ADMIT_RETRY_SOON: Duration = Duration::from_millis(5);
-/// How long a claim the Node authorizer has not linked yet is only logged at debug level
-/// before it gets a warning and an event.
+/// See [`ADMIT_RETRY_SOON`]: a refused GET costs the API server no storage read, and the
+/// graph's lag under load is tens to hundreds of milliseconds, so the pause stays short.
+pub const ADMIT_RETRY_SOON_MAX: Duration = Duration::from_millis(20);
+/// How long a claim the Node authorizer has not linked yet is retried every
+/// [`ADMIT_RETRY_SOON_MAX`] at most, logged at debug level only; then it is a warning, an
+/// event and the usual back-off (the node identity may really lack the permission).
 const QUIET_NOT_LINKED: Duration = Duration::from_secs(2);
 
 /// A pod waiting to be admitted again.
@@ -562,12 +568,12 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let entry = self.waiting.entry(uid.clone()).or_insert_with(|| Waiting {
             pod: pod.clone(),
             backoff: Backoff::new(ADMIT_RETRY_INITIAL, ADMIT_RETRY_MAX),
-            soon: Backoff::new(ADMIT_RETRY_SOON, ADMIT_RETRY_MAX),
+            soon: Backoff::new(ADMIT_RETRY_SOON, ADMIT_RETRY_SOON_MAX),
             due: tokio::time::Instant::now(),
             message: String::new(),
         });
         entry.pod = pod;
-        let delay = if rejection.retry_soon {
+        let delay = if quiet {
             entry.soon.next_delay()
         } else {
             entry.backoff.next_delay()

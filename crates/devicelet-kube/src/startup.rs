@@ -12,13 +12,14 @@
 //! | `claim_wait` | from first seeing the pod to the start of the attempt that admitted it (earlier attempts refused because a claim was not usable yet, and the waits between them) |
 //! | `claim_get` | reading the pod's ResourceClaims from the API server |
 //! | `driver_prepare` | the DRA drivers' NodePrepareResources (the drivers' own time) |
+//! | `plugin_allocate` | the device plugins' `Allocate` calls (the plugins' own time) |
 //! | `checkpoint_write` | durable writes: `dra_manager_state`, CPU and memory state, the device journal |
-//! | `admission` | the rest of the admitting attempt: devices, Topology, CPU and memory managers, device plugin `Allocate` |
+//! | `admission` | the rest of the admitting attempt: devices, Topology, CPU and memory managers |
 //! | `status_write` | from the pod admitted to its Running status written (queue and PATCH) |
 //!
 //! `devicelet_pod_start_duration_seconds` is the whole span, and
-//! `devicelet_pod_start_own_duration_seconds` the span without `driver_prepare`: devicelet's own
-//! share of a pod's start.
+//! `devicelet_pod_start_own_duration_seconds` the span without `driver_prepare` and
+//! `plugin_allocate`: devicelet's own share of a pod's start.
 
 use std::time::{Duration, Instant};
 
@@ -28,10 +29,11 @@ use crate::core::AdmitStages;
 use crate::metrics::ClusterMetrics;
 
 /// The stage names, in order (the `stage` label).
-pub const STAGES: [&str; 6] = [
+pub const STAGES: [&str; 7] = [
     "claim_wait",
     "claim_get",
     "driver_prepare",
+    "plugin_allocate",
     "checkpoint_write",
     "admission",
     "status_write",
@@ -59,10 +61,10 @@ pub struct StartupRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StartupTimes {
     /// `(stage, duration)` in the order of [`STAGES`].
-    pub stages: [(&'static str, Duration); 6],
+    pub stages: [(&'static str, Duration); 7],
     /// First seen to Running written.
     pub total: Duration,
-    /// `total` without the drivers' time.
+    /// `total` without the drivers' and plugins' time.
     pub own: Duration,
 }
 
@@ -74,6 +76,7 @@ impl StartupRecord {
         let admission = attempt
             .saturating_sub(s.claim_get)
             .saturating_sub(s.driver_prepare)
+            .saturating_sub(s.plugin_allocate)
             .saturating_sub(s.checkpoint_write);
         let total = written.saturating_duration_since(self.seen);
         StartupTimes {
@@ -84,12 +87,15 @@ impl StartupRecord {
                 ),
                 (STAGES[1], s.claim_get),
                 (STAGES[2], s.driver_prepare),
-                (STAGES[3], s.checkpoint_write),
-                (STAGES[4], admission),
-                (STAGES[5], written.saturating_duration_since(self.admitted)),
+                (STAGES[3], s.plugin_allocate),
+                (STAGES[4], s.checkpoint_write),
+                (STAGES[5], admission),
+                (STAGES[6], written.saturating_duration_since(self.admitted)),
             ],
             total,
-            own: total.saturating_sub(s.driver_prepare),
+            own: total
+                .saturating_sub(s.driver_prepare)
+                .saturating_sub(s.plugin_allocate),
         }
     }
 
@@ -102,10 +108,12 @@ impl StartupRecord {
         }
         metrics.pod_started(t.total, t.own);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        let [wait, get, driver, checkpoint, admission, status] = t.stages.map(|(_, d)| ms(d));
+        let [wait, get, driver, plugin, checkpoint, admission, status] =
+            t.stages.map(|(_, d)| ms(d));
         debug!(target: "devicelet_kube::startup", pod = %self.pod, pod_uid = %uid,
                total_ms = ms(t.total), own_ms = ms(t.own), claim_wait_ms = wait,
-               claim_get_ms = get, driver_prepare_ms = driver, checkpoint_write_ms = checkpoint,
+               claim_get_ms = get, driver_prepare_ms = driver, plugin_allocate_ms = plugin,
+               checkpoint_write_ms = checkpoint,
                admission_ms = admission, status_write_ms = status, attempts = self.attempts,
                "pod start-up stages");
     }
@@ -127,6 +135,7 @@ mod tests {
             stages: AdmitStages {
                 claim_get: ms(3),
                 driver_prepare: ms(10),
+                plugin_allocate: ms(1),
                 checkpoint_write: ms(2),
             },
             attempts: 3,
@@ -139,14 +148,15 @@ mod tests {
                 ("claim_wait", 30),
                 ("claim_get", 3),
                 ("driver_prepare", 10),
+                ("plugin_allocate", 1),
                 ("checkpoint_write", 2),
-                ("admission", 5),
+                ("admission", 4),
                 ("status_write", 7),
             ]
         );
         let sum: Duration = t.stages.iter().map(|(_, d)| *d).sum();
         assert_eq!(sum, t.total);
         assert_eq!(t.total, ms(57));
-        assert_eq!(t.own, ms(47));
+        assert_eq!(t.own, ms(46));
     }
 }

@@ -510,7 +510,7 @@ impl Metrics {
         );
         r.register(
             "devicelet_pod_start_stage_duration_seconds",
-            "Duration in seconds of each stage of a pod's start in cluster mode, from the node first seeing the bound pod to its Running status written: claim_wait (until its claims could be prepared), claim_get, driver_prepare (the DRA drivers' own time), checkpoint_write, admission (devices, CPUs, memory, device plugin Allocate), status_write",
+            "Duration in seconds of each stage of a pod's start in cluster mode, from the node first seeing the bound pod to its Running status written: claim_wait (until its claims could be prepared), claim_get, driver_prepare (the DRA drivers' own time), plugin_allocate (the device plugins' own time), checkpoint_write, admission (devices, CPUs, memory), status_write",
             f.pod_start_stage.clone(),
         );
         r.register(
@@ -520,7 +520,7 @@ impl Metrics {
         );
         r.register(
             "devicelet_pod_start_own_duration_seconds",
-            "devicelet_pod_start_duration_seconds minus the DRA drivers' own NodePrepareResources time: devicelet's share of a pod's start",
+            "devicelet_pod_start_duration_seconds minus the DRA drivers' NodePrepareResources and the device plugins' Allocate time: devicelet's share of a pod's start",
             f.pod_start_own.clone(),
         );
         r.register(

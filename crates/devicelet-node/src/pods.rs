@@ -369,6 +369,7 @@ impl PodAdmitter {
         };
         // Topology Manager + device and CPU allocation.
         let aligned = self.alignment.admit(&self.manager, &info, requests).await?;
+        timings.plugin_allocate = aligned.iter().map(|a| a.plugin_allocate).sum();
         let mut containers: Vec<ContainerView> = plan
             .into_iter()
             .zip(aligned)
@@ -665,6 +666,8 @@ impl PodAdmitter {
 pub struct AdmissionTimings {
     /// Preparing the pod's DRA claims (claim reads, drivers, `dra_manager_state`).
     pub claims: devicelet_dra::PrepareTimings,
+    /// Allocating devices, nearly all of it the device plugins' `Allocate` calls.
+    pub plugin_allocate: std::time::Duration,
     /// Making the admission durable: `memory_manager_state`, `cpu_manager_state` and the
     /// device journal (group commit).
     pub state_write: std::time::Duration,

@@ -3,8 +3,10 @@
 //! `Allocate` RPC of every pod crosses the socket; every admission is fsync'd to the journal
 //! before it returns). `CLIENTS` concurrent clients submit pods in order (group commit shares
 //! fsyncs between them; `ADMISSION_BENCH_CLIENTS=1` gives one-after-another). Prints pods/s and
-//! the p99 admission latency over the first and the last 500 pods; then the in-memory path
-//! (no durability) for comparison; then admits up to 10 000 containers, stops the daemon and
+//! the p99 admission latency over the first and the last 500 pods, for `ADMISSION_BENCH_ROUNDS`
+//! (default 3) rounds that alternate the durable path and the in-memory path (no durability) on
+//! the same manager, each round's pods removed after it, and the ratio of the two medians; then
+//! admits 10 000 containers, stops the daemon and
 //! prints the time a restart takes until it is ready (control socket answers, state restored),
 //! median of `ADMISSION_BENCH_RESTART_RUNS` restarts (in this process; with `DEVICELET_BIN` set,
 //! also of the real binary). `ADMISSION_BENCH_RESTART_ONLY=1` skips the admission figures.
@@ -203,6 +205,15 @@ async fn static_cpu_run(clients: usize) {
     daemon.shutdown().await.expect("clean stop");
 }
 
+/// `ADMISSION_BENCH_ROUNDS` (default 3): alternating durable and in-memory rounds.
+fn rounds() -> usize {
+    std::env::var("ADMISSION_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(3)
+}
+
 fn clients() -> usize {
     std::env::var("ADMISSION_BENCH_CLIENTS")
         .ok()
@@ -297,30 +308,54 @@ fn main() {
         let daemon = start_with_gpus(DaemonConfig::new(root.path()), DEVICES).await;
 
         let clients = clients();
-        let pods: Arc<Vec<Pod>> = Arc::new((0..PODS + RESTART_CONTAINERS).map(pod).collect());
+        let rounds = rounds();
+        // Pods of the timed rounds, then those that fill the node for the restart.
+        let timed = 2 * rounds * PODS;
+        let pods: Arc<Vec<Pod>> = Arc::new((0..timed + RESTART_CONTAINERS).map(pod).collect());
         let durable = daemon.pods().clone();
         if restart_only() {
-            let _ = admit_all(durable, pods, 0..RESTART_CONTAINERS, clients).await;
+            let _ = admit_all(durable, pods, timed..timed + RESTART_CONTAINERS, clients).await;
             return measure_restarts(daemon, root.path()).await;
         }
-        let (latencies, total) = admit_all(durable.clone(), pods.clone(), 0..PODS, clients).await;
-        report("admission_durable", &latencies, total, clients);
+        // Durable and in-memory rounds alternate on the same manager (each round's pods removed
+        // after it), so neither path gets the warm-up or the quieter half of the run.
+        let memory = Arc::new(PodAdmitter::new(daemon.manager().clone()));
+        let (mut durable_rates, mut memory_rates) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let first = 2 * round * PODS;
+            let (latencies, total) =
+                admit_all(durable.clone(), pods.clone(), first..first + PODS, clients).await;
+            report("admission_durable", &latencies, total, clients);
+            durable_rates.push(PODS as f64 / total.as_secs_f64());
+            for i in first..first + PODS {
+                durable.remove(&format!("uid-{i}")).await.expect("durable removal");
+            }
+            let first = first + PODS;
+            let (latencies, total) =
+                admit_all(memory.clone(), pods.clone(), first..first + PODS, clients).await;
+            report("admission_in_memory", &latencies, total, clients);
+            memory_rates.push(PODS as f64 / total.as_secs_f64());
+            for i in first..first + PODS {
+                daemon.manager().remove_pod(&format!("uid-{i}"));
+            }
+        }
         let status = durable.durable().status();
         println!(
             "FIGURE admission_durable_fsyncs commits={} journal_syncs={} compactions={}",
             status.commits, status.journal_syncs, status.compactions
         );
-
-        // The in-memory path on the same manager (different pods), for comparison.
-        let memory = Arc::new(PodAdmitter::new(daemon.manager().clone()));
-        let (latencies, total) = admit_all(memory, pods.clone(), PODS..2 * PODS, clients).await;
-        report("admission_in_memory", &latencies, total, clients);
-        for i in PODS..2 * PODS {
-            daemon.manager().remove_pod(&format!("uid-{i}"));
-        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (d, m) = (median(&mut durable_rates), median(&mut memory_rates));
+        println!(
+            "FIGURE admission_durable_vs_in_memory rounds={rounds} durable_median_pods_per_s={d:.0} in_memory_median_pods_per_s={m:.0} ratio={:.2}",
+            d / m
+        );
 
         // Restart with RESTART_CONTAINERS admitted containers.
-        let (_, _) = admit_all(durable, pods, PODS..RESTART_CONTAINERS, clients).await;
+        let (_, _) = admit_all(durable, pods, timed..timed + RESTART_CONTAINERS, clients).await;
         measure_restarts(daemon, root.path()).await;
     });
 }

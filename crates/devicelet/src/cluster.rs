@@ -56,6 +56,7 @@ impl NodeCore for ClusterNode {
         Ok(AdmitStages {
             claim_get: timings.claims.claim_get,
             driver_prepare: timings.claims.driver,
+            plugin_allocate: timings.plugin_allocate,
             checkpoint_write: timings.claims.checkpoint + timings.state_write,
         })
     }

@@ -266,21 +266,29 @@ impl ClaimCache {
             });
             (bytes, marks)
         };
-        if let Some(bytes) = bytes {
+        let write_checkpoint = |bytes: Vec<u8>| {
             write_file_atomic(&self.shared.checkpoint_path, &bytes).map_err(|e| {
                 DraError::CheckpointWrite {
                     path: self.shared.checkpoint_path.clone(),
                     reason: e.to_string(),
                 }
-            })?;
-        }
-        if let Some(marks) = marks {
+            })
+        };
+        let write_marks = |marks: String| {
             write_file_atomic(&self.shared.prepared_path, marks.as_bytes()).map_err(|e| {
                 DraError::CheckpointWrite {
                     path: self.shared.prepared_path.clone(),
                     reason: e.to_string(),
                 }
-            })?;
+            })
+        };
+        // The devices first, then the marks that say they are prepared: a mark never claims
+        // a preparation whose devices are not on disk.
+        if let Some(bytes) = bytes {
+            write_checkpoint(bytes)?;
+        }
+        if let Some(marks) = marks {
+            write_marks(marks)?;
         }
         Ok(())
     }
