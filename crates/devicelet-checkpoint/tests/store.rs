@@ -466,6 +466,27 @@ fn a_crash_at_any_compaction_step_recovers_the_same_state() {
 }
 
 #[test]
+fn a_commit_group_is_one_record_and_one_fsync_and_an_invalid_commit_fails_alone() {
+    let root = Root::new();
+    let (store, _) = root.open().expect("open");
+    let results = store.commit_group(vec![
+        vec![add("pod-a", "c", &["d-a"])],
+        vec![add("", "c", &["d-x"])],
+        vec![add("pod-b", "c", &["d-b"]), add("pod-b", "d", &["d-c"])],
+    ]);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let err = results[1].as_ref().expect_err("empty pod UID");
+    assert!(err.to_string().contains("pod_uid"), "{err}");
+    let stats = store.stats();
+    assert_eq!(stats.commits, 2, "the valid commits");
+    assert_eq!(stats.journal_syncs, 1, "one fsync for the group");
+    drop(store);
+    let (_s, recovered) = root.open().expect("reopen");
+    let pods: Vec<&String> = recovered.state.pods.keys().collect();
+    assert_eq!(pods, ["pod-a", "pod-b"]);
+}
+
+#[test]
 fn concurrent_commits_are_all_durable_and_share_fsyncs() {
     let root = Root::new();
     let (store, _) = root.open().expect("open");

@@ -26,6 +26,10 @@ struct FakeApi {
     claims: InMemoryClaimSource,
     gets: AtomicUsize,
     updates: AtomicUsize,
+    /// GETs of these claims wait until the gate opens.
+    gates: std::sync::Mutex<std::collections::BTreeMap<String, Arc<tokio::sync::Notify>>>,
+    /// GETs of these claims are refused with 403 (the Node authorizer has not linked them).
+    forbidden: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl ClaimSource for FakeApi {
@@ -35,7 +39,19 @@ impl ClaimSource for FakeApi {
         name: &str,
     ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
         self.gets.fetch_add(1, Ordering::SeqCst);
-        self.claims.get_claim(namespace, name)
+        if self.forbidden.lock().expect("lock").contains(name) {
+            let reason = format!("resourceclaims \"{name}\" is forbidden: no relationship found between node and this object");
+            return futures::future::ready(Err(ClaimSourceError::Forbidden(reason))).boxed();
+        }
+        let gate = self.gates.lock().expect("lock").get(name).cloned();
+        let get = self.claims.get_claim(namespace, name);
+        async move {
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            get.await
+        }
+        .boxed()
     }
 
     fn update_status(
@@ -360,4 +376,63 @@ async fn a7_48_a_waiting_unprepare_reaches_the_driver_before_the_next_prepare() 
     );
     assert!(e.node.pending_unprepare().is_empty());
     assert_eq!(e.gpu.prepared(), ["uid-c2".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_pod_whose_claim_read_is_slow_holds_up_no_other_pod() {
+    let e = env();
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "slow", "uid-slow", &[GPU], &["pod-1"]));
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "fast", "uid-fast", &[GPU], &["pod-2"]));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    e.api
+        .gates
+        .lock()
+        .expect("lock")
+        .insert("slow".into(), gate.clone());
+    let node = e.node.clone();
+    let slow = tokio::spawn(async move {
+        node.admit(&pod_with_claims("ns", "p1", "pod-1", &["slow"]))
+            .await
+    });
+    // The slow pod is inside its claim GET; the other pod is prepared meanwhile.
+    while e.api.gets.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        e.node.admit(&pod_with_claims("ns", "p2", "pod-2", &["fast"])),
+    )
+    .await
+    .expect("not serialised behind the slow pod")
+    .expect("admitted");
+    assert_eq!(e.gpu.prepared(), vec!["uid-fast".to_owned()]);
+    gate.notify_one();
+    slow.await.expect("task").expect("slow pod admitted");
+    let mut prepared = e.gpu.prepared();
+    prepared.sort();
+    assert_eq!(prepared, ["uid-fast", "uid-slow"]);
+}
+
+#[tokio::test]
+async fn a_claim_the_node_authorizer_has_not_linked_yet_is_said_to_be_so() {
+    let e = env();
+    e.api
+        .claims
+        .insert(allocated_claim("ns", "c1", "uid-c1", &[GPU], &["pod-1"]));
+    e.api.forbidden.lock().expect("lock").insert("c1".into());
+    let pod = pod_with_claims("ns", "p1", "pod-1", &["c1"]);
+    let err = e.node.admit(&pod).await.expect_err("forbidden");
+    let devicelet_node::DraNodeError::Dra(dra) = &err else {
+        panic!("{err}");
+    };
+    assert!(dra.is_claim_not_linked_yet(), "{err}");
+    assert!(!e.node.has_pod("pod-1"), "nothing recorded");
+    // Linked: the next try works.
+    e.api.forbidden.lock().expect("lock").clear();
+    e.node.admit(&pod).await.expect("admitted");
+    assert_eq!(e.gpu.prepared(), vec!["uid-c1".to_owned()]);
 }
