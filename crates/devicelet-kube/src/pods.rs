@@ -369,6 +369,8 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
 
     /// A full list: release what is gone, then handle every pod oldest first.
     async fn relisted(&mut self, mut pods: Vec<Pod>) {
+        // Admissions in flight finish first, so a pod the list no longer has is released below.
+        self.settle().await;
         let listed: HashSet<&str> = pods
             .iter()
             .filter_map(|p| p.metadata.uid.as_deref())

@@ -3,7 +3,7 @@
 //! reserved for the pod; in cluster mode claims are read from the API server and only checked.
 //! Then the [`ClaimCache`] prepares them through the drivers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,10 +15,13 @@ use devicelet_allocator::{
 use devicelet_dra::pod::{
     POD_CLAIM_NAME_ANNOTATION, extended_resource_claim, pod_claim_names, template_claim_name,
 };
-use devicelet_dra::{ClaimSource, PrepareTimings};
+use devicelet_dra::{ClaimSource, ClaimSourceError, DraError, PrepareTimings};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaimStatus, PodStatus};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceSlice,
+    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
+    ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tracing::{debug, info, warn};
@@ -26,6 +29,66 @@ use tracing::{debug, info, warn};
 use super::node::{DraNode, lock};
 use super::store::{Objects, key, ns_of};
 use super::{ClaimOrigin, DraNodeError};
+
+/// The claims of one pod, read from the API server once, all at once; the claim cache's reads
+/// are answered from here.
+struct Prefetched {
+    claims: HashMap<String, ResourceClaim>,
+}
+
+impl Prefetched {
+    /// GETs every claim of `pod` through `source` (de-duplicated; a template claim not created
+    /// yet or a refused read is the error, as the claim cache would report it).
+    async fn read(pod: &Pod, source: &dyn ClaimSource) -> Result<Self, DraNodeError> {
+        let namespace = ns_of(&pod.metadata);
+        let mut seen = std::collections::HashSet::new();
+        let names: Vec<String> = pod_claim_names(pod)?
+            .into_iter()
+            .map(|n| n.claim_name)
+            .filter(|n| seen.insert(n.clone()))
+            .collect();
+        let fetched =
+            futures::future::join_all(names.iter().map(|n| source.get_claim(&namespace, n))).await;
+        let mut claims = HashMap::with_capacity(names.len());
+        for (name, fetched) in names.into_iter().zip(fetched) {
+            let claim = fetched.map_err(|e| DraError::FetchClaim {
+                name: name.clone(),
+                forbidden: matches!(e, ClaimSourceError::Forbidden(_)),
+                reason: e.to_string(),
+            })?;
+            claims.insert(name, claim);
+        }
+        Ok(Prefetched { claims })
+    }
+}
+
+impl ClaimSource for Prefetched {
+    fn get_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        let found = self
+            .claims
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ClaimSourceError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
+        futures::future::ready(found).boxed()
+    }
+
+    fn update_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        _status: ResourceClaimStatus,
+    ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
+        let reason = format!("ResourceClaim {namespace}/{name}: the node does not write claims");
+        futures::future::ready(Err(ClaimSourceError::Other(reason))).boxed()
+    }
+}
 
 impl DraNode {
     /// Admits the claims of `pod`: creates template claims, allocates unallocated claims,
@@ -109,30 +172,58 @@ impl DraNode {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut resolved = pod.clone();
         resolved.metadata.namespace = Some(ns_of(&pod.metadata));
+        // Resolved and read before anything is recorded: a pod whose claims cannot be read
+        // yet (the Node authorizer has not linked them, they are not reserved yet) leaves no
+        // trace, so trying it again often costs no writes.
+        let fetching = Instant::now();
+        let claims = Prefetched::read(&resolved, source.as_ref()).await?;
+        let claim_get = fetching.elapsed();
         let readmission = {
             let _serial = self.admission.lock().await;
             // Claims of deleted pods whose driver was away are unprepared before anything new
             // is prepared: the control plane may have given their devices to this pod's claims.
             self.unprepare_pending_locked().await;
-            // Resolved before anything is recorded: an unresolvable pod leaves no trace.
-            pod_claim_names(&resolved)?;
-            let readmission = self.store.lock().pods.contains_key(&uid);
-            let record = resolved.clone();
-            self.store.update(|o| {
-                o.pods.insert(uid.clone(), record);
-            })?;
-            readmission
+            self.store.lock().pods.contains_key(&uid)
         };
+        // The pod is recorded (`dra_objects.json`, for a reboot's re-prepare and for release)
+        // on a blocking thread while its claims are prepared: the claim cache writes the pod's
+        // reference before any driver call, so a crash in between leaves claims whose pod is
+        // not recorded, which the next start unprepares (and the relist admits the pod again).
+        // The record is durable before the pod is acknowledged.
+        let store = Arc::clone(&self.store);
+        let record = (uid.clone(), resolved.clone());
+        let recording = tokio::task::spawn_blocking(move || {
+            store.update(|o| {
+                o.pods.insert(record.0, record.1);
+            })
+        });
         let started = Instant::now();
-        let timings = match self.cache.prepare_resources(&resolved, &**source).await {
+        let prepared = self
+            .cache
+            .prepare_resources(&resolved, &claims)
+            .await
+            .map(|timings| PrepareTimings {
+                claim_get,
+                ..timings
+            });
+        let recorded = recording.await.unwrap_or_else(|join| {
+            Err(DraNodeError::Invalid(format!(
+                "recording pod {uid} failed: {join}"
+            )))
+        });
+        // The prepare's error first: a failed record matters only after a good prepare.
+        let outcome = prepared
+            .map_err(DraNodeError::from)
+            .and_then(|timings| recorded.map(|()| timings));
+        let timings = match outcome {
             Ok(timings) => timings,
             Err(err) if readmission => {
                 // A running pod's claims stay prepared; the failure is reported only.
                 warn!(pod_uid = %uid, error = %err, "preparing claims of an admitted pod again failed");
-                return Err(err.into());
+                return Err(err);
             }
             Err(err) => {
-                if err.is_claim_not_linked_yet() {
+                if matches!(&err, DraNodeError::Dra(d) if d.is_claim_not_linked_yet()) {
                     debug!(pod_uid = %uid, error = %err, "claim not readable by the node yet (the Node authorizer has not linked it); the pod waits");
                 } else {
                     warn!(pod_uid = %uid, error = %err, "preparing claims failed; unpreparing them");
@@ -142,7 +233,7 @@ impl DraNode {
                     warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
                     lock(&self.pending).insert(uid);
                 }
-                return Err(err.into());
+                return Err(err);
             }
         };
         // prepare_ms: claim GETs (fetch_ms), the drivers' NodePrepareResources (driver_ms) and
