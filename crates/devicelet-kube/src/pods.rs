@@ -39,8 +39,7 @@
 //! (the kubelet's pod sync back-off), except for a claim the Node authorizer has not linked to
 //! the node yet ([`Rejection::retry_soon`]): its graph follows the binding within milliseconds
 //! (hundreds under load) and the node cannot watch it, so that pod is tried again after 5 ms,
-//! then every 20 ms at most, quietly, for 2 s; only then does it get a warning, an event and the
-//! usual back-off.
+//! doubling, quietly, for 2 s; only then does it get a warning, an event and the usual back-off.
 //!
 //! Every admitted pod gets a start-up record ([`crate::startup`]): where its time went from the
 //! moment the node first saw it bound to its Running status written.
@@ -79,12 +78,14 @@ pub const ADMIT_RETRY_MAX: Duration = Duration::from_secs(10);
 /// First pause before a pod whose claim the Node authorizer has not linked yet
 /// ([`Rejection::retry_soon`]) is tried again; doubling to [`ADMIT_RETRY_SOON_MAX`].
 pub const ADMIT_RETRY_SOON: Duration = Duration::from_millis(5);
-/// See [`ADMIT_RETRY_SOON`]: a refused GET costs the API server no storage read, and the
-/// graph's lag under load is tens to hundreds of milliseconds, so the pause stays short.
-pub const ADMIT_RETRY_SOON_MAX: Duration = Duration::from_millis(20);
-/// How long a claim the Node authorizer has not linked yet is retried every
-/// [`ADMIT_RETRY_SOON_MAX`] at most, logged at debug level only; then it is a warning, an
-/// event and the usual back-off (the node identity may really lack the permission).
+/// See [`ADMIT_RETRY_SOON`]. The graph's lag is milliseconds on a quiet API server and hundreds
+/// of them on a loaded one; the pause doubles so that a loaded server is not also flooded with
+/// refused GETs (capped at 20 ms, 100 nodes' retries made the API server slower for every call:
+/// claim GET p99 0.25 s → 0.76 s, 22 attempts per pod at p99 instead of 4).
+pub const ADMIT_RETRY_SOON_MAX: Duration = Duration::from_secs(1);
+/// How long a claim the Node authorizer has not linked yet is retried on the short back-off,
+/// logged at debug level only; then it is a warning, an event and the usual back-off (the node
+/// identity may really lack the permission).
 const QUIET_NOT_LINKED: Duration = Duration::from_secs(2);
 
 /// A pod waiting to be admitted again.
