@@ -85,7 +85,10 @@ impl Env {
 
     async fn prepare(&self, cache: &ClaimCache, pod: &str, claim: &str) -> Result<(), DraError> {
         let pod = pod_with_claims("ns", pod, pod, &[claim]);
-        cache.prepare_resources(&pod, &self.source).await.map(|_| ())
+        cache
+            .prepare_resources(&pod, &self.source)
+            .await
+            .map(|_| ())
     }
 }
 

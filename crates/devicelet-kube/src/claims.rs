@@ -47,7 +47,9 @@ impl ClaimSource for ApiClaimSource {
             match with_deadline(what, api.get(&name)).await {
                 Ok(claim) => Ok(claim),
                 Err(e) if e.is_not_found() => Err(ClaimSourceError::NotFound { namespace, name }),
-                Err(e) if e.status() == Some(403) => Err(ClaimSourceError::Forbidden(e.to_string())),
+                Err(e) if e.status() == Some(403) => {
+                    Err(ClaimSourceError::Forbidden(e.to_string()))
+                }
                 Err(e) => Err(ClaimSourceError::Other(e.to_string())),
             }
         }

@@ -50,12 +50,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use tokio::task::{JoinError, JoinSet};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
@@ -500,7 +500,9 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         match attempt {
             Some(attempt) => self.admission_result(uid, attempt),
             // A panic in the node: nothing was admitted; the next event or relist tries again.
-            None => warn!(pod_uid = %uid, "pod admission task failed; the next event for the pod tries again"),
+            None => {
+                warn!(pod_uid = %uid, "pod admission task failed; the next event for the pod tries again")
+            }
         }
         match followup {
             Some(Followup::Apply(pod)) => self.apply(pod).await,

@@ -72,7 +72,9 @@ impl StartupRecord {
     /// The stage durations when the Running status was written at `written`.
     pub fn times(&self, written: Instant) -> StartupTimes {
         let s = &self.stages;
-        let attempt = self.admitted.saturating_duration_since(self.attempt_started);
+        let attempt = self
+            .admitted
+            .saturating_duration_since(self.attempt_started);
         let admission = attempt
             .saturating_sub(s.claim_get)
             .saturating_sub(s.driver_prepare)

@@ -475,7 +475,10 @@ async fn a_slow_admission_holds_up_no_other_pod() {
 async fn a_pod_deleted_while_its_admission_runs_is_released_after_it() {
     let node = FakeNode::new(1, &[]);
     let gate = Arc::new(tokio::sync::Notify::new());
-    node.gates.lock().expect("lock").insert("x".into(), gate.clone());
+    node.gates
+        .lock()
+        .expect("lock")
+        .insert("x".into(), gate.clone());
     let (mut w, rec) = worker(&node);
     w.dispatch(Event::Apply(pod("x", 1))).await;
     // Repeated events while in flight start no second admission.

@@ -83,7 +83,10 @@ pub struct CheckpointStatus {
 }
 
 /// One commit for the journal thread, and where its result goes.
-type JournalRequest = (Vec<Change>, tokio::sync::oneshot::Sender<Result<(), StoreError>>);
+type JournalRequest = (
+    Vec<Change>,
+    tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+);
 
 /// The thread that writes the journal (group commit): it takes every commit queued while its
 /// previous write and fsync ran and makes them durable with one record and one fsync, so under
@@ -203,7 +206,9 @@ impl DurableState {
                 match JournalThread::start(Arc::clone(&store)) {
                     Ok(thread) => durable.journal = Some(thread),
                     // Commits then run on the blocking pool, sharing fsyncs among themselves.
-                    Err(e) => warn!(error = %e, "cannot start the journal thread; committing on the blocking pool"),
+                    Err(e) => {
+                        warn!(error = %e, "cannot start the journal thread; committing on the blocking pool")
+                    }
                 }
                 durable.store = Some(store);
                 (durable, pods)

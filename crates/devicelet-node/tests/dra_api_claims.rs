@@ -40,7 +40,9 @@ impl ClaimSource for FakeApi {
     ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>> {
         self.gets.fetch_add(1, Ordering::SeqCst);
         if self.forbidden.lock().expect("lock").contains(name) {
-            let reason = format!("resourceclaims \"{name}\" is forbidden: no relationship found between node and this object");
+            let reason = format!(
+                "resourceclaims \"{name}\" is forbidden: no relationship found between node and this object"
+            );
             return futures::future::ready(Err(ClaimSourceError::Forbidden(reason))).boxed();
         }
         let gate = self.gates.lock().expect("lock").get(name).cloned();
@@ -381,12 +383,20 @@ async fn a7_48_a_waiting_unprepare_reaches_the_driver_before_the_next_prepare() 
 #[tokio::test]
 async fn a_pod_whose_claim_read_is_slow_holds_up_no_other_pod() {
     let e = env();
-    e.api
-        .claims
-        .insert(allocated_claim("ns", "slow", "uid-slow", &[GPU], &["pod-1"]));
-    e.api
-        .claims
-        .insert(allocated_claim("ns", "fast", "uid-fast", &[GPU], &["pod-2"]));
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "slow",
+        "uid-slow",
+        &[GPU],
+        &["pod-1"],
+    ));
+    e.api.claims.insert(allocated_claim(
+        "ns",
+        "fast",
+        "uid-fast",
+        &[GPU],
+        &["pod-2"],
+    ));
     let gate = Arc::new(tokio::sync::Notify::new());
     e.api
         .gates
@@ -404,7 +414,8 @@ async fn a_pod_whose_claim_read_is_slow_holds_up_no_other_pod() {
     }
     tokio::time::timeout(
         Duration::from_secs(5),
-        e.node.admit(&pod_with_claims("ns", "p2", "pod-2", &["fast"])),
+        e.node
+            .admit(&pod_with_claims("ns", "p2", "pod-2", &["fast"])),
     )
     .await
     .expect("not serialised behind the slow pod")

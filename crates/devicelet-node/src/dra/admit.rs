@@ -20,8 +20,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaimStatus, PodStatus};
 use k8s_openapi::api::resource::v1::{
-    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
-    ResourceSlice,
+    DeviceClass, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use tracing::{debug, info, warn};
@@ -133,14 +132,14 @@ impl DraNode {
         let timings = match result {
             Ok(timings) => timings,
             Err(err) => {
-            // All or nothing: undo the pod's reference and reservations (a driver that is away
-            // leaves this to the background retry; the claims stay reserved meanwhile).
-            warn!(pod_uid = %uid, error = %err, "preparing claims failed; releasing them");
-            if let Err(e) = self.release_pod_locked(&uid).await {
-                warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
-                lock(&self.pending).insert(uid);
-            }
-            return Err(err.into());
+                // All or nothing: undo the pod's reference and reservations (a driver that is away
+                // leaves this to the background retry; the claims stay reserved meanwhile).
+                warn!(pod_uid = %uid, error = %err, "preparing claims failed; releasing them");
+                if let Err(e) = self.release_pod_locked(&uid).await {
+                    warn!(pod_uid = %uid, error = %e, "unprepare after a failed prepare failed; retrying in the background");
+                    lock(&self.pending).insert(uid);
+                }
+                return Err(err.into());
             }
         };
         info!(pod_uid = %uid, "claims prepared");
