@@ -338,6 +338,15 @@ impl DraError {
         }
     }
 
+    /// Reading claim `name` failed with `e` (B2.1).
+    pub fn fetch_claim(name: &str, e: &crate::source::ClaimSourceError) -> Self {
+        DraError::FetchClaim {
+            name: name.to_owned(),
+            forbidden: matches!(e, crate::source::ClaimSourceError::Forbidden(_)),
+            reason: e.to_string(),
+        }
+    }
+
     /// Whether a claim read was refused (403): in cluster mode the Node authorizer has not
     /// linked the pod's claim to this node yet, which clears within milliseconds of the pod's
     /// binding, with no event the node could watch for (the node may not list or watch claims).

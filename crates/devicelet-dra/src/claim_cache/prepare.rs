@@ -22,7 +22,7 @@ use crate::client::ClaimRef;
 use crate::error::{DraError, RpcCode};
 use crate::pod::pod_claim_names;
 use crate::registry::DraPluginInstance;
-use crate::source::{ClaimSource, ClaimSourceError};
+use crate::source::ClaimSource;
 
 use super::cache::{AllocatedDevice, CacheState, ClaimCache};
 use super::cached_claim::{CachedClaim, key};
@@ -102,11 +102,8 @@ impl ClaimCache {
         let mut seen_uids = HashSet::new();
         let mut out = Vec::new();
         for (pc, fetched) in names.into_iter().zip(fetched) {
-            let claim: ResourceClaim = fetched.map_err(|e| DraError::FetchClaim {
-                name: pc.claim_name.clone(),
-                forbidden: matches!(e, ClaimSourceError::Forbidden(_)),
-                reason: e.to_string(),
-            })?;
+            let claim: ResourceClaim =
+                fetched.map_err(|e| DraError::fetch_claim(&pc.claim_name, &e))?;
             let claim_uid = claim.metadata.uid.clone().unwrap_or_default();
             if !seen_uids.insert(claim_uid.clone()) {
                 continue;

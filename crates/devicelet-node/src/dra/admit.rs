@@ -50,11 +50,7 @@ impl Prefetched {
             futures::future::join_all(names.iter().map(|n| source.get_claim(&namespace, n))).await;
         let mut claims = HashMap::with_capacity(names.len());
         for (name, fetched) in names.into_iter().zip(fetched) {
-            let claim = fetched.map_err(|e| DraError::FetchClaim {
-                name: name.clone(),
-                forbidden: matches!(e, ClaimSourceError::Forbidden(_)),
-                reason: e.to_string(),
-            })?;
+            let claim = fetched.map_err(|e| DraError::fetch_claim(&name, &e))?;
             claims.insert(name, claim);
         }
         Ok(Prefetched { claims })
