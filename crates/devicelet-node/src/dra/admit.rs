@@ -148,15 +148,16 @@ impl DraNode {
     /// claim through `source`, which must be allocated, reserved for the pod and, when the
     /// claim is already prepared, have the checkpointed UID (a replaced claim is refused and
     /// nothing is prepared; the claim cache does these checks before any driver call). Nothing
-    /// is created, allocated or reserved here. The pod is recorded before the driver is called,
-    /// so a failure leaves nothing behind for a new pod; a re-admitted pod keeps what it had.
+    /// is created, allocated or reserved here. The pod is recorded while its claims are
+    /// prepared, and a failure removes the record and unprepares, so it leaves nothing behind
+    /// for a new pod; a re-admitted pod keeps what it had.
     ///
     /// Pods prepare concurrently: the node's admission lock covers only the pending unprepares
-    /// and the record (and the release after a failure); the claim GETs, the drivers' calls
-    /// and the checkpoint writes run outside it, serialised per claim by the claim cache, so a
-    /// pod never waits for an unrelated pod's round trips (the kubelet prepares in per-pod
-    /// workers too). The claim cache's device-in-use check still refuses a device another
-    /// prepared claim holds.
+    /// (and the release after a failure); the claim GETs, the record, the drivers' calls and
+    /// the checkpoint writes run outside it, serialised per claim by the claim cache, so a pod
+    /// never waits for an unrelated pod's round trips (the kubelet prepares in per-pod workers
+    /// too). The claim cache's device-in-use check still refuses a device another prepared
+    /// claim holds.
     pub(super) async fn admit_from_api(
         &self,
         pod: &Pod,
