@@ -115,6 +115,17 @@ pub fn pod_claim_names(pod: &Pod) -> Result<Vec<PodClaimName>, DraError> {
     Ok(out)
 }
 
+/// [`pod_claim_names`] with each claim object once (upstream bug E4: a claim listed twice went
+/// into one driver batch twice, and the driver's single answer made every prepare fail with
+/// "skipped 1"; devicelet keeps the first).
+pub fn distinct_pod_claim_names(pod: &Pod) -> Result<Vec<PodClaimName>, DraError> {
+    let mut seen = std::collections::HashSet::new();
+    Ok(pod_claim_names(pod)?
+        .into_iter()
+        .filter(|pc| seen.insert(pc.claim_name.clone()))
+        .collect())
+}
+
 /// `(claim object name, request)` pairs a container references through `resources.claims`
 /// (B13), then the requests of the extended-resource claim that
 /// `status.extendedResourceClaimStatus.requestMappings` maps to the container for a resource it

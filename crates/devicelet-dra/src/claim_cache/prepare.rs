@@ -20,7 +20,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::client::ClaimRef;
 use crate::error::{DraError, RpcCode};
-use crate::pod::pod_claim_names;
+use crate::pod::distinct_pod_claim_names;
 use crate::registry::DraPluginInstance;
 use crate::source::ClaimSource;
 
@@ -84,13 +84,8 @@ impl ClaimCache {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
-        // Upstream bug E4: a claim listed twice went into one batch twice and the driver's
-        // single answer made every prepare fail with "skipped 1"; we keep one copy.
-        let mut seen_names = HashSet::new();
-        let names: Vec<_> = pod_claim_names(pod)?
-            .into_iter()
-            .filter(|pc| seen_names.insert(pc.claim_name.clone()))
-            .collect();
+        // Upstream bug E4: each claim once.
+        let names = distinct_pod_claim_names(pod)?;
         // One GET per claim, all at once: a pod's claims do not wait for each other's round
         // trips (the kubelet reads them one after another).
         let fetched = futures::future::join_all(

@@ -13,7 +13,8 @@ use devicelet_allocator::{
     AllocateOptions, AllocatedState, Allocator, CelFeatures, Features, SelectorCache, Semantics,
 };
 use devicelet_dra::pod::{
-    POD_CLAIM_NAME_ANNOTATION, extended_resource_claim, pod_claim_names, template_claim_name,
+    POD_CLAIM_NAME_ANNOTATION, distinct_pod_claim_names, extended_resource_claim, pod_claim_names,
+    template_claim_name,
 };
 use devicelet_dra::{ClaimSource, ClaimSourceError, DraError, PrepareTimings};
 use futures::FutureExt;
@@ -40,11 +41,9 @@ impl Prefetched {
     /// yet or a refused read is the error, as the claim cache would report it).
     async fn read(pod: &Pod, source: &dyn ClaimSource) -> Result<Self, DraNodeError> {
         let namespace = ns_of(&pod.metadata);
-        let mut seen = std::collections::HashSet::new();
-        let names: Vec<String> = pod_claim_names(pod)?
+        let names: Vec<String> = distinct_pod_claim_names(pod)?
             .into_iter()
             .map(|n| n.claim_name)
-            .filter(|n| seen.insert(n.clone()))
             .collect();
         let fetched =
             futures::future::join_all(names.iter().map(|n| source.get_claim(&namespace, n))).await;
