@@ -42,6 +42,9 @@ const APIS: &[(&str, &str)] = &[
     ),
 ];
 
+/// The container runtime interface, v1 (`k8s.io/cri-api` v0.36.3).
+const CRI_API: &str = "k8s.io/cri-api/pkg/apis/runtime/v1/api.proto";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let proto_root = Path::new("proto");
@@ -57,6 +60,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .out_dir(&api_out)
             .compile_fds(fds)?;
     }
+    // The CRI (`k8s.io/cri-api` runtime v1) is a client API of devicelet: it drives the
+    // container runtime. Compiled on its own and kept out of the reflection set, which lists
+    // the APIs devicelet serves. The server half exists for in-process fake runtimes in tests.
+    println!(
+        "cargo:rerun-if-changed={}",
+        proto_root.join(CRI_API).display()
+    );
+    let cri = protox::compile([CRI_API], [proto_root])?;
+    let cri_out = out_dir.join("cri_v1");
+    std::fs::create_dir_all(&cri_out)?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .out_dir(&cri_out)
+        .compile_fds(cri)?;
     let all_files: Vec<&str> = APIS.iter().map(|(_, file)| *file).collect();
     let fds = protox::compile(all_files, [proto_root])?;
     std::fs::write(

@@ -90,3 +90,13 @@ pub mod dra_health {
         include_generated!("dra_health_v1alpha1", "v1alpha1.rs");
     }
 }
+
+/// Container Runtime Interface (`k8s.io/cri-api/pkg/apis/runtime`): what devicelet's CRI
+/// runtime drives (containerd, CRI-O).
+pub mod cri {
+    /// CRI v1, proto package `runtime.v1`.
+    #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs)]
+    pub mod v1 {
+        include_generated!("cri_v1", "runtime.v1.rs");
+    }
+}

@@ -1,0 +1,29 @@
+//! devicelet's CRI runtime: pods the node admitted run in a real container runtime
+//! (containerd, CRI-O) over the CRI v1 API, with what devicelet decided for each container —
+//! device plugin envs, mounts, device nodes and annotations, CDI devices, exclusive CPUs and
+//! memory nodes — and their containers' real states reported back.
+//!
+//! Follows the kubelet's `pkg/kubelet/kuberuntime` (sandbox and container configs, `SyncPod`,
+//! `KillPod`), `pkg/kubelet/pleg` (the relist) and `pkg/kubelet/kubelet_pods.go` (phase and
+//! container statuses).
+//!
+//! - [`cri`]: the CRI client;
+//! - [`config`]: a pod's sandbox and container configs (pure);
+//! - [`status`]: what to start and the pod's status from what the runtime reports (pure);
+//! - [`cdi`]: CDI names resolved by devicelet for runtimes that do not apply CDI;
+//! - [`logs`]: the kubelet's log layout and the CRI log format;
+//! - [`manager`]: [`CriRuntime`], which owns the pods it runs.
+
+pub mod cdi;
+pub mod config;
+pub mod cri;
+pub mod error;
+pub mod logs;
+pub mod manager;
+pub mod status;
+
+pub use cdi::{CdiEdits, CdiResolver};
+pub use cri::CriClient;
+pub use error::RuntimeError;
+pub use manager::{ContainerSettings, CriConfig, CriRuntime};
+pub use status::{ContainerState, ContainerStatus, PodRuntimeStatus};

@@ -1,0 +1,668 @@
+//! [`CriRuntime`]: runs admitted pods in a CRI runtime and reports their containers' states.
+//!
+//! Follows the kubelet's `pkg/kubelet/kuberuntime/kuberuntime_manager.go` (`SyncPod`,
+//! `KillPod`) and the PLEG's relist (`pkg/kubelet/pleg/generic.go`): the runtime's own
+//! listing is the truth. Every pod is looked at on each relist (every second, and at once when
+//! something changes): its sandbox is created if it has none, containers that never ran are
+//! started and exited ones restarted per `restartPolicy` (see [`crate::status::plan`]).
+//!
+//! Every sandbox and container carries the kubelet's `io.kubernetes.*` labels and
+//! `io.devicelet.managed=true`, and each pod devicelet runs is recorded in
+//! `<root>/runtime/pods/<uid>.json` (its Pod object, written atomically with fsync before its
+//! sandbox is created). A restarted devicelet therefore adopts what it created: a running
+//! container is seen running and is not started again; a sandbox of a pod it no longer runs
+//! is stopped and removed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use devicelet_devicemanager::RunContainerOptions;
+use devicelet_proto::cri::v1 as cri;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, info, warn};
+
+use crate::cdi::{CdiEdits, CdiResolver};
+use crate::config::{
+    self, ContainerInputs, LABEL_CONTAINER_NAME, LABEL_MANAGED, LABEL_POD_UID, PodIdentity,
+};
+use crate::cri::CriClient;
+use crate::error::RuntimeError;
+use crate::logs::pod_log_dir;
+use crate::status::{self, Facts, Observed, PodRuntimeStatus, RunState};
+
+/// How often every pod is looked at (the kubelet's PLEG relists every second).
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+
+/// What the node decided for one container (device plugin settings after PreStartContainer,
+/// exclusive CPUs, memory nodes, CDI names): the seam to the node core.
+pub trait ContainerSettings: Send + Sync + 'static {
+    /// The settings of `container` of admitted pod `pod_uid`.
+    fn settings<'a>(
+        &'a self,
+        pod_uid: &'a str,
+        container: &'a str,
+    ) -> BoxFuture<'a, Result<RunContainerOptions, String>>;
+}
+
+impl ContainerSettings for devicelet_node::PodAdmitter {
+    fn settings<'a>(
+        &'a self,
+        pod_uid: &'a str,
+        container: &'a str,
+    ) -> BoxFuture<'a, Result<RunContainerOptions, String>> {
+        Box::pin(async move {
+            self.start(pod_uid, container)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Settings of the CRI runtime.
+#[derive(Debug, Clone)]
+pub struct CriConfig {
+    /// `--container-runtime-endpoint`.
+    pub endpoint: String,
+    /// devicelet's root directory (`<root>/runtime`, `<root>/logs`, `<root>/pods` are used).
+    pub root: PathBuf,
+    /// CDI spec directories devicelet resolves names in.
+    pub cdi_spec_dirs: Vec<String>,
+    /// Pass CDI names to the runtime (`CDIDevices`) instead of resolving them in devicelet.
+    pub runtime_applies_cdi: bool,
+    /// The node's name (`spec.nodeName` in env references).
+    pub node_name: String,
+    /// The node's IP (`status.hostIP` in env references).
+    pub host_ip: String,
+}
+
+impl CriConfig {
+    /// Where container logs go: `<root>/logs`.
+    pub fn logs_dir(&self) -> PathBuf {
+        self.root.join("logs")
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.root.join("runtime").join("pods")
+    }
+
+    fn volumes_dir(&self, uid: &str) -> PathBuf {
+        self.root.join("pods").join(uid).join("volumes")
+    }
+}
+
+/// A pod devicelet runs.
+#[derive(Debug, Clone)]
+struct Managed {
+    pod: Pod,
+    /// The last create/start failure of each container: (reason, message).
+    errors: BTreeMap<String, (String, String)>,
+    /// Exited containers' states (they no longer change).
+    exited: HashMap<String, Observed>,
+    /// The sandbox was stopped after the pod finished.
+    sandbox_stopped: bool,
+}
+
+/// Runs pods in a CRI runtime.
+pub struct CriRuntime {
+    client: CriClient,
+    runtime_name: String,
+    config: CriConfig,
+    settings: Arc<dyn ContainerSettings>,
+    cdi: CdiResolver,
+    pods: Mutex<BTreeMap<String, Managed>>,
+    statuses: Mutex<BTreeMap<String, PodRuntimeStatus>>,
+    /// One sync or kill of a pod at a time.
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    changes: watch::Sender<u64>,
+    kick: Notify,
+}
+
+impl std::fmt::Debug for CriRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CriRuntime")
+            .field("endpoint", &self.config.endpoint)
+            .field("runtime", &self.runtime_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl CriRuntime {
+    /// Connects to the runtime and loads the pods an earlier run recorded (they are looked at,
+    /// not started again, by [`CriRuntime::run`]).
+    pub async fn connect(
+        config: CriConfig,
+        settings: Arc<dyn ContainerSettings>,
+    ) -> Result<Arc<Self>, RuntimeError> {
+        let client = CriClient::connect(&config.endpoint).await?;
+        let version = client.version().await?;
+        info!(endpoint = %config.endpoint, runtime = %version.runtime_name,
+              version = %version.runtime_version, "container runtime connected");
+        let state_dir = config.state_dir();
+        std::fs::create_dir_all(&state_dir).map_err(|e| RuntimeError::State {
+            path: state_dir.clone(),
+            why: e.to_string(),
+        })?;
+        let pods = load_recorded(&state_dir)?;
+        let runtime = CriRuntime {
+            client,
+            runtime_name: version.runtime_name,
+            cdi: CdiResolver::new(config.cdi_spec_dirs.clone()),
+            config,
+            settings,
+            pods: Mutex::new(pods),
+            statuses: Mutex::new(BTreeMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+            kick: Notify::new(),
+        };
+        Ok(Arc::new(runtime))
+    }
+
+    /// The runtime's name (`containerd`), the scheme of container IDs.
+    pub fn runtime_name(&self) -> &str {
+        &self.runtime_name
+    }
+
+    /// The settings it runs with.
+    pub fn config(&self) -> &CriConfig {
+        &self.config
+    }
+
+    /// UIDs of the pods it runs (those recorded by an earlier run included).
+    pub fn pods(&self) -> Vec<String> {
+        lock(&self.pods).keys().cloned().collect()
+    }
+
+    /// Bumped whenever a pod's runtime status changes.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The runtime status of pod `uid`, once it was looked at.
+    pub fn status(&self, uid: &str) -> Option<PodRuntimeStatus> {
+        lock(&self.statuses).get(uid).cloned()
+    }
+
+    /// Runs `pod` (admitted by the node): recorded durably, then started by the sync loop. A
+    /// pod it already runs only has its object updated: nothing is started twice.
+    pub fn run_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
+        let id = PodIdentity::of(pod)?;
+        {
+            let mut pods = lock(&self.pods);
+            if let Some(known) = pods.get_mut(&id.uid) {
+                known.pod = pod.clone();
+                return Ok(());
+            }
+        }
+        let path = self.config.state_dir().join(format!("{}.json", id.uid));
+        let body = serde_json::to_vec(pod).map_err(|e| RuntimeError::State {
+            path: path.clone(),
+            why: e.to_string(),
+        })?;
+        devicelet_checkpoint::atomic_write::write_file_atomic(&path, &body).map_err(|e| {
+            RuntimeError::State {
+                path: path.clone(),
+                why: e.to_string(),
+            }
+        })?;
+        lock(&self.pods).insert(
+            id.uid.clone(),
+            Managed {
+                pod: pod.clone(),
+                errors: BTreeMap::new(),
+                exited: HashMap::new(),
+                sandbox_stopped: false,
+            },
+        );
+        info!(pod = %id.key(), pod_uid = %id.uid, "pod handed to the container runtime");
+        self.kick.notify_one();
+        Ok(())
+    }
+
+    /// Stops pod `uid`'s containers (SIGTERM, SIGKILL after `grace`), removes its sandboxes
+    /// and forgets it. Also cleans up a pod devicelet does not know but the runtime has
+    /// (labelled by an earlier run). Idempotent.
+    pub async fn kill_pod(&self, uid: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let pod_lock = self.pod_lock(uid);
+        let _held = pod_lock.lock().await;
+        let known = lock(&self.pods).get(uid).map(|m| m.pod.clone());
+        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let containers = self.client.list_containers(&selector).await?;
+        let running: Vec<_> = containers
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+            .collect();
+        let stops = running
+            .iter()
+            .map(|c| self.client.stop_container(&c.id, grace));
+        for (c, result) in running.iter().zip(futures::future::join_all(stops).await) {
+            if let Err(e) = result {
+                warn!(pod_uid = %uid, container_id = %c.id, error = %e, "stopping container failed");
+            }
+        }
+        for sandbox in self.client.list_pod_sandboxes(&selector).await? {
+            self.client.stop_pod_sandbox(&sandbox.id).await?;
+            self.client.remove_pod_sandbox(&sandbox.id).await?;
+        }
+        lock(&self.pods).remove(uid);
+        lock(&self.statuses).remove(uid);
+        lock(&self.locks).remove(uid);
+        let record = self.config.state_dir().join(format!("{uid}.json"));
+        remove_quietly(&record);
+        let _ = std::fs::remove_dir_all(self.config.root.join("pods").join(uid));
+        if let Some(pod) = known {
+            if let Ok(id) = PodIdentity::of(&pod) {
+                let _ = std::fs::remove_dir_all(pod_log_dir(
+                    &self.config.logs_dir(),
+                    &id.namespace,
+                    &id.name,
+                    &id.uid,
+                ));
+            }
+        }
+        info!(pod_uid = %uid, stopped = running.len(), "pod's containers stopped and sandbox removed");
+        self.changes.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Keeps only the pods in `keep`: every other pod it runs, and every sandbox labelled as
+    /// devicelet's whose pod is not in `keep`, is killed (after a restart: pods removed while
+    /// devicelet was down).
+    pub async fn retain(
+        &self,
+        keep: &HashSet<String>,
+        grace: Duration,
+    ) -> Result<(), RuntimeError> {
+        let mut gone: HashSet<String> = self
+            .pods()
+            .into_iter()
+            .filter(|u| !keep.contains(u))
+            .collect();
+        for sandbox in self
+            .client
+            .list_pod_sandboxes(&[(LABEL_MANAGED, "true")])
+            .await?
+        {
+            if let Some(uid) = sandbox.labels.get(LABEL_POD_UID) {
+                if !keep.contains(uid) {
+                    gone.insert(uid.clone());
+                }
+            }
+        }
+        for uid in gone {
+            info!(pod_uid = %uid, "pod no longer on the node; removing its containers");
+            self.kill_pod(&uid, grace).await?;
+        }
+        Ok(())
+    }
+
+    /// Looks at every pod on each relist, until `shutdown` turns true.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        loop {
+            self.sync_all().await;
+            tokio::select! {
+                () = tokio::time::sleep(RELIST_PERIOD) => {}
+                () = self.kick.notified() => {}
+                _ = shutdown.changed() => {}
+            }
+            if *shutdown.borrow() {
+                return;
+            }
+        }
+    }
+
+    /// One look at every pod.
+    pub async fn sync_all(&self) {
+        let uids = self.pods();
+        let syncs = uids.iter().map(|uid| self.sync_pod(uid));
+        for (uid, result) in uids.iter().zip(futures::future::join_all(syncs).await) {
+            if let Err(e) = result {
+                warn!(pod_uid = %uid, error = %e, "pod sync failed; retrying on the next relist");
+            }
+        }
+    }
+
+    fn pod_lock(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(lock(&self.locks).entry(uid.to_owned()).or_default())
+    }
+
+    /// One look at pod `uid`: create its sandbox, start or restart its containers, record its
+    /// status.
+    pub async fn sync_pod(&self, uid: &str) -> Result<(), RuntimeError> {
+        let pod_lock = self.pod_lock(uid);
+        let _held = pod_lock.lock().await;
+        let Some(mut managed) = lock(&self.pods).get(uid).cloned() else {
+            return Ok(());
+        };
+        if managed.sandbox_stopped {
+            return Ok(());
+        }
+        let pod = managed.pod.clone();
+        let pod = &pod;
+        let id = PodIdentity::of(pod)?;
+        let log_dir = pod_log_dir(&self.config.logs_dir(), &id.namespace, &id.name, &id.uid);
+        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let mut sandbox_id: Option<String> = None;
+        for _ in 0..2 {
+            let observed = self.observe(uid, &mut managed).await?;
+            let sandboxes = self.client.list_pod_sandboxes(&selector).await?;
+            let ready = sandboxes
+                .iter()
+                .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+                .max_by_key(|s| s.created_at)
+                .map(|s| s.id.clone());
+            let mut plan = status::plan(
+                pod,
+                Facts {
+                    observed: &observed,
+                    errors: &managed.errors,
+                    runtime_name: &self.runtime_name,
+                    sandbox_id: ready.as_deref().unwrap_or_default(),
+                    now: now_nanos(),
+                },
+            );
+            if plan.status.is_terminal() {
+                // Finished (also when found finished after a restart): stop what is left, never
+                // make a new sandbox for it. Its containers stay for their logs and status.
+                info!(pod = %id.key(), pod_uid = %uid, phase = %plan.status.phase, "pod finished; stopping its sandbox");
+                for s in &sandboxes {
+                    self.client.stop_pod_sandbox(&s.id).await?;
+                }
+                managed.sandbox_stopped = true;
+                self.record(uid, &managed, plan.status);
+                return Ok(());
+            }
+            if plan.start.is_empty() {
+                self.record(uid, &managed, plan.status);
+                return Ok(());
+            }
+            let sandbox = match (ready, &sandbox_id) {
+                (Some(id_), _) => id_,
+                (None, Some(made)) => made.clone(),
+                (None, None) => {
+                    let attempt = sandboxes
+                        .iter()
+                        .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
+                        .max()
+                        .unwrap_or(0);
+                    make_dir(&log_dir)?;
+                    let config = config::sandbox_config(pod, attempt, &log_dir)?;
+                    let made = self.client.run_pod_sandbox(config).await?;
+                    info!(pod = %id.key(), pod_uid = %uid, sandbox_id = %made, attempt, "pod sandbox started");
+                    made
+                }
+            };
+            sandbox_id = Some(sandbox.clone());
+            plan.status.sandbox_id.clone_from(&sandbox);
+            for (name, attempt) in &plan.start {
+                match self
+                    .start_container(&managed.pod, &sandbox, &log_dir, name, *attempt)
+                    .await
+                {
+                    Ok(container_id) => {
+                        managed.errors.remove(name);
+                        info!(pod = %id.key(), pod_uid = %uid, container = %name, attempt,
+                              container_id = %container_id, "container started");
+                    }
+                    Err(e) => {
+                        warn!(pod = %id.key(), pod_uid = %uid, container = %name, error = %e,
+                              "container could not be started");
+                        managed
+                            .errors
+                            .insert(name.clone(), (error_reason(&e).to_owned(), e.to_string()));
+                    }
+                }
+            }
+            // Look again at once, so the status says Running (or the error).
+            self.record(uid, &managed, plan.status);
+        }
+        Ok(())
+    }
+
+    /// Stores the pod's bookkeeping and status; tells watchers when the status changed.
+    fn record(&self, uid: &str, managed: &Managed, status: PodRuntimeStatus) {
+        if let Some(m) = lock(&self.pods).get_mut(uid) {
+            m.errors.clone_from(&managed.errors);
+            m.exited.clone_from(&managed.exited);
+            m.sandbox_stopped = managed.sandbox_stopped;
+        }
+        let changed = lock(&self.statuses)
+            .insert(uid.to_owned(), status.clone())
+            .as_ref()
+            != Some(&status);
+        if changed {
+            debug!(pod_uid = %uid, phase = %status.phase, "pod runtime status changed");
+            self.changes.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Every attempt of each container of the pod, oldest first.
+    async fn observe(
+        &self,
+        uid: &str,
+        managed: &mut Managed,
+    ) -> Result<BTreeMap<String, Vec<Observed>>, RuntimeError> {
+        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let containers = self.client.list_containers(&selector).await?;
+        let mut out: BTreeMap<String, Vec<Observed>> = BTreeMap::new();
+        for c in containers {
+            let Some(name) = c
+                .labels
+                .get(LABEL_CONTAINER_NAME)
+                .cloned()
+                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
+            else {
+                continue;
+            };
+            let observed = match managed.exited.get(&c.id) {
+                Some(done) => done.clone(),
+                None => {
+                    let s = self.client.container_status(&c.id).await?;
+                    let state = match cri::ContainerState::try_from(s.state) {
+                        Ok(cri::ContainerState::ContainerCreated) => RunState::Created,
+                        Ok(cri::ContainerState::ContainerRunning) => RunState::Running,
+                        Ok(cri::ContainerState::ContainerExited) => RunState::Exited(s.exit_code),
+                        _ => RunState::Unknown,
+                    };
+                    let o = Observed {
+                        id: c.id.clone(),
+                        attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
+                        state,
+                        started_at: s.started_at,
+                        finished_at: s.finished_at,
+                        reason: s.reason,
+                        message: s.message,
+                        image_ref: s.image_ref,
+                    };
+                    if matches!(state, RunState::Exited(_)) {
+                        managed.exited.insert(c.id.clone(), o.clone());
+                    }
+                    o
+                }
+            };
+            out.entry(name).or_default().push(observed);
+        }
+        for attempts in out.values_mut() {
+            attempts.sort_by_key(|o| o.attempt);
+        }
+        Ok(out)
+    }
+
+    /// Pulls the image if needed, asks the node for the container's settings, creates and
+    /// starts the container.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        sandbox_id: &str,
+        log_dir: &Path,
+        name: &str,
+        attempt: u32,
+    ) -> Result<String, RuntimeError> {
+        let id = PodIdentity::of(pod)?;
+        let container = find_container(pod, name).ok_or_else(|| {
+            RuntimeError::Config(format!("no container {name:?} in the pod spec"))
+        })?;
+        let image_ref = self.ensure_image(container).await?;
+        let options = self
+            .settings
+            .settings(&id.uid, name)
+            .await
+            .map_err(RuntimeError::Settings)?;
+        let cdi = if self.config.runtime_applies_cdi {
+            CdiEdits::default()
+        } else {
+            self.cdi.resolve(&options.cdi_devices)?
+        };
+        let volumes_dir = self.config.volumes_dir(&id.uid);
+        let volumes = config::volume_host_paths(pod, &volumes_dir)?;
+        for path in volumes.values().filter(|p| p.starts_with(&volumes_dir)) {
+            make_dir(path)?;
+        }
+        make_dir(&log_dir.join(name))?;
+        let container_config = config::container_config(ContainerInputs {
+            pod,
+            container,
+            attempt,
+            image_ref: &image_ref,
+            options: &options,
+            cdi: &cdi,
+            pass_cdi_names: self.config.runtime_applies_cdi,
+            volumes: &volumes,
+            node_name: &self.config.node_name,
+            host_ip: &self.config.host_ip,
+        })?;
+        let sandbox_config = config::sandbox_config(pod, 0, log_dir)?;
+        let container_id = self
+            .client
+            .create_container(sandbox_id, container_config, sandbox_config)
+            .await?;
+        if let Err(e) = self.client.start_container(&container_id).await {
+            // A container that cannot start is removed, so the next attempt is clean.
+            let _ = self.client.remove_container(&container_id).await;
+            return Err(e);
+        }
+        Ok(container_id)
+    }
+
+    /// The image's reference in the runtime, pulled per `imagePullPolicy` (the API's default:
+    /// `Always` for `:latest` or no tag, else `IfNotPresent`).
+    async fn ensure_image(&self, container: &Container) -> Result<String, RuntimeError> {
+        let image = container
+            .image
+            .clone()
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| {
+                RuntimeError::Config(format!("container {:?} has no image", container.name))
+            })?;
+        let last = image.rsplit('/').next().unwrap_or(&image);
+        let untagged_or_latest =
+            !last.contains(':') && !image.contains('@') || last.ends_with(":latest");
+        let policy = container
+            .image_pull_policy
+            .as_deref()
+            .unwrap_or(if untagged_or_latest {
+                "Always"
+            } else {
+                "IfNotPresent"
+            });
+        let present = self.client.image_id(&image).await?;
+        match (policy, present) {
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => Ok(id),
+            ("Never", None) => Err(RuntimeError::Config(format!(
+                "ErrImageNeverPull: image {image} is not present and imagePullPolicy is Never"
+            ))),
+            _ => {
+                self.client.pull_image(&image).await.map_err(|e| {
+                    RuntimeError::Config(format!("ErrImagePull: pulling {image}: {e}"))
+                })
+            }
+        }
+    }
+}
+
+fn error_reason(e: &RuntimeError) -> &'static str {
+    match e {
+        RuntimeError::Config(msg) if msg.starts_with("ErrImagePull") => "ErrImagePull",
+        RuntimeError::Config(msg) if msg.starts_with("ErrImageNeverPull") => "ErrImageNeverPull",
+        other => other.waiting_reason(),
+    }
+}
+
+fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+        .find(|c| c.name == name)
+}
+
+fn make_dir(path: &Path) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(path).map_err(|e| RuntimeError::State {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })
+}
+
+fn remove_quietly(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            warn!(path = %path.display(), error = %e, "could not remove runtime record");
+        }
+    }
+}
+
+/// The pods an earlier run recorded. A record that cannot be read is set aside (renamed
+/// `.bad`), never silently dropped; its containers are then removed as those of a gone pod.
+fn load_recorded(dir: &Path) -> Result<BTreeMap<String, Managed>, RuntimeError> {
+    let mut out = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| RuntimeError::State {
+        path: dir.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let pod: Result<Pod, String> = std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()));
+        match pod.and_then(|p| {
+            PodIdentity::of(&p)
+                .map(|id| (id, p))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok((id, pod)) => {
+                out.insert(
+                    id.uid,
+                    Managed {
+                        pod,
+                        errors: BTreeMap::new(),
+                        exited: HashMap::new(),
+                        sandbox_stopped: false,
+                    },
+                );
+            }
+            Err(why) => {
+                warn!(path = %path.display(), error = %why, "unreadable runtime record set aside");
+                let _ = std::fs::rename(&path, path.with_extension("json.bad"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
