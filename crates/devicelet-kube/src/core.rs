@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, ResourceStatus};
@@ -86,4 +87,38 @@ pub trait NodeCore: Send + Sync + 'static {
     fn dra_drivers(&self) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// What a container runtime reports of one pod, in the API's shapes: `phase`, and
+/// `v1.ContainerStatus` objects (`name`, `state`, `lastState`, `containerID`, `restartCount`,
+/// `ready`, `started`, `image`, `imageID`) in spec order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuntimePodStatus {
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub phase: String,
+    /// Whether the pod's sandbox exists (the `PodReadyToStartContainers` condition).
+    pub sandbox_ready: bool,
+    /// Init containers' statuses.
+    pub init_container_statuses: Vec<serde_json::Value>,
+    /// App containers' statuses.
+    pub container_statuses: Vec<serde_json::Value>,
+}
+
+/// A future the runtime seam returns.
+pub type RuntimeFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ReleaseError>> + Send + 'a>>;
+
+/// A real container runtime under the cluster front end (`serve --runtime cri`): admitted
+/// pods are handed to it, deleted ones killed before their devices are released, and their
+/// statuses come from it. The binary implements it on devicelet's CRI runtime.
+pub trait PodRuntime: Send + Sync + 'static {
+    /// The runtime's name (the Node's `containerRuntimeVersion` scheme).
+    fn name(&self) -> String;
+    /// Runs an admitted pod (idempotent: a pod it runs is not started again).
+    fn run_pod(&self, pod: &Pod) -> Result<(), ReleaseError>;
+    /// Stops the pod's containers within `grace` and removes its sandbox (idempotent).
+    fn kill_pod<'a>(&'a self, uid: &'a str, grace: Duration) -> RuntimeFuture<'a>;
+    /// The pod's status, once the runtime looked at it.
+    fn status(&self, uid: &str) -> Option<RuntimePodStatus>;
+    /// Bumped whenever a pod's status changes.
+    fn changes(&self) -> watch::Receiver<u64>;
 }

@@ -48,7 +48,9 @@ use tokio::task::JoinHandle;
 #[cfg(feature = "node")]
 pub use crate::claims::ApiClaimSource;
 pub use crate::client::{ClusterSource, connect};
-pub use crate::core::{AdmitStages, NodeCore, Rejection, ReleaseError};
+pub use crate::core::{
+    AdmitStages, NodeCore, PodRuntime, Rejection, ReleaseError, RuntimePodStatus,
+};
 pub use crate::error::ClusterError;
 pub use crate::metrics::ClusterMetrics;
 pub use crate::node_status::{DeviceCapacity, MachineInfo, Readiness};
@@ -56,20 +58,30 @@ pub use crate::node_status::{DeviceCapacity, MachineInfo, Readiness};
 pub use kube::Client;
 
 /// What runs the pods' containers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Clone, Default)]
 pub enum Runtime {
     /// Nothing runs them: an admitted pod is reported `Running` with ready containers (as
     /// kwok does), so schedulers, controllers and device plugins can be exercised at scale
     /// without containers.
     #[default]
     Simulated,
+    /// A real container runtime runs them and reports their containers' states.
+    Cri(Arc<dyn PodRuntime>),
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
 }
 
 impl Runtime {
-    /// The name used on the command line and in the node's status.
-    pub fn name(self) -> &'static str {
+    /// The name used on the command line and in the node's status (`simulated`, or the CRI
+    /// runtime's own name).
+    pub fn name(&self) -> String {
         match self {
-            Runtime::Simulated => "simulated",
+            Runtime::Simulated => "simulated".to_owned(),
+            Runtime::Cri(runtime) => runtime.name(),
         }
     }
 }
@@ -106,7 +118,7 @@ impl Cluster {
             client.clone(),
             &config.node_name,
             config.machine.clone(),
-            Readiness::ready(config.runtime.name()),
+            Readiness::ready(&config.runtime.name()),
             node.clone(),
             metrics.clone(),
         );
@@ -117,13 +129,16 @@ impl Cluster {
             metrics.clone(),
         );
         let statuses = status_manager::StatusManager::start(client.clone(), metrics.clone());
-        let pods = pods::PodWorker::new(
+        let mut pods = pods::PodWorker::new(
             &config.node_name,
             &config.machine.internal_ip,
             node.clone(),
             statuses,
-        )
-        .with_events(events::EventRecorder::new(
+        );
+        if let Runtime::Cri(runtime) = &config.runtime {
+            pods = pods.with_runtime(Arc::clone(runtime));
+        }
+        let pods = pods.with_events(events::EventRecorder::new(
             client.clone(),
             &config.node_name,
             metrics.clone(),

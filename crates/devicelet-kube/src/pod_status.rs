@@ -91,6 +91,94 @@ pub fn running(
     json!({ "status": status })
 }
 
+/// Status of an admitted pod a real container runtime runs (`serve --runtime cri`): the
+/// runtime's phase and container statuses, the kubelet's conditions
+/// (`pkg/kubelet/status/generate.go`: `Ready` and `ContainersReady` when every app container
+/// is ready, reason `PodCompleted` once the pod finished), device health per container.
+/// `runtime` is `None` until the runtime first looked at the pod: `Pending`, containers
+/// `ContainerCreating`.
+pub fn from_runtime(
+    pod: &Pod,
+    host_ip: &str,
+    started: &str,
+    health: &BTreeMap<String, Vec<ResourceStatus>>,
+    runtime: Option<&crate::core::RuntimePodStatus>,
+) -> Value {
+    let spec = pod.spec.as_ref();
+    let empty = Vec::new();
+    let creating = |c: &Container| {
+        json!({
+            "name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+            "ready": false, "started": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        })
+    };
+    let (phase, sandbox_ready, init, mut containers) = match runtime {
+        Some(r) => (
+            r.phase.clone(),
+            r.sandbox_ready,
+            r.init_container_statuses.clone(),
+            r.container_statuses.clone(),
+        ),
+        None => (
+            "Pending".to_owned(),
+            false,
+            spec.and_then(|s| s.init_containers.as_ref())
+                .unwrap_or(&empty)
+                .iter()
+                .map(creating)
+                .collect(),
+            spec.map(|s| &s.containers)
+                .unwrap_or(&empty)
+                .iter()
+                .map(creating)
+                .collect(),
+        ),
+    };
+    for c in &mut containers {
+        let name = c["name"].as_str().unwrap_or_default().to_owned();
+        if let Some(h) = health.get(&name).filter(|h| !h.is_empty()) {
+            c["allocatedResourcesStatus"] = json!(h);
+        }
+    }
+    let all_ready = !containers.is_empty() && containers.iter().all(|c| c["ready"] == json!(true));
+    let init_done = init.iter().all(|c| {
+        c["state"]["terminated"]["exitCode"] == json!(0) || c["state"].get("running").is_some()
+    });
+    let finished = matches!(phase.as_str(), "Succeeded" | "Failed");
+    let condition = |kind: &str, ok: bool, reason: Option<&str>| {
+        let mut c = json!({"type": kind, "status": if ok { "True" } else { "False" },
+                           "lastTransitionTime": started});
+        if let Some(reason) = reason {
+            c["reason"] = json!(reason);
+        }
+        c
+    };
+    let not_ready_reason = if finished {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let ready = all_ready && phase == "Running";
+    let mut status = json!({
+        "phase": phase,
+        "conditions": [
+            condition("PodReadyToStartContainers", sandbox_ready, None),
+            condition("Initialized", init_done || finished, (!init_done && !finished).then_some("ContainersNotInitialized")),
+            condition("Ready", ready, (!ready).then_some(not_ready_reason)),
+            condition("ContainersReady", ready, (!ready).then_some(not_ready_reason)),
+        ],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "startTime": started,
+        "containerStatuses": containers,
+    });
+    if !init.is_empty() {
+        status["initContainerStatuses"] = Value::Array(init);
+    }
+    json!({ "status": status })
+}
+
 /// Whether the pod's status in the API agrees with the status patch `desired` on what others may
 /// overwrite: the phase and each condition's status. The node lifecycle controller marks a
 /// node's pods not Ready when its Lease lapsed (e.g. while the API server restarted); the
@@ -193,6 +281,50 @@ mod tests {
             }),
             status: None,
         }
+    }
+
+    #[test]
+    fn a_runtime_status_becomes_the_pod_status() {
+        let p = pod();
+        let waiting = from_runtime(&p, "10.0.0.1", "t", &BTreeMap::new(), None);
+        assert_eq!(waiting["status"]["phase"], "Pending");
+        assert_eq!(
+            waiting["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "ContainerCreating"
+        );
+        let done = crate::core::RuntimePodStatus {
+            phase: "Failed".into(),
+            sandbox_ready: false,
+            init_container_statuses: vec![],
+            container_statuses: vec![json!({"name": "app", "ready": false,
+                "state": {"terminated": {"exitCode": 3, "reason": "Error"}}})],
+        };
+        let health = BTreeMap::from([(
+            "app".to_owned(),
+            vec![ResourceStatus {
+                name: "example.com/foo".into(),
+                resources: None,
+            }],
+        )]);
+        let v = from_runtime(&p, "10.0.0.1", "t", &health, Some(&done));
+        assert_eq!(v["status"]["phase"], "Failed");
+        assert_eq!(
+            v["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            3
+        );
+        assert_eq!(
+            v["status"]["containerStatuses"][0]["allocatedResourcesStatus"][0]["name"],
+            "example.com/foo"
+        );
+        let ready = &v["status"]["conditions"][2];
+        assert_eq!(
+            (
+                ready["type"].as_str(),
+                ready["status"].as_str(),
+                ready["reason"].as_str()
+            ),
+            (Some("Ready"), Some("False"), Some("PodCompleted"))
+        );
     }
 
     #[test]

@@ -59,7 +59,7 @@ use tokio::task::{JoinError, JoinSet};
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::core::{AdmitStages, NodeCore, Rejection};
+use crate::core::{AdmitStages, NodeCore, PodRuntime, Rejection};
 use crate::events::EventRecorder;
 use crate::metrics::ClusterMetrics;
 use crate::node::now_rfc3339;
@@ -120,6 +120,23 @@ struct Attempt {
     started: tokio::time::Instant,
     took: Duration,
     result: Result<AdmitStages, Rejection>,
+}
+
+/// What follows once a pod's containers are stopped (and its devices released).
+#[derive(Debug, Clone)]
+enum AfterKill {
+    /// The pod is being deleted: delete its object with grace period 0.
+    Delete { namespace: String, name: String },
+    /// The object is gone already.
+    Forget,
+    /// Nothing (a pod no longer bound to the node).
+    Nothing,
+}
+
+/// One finished kill: the pod's UID, and whether the runtime stopped everything.
+struct Killed {
+    uid: String,
+    result: Result<(), crate::core::ReleaseError>,
 }
 
 /// A pod the node admitted, as last seen.
@@ -183,6 +200,11 @@ pub struct PodWorker<N, W = StatusManager> {
     /// Whether the first full list was handled (the plugin wait happens once).
     listed_once: bool,
     plugin_wait: Duration,
+    /// The container runtime (`None`: simulated, nothing runs).
+    runtime: Option<Arc<dyn PodRuntime>>,
+    /// Pods whose containers are being stopped, with what follows.
+    killing: HashMap<String, AfterKill>,
+    kills: JoinSet<Killed>,
 }
 
 fn key(pod: &Pod) -> String {
@@ -212,7 +234,18 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             listing: None,
             listed_once: false,
             plugin_wait: PLUGIN_REREGISTRATION_WAIT,
+            runtime: None,
+            killing: HashMap::new(),
+            kills: JoinSet::new(),
         }
+    }
+
+    /// Runs admitted pods in `runtime` and reports their containers' real states; a deleted
+    /// pod's containers are stopped (within its grace period) before its devices are released
+    /// and its object deleted.
+    pub fn with_runtime(mut self, runtime: Arc<dyn PodRuntime>) -> Self {
+        self.runtime = Some(runtime);
+        self
     }
 
     /// Sends Warning events about pods that wait (without it nothing is recorded).
@@ -315,6 +348,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
         let mut inventory = self.node.inventory_changes();
         let mut claim_health = self.node.claim_health_changes();
+        let mut runtime_changes = self.runtime.as_ref().map(|r| r.changes());
         loop {
             let retry_at = self.next_retry();
             tokio::select! {
@@ -325,6 +359,14 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 }
                 changed = inventory.changed() => {
                     if changed.is_err() { return; }
+                    self.report_health();
+                }
+                Some(joined) = self.kills.join_next(), if !self.kills.is_empty() => {
+                    if let Ok(killed) = joined { self.killed(killed).await; }
+                }
+                // Containers started, exited, restarted: report the pods again.
+                changed = changed_or_pending(&mut runtime_changes) => {
+                    if changed.is_err() { runtime_changes = None; }
                     self.report_health();
                 }
                 // DRA health (KEP-4680): the drivers' streams feed allocatedResourcesStatus.
@@ -384,7 +426,11 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             .collect();
         for uid in gone {
             info!(pod_uid = %uid, "admitted pod is no longer bound to this node; releasing it");
-            self.release(&uid, None).await;
+            if self.runtime.is_some() {
+                self.start_kill(&uid, Duration::ZERO, AfterKill::Nothing);
+            } else {
+                self.release(&uid, None).await;
+            }
         }
         self.rejected.retain(|uid| listed.contains(uid.as_str()));
         self.waiting.retain(|uid, _| listed.contains(uid.as_str()));
@@ -421,16 +467,30 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             *next = Some(Followup::Apply(pod));
             return;
         }
+        if self.killing.contains_key(&uid) {
+            // Its containers are being stopped; what follows is decided.
+            return;
+        }
         let name = key(&pod);
         if pod.metadata.deletion_timestamp.is_some() || pod_status::is_terminal(&pod) {
             self.waiting.remove(&uid);
             self.starting.remove(&uid);
         }
         if pod.metadata.deletion_timestamp.is_some() {
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let short = pod.metadata.name.clone().unwrap_or_default();
+            if self.runtime.is_some() {
+                // The kubelet deletes the object only once the containers stopped.
+                self.admitted.remove(&uid);
+                let after = AfterKill::Delete {
+                    namespace,
+                    name: short,
+                };
+                self.start_kill(&uid, grace_of(&pod), after);
+                return;
+            }
             self.release(&uid, Some(&name)).await;
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-            let short = pod.metadata.name.as_deref().unwrap_or_default();
-            self.statuses.set(&uid, namespace, short, Desired::Delete);
+            self.statuses.set(&uid, &namespace, &short, Desired::Delete);
             return;
         }
         if pod_status::is_terminal(&pod) {
@@ -458,6 +518,8 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 .and_then(|s| s.start_time.as_ref())
                 .map(|t| t.0.to_string())
                 .unwrap_or_else(now_rfc3339);
+            // The runtime adopts its containers: nothing is started twice.
+            self.run_in_runtime(&pod);
             self.admitted.insert(uid.clone(), Admitted { pod, started });
             self.report(&uid);
             return;
@@ -534,6 +596,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
                 };
                 // Before the status is queued, so its write completes the record.
                 self.statuses.started(&uid, record);
+                self.run_in_runtime(&pod);
                 self.admitted.insert(
                     uid.clone(),
                     Admitted {
@@ -612,9 +675,82 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         }
         self.waiting.remove(&uid);
         self.starting.remove(&uid);
+        if self.runtime.is_some() {
+            // Deleted while being stopped, or force-deleted: stop, release, then forget.
+            self.admitted.remove(&uid);
+            match self.killing.get_mut(&uid) {
+                Some(after) => *after = AfterKill::Forget,
+                None => self.start_kill(&uid, grace_of(&pod), AfterKill::Forget),
+            }
+            return;
+        }
         self.release(&uid, Some(&key(&pod))).await;
         self.rejected.remove(&uid);
         self.statuses.forget(&uid);
+    }
+
+    /// Hands an admitted pod to the container runtime (a no-op without one).
+    fn run_in_runtime(&self, pod: &Pod) {
+        let Some(runtime) = &self.runtime else {
+            return;
+        };
+        if let Err(e) = runtime.run_pod(pod) {
+            warn!(pod = %key(pod), error = %e, "pod admitted but the container runtime could not take it");
+            if let Some(events) = &self.events {
+                events.warning(pod, "FailedCreatePodSandBox", &e.to_string());
+            }
+        }
+    }
+
+    /// Stops pod `uid`'s containers on its own task ([`Self::killed`] follows).
+    fn start_kill(&mut self, uid: &str, grace: Duration, after: AfterKill) {
+        let Some(runtime) = self.runtime.clone() else {
+            return;
+        };
+        if self.killing.contains_key(uid) {
+            return;
+        }
+        self.killing.insert(uid.to_owned(), after);
+        let uid = uid.to_owned();
+        self.kills.spawn(async move {
+            let result = runtime.kill_pod(&uid, grace).await;
+            Killed { uid, result }
+        });
+    }
+
+    /// A pod's containers stopped: its devices are released, then its object deleted or
+    /// forgotten. A kill that failed is tried again (the pod keeps its devices meanwhile).
+    async fn killed(&mut self, killed: Killed) {
+        let Killed { uid, result } = killed;
+        let Some(after) = self.killing.remove(&uid) else {
+            return;
+        };
+        if let Err(e) = result {
+            warn!(pod_uid = %uid, error = %e, "stopping the pod's containers failed; retrying");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            self.start_kill(&uid, Duration::ZERO, after);
+            return;
+        }
+        self.release(&uid, None).await;
+        match after {
+            AfterKill::Delete { namespace, name } => {
+                self.statuses.set(&uid, &namespace, &name, Desired::Delete);
+            }
+            AfterKill::Forget => {
+                self.rejected.remove(&uid);
+                self.statuses.forget(&uid);
+            }
+            AfterKill::Nothing => {}
+        }
+    }
+
+    /// Waits for every kill in flight (tests).
+    pub async fn settle_kills(&mut self) {
+        while let Some(joined) = self.kills.join_next().await {
+            if let Ok(killed) = joined {
+                self.killed(killed).await;
+            }
+        }
     }
 
     /// Releases `uid` in the node core (a no-op for a pod the node does not hold).
@@ -650,7 +786,16 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             return;
         };
         let health: BTreeMap<_, _> = self.node.resource_health(uid);
-        let status = pod_status::running(&known.pod, &self.host_ip, &known.started, &health);
+        let status = match &self.runtime {
+            Some(runtime) => pod_status::from_runtime(
+                &known.pod,
+                &self.host_ip,
+                &known.started,
+                &health,
+                runtime.status(uid).as_ref(),
+            ),
+            None => pod_status::running(&known.pod, &self.host_ip, &known.started, &health),
+        };
         let namespace = known.pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = known.pod.metadata.name.as_deref().unwrap_or_default();
         if check_api && !pod_status::agrees(&known.pod, &status) {
@@ -670,6 +815,21 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             self.report(uid);
         }
     }
+}
+
+/// A pod's grace period for stopping its containers: the deletion's, else the spec's (30 s).
+fn grace_of(pod: &Pod) -> Duration {
+    let spec = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let seconds = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or(spec)
+        .min(spec);
+    Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
 }
 
 /// Waits for the next change of an optional watch; never completes for `None`.

@@ -6,6 +6,7 @@
 //! device-plugin directory, then bind `kubelet.sock`; the control socket is bound last so "the
 //! control socket answers" means "plugins can register" (ecosystem.md A3 row 25).
 
+use std::collections::HashSet;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use devicelet_devicemanager::{
 };
 use devicelet_dra::{DraPluginRegistry, ProcBootId};
 use devicelet_proto::constants;
+use devicelet_runtime::CriRuntime;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -104,6 +106,9 @@ pub struct DaemonConfig {
     /// Where DRA claims come from: the local store (default) or, in cluster mode, the API
     /// server.
     pub dra_claims: ClaimOrigin,
+    /// Run admitted pods in a CRI runtime (`serve --runtime cri`); `None`: nothing runs them
+    /// (the simulated runtime).
+    pub runtime: Option<devicelet_runtime::CriConfig>,
 }
 
 impl DaemonConfig {
@@ -121,6 +126,7 @@ impl DaemonConfig {
             boot_id_file: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             dra_wipe_delay: devicelet_node::dra::DEFAULT_WIPE_DELAY,
             dra_claims: ClaimOrigin::Local,
+            runtime: None,
         }
     }
 }
@@ -139,6 +145,7 @@ pub struct Daemon {
     paths: RootPaths,
     manager: DeviceManager,
     pods: Arc<PodAdmitter>,
+    runtime: Option<Arc<CriRuntime>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<(&'static str, JoinHandle<Result<(), RpcError>>)>,
 }
@@ -368,12 +375,40 @@ impl Daemon {
             tokio::spawn(watch_root(paths.root.clone(), shutdown_rx.clone())),
         ));
 
+        // The container runtime before the control API, so every admitted pod is run. Pods the
+        // runtime has that the node no longer admits (removed while devicelet was down) go.
+        let runtime = match config.runtime.clone() {
+            Some(cri) => {
+                let settings: Arc<dyn devicelet_runtime::ContainerSettings> = pods.clone();
+                let runtime = CriRuntime::connect(cri, settings).await?;
+                let admitted: HashSet<String> =
+                    pods.list().pods.into_iter().map(|p| p.pod.uid).collect();
+                runtime
+                    .retain(&admitted, devicelet_runtime::manager::ORPHAN_GRACE)
+                    .await?;
+                tasks.push((
+                    "runtime",
+                    tokio::spawn({
+                        let runtime = Arc::clone(&runtime);
+                        let rx = shutdown_rx.clone();
+                        async move {
+                            runtime.run(rx).await;
+                            Ok(())
+                        }
+                    }),
+                ));
+                Some(runtime)
+            }
+            None => None,
+        };
+
         // Control API last: when it answers, everything else is ready.
         // A stale control socket (crashed daemon) is replaced; nobody answered on it above.
         let control_listener = transport::bind(&paths.control_socket)?;
         let app = control::router(ControlState {
             devices: manager.clone(),
             pods: pods.clone(),
+            runtime: runtime.clone(),
         });
         let mut rx = shutdown_rx.clone();
         let socket = paths.control_socket.clone();
@@ -394,6 +429,7 @@ impl Daemon {
             paths,
             manager,
             pods,
+            runtime,
             shutdown,
             tasks,
         })
@@ -409,7 +445,12 @@ impl Daemon {
         &self.pods
     }
 
-    /// The node's metrics (`devicelet serve --metrics-address` renders them).
+    /// The CRI runtime running the admitted pods, when `runtime` was configured.
+    pub fn runtime(&self) -> Option<&Arc<CriRuntime>> {
+        self.runtime.as_ref()
+    }
+
+    /// The node's metrics registry.
     pub fn metrics(&self) -> &devicelet_metrics::Metrics {
         self.manager.metrics()
     }

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Errors of the daemon wiring, servers and control client.
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
+    /// The container runtime could not be reached or its pods not adopted.
+    #[error("container runtime: {0}")]
+    Runtime(#[from] devicelet_runtime::RuntimeError),
     /// A filesystem or socket operation failed.
     #[error("cannot {action} {}: {source}", path.display())]
     Io {

@@ -37,6 +37,10 @@ use crate::status::{self, Facts, Observed, PodRuntimeStatus, RunState};
 /// How often every pod is looked at (the kubelet's PLEG relists every second).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 
+/// Grace given to the containers of a pod that is gone (removed while devicelet was down, or
+/// whose record was lost): the kubelet's default `terminationGracePeriodSeconds`.
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
+
 /// What the node decided for one container (device plugin settings after PreStartContainer,
 /// exclusive CPUs, memory nodes, CDI names): the seam to the node core.
 pub trait ContainerSettings: Send + Sync + 'static {
@@ -271,6 +275,15 @@ impl CriRuntime {
         info!(pod_uid = %uid, stopped = running.len(), "pod's containers stopped and sandbox removed");
         self.changes.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    /// Stops pod `uid` as [`CriRuntime::kill_pod`] with its own grace period
+    /// (`terminationGracePeriodSeconds`, shortened by the deletion's grace period).
+    pub async fn kill_pod_gracefully(&self, uid: &str) -> Result<(), RuntimeError> {
+        let grace = lock(&self.pods)
+            .get(uid)
+            .map_or(ORPHAN_GRACE, |m| grace_of(&m.pod));
+        self.kill_pod(uid, grace).await
     }
 
     /// Keeps only the pods in `keep`: every other pod it runs, and every sandbox labelled as
@@ -586,6 +599,11 @@ impl CriRuntime {
             }
         }
     }
+}
+
+/// A pod's grace period (see [`config::grace_seconds`]).
+pub fn grace_of(pod: &Pod) -> Duration {
+    Duration::from_secs(u64::try_from(config::grace_seconds(pod)).unwrap_or(0))
 }
 
 fn error_reason(e: &RuntimeError) -> &'static str {

@@ -97,7 +97,11 @@ pub struct ContainerStatus {
     /// Container name.
     pub name: String,
     /// `containerd://<id>` (the runtime's name as scheme), empty before the first create.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "containerID",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub container_id: String,
     /// The spec's image.
     pub image: String,

@@ -44,8 +44,11 @@ pub enum Command {
     Start(StartArgs),
     /// Live per-resource allocation: capacity, allocatable, allocated, unhealthy.
     Top(TopArgs),
-    /// Forget an admitted pod and free its devices.
+    /// Forget an admitted pod and free its devices (with `serve --runtime cri`, its
+    /// containers are stopped first, within its grace period).
     Remove(RemoveArgs),
+    /// Print a container's log (`serve --runtime cri`; read from R/logs, the kubelet's layout).
+    Logs(LogsArgs),
     /// Tell devicelet which pods are still active: every other admitted pod is removed and its
     /// devices freed (the kubelet's UpdateAllocatedDevices; run it after a restart).
     SyncPods(SyncPodsArgs),
@@ -189,11 +192,29 @@ pub struct ServeArgs {
     /// `~/.kube/config`, then the in-cluster service account.
     #[arg(long, conflicts_with = "kubeconfig")]
     pub cluster: bool,
-    /// What runs the pods' containers in cluster mode: `simulated` reports admitted pods
-    /// Running with ready containers (nothing is started; `devicelet start` answers what a
-    /// runtime would inject).
+    /// What runs the pods' containers: `simulated` starts nothing (cluster mode reports
+    /// admitted pods Running with ready containers; `devicelet start` answers what a runtime
+    /// would inject); `cri` runs them in the container runtime at
+    /// `--container-runtime-endpoint` (containerd, CRI-O) with their devices, CDI devices and
+    /// exclusive CPUs, and reports their containers' real states.
     #[arg(long, value_enum, default_value = "simulated")]
     pub runtime: RuntimeArg,
+    /// The CRI endpoint of `--runtime cri` (the kubelet's flag).
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "unix:///run/containerd/containerd.sock"
+    )]
+    pub container_runtime_endpoint: String,
+    /// With `--runtime cri`: a directory of CDI spec files devicelet resolves CDI device names
+    /// in (repeatable; later directories win) [default: /etc/cdi and /var/run/cdi].
+    #[arg(long = "cdi-spec-dir", value_name = "DIR")]
+    pub cdi_spec_dirs: Vec<PathBuf>,
+    /// With `--runtime cri`: pass CDI device names to the runtime (CRI `CDIDevices`; containerd
+    /// 1.7+ with `enable_cdi`, CRI-O) instead of resolving them in devicelet (needed for
+    /// containerd 1.6, which ignores the field).
+    #[arg(long)]
+    pub runtime_applies_cdi: bool,
     /// Pods the Node accepts (`maxPods`, reported in its capacity).
     #[arg(long, default_value_t = 110)]
     pub max_pods: u64,
@@ -204,6 +225,8 @@ pub struct ServeArgs {
 pub enum RuntimeArg {
     /// Admitted pods are reported Running; no container is started.
     Simulated,
+    /// Pods run in a CRI container runtime (`--container-runtime-endpoint`).
+    Cri,
 }
 
 /// A `--metrics-address` value.
@@ -292,6 +315,18 @@ pub struct StartArgs {
     pub output: OutputArgs,
 }
 
+/// `devicelet logs`.
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// The pod: its UID, `NAME` (namespace `default`) or `NAMESPACE/NAME`.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// The previous attempt's log (the one before the last restart).
+    #[arg(long, short = 'p')]
+    pub previous: bool,
+}
+
 /// `devicelet remove`.
 #[derive(Debug, Clone, Args)]
 pub struct RemoveArgs {
@@ -344,6 +379,18 @@ pub struct ExamplePluginArgs {
     /// Resource name to put in RegisterRequest (defaults to --resource); for testing rejections.
     #[arg(long, hide = true)]
     pub register_resource: Option<String>,
+    /// Give each allocated device a device node: host PATH (e.g. /dev/null) as
+    /// `/dev/example-<ID>` in the container, permissions `rw` (a DeviceSpec in `Allocate`).
+    #[arg(long, value_name = "PATH")]
+    pub device_node: Option<PathBuf>,
+    /// Mount host DIR read-only at `/run/example` in containers with a device (a Mount in
+    /// `Allocate`).
+    #[arg(long, value_name = "DIR")]
+    pub mount_dir: Option<PathBuf>,
+    /// Write a CDI spec for the devices (kind = the resource name) into DIR, so the CDI names
+    /// `Allocate` returns resolve: each device adds `EXAMPLE_CDI_<ID>=<ID>` to the env.
+    #[arg(long, value_name = "DIR")]
+    pub cdi_dir: Option<PathBuf>,
 }
 
 /// `devicelet apply`.

@@ -152,3 +152,44 @@ impl NodeCore for ClusterNode {
             .collect()
     }
 }
+
+/// devicelet's CRI runtime as the cluster front end sees it ([`devicelet_kube::PodRuntime`]).
+#[derive(Debug, Clone)]
+pub struct ClusterRuntime(pub Arc<devicelet_runtime::CriRuntime>);
+
+impl devicelet_kube::PodRuntime for ClusterRuntime {
+    fn name(&self) -> String {
+        self.0.runtime_name().to_owned()
+    }
+
+    fn run_pod(&self, pod: &Pod) -> Result<(), ReleaseError> {
+        self.0.run_pod(pod).map_err(Into::into)
+    }
+
+    fn kill_pod<'a>(
+        &'a self,
+        uid: &'a str,
+        grace: std::time::Duration,
+    ) -> devicelet_kube::core::RuntimeFuture<'a> {
+        Box::pin(async move { self.0.kill_pod(uid, grace).await.map_err(Into::into) })
+    }
+
+    fn status(&self, uid: &str) -> Option<devicelet_kube::RuntimePodStatus> {
+        let status = self.0.status(uid)?;
+        let to_json = |list: &[devicelet_runtime::ContainerStatus]| {
+            list.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        };
+        Some(devicelet_kube::RuntimePodStatus {
+            sandbox_ready: !status.sandbox_id.is_empty() && !status.is_terminal(),
+            init_container_statuses: to_json(&status.init_containers),
+            container_statuses: to_json(&status.containers),
+            phase: status.phase,
+        })
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.0.changes()
+    }
+}

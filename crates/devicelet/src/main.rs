@@ -35,6 +35,7 @@ async fn main() -> std::process::ExitCode {
         | Command::Admit(_)
         | Command::Start(_)
         | Command::Remove(_)
+        | Command::Logs(_)
         | Command::SyncPods(_)
         | Command::Demo(_)
         | Command::Apply(_)
@@ -63,6 +64,7 @@ async fn main() -> std::process::ExitCode {
         Command::Admit(args) => commands::admit::run(&root_dir, args).await,
         Command::Start(args) => commands::start::run(&root_dir, args).await,
         Command::Remove(args) => commands::remove::run(&root_dir, args).await,
+        Command::Logs(args) => commands::logs::run(&root_dir, &args),
         Command::SyncPods(args) => commands::sync_pods::run(&root_dir, args).await,
         Command::ExamplePlugin(args) => commands::example_plugin::run(&root_dir, args).await,
         Command::Apply(args) => commands::apply::run(&root_dir, args).await,

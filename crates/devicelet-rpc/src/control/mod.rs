@@ -13,6 +13,10 @@
 //! - `POST /v1/pods/sync` (body: [`ActivePods`]) → [`PodSync`] (`sync-pods`): every admitted
 //!   pod not listed is removed (the kubelet's `UpdateAllocatedDevices`)
 //! - `POST /v1/pods/{uid}/containers/{name}/start` → [`RunContainerOptions`] (`start`)
+//! - `GET /v1/pods/{uid}/runtime` → [`devicelet_runtime::PodRuntimeStatus`] (`serve --runtime
+//!   cri`): the pod's phase and its containers' real states. With a CRI runtime, `admit` also
+//!   hands the pod to the runtime, and `remove` and `sync-pods` stop containers (within the
+//!   pod's grace period) before their devices are freed.
 //! - DRA (when enabled, [`devicelet_node::dra`], routes in [`dra`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
 //!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET|DELETE
 //!   /v1/resourceclaims/{namespace}/{name}`
@@ -56,6 +60,8 @@ pub struct ControlState {
     pub devices: DeviceManager,
     /// Pod admission.
     pub pods: Arc<PodAdmitter>,
+    /// The CRI runtime that runs admitted pods (`serve --runtime cri`); `None`: simulated.
+    pub runtime: Option<Arc<devicelet_runtime::CriRuntime>>,
 }
 
 /// The control API router.
@@ -78,6 +84,7 @@ pub fn router(state: ControlState) -> Router {
             "/v1/pods/{uid}/containers/{name}/start",
             post(start_container),
         )
+        .route("/v1/pods/{uid}/runtime", get(pod_runtime_status))
         .with_state(state)
         .merge(dra)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "no such route") })
@@ -96,6 +103,16 @@ async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
     };
     match state.pods.admit(&pod).await {
         Ok(mut admitted) => {
+            if let Some(runtime) = &state.runtime {
+                // The pod keeps its devices; a pod the runtime cannot record is not run, and
+                // the caller hears why (removing it frees its devices).
+                if let Err(err) = runtime.run_pod(&pod) {
+                    return error_response(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("pod admitted but not handed to the container runtime: {err}"),
+                    );
+                }
+            }
             health::annotate(&state.devices, std::slice::from_mut(&mut admitted));
             state
                 .pods
@@ -175,6 +192,15 @@ async fn watch_pods(
 }
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
+    // Containers stop (within the pod's grace period) before their devices are freed.
+    if let Some(runtime) = &state.runtime {
+        if let Err(err) = runtime.kill_pod_gracefully(&uid).await {
+            return error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("pod {uid} kept: its containers could not be stopped: {err}"),
+            );
+        }
+    }
     match state.pods.remove_with_claims(&uid).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(err) => pod_error(&err),
@@ -192,6 +218,17 @@ async fn sync_pods(State(state): State<ControlState>, body: Bytes) -> Response {
         }
     };
     let active = active.active_pods.into_iter().collect();
+    if let Some(runtime) = &state.runtime {
+        if let Err(err) = runtime
+            .retain(&active, devicelet_runtime::manager::ORPHAN_GRACE)
+            .await
+        {
+            return error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("gone pods' containers could not be stopped: {err}"),
+            );
+        }
+    }
     match state.pods.retain_active(&active).await {
         Ok(sync) => Json(sync).into_response(),
         Err(err) => pod_error(&err),
@@ -205,6 +242,25 @@ async fn start_container(
     match state.pods.start(&uid, &name).await {
         Ok(options) => Json(options).into_response(),
         Err(err) => pod_error(&err),
+    }
+}
+
+async fn pod_runtime_status(
+    State(state): State<ControlState>,
+    UrlPath(uid): UrlPath<String>,
+) -> Response {
+    let Some(runtime) = &state.runtime else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "no container runtime: devicelet serves with --runtime simulated",
+        );
+    };
+    match runtime.status(&uid) {
+        Some(status) => Json(status).into_response(),
+        None => error_response(
+            StatusCode::NOT_FOUND,
+            &format!("pod {uid} is not run by the container runtime (or not looked at yet)"),
+        ),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod demo;
 pub mod example_plugin;
 pub mod explain;
 pub mod get;
+pub mod logs;
 pub mod remove;
 pub mod resources;
 pub mod scheduler;

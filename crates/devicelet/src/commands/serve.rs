@@ -17,7 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::cli::{MetricsAddress, RuntimeArg, ServeArgs};
-use crate::cluster::ClusterNode;
+use crate::cluster::{ClusterNode, ClusterRuntime};
 use devicelet_kube::{
     ApiClaimSource, Cluster, ClusterConfig, ClusterMetrics, ClusterSource, Runtime,
 };
@@ -36,6 +36,7 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     }
     config.boot_id_file = args.boot_id_file.clone();
     config.dra_wipe_delay = args.dra_wipe_delay;
+    config.runtime = cri_config(root_dir, &config.node_name, &args);
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
@@ -77,6 +78,33 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     shutdown.context("stop devicelet")
 }
 
+/// The CRI runtime's settings with `--runtime cri`.
+fn cri_config(
+    root_dir: &Path,
+    node_name: &str,
+    args: &ServeArgs,
+) -> Option<devicelet_runtime::CriConfig> {
+    if args.runtime != RuntimeArg::Cri {
+        return None;
+    }
+    let cdi_spec_dirs = if args.cdi_spec_dirs.is_empty() {
+        vec!["/etc/cdi".to_owned(), "/var/run/cdi".to_owned()]
+    } else {
+        args.cdi_spec_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect()
+    };
+    Some(devicelet_runtime::CriConfig {
+        endpoint: args.container_runtime_endpoint.clone(),
+        root: root_dir.to_path_buf(),
+        cdi_spec_dirs,
+        runtime_applies_cdi: args.runtime_applies_cdi,
+        node_name: node_name.to_owned(),
+        host_ip: devicelet_kube::machine::read_machine(Some(args.max_pods)).internal_ip,
+    })
+}
+
 /// Where cluster mode's configuration comes from, if cluster mode is on.
 fn cluster_source(args: &ServeArgs) -> Option<ClusterSource> {
     match (&args.kubeconfig, args.cluster) {
@@ -93,8 +121,9 @@ fn start_cluster(
     node_name: &str,
     args: &ServeArgs,
 ) -> Cluster {
-    let runtime = match args.runtime {
-        RuntimeArg::Simulated => Runtime::Simulated,
+    let runtime = match daemon.runtime() {
+        Some(cri) => Runtime::Cri(Arc::new(ClusterRuntime(Arc::clone(cri)))),
+        None => Runtime::Simulated,
     };
     let config = ClusterConfig {
         node_name: node_name.to_owned(),
@@ -105,7 +134,7 @@ fn start_cluster(
     let node = Arc::new(ClusterNode::new(daemon.pods().clone()));
     info!(
         node = node_name,
-        runtime = runtime.name(),
+        runtime = %config.runtime.name(),
         "cluster mode: joining the cluster"
     );
     Cluster::start(client, config, node, metrics)

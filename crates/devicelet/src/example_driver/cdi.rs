@@ -34,11 +34,16 @@ pub fn file_name(driver: &str, claim_uid: &str) -> String {
     format!("{driver}-{claim_uid}.json")
 }
 
-/// The spec document.
+/// The spec document of a driver's devices (kind `<driver>/device`).
 pub fn spec(driver: &str, devices: &[CdiDevice]) -> Value {
+    spec_of(&kind(driver), devices)
+}
+
+/// The spec document of devices of CDI kind `kind` (`vendor/class`).
+pub fn spec_of(kind: &str, devices: &[CdiDevice]) -> Value {
     json!({
         "cdiVersion": CDI_VERSION,
-        "kind": kind(driver),
+        "kind": kind,
         "devices": devices.iter().map(|d| json!({
             "name": d.name,
             "containerEdits": {"env": d.env},

@@ -236,7 +236,8 @@ impl Core {
     }
 }
 
-fn write_spec(path: &Path, spec: &serde_json::Value) -> std::io::Result<()> {
+/// Writes a CDI spec file atomically (temporary file, then rename).
+pub(crate) fn write_spec(path: &Path, spec: &serde_json::Value) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     std::fs::write(
         &tmp,

@@ -64,6 +64,9 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
         args.numa_nodes,
         &args.unhealthy,
     );
+    if let Some(dir) = &args.cdi_dir {
+        write_cdi_spec(dir, &args.resource, &base)?;
+    }
     let (devices_tx, devices_rx) = watch::channel(base.clone());
     std::fs::create_dir_all(&paths.device_plugins)
         .with_context(|| format!("create {}", paths.device_plugins.display()))?;
@@ -93,6 +96,8 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
             options,
             devices: devices_rx.clone(),
             session_end: end_rx.clone(),
+            device_node: args.device_node.as_ref().map(|p| p.display().to_string()),
+            mount_dir: args.mount_dir.as_ref().map(|p| p.display().to_string()),
         };
         let server = match start_server(&socket, service, end_rx) {
             Ok(server) => server,
@@ -304,4 +309,46 @@ async fn watch_health_file(
             _ = reread.notified() => {}
         }
     }
+}
+
+/// The CDI spec of the plugin's devices (kind = the resource name, one device per ID, each
+/// adding `EXAMPLE_CDI_<ID>=<ID>`), checked by the CDI library before it is written.
+fn write_cdi_spec(dir: &Path, resource: &str, devices: &[Device]) -> anyhow::Result<()> {
+    let env_name = |id: &str| {
+        let id: String = id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_uppercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("EXAMPLE_CDI_{id}")
+    };
+    let spec = crate::example_driver::cdi::spec_of(
+        resource,
+        devices
+            .iter()
+            .map(|d| crate::example_driver::cdi::CdiDevice {
+                name: d.id.clone(),
+                env: vec![format!("{}={}", env_name(&d.id), d.id)],
+            })
+            .collect::<Vec<_>>()
+            .as_slice(),
+    );
+    let problems = crate::example_driver::cdi::validate(&spec);
+    if !problems.is_empty() {
+        anyhow::bail!(
+            "CDI spec for {resource} would be invalid: {}",
+            problems.join("; ")
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let path = dir.join(format!("{}.json", resource.replace('/', "_")));
+    crate::example_driver::write_spec(&path, &spec)
+        .with_context(|| format!("write CDI spec {}", path.display()))?;
+    info!(path = %path.display(), "CDI spec written");
+    Ok(())
 }

@@ -27,6 +27,10 @@ pub struct ExampleDevicePlugin {
     pub devices: watch::Receiver<Vec<Device>>,
     /// Turns true when the session ends.
     pub session_end: watch::Receiver<bool>,
+    /// Host device node each allocated device gets as `/dev/example-<ID>`.
+    pub device_node: Option<String>,
+    /// Host directory mounted read-only at `/run/example`.
+    pub mount_dir: Option<String>,
 }
 
 type ListAndWatchStream =
@@ -121,9 +125,31 @@ impl DevicePlugin for ExampleDevicePlugin {
                 HashMap::from([("EXAMPLE_DEVICES".to_owned(), ids.clone())]);
             let annotations: HashMap<String, String> =
                 HashMap::from([(format!("{}.devices", self.resource), ids)]);
+            let devices = match &self.device_node {
+                Some(host) => container
+                    .devices_ids
+                    .iter()
+                    .map(|id| pb::DeviceSpec {
+                        container_path: format!("/dev/example-{id}"),
+                        host_path: host.clone(),
+                        permissions: "rw".to_owned(),
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            let mounts = match &self.mount_dir {
+                Some(host) if !container.devices_ids.is_empty() => vec![pb::Mount {
+                    container_path: "/run/example".to_owned(),
+                    host_path: host.clone(),
+                    read_only: true,
+                }],
+                _ => Vec::new(),
+            };
             container_responses.push(pb::ContainerAllocateResponse {
                 envs,
                 annotations,
+                devices,
+                mounts,
                 cdi_devices: container
                     .devices_ids
                     .iter()
