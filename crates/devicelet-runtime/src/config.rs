@@ -16,8 +16,22 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use crate::cdi::CdiEdits;
 use crate::error::RuntimeError;
 
-/// Label on every sandbox and container devicelet creates: what it adopts after a restart.
+/// Label on every sandbox and container devicelet creates, valued with the devicelet
+/// instance ([`instance_id`]): what it adopts, or removes, after a restart. Several devicelets
+/// (simulated nodes, test daemons) may share one runtime; each touches only its own.
 pub const LABEL_MANAGED: &str = "io.devicelet.managed";
+
+/// The instance ID of the devicelet with root `root` and node name `node_name`:
+/// `<node>.<FNV-1a of the root path, 8 hex digits>`.
+pub fn instance_id(root: &Path, node_name: &str) -> String {
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in root.as_os_str().as_encoded_bytes() {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    format!("{node_name}.{hash:08x}")
+}
 /// The kubelet's labels (`pkg/kubelet/types/labels.go`).
 pub const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 /// See [`LABEL_POD_NAME`].
@@ -105,23 +119,25 @@ fn host_network(pod: &Pod) -> bool {
 }
 
 /// The labels every object of the pod carries.
-fn pod_labels(id: &PodIdentity) -> HashMap<String, String> {
+fn pod_labels(id: &PodIdentity, instance: &str) -> HashMap<String, String> {
     HashMap::from([
-        (LABEL_MANAGED.to_owned(), "true".to_owned()),
+        (LABEL_MANAGED.to_owned(), instance.to_owned()),
         (LABEL_POD_NAME.to_owned(), id.name.clone()),
         (LABEL_POD_NAMESPACE.to_owned(), id.namespace.clone()),
         (LABEL_POD_UID.to_owned(), id.uid.clone()),
     ])
 }
 
-/// The sandbox config of `pod` (attempt `attempt`), logging under `log_dir`.
+/// The sandbox config of `pod` (attempt `attempt`) for devicelet `instance`, logging under
+/// `log_dir`.
 pub fn sandbox_config(
     pod: &Pod,
+    instance: &str,
     attempt: u32,
     log_dir: &Path,
 ) -> Result<cri::PodSandboxConfig, RuntimeError> {
     let id = PodIdentity::of(pod)?;
-    let mut labels = pod_labels(&id);
+    let mut labels = pod_labels(&id, instance);
     for (k, v) in pod.metadata.labels.iter().flatten() {
         labels.entry(k.clone()).or_insert_with(|| v.clone());
     }
@@ -218,6 +234,8 @@ pub fn volume_host_paths(
 pub struct ContainerInputs<'a> {
     /// The pod.
     pub pod: &'a Pod,
+    /// The devicelet instance ([`instance_id`]).
+    pub instance: &'a str,
     /// The container of its spec.
     pub container: &'a Container,
     /// Restart attempt (0 for the first start).
@@ -242,6 +260,7 @@ pub struct ContainerInputs<'a> {
 pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerConfig, RuntimeError> {
     let ContainerInputs {
         pod,
+        instance,
         container,
         attempt,
         image_ref,
@@ -253,7 +272,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
         host_ip,
     } = inputs;
     let id = PodIdentity::of(pod)?;
-    let mut labels = pod_labels(&id);
+    let mut labels = pod_labels(&id, instance);
     labels.insert(LABEL_CONTAINER_NAME.to_owned(), container.name.clone());
     let mut annotations: HashMap<String, String> = options
         .annotations
@@ -588,6 +607,7 @@ mod tests {
         let volumes = volume_host_paths(&pod, Path::new("/root/pods/u1/volumes")).expect("volumes");
         let config = container_config(ContainerInputs {
             pod: &pod,
+            instance: "node-a.0000abcd",
             container,
             attempt: 2,
             image_ref: "sha256:abc",
@@ -658,14 +678,19 @@ mod tests {
     #[test]
     fn the_sandbox_uses_the_host_network_when_asked() {
         let pod = pod();
-        let config = sandbox_config(&pod, 0, Path::new("/logs/ns_p_u1")).expect("sandbox");
+        let config = sandbox_config(&pod, "node-a.0000abcd", 0, Path::new("/logs/ns_p_u1"))
+            .expect("sandbox");
         let ns = config
             .linux
             .and_then(|l| l.security_context)
             .and_then(|s| s.namespace_options)
             .expect("namespaces");
         assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
-        assert_eq!(config.labels[LABEL_MANAGED], "true");
+        assert_eq!(config.labels[LABEL_MANAGED], "node-a.0000abcd");
+        assert_ne!(
+            instance_id(Path::new("/a"), "n"),
+            instance_id(Path::new("/b"), "n")
+        );
         assert_eq!(config.labels["app"], "x");
         assert_eq!(config.log_directory, "/logs/ns_p_u1");
     }

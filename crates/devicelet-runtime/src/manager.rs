@@ -114,6 +114,8 @@ struct Managed {
 pub struct CriRuntime {
     client: CriClient,
     runtime_name: String,
+    /// This devicelet's value of [`LABEL_MANAGED`].
+    instance: String,
     config: CriConfig,
     settings: Arc<dyn ContainerSettings>,
     cdi: CdiResolver,
@@ -158,6 +160,7 @@ impl CriRuntime {
         let runtime = CriRuntime {
             client,
             runtime_name: version.runtime_name,
+            instance: config::instance_id(&config.root, &config.node_name),
             cdi: CdiResolver::new(config.cdi_spec_dirs.clone()),
             config,
             settings,
@@ -238,7 +241,10 @@ impl CriRuntime {
         let pod_lock = self.pod_lock(uid);
         let _held = pod_lock.lock().await;
         let known = lock(&self.pods).get(uid).map(|m| m.pod.clone());
-        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let selector = [
+            (LABEL_MANAGED, self.instance.as_str()),
+            (LABEL_POD_UID, uid),
+        ];
         let containers = self.client.list_containers(&selector).await?;
         let running: Vec<_> = containers
             .iter()
@@ -301,7 +307,7 @@ impl CriRuntime {
             .collect();
         for sandbox in self
             .client
-            .list_pod_sandboxes(&[(LABEL_MANAGED, "true")])
+            .list_pod_sandboxes(&[(LABEL_MANAGED, self.instance.as_str())])
             .await?
         {
             if let Some(uid) = sandbox.labels.get(LABEL_POD_UID) {
@@ -310,11 +316,15 @@ impl CriRuntime {
                 }
             }
         }
+        let mut first_error = None;
         for uid in gone {
             info!(pod_uid = %uid, "pod no longer on the node; removing its containers");
-            self.kill_pod(&uid, grace).await?;
+            if let Err(e) = self.kill_pod(&uid, grace).await {
+                warn!(pod_uid = %uid, error = %e, "removing a gone pod's containers failed");
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Looks at every pod on each relist, until `shutdown` turns true.
@@ -362,7 +372,10 @@ impl CriRuntime {
         let pod = &pod;
         let id = PodIdentity::of(pod)?;
         let log_dir = pod_log_dir(&self.config.logs_dir(), &id.namespace, &id.name, &id.uid);
-        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let selector = [
+            (LABEL_MANAGED, self.instance.as_str()),
+            (LABEL_POD_UID, uid),
+        ];
         let mut sandbox_id: Option<String> = None;
         for _ in 0..2 {
             let observed = self.observe(uid, &mut managed).await?;
@@ -407,7 +420,7 @@ impl CriRuntime {
                         .max()
                         .unwrap_or(0);
                     make_dir(&log_dir)?;
-                    let config = config::sandbox_config(pod, attempt, &log_dir)?;
+                    let config = config::sandbox_config(pod, &self.instance, attempt, &log_dir)?;
                     let made = self.client.run_pod_sandbox(config).await?;
                     info!(pod = %id.key(), pod_uid = %uid, sandbox_id = %made, attempt, "pod sandbox started");
                     made
@@ -463,7 +476,10 @@ impl CriRuntime {
         uid: &str,
         managed: &mut Managed,
     ) -> Result<BTreeMap<String, Vec<Observed>>, RuntimeError> {
-        let selector = [(LABEL_MANAGED, "true"), (LABEL_POD_UID, uid)];
+        let selector = [
+            (LABEL_MANAGED, self.instance.as_str()),
+            (LABEL_POD_UID, uid),
+        ];
         let containers = self.client.list_containers(&selector).await?;
         let mut out: BTreeMap<String, Vec<Observed>> = BTreeMap::new();
         for c in containers {
@@ -542,6 +558,7 @@ impl CriRuntime {
         make_dir(&log_dir.join(name))?;
         let container_config = config::container_config(ContainerInputs {
             pod,
+            instance: &self.instance,
             container,
             attempt,
             image_ref: &image_ref,
@@ -552,7 +569,7 @@ impl CriRuntime {
             node_name: &self.config.node_name,
             host_ip: &self.config.host_ip,
         })?;
-        let sandbox_config = config::sandbox_config(pod, 0, log_dir)?;
+        let sandbox_config = config::sandbox_config(pod, &self.instance, 0, log_dir)?;
         let container_id = self
             .client
             .create_container(sandbox_id, container_config, sandbox_config)

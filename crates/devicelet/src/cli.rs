@@ -413,6 +413,10 @@ pub struct ExampleDriverArgs {
     /// Where CDI spec files are written (default R/cdi; a container runtime reads /var/run/cdi).
     #[arg(long)]
     pub cdi_dir: Option<PathBuf>,
+    /// Give each prepared device a device node in its CDI spec: host PATH (e.g. /dev/null) as
+    /// `/dev/example-dra-<DEVICE>` in the container.
+    #[arg(long, value_name = "PATH")]
+    pub device_node: Option<PathBuf>,
     /// Delay every NodePrepareResources (tests of a driver restart mid-prepare).
     #[arg(long, hide = true, value_parser = parse_duration, default_value = "0s")]
     pub prepare_delay: Duration,

@@ -17,6 +17,8 @@ pub struct CdiDevice {
     pub name: String,
     /// `KEY=VALUE` environment entries.
     pub env: Vec<String>,
+    /// Device nodes: (path in the container, host path).
+    pub device_nodes: Vec<(String, String)>,
 }
 
 /// The spec kind of a driver: `<driver>/device` (the driver name is a DNS-like vendor).
@@ -44,10 +46,15 @@ pub fn spec_of(kind: &str, devices: &[CdiDevice]) -> Value {
     json!({
         "cdiVersion": CDI_VERSION,
         "kind": kind,
-        "devices": devices.iter().map(|d| json!({
-            "name": d.name,
-            "containerEdits": {"env": d.env},
-        })).collect::<Vec<_>>(),
+        "devices": devices.iter().map(|d| {
+            let mut edits = json!({"env": d.env});
+            if !d.device_nodes.is_empty() {
+                edits["deviceNodes"] = d.device_nodes.iter()
+                    .map(|(path, host)| json!({"path": path, "hostPath": host}))
+                    .collect();
+            }
+            json!({"name": d.name, "containerEdits": edits})
+        }).collect::<Vec<_>>(),
     })
 }
 
@@ -239,6 +246,7 @@ mod tests {
             &[CdiDevice {
                 name: "0a1b-gpu-0".into(),
                 env: vec!["EXAMPLE_GPU=gpu-0".into()],
+                device_nodes: vec![("/dev/example-dra-gpu-0".into(), "/dev/null".into())],
             }],
         );
         assert_eq!(validate(&s), Vec::<String>::new());

@@ -51,6 +51,8 @@ struct Core {
     pool: String,
     devices: usize,
     cdi_dir: PathBuf,
+    /// Host device node each prepared device gets in its CDI spec.
+    device_node: Option<String>,
     control: ControlClient,
     prepare_delay: Duration,
     /// Serializes prepare/unprepare, as the helper does by default.
@@ -159,6 +161,11 @@ impl Core {
                         ),
                         format!("EXAMPLE_DRA_CLAIM={}/{}", c.namespace, c.name),
                     ],
+                    device_nodes: self
+                        .device_node
+                        .iter()
+                        .map(|host| (format!("/dev/example-dra-{}", r.device), host.clone()))
+                        .collect(),
                 });
                 devices.push(v1::Device {
                     request_names: vec![base_request],
@@ -470,6 +477,7 @@ pub async fn run(root_dir: &Path, args: ExampleDriverArgs) -> anyhow::Result<()>
         pool: devicelet_rpc::daemon::host_name(),
         devices: args.devices,
         cdi_dir: cdi_dir.clone(),
+        device_node: args.device_node.as_ref().map(|p| p.display().to_string()),
         control: ControlClient::new(&paths.control_socket),
         prepare_delay: args.prepare_delay,
         serial: Mutex::new(()),

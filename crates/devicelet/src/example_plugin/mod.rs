@@ -334,6 +334,7 @@ fn write_cdi_spec(dir: &Path, resource: &str, devices: &[Device]) -> anyhow::Res
             .map(|d| crate::example_driver::cdi::CdiDevice {
                 name: d.id.clone(),
                 env: vec![format!("{}={}", env_name(&d.id), d.id)],
+                device_nodes: Vec::new(),
             })
             .collect::<Vec<_>>()
             .as_slice(),
