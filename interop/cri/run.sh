@@ -53,7 +53,7 @@ cleanup() {
   pkill -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null || true
   sleep 1
   grep -o " $work[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  rm -rf "$work" 2>/dev/null || true
+  rm -rf "$work" 2>/dev/null || { sleep 2; rm -rf "$work" 2>/dev/null; } || true
 }
 trap cleanup EXIT
 for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done

@@ -75,6 +75,7 @@ mod tests {
 
     #[tokio::test]
     async fn update_status_is_refused() {
+        crate::client::install_crypto_provider();
         let config = kube::Config::new("http://127.0.0.1:1".parse().expect("url"));
         let client = Client::try_from(config).expect("client");
         let source = ApiClaimSource::new(client);

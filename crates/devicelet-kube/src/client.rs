@@ -28,6 +28,7 @@ pub enum ClusterSource {
 
 /// Builds a client for `source`.
 pub async fn connect(source: &ClusterSource) -> Result<Client, ClusterError> {
+    install_crypto_provider();
     let mut config = match source {
         ClusterSource::Kubeconfig(path) => {
             let kubeconfig =
@@ -66,4 +67,12 @@ pub async fn with_deadline<T>(
             seconds: API_DEADLINE.as_secs(),
         }),
     }
+}
+
+/// Makes `ring` rustls' process-wide crypto provider. kube's TLS is built on `ring`; another
+/// crate in the same binary (the CDI library's HTTP client, through `jsonschema`) enables
+/// rustls' `aws-lc-rs` too, and with two providers compiled in rustls refuses to pick one and
+/// panics on the first TLS client it builds. An already installed provider is kept.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
