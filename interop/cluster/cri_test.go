@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,6 +115,13 @@ func TestCRIJobsSucceedAndFailWithTheirExitCodes(t *testing.T) {
 	endpoint := criEndpoint(t)
 	n := startNode(t, "cri-jobs", "--runtime", "cri", "--container-runtime-endpoint", endpoint)
 	ns := namespace(t, "cri-jobs")
+	nodeObj, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := nodeObj.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(v, "containerd://") {
+		t.Fatalf("containerRuntimeVersion %q, want the runtime's own", v)
+	}
 
 	createJob(t, ns, "ok", criPodSpec(n.name, "echo done; exit 0", 5))
 	createJob(t, ns, "fails", criPodSpec(n.name, "echo failing; exit 3", 5))

@@ -29,6 +29,7 @@ pub fn read_machine(max_pods: Option<u64>) -> MachineInfo {
             .unwrap_or_else(|| "Linux".to_owned()),
         architecture: go_arch(std::env::consts::ARCH).to_owned(),
         internal_ip: "127.0.0.1".to_owned(),
+        container_runtime_version: None,
     }
 }
 

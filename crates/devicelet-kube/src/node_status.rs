@@ -59,6 +59,8 @@ pub struct MachineInfo {
     pub architecture: String,
     /// The node's address reported as `InternalIP`.
     pub internal_ip: String,
+    /// `containerRuntimeVersion` (`containerd://1.6.20`); `None`: devicelet's simulated runtime.
+    pub container_runtime_version: Option<String>,
 }
 
 /// Device plugin resources as the Device Manager reports them (`GetCapacity`).
@@ -243,7 +245,8 @@ pub fn status_patch(
                 "bootID": machine.boot_id,
                 "kernelVersion": machine.kernel_version,
                 "osImage": machine.os_image,
-                "containerRuntimeVersion": concat!("devicelet-simulated://", env!("CARGO_PKG_VERSION")),
+                "containerRuntimeVersion": machine.container_runtime_version.clone().unwrap_or_else(
+                    || concat!("devicelet-simulated://", env!("CARGO_PKG_VERSION")).to_owned()),
                 "kubeletVersion": KUBELET_VERSION,
                 "kubeProxyVersion": "",
                 "operatingSystem": "linux",
@@ -291,6 +294,7 @@ mod tests {
             os_image: "Debian".into(),
             architecture: "amd64".into(),
             internal_ip: "127.0.0.1".into(),
+            container_runtime_version: None,
         }
     }
 

@@ -114,6 +114,7 @@ struct Managed {
 pub struct CriRuntime {
     client: CriClient,
     runtime_name: String,
+    runtime_version: String,
     /// This devicelet's value of [`LABEL_MANAGED`].
     instance: String,
     config: CriConfig,
@@ -160,6 +161,7 @@ impl CriRuntime {
         let runtime = CriRuntime {
             client,
             runtime_name: version.runtime_name,
+            runtime_version: version.runtime_version,
             instance: config::instance_id(&config.root, &config.node_name),
             cdi: CdiResolver::new(config.cdi_spec_dirs.clone()),
             config,
@@ -176,6 +178,11 @@ impl CriRuntime {
     /// The runtime's name (`containerd`), the scheme of container IDs.
     pub fn runtime_name(&self) -> &str {
         &self.runtime_name
+    }
+
+    /// `<name>://<version>`, as the Node's `containerRuntimeVersion` shows it.
+    pub fn runtime_version(&self) -> String {
+        format!("{}://{}", self.runtime_name, self.runtime_version)
     }
 
     /// The settings it runs with.

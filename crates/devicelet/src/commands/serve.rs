@@ -125,10 +125,12 @@ fn start_cluster(
         Some(cri) => Runtime::Cri(Arc::new(ClusterRuntime(Arc::clone(cri)))),
         None => Runtime::Simulated,
     };
+    let mut machine = devicelet_kube::machine::read_machine(Some(args.max_pods));
+    machine.container_runtime_version = daemon.runtime().map(|r| r.runtime_version());
     let config = ClusterConfig {
         node_name: node_name.to_owned(),
         runtime,
-        machine: devicelet_kube::machine::read_machine(Some(args.max_pods)),
+        machine,
     };
     let metrics = ClusterMetrics::new(daemon.metrics().clone(), node_name);
     let node = Arc::new(ClusterNode::new(daemon.pods().clone()));
