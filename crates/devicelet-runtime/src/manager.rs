@@ -275,15 +275,13 @@ impl CriRuntime {
         let record = self.config.state_dir().join(format!("{uid}.json"));
         remove_quietly(&record);
         let _ = std::fs::remove_dir_all(self.config.root.join("pods").join(uid));
-        if let Some(pod) = known {
-            if let Ok(id) = PodIdentity::of(&pod) {
-                let _ = std::fs::remove_dir_all(pod_log_dir(
-                    &self.config.logs_dir(),
-                    &id.namespace,
-                    &id.name,
-                    &id.uid,
-                ));
-            }
+        if let Some(id) = known.and_then(|pod| PodIdentity::of(&pod).ok()) {
+            let _ = std::fs::remove_dir_all(pod_log_dir(
+                &self.config.logs_dir(),
+                &id.namespace,
+                &id.name,
+                &id.uid,
+            ));
         }
         info!(pod_uid = %uid, stopped = running.len(), "pod's containers stopped and sandbox removed");
         self.changes.send_modify(|n| *n += 1);
@@ -317,10 +315,10 @@ impl CriRuntime {
             .list_pod_sandboxes(&[(LABEL_MANAGED, self.instance.as_str())])
             .await?
         {
-            if let Some(uid) = sandbox.labels.get(LABEL_POD_UID) {
-                if !keep.contains(uid) {
-                    gone.insert(uid.clone());
-                }
+            if let Some(uid) = sandbox.labels.get(LABEL_POD_UID)
+                && !keep.contains(uid)
+            {
+                gone.insert(uid.clone());
             }
         }
         let mut first_error = None;
@@ -655,10 +653,10 @@ fn make_dir(path: &Path) -> Result<(), RuntimeError> {
 }
 
 fn remove_quietly(path: &Path) {
-    if let Err(e) = std::fs::remove_file(path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            warn!(path = %path.display(), error = %e, "could not remove runtime record");
-        }
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        warn!(path = %path.display(), error = %e, "could not remove runtime record");
     }
 }
 

@@ -378,13 +378,13 @@ fn status_of(
         |o| state_of(o, &default_waiting),
     );
     // A failed create, or a restart waiting out its back-off, shows as the kubelet shows it.
-    if let Some((reason, message)) = error {
-        if !matches!(state, ContainerState::Running { .. }) {
-            state = ContainerState::Waiting {
-                reason: reason.clone(),
-                message: message.clone(),
-            };
-        }
+    if let Some((reason, message)) = error
+        && !matches!(state, ContainerState::Running { .. })
+    {
+        state = ContainerState::Waiting {
+            reason: reason.clone(),
+            message: message.clone(),
+        };
     }
     let running = matches!(state, ContainerState::Running { .. });
     ContainerStatus {

@@ -193,13 +193,13 @@ async fn watch_pods(
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
     // Containers stop (within the pod's grace period) before their devices are freed.
-    if let Some(runtime) = &state.runtime {
-        if let Err(err) = runtime.kill_pod_gracefully(&uid).await {
-            return error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!("pod {uid} kept: its containers could not be stopped: {err}"),
-            );
-        }
+    if let Some(runtime) = &state.runtime
+        && let Err(err) = runtime.kill_pod_gracefully(&uid).await
+    {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("pod {uid} kept: its containers could not be stopped: {err}"),
+        );
     }
     match state.pods.remove_with_claims(&uid).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
@@ -218,16 +218,15 @@ async fn sync_pods(State(state): State<ControlState>, body: Bytes) -> Response {
         }
     };
     let active = active.active_pods.into_iter().collect();
-    if let Some(runtime) = &state.runtime {
-        if let Err(err) = runtime
+    if let Some(runtime) = &state.runtime
+        && let Err(err) = runtime
             .retain(&active, devicelet_runtime::manager::ORPHAN_GRACE)
             .await
-        {
-            return error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!("gone pods' containers could not be stopped: {err}"),
-            );
-        }
+    {
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("gone pods' containers could not be stopped: {err}"),
+        );
     }
     match state.pods.retain_active(&active).await {
         Ok(sync) => Json(sync).into_response(),

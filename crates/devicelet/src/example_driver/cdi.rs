@@ -3,8 +3,7 @@
 //! prepared claim, named after the claim UID so a CDI device ID is never reused (as the
 //! kubeletplugin docs recommend), and the checks the CDI schema and name rules impose.
 
-use std::collections::BTreeSet;
-
+use container_device_interface::specs::config::Spec as CdiSpec;
 use serde_json::{Value, json};
 
 /// CDI version written.
@@ -58,180 +57,30 @@ pub fn spec_of(kind: &str, devices: &[CdiDevice]) -> Value {
     })
 }
 
-fn is_alnum(c: char) -> bool {
-    c.is_ascii_alphanumeric()
+/// Whether `driver` can be a CDI vendor (`vendor/class` kinds are checked by the CDI library).
+pub fn valid_vendor(driver: &str) -> bool {
+    let probe = CdiDevice {
+        name: "probe".to_owned(),
+        env: vec!["PROBE=1".to_owned()],
+        device_nodes: Vec::new(),
+    };
+    validate(&spec(driver, &[probe])).is_empty()
 }
 
-/// Vendor part of a kind (CDI `ValidateVendorName`): starts with a letter, ends with a letter
-/// or digit, and contains only letters, digits, `_`, `.` and `-`.
-pub fn valid_vendor(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && s.chars().last().is_some_and(is_alnum)
-        && s.chars()
-            .all(|c| is_alnum(c) || matches!(c, '_' | '.' | '-'))
-}
-
-/// Class part of a kind (CDI `ValidateClassName`): starts with a letter, ends with a letter or
-/// digit, and contains only letters, digits, `_` and `-`.
-pub fn valid_class(s: &str) -> bool {
-    s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && s.chars().last().is_some_and(is_alnum)
-        && s.chars().all(|c| is_alnum(c) || matches!(c, '_' | '-'))
-}
-
-/// Device name (CDI `ValidateDeviceName`): starts and ends with a letter or digit, and contains
-/// only letters, digits, `_`, `-`, `.` and `:`.
-pub fn valid_device_name(s: &str) -> bool {
-    s.chars().next().is_some_and(is_alnum)
-        && s.chars().last().is_some_and(is_alnum)
-        && s.chars()
-            .all(|c| is_alnum(c) || matches!(c, '_' | '-' | '.' | ':'))
-}
-
-/// Checks a spec document against the constraints of the CDI JSON schema
-/// (`schema/schema.json`, v1.0.0) and the name rules of `SPEC.md`; returns every violation.
-///
-/// Schema constraints checked: the top level is an object with required `cdiVersion` (a
-/// semantic version string), `kind` and `devices`, and no properties beyond `cdiVersion`,
-/// `kind`, `annotations`, `devices`, `containerEdits`; `devices` is a non-empty array of
-/// objects with required `name` and `containerEdits` and no properties beyond `name`,
-/// `annotations`, `containerEdits`; `containerEdits` objects only have `env` (array of
-/// `KEY=VALUE` strings), `deviceNodes` (objects with a required `path`), `hooks` (objects with
-/// required `hookName` and `path`), `mounts` (objects with required `hostPath` and
-/// `containerPath`), `intelRdt`, `additionalGIDs`; `annotations` map strings to strings.
-/// SPEC.md rules: `kind` is `vendor/class` with valid names, device names are valid and unique.
+/// Checks a spec document as a CDI runtime would load it, with the CDI library
+/// (`container-device-interface`, the Rust port of `cncf-tags/container-device-interface`):
+/// its JSON schema, version rules, `vendor/class` kind and device names (valid, unique).
+/// Returns the violations (empty when the spec loads).
 pub fn validate(spec: &Value) -> Vec<String> {
-    let mut errors = Vec::new();
-    let Some(top) = spec.as_object() else {
-        return vec!["spec is not a JSON object".to_owned()];
+    let raw: CdiSpec = match serde_json::from_value(spec.clone()) {
+        Ok(raw) => raw,
+        Err(e) => return vec![format!("not a CDI spec: {e}")],
     };
-    for k in top.keys() {
-        if ![
-            "cdiVersion",
-            "kind",
-            "annotations",
-            "devices",
-            "containerEdits",
-        ]
-        .contains(&k.as_str())
-        {
-            errors.push(format!("unknown top-level property {k:?}"));
-        }
-    }
-    match top.get("cdiVersion").and_then(Value::as_str) {
-        None => errors.push("cdiVersion is required and must be a string".to_owned()),
-        Some(v) => {
-            let parts: Vec<&str> = v.split('.').collect();
-            if parts.len() != 3
-                || parts
-                    .iter()
-                    .any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()))
-            {
-                errors.push(format!("cdiVersion {v:?} is not a semantic version"));
-            }
-        }
-    }
-    match top.get("kind").and_then(Value::as_str) {
-        None => errors.push("kind is required and must be a string".to_owned()),
-        Some(k) => match k.split_once('/') {
-            Some((vendor, class)) if valid_vendor(vendor) && valid_class(class) => {}
-            _ => errors.push(format!("kind {k:?} is not vendor/class")),
-        },
-    }
-    if let Some(a) = top.get("annotations") {
-        check_annotations(a, "annotations", &mut errors);
-    }
-    if let Some(e) = top.get("containerEdits") {
-        check_edits(e, "containerEdits", &mut errors);
-    }
-    match top.get("devices").and_then(Value::as_array) {
-        None => errors.push("devices is required and must be an array".to_owned()),
-        Some(devices) if devices.is_empty() => errors.push("devices is empty".to_owned()),
-        Some(devices) => {
-            let mut names = BTreeSet::new();
-            for (i, d) in devices.iter().enumerate() {
-                let at = format!("devices[{i}]");
-                let Some(obj) = d.as_object() else {
-                    errors.push(format!("{at} is not an object"));
-                    continue;
-                };
-                for k in obj.keys() {
-                    if !["name", "annotations", "containerEdits"].contains(&k.as_str()) {
-                        errors.push(format!("{at}: unknown property {k:?}"));
-                    }
-                }
-                match obj.get("name").and_then(Value::as_str) {
-                    None => errors.push(format!("{at}.name is required")),
-                    Some(n) if !valid_device_name(n) => {
-                        errors.push(format!("{at}.name {n:?} is not a valid device name"));
-                    }
-                    Some(n) => {
-                        if !names.insert(n.to_owned()) {
-                            errors.push(format!("{at}.name {n:?} is not unique"));
-                        }
-                    }
-                }
-                match obj.get("containerEdits") {
-                    None => errors.push(format!("{at}.containerEdits is required")),
-                    Some(e) => check_edits(e, &format!("{at}.containerEdits"), &mut errors),
-                }
-                if let Some(a) = obj.get("annotations") {
-                    check_annotations(a, &format!("{at}.annotations"), &mut errors);
-                }
-            }
-        }
-    }
-    errors
-}
-
-fn check_annotations(a: &Value, at: &str, errors: &mut Vec<String>) {
-    match a.as_object() {
-        Some(m) if m.values().all(Value::is_string) => {}
-        _ => errors.push(format!("{at} must map strings to strings")),
-    }
-}
-
-fn check_edits(e: &Value, at: &str, errors: &mut Vec<String>) {
-    let Some(obj) = e.as_object() else {
-        errors.push(format!("{at} is not an object"));
-        return;
-    };
-    for (k, v) in obj {
-        let required: &[&str] = match k.as_str() {
-            "env" => {
-                let ok = v.as_array().is_some_and(|l| {
-                    l.iter().all(|x| {
-                        x.as_str()
-                            .and_then(|s| s.split_once('='))
-                            .is_some_and(|(key, _)| !key.is_empty())
-                    })
-                });
-                if !ok {
-                    errors.push(format!("{at}.env must be an array of KEY=VALUE strings"));
-                }
-                continue;
-            }
-            "deviceNodes" => &["path"],
-            "hooks" => &["hookName", "path"],
-            "mounts" => &["hostPath", "containerPath"],
-            "intelRdt" | "additionalGIDs" => continue,
-            other => {
-                errors.push(format!("{at}: unknown property {other:?}"));
-                continue;
-            }
-        };
-        let Some(items) = v.as_array() else {
-            errors.push(format!("{at}.{k} must be an array"));
-            continue;
-        };
-        for (i, item) in items.iter().enumerate() {
-            for r in required {
-                if item.get(r).and_then(Value::as_str).is_none() {
-                    errors.push(format!("{at}.{k}[{i}].{r} is required"));
-                }
-            }
-        }
+    // The library wants the file's path (kept for messages); nothing is read from it.
+    let path = std::path::PathBuf::from("/cdi/spec.json");
+    match container_device_interface::spec::new_spec(&raw, &path, 0) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![format!("{e:#}")],
     }
 }
 
@@ -257,37 +106,51 @@ mod tests {
     }
 
     #[test]
-    fn cdi_validation_rejects_schema_violations() {
-        let bad = json!({
-            "cdiVersion": "1.0",
-            "kind": "-bad/class",
-            "extra": 1,
-            "devices": [
-                {"name": "a", "containerEdits": {"env": ["NOEQUALS"], "deviceNodes": [{}]}},
-                {"name": "a", "containerEdits": {}},
-                {"name": "-x", "containerEdits": {"bogus": []}},
-                {"containerEdits": {}}
-            ]
-        });
-        let errors = validate(&bad);
-        for needle in [
-            "unknown top-level property \"extra\"",
-            "cdiVersion \"1.0\"",
-            "kind \"-bad/class\"",
-            "env must be an array",
-            "deviceNodes[0].path is required",
-            "\"a\" is not unique",
-            "\"-x\" is not a valid device name",
-            "unknown property \"bogus\"",
-            "devices[3].name is required",
-        ] {
-            assert!(
-                errors.iter().any(|e| e.contains(needle)),
-                "{needle}: {errors:?}"
-            );
+    fn cdi_validation_rejects_each_violation() {
+        let good = json!({"cdiVersion": "1.0.0", "kind": "a.b/c",
+                          "devices": [{"name": "d", "containerEdits": {"env": ["A=1"]}}]});
+        assert_eq!(validate(&good), Vec::<String>::new());
+        let cases: [(&str, Value); 7] = [
+            (
+                "extra top-level property",
+                json!({"cdiVersion": "1.0.0", "kind": "a.b/c", "extra": 1,
+                "devices": [{"name": "d", "containerEdits": {}}]}),
+            ),
+            (
+                "bad version",
+                json!({"cdiVersion": "1.0", "kind": "a.b/c",
+                "devices": [{"name": "d", "containerEdits": {}}]}),
+            ),
+            (
+                "bad kind",
+                json!({"cdiVersion": "1.0.0", "kind": "-bad/class",
+                "devices": [{"name": "d", "containerEdits": {"env": ["A=1"]}}]}),
+            ),
+            (
+                "device node without path",
+                json!({"cdiVersion": "1.0.0", "kind": "a.b/c",
+                "devices": [{"name": "d", "containerEdits": {"deviceNodes": [{}]}}]}),
+            ),
+            (
+                "duplicate names",
+                json!({"cdiVersion": "1.0.0", "kind": "a.b/c",
+                "devices": [{"name": "d", "containerEdits": {"env": ["A=1"]}},
+                            {"name": "d", "containerEdits": {"env": ["A=1"]}}]}),
+            ),
+            (
+                "invalid device name",
+                json!({"cdiVersion": "1.0.0", "kind": "a.b/c",
+                "devices": [{"name": "-x", "containerEdits": {"env": ["A=1"]}}]}),
+            ),
+            (
+                "no devices",
+                json!({"cdiVersion": "1.0.0", "kind": "a.b/c", "devices": []}),
+            ),
+        ];
+        for (what, spec) in cases {
+            assert!(!validate(&spec).is_empty(), "{what} was accepted");
         }
-        assert!(
-            !validate(&json!({"cdiVersion": "1.0.0", "kind": "a.b/c", "devices": []})).is_empty()
-        );
+        assert!(valid_vendor("gpu.example.com"));
+        assert!(!valid_vendor("-gpu"));
     }
 }

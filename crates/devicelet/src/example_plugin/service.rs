@@ -157,7 +157,6 @@ impl DevicePlugin for ExampleDevicePlugin {
                         name: format!("{}={id}", self.resource),
                     })
                     .collect(),
-                ..Default::default()
             });
         }
         Ok(Response::new(pb::AllocateResponse {
