@@ -205,6 +205,7 @@ async fn a_device_plugins_env_mount_and_device_node_are_inside_the_container() {
         shared.to_str().unwrap(),
         "--cdi-dir",
         &cdi,
+        "--pre-start",
     ]));
     node.root.wait_counts("example.com/foo", 2, 2).await;
     let uid = uid();
