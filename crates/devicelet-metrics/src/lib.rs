@@ -139,6 +139,26 @@ fn align_labels(scope: AlignScope, boundary: AlignBoundary) -> AlignLabels {
     }
 }
 
+/// `{operation_type}` of the kubelet's `runtime_operations_*` (the CRI method in snake case,
+/// `run_podsandbox`, `create_container`, ...).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationTypeLabel {
+    operation_type: String,
+}
+
+/// `{container_type}` of `kubelet_started_containers_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContainerTypeLabel {
+    container_type: String,
+}
+
+/// `{code, container_type}` of `kubelet_started_containers_errors_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StartErrorLabels {
+    code: String,
+    container_type: String,
+}
+
 /// `{operation_name, is_error}` of `dra_operations_duration_seconds`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DraOperationLabels {
@@ -272,6 +292,12 @@ struct Families {
     dra_operations: HistogramFamily<DraOperationLabels>,
     dra_grpc_operations: HistogramFamily<DraGrpcLabels>,
     dra_claims_in_use: Family<DriverLabel, Gauge>,
+    // kubelet: container runtime
+    runtime_operations: Family<OperationTypeLabel, Counter>,
+    runtime_operation_errors: Family<OperationTypeLabel, Counter>,
+    runtime_operation_duration: HistogramFamily<OperationTypeLabel>,
+    started_containers: Family<ContainerTypeLabel, Counter>,
+    started_container_errors: Family<StartErrorLabels, Counter>,
     // devicelet
     admissions: Counter,
     admission_duration: Histogram,
@@ -341,6 +367,11 @@ impl Metrics {
             memory_pinning_requests: Counter::default(),
             memory_pinning_errors: Counter::default(),
             dra_operations: Family::new_with_constructor(dra_buckets),
+            runtime_operations: Family::default(),
+            runtime_operation_errors: Family::default(),
+            runtime_operation_duration: Family::new_with_constructor(def_buckets),
+            started_containers: Family::default(),
+            started_container_errors: Family::default(),
             dra_grpc_operations: Family::new_with_constructor(dra_buckets),
             dra_claims_in_use: Family::default(),
             admissions: Counter::default(),
@@ -462,6 +493,31 @@ impl Metrics {
             "kubelet_memory_manager_pinning_errors",
             alpha("The number of memory pages allocations which required pinning that failed."),
             f.memory_pinning_errors.clone(),
+        );
+        r.register(
+            "kubelet_runtime_operations",
+            alpha("Cumulative number of runtime operations by operation type"),
+            f.runtime_operations.clone(),
+        );
+        r.register(
+            "kubelet_runtime_operations_errors",
+            alpha("Cumulative number of runtime operation errors by operation type"),
+            f.runtime_operation_errors.clone(),
+        );
+        r.register(
+            "kubelet_runtime_operations_duration_seconds",
+            alpha("Duration in seconds of runtime operations. Broken down by operation type"),
+            f.runtime_operation_duration.clone(),
+        );
+        r.register(
+            "kubelet_started_containers",
+            alpha("Cumulative number of containers started"),
+            f.started_containers.clone(),
+        );
+        r.register(
+            "kubelet_started_containers_errors",
+            alpha("Cumulative number of errors when starting containers"),
+            f.started_container_errors.clone(),
         );
         r.register(
             "dra_operations_duration_seconds",
@@ -760,6 +816,46 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    // ---- kubelet: container runtime (serve --runtime cri) ---------------------------------
+
+    /// `kubelet_runtime_operations_total`, `..._errors_total` and
+    /// `..._duration_seconds{operation_type}`: one CRI call; `operation` is the kubelet's
+    /// operation type (`run_podsandbox`, `create_container`, `start_container`, ...).
+    pub fn runtime_operation(&self, operation: &str, failed: bool, took: Duration) {
+        let label = OperationTypeLabel {
+            operation_type: operation.to_owned(),
+        };
+        let f = self.f();
+        f.runtime_operations.get_or_create(&label).inc();
+        if failed {
+            f.runtime_operation_errors.get_or_create(&label).inc();
+        }
+        f.runtime_operation_duration
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+    }
+
+    /// `kubelet_started_containers_total{container_type}` and, with an error `code` (the
+    /// kubelet's waiting reason, e.g. `CreateContainerConfigError`),
+    /// `kubelet_started_containers_errors_total{code, container_type}`; `container_type` is
+    /// `container` or `init_container`.
+    pub fn container_started(&self, container_type: &str, error: Option<&str>) {
+        let f = self.f();
+        f.started_containers
+            .get_or_create(&ContainerTypeLabel {
+                container_type: container_type.to_owned(),
+            })
+            .inc();
+        if let Some(code) = error {
+            f.started_container_errors
+                .get_or_create(&StartErrorLabels {
+                    code: code.to_owned(),
+                    container_type: container_type.to_owned(),
+                })
+                .inc();
+        }
     }
 
     // ---- cluster mode ----------------------------------------------------------------------

@@ -61,8 +61,56 @@ pub struct PodIdentity {
     pub name: String,
 }
 
+/// Checks that `value` can name a file or directory under the root: the API server's name
+/// rules keep these safe in a cluster, but a local manifest is not validated by anyone else, and
+/// these names become paths (`R/logs/<ns>_<name>_<uid>/<container>/`, `R/runtime/pods/<uid>.json`).
+fn path_safe(what: &str, value: &str) -> Result<(), RuntimeError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && !value.starts_with('.')
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(RuntimeError::Config(format!(
+            "{what} {value:?} cannot run: names are letters, digits, '-' and '.' (not first), at most 253 bytes"
+        )))
+    }
+}
+
+/// Whether `value` is safe as one path component under the root (see [`path_safe`]).
+pub fn is_path_safe(value: &str) -> bool {
+    path_safe("", value).is_ok()
+}
+
+/// Whether devicelet's CRI runtime can run `pod` at all: UID, namespace, name and container
+/// names usable as paths, and no two containers with one name.
+pub fn check_pod(pod: &Pod) -> Result<(), RuntimeError> {
+    PodIdentity::of(pod)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let spec = pod.spec.as_ref();
+    for c in spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .chain(spec.map(|s| s.containers.as_slice()).unwrap_or_default())
+    {
+        path_safe("container name", &c.name)?;
+        if !seen.insert(c.name.as_str()) {
+            return Err(RuntimeError::Config(format!(
+                "two containers are named {:?}",
+                c.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl PodIdentity {
-    /// The identity of `pod`; a pod without a UID cannot run.
+    /// The identity of `pod`; a pod without a UID cannot run, nor one whose names cannot be
+    /// paths.
     pub fn of(pod: &Pod) -> Result<Self, RuntimeError> {
         let uid = pod
             .metadata
@@ -70,7 +118,7 @@ impl PodIdentity {
             .clone()
             .filter(|u| !u.is_empty())
             .ok_or_else(|| RuntimeError::Config("pod has no metadata.uid".to_owned()))?;
-        Ok(PodIdentity {
+        let id = PodIdentity {
             uid,
             namespace: pod
                 .metadata
@@ -78,7 +126,11 @@ impl PodIdentity {
                 .clone()
                 .unwrap_or_else(|| "default".to_owned()),
             name: pod.metadata.name.clone().unwrap_or_default(),
-        })
+        };
+        path_safe("metadata.uid", &id.uid)?;
+        path_safe("metadata.namespace", &id.namespace)?;
+        path_safe("metadata.name", &id.name)?;
+        Ok(id)
     }
 
     /// The pod's log directory name, as the kubelet's `/var/log/pods/<ns>_<name>_<uid>`.
@@ -711,6 +763,39 @@ mod tests {
             .expect_err("podIP")
             .to_string();
         assert!(err.contains("status.podIP"), "{err}");
+    }
+
+    #[test]
+    fn hostile_names_are_refused_before_they_become_paths() {
+        for (field, value) in [
+            ("name", "../../etc"),
+            ("name", "a/b"),
+            ("namespace", ".."),
+            ("uid", "u_1"),
+            ("name", ""),
+        ] {
+            let mut p = pod();
+            match field {
+                "name" => p.metadata.name = Some(value.into()),
+                "namespace" => p.metadata.namespace = Some(value.into()),
+                _ => p.metadata.uid = Some(value.into()),
+            }
+            let err = check_pod(&p).expect_err(value).to_string();
+            assert!(err.contains(&format!("{value:?}")), "{err}");
+        }
+        let mut p = pod();
+        p.spec.as_mut().expect("spec").containers[0].name = "../x".into();
+        assert!(check_pod(&p).is_err());
+        let mut p = pod();
+        let c = p.spec.as_ref().expect("spec").containers[0].clone();
+        p.spec.as_mut().expect("spec").containers.push(c);
+        assert!(
+            check_pod(&p)
+                .expect_err("duplicate")
+                .to_string()
+                .contains("two containers")
+        );
+        assert!(check_pod(&pod()).is_ok());
     }
 
     #[test]

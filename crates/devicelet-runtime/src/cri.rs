@@ -38,13 +38,18 @@ pub fn endpoint_path(endpoint: &str) -> Result<PathBuf, RuntimeError> {
 #[derive(Debug, Clone)]
 pub struct CriClient {
     socket: PathBuf,
+    metrics: devicelet_metrics::Metrics,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
 }
 
 impl CriClient {
-    /// Dials `endpoint` and checks it answers `Version` with CRI v1.
-    pub async fn connect(endpoint: &str) -> Result<Self, RuntimeError> {
+    /// Dials `endpoint` and checks it answers `Version` with CRI v1. Every call is counted in
+    /// `metrics` (`kubelet_runtime_operations_*`).
+    pub async fn connect(
+        endpoint: &str,
+        metrics: devicelet_metrics::Metrics,
+    ) -> Result<Self, RuntimeError> {
         let socket = endpoint_path(endpoint)?;
         let channel = dial_unix(&socket, CONNECT_TIMEOUT)
             .await
@@ -57,6 +62,7 @@ impl CriClient {
                 .max_decoding_message_size(16 * 1024 * 1024),
             images: ImageServiceClient::new(channel),
             socket,
+            metrics,
         };
         let version = client.version().await?;
         if version.runtime_api_version != "v1" {
@@ -79,7 +85,7 @@ impl CriClient {
     /// `Version`.
     pub async fn version(&self) -> Result<cri::VersionResponse, RuntimeError> {
         let mut rt = self.runtime.clone();
-        call("Version", REQUEST_TIMEOUT, async move {
+        self.call("Version", "version", REQUEST_TIMEOUT, async move {
             rt.version(cri::VersionRequest {
                 version: "v1".to_owned(),
             })
@@ -94,14 +100,20 @@ impl CriClient {
         config: cri::PodSandboxConfig,
     ) -> Result<String, RuntimeError> {
         let mut rt = self.runtime.clone();
-        let answer = call("RunPodSandbox", REQUEST_TIMEOUT, async move {
-            rt.run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            })
-            .await
-        })
-        .await?;
+        let answer = self
+            .call(
+                "RunPodSandbox",
+                "run_podsandbox",
+                REQUEST_TIMEOUT,
+                async move {
+                    rt.run_pod_sandbox(cri::RunPodSandboxRequest {
+                        config: Some(config),
+                        runtime_handler: String::new(),
+                    })
+                    .await
+                },
+            )
+            .await?;
         Ok(answer.pod_sandbox_id)
     }
 
@@ -109,10 +121,15 @@ impl CriClient {
     pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let mut rt = self.runtime.clone();
         let pod_sandbox_id = id.to_owned();
-        call("StopPodSandbox", REQUEST_TIMEOUT, async move {
-            rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id })
-                .await
-        })
+        self.call(
+            "StopPodSandbox",
+            "stop_podsandbox",
+            REQUEST_TIMEOUT,
+            async move {
+                rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -121,10 +138,15 @@ impl CriClient {
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), RuntimeError> {
         let mut rt = self.runtime.clone();
         let pod_sandbox_id = id.to_owned();
-        call("RemovePodSandbox", REQUEST_TIMEOUT, async move {
-            rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id })
-                .await
-        })
+        self.call(
+            "RemovePodSandbox",
+            "remove_podsandbox",
+            REQUEST_TIMEOUT,
+            async move {
+                rt.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -139,13 +161,19 @@ impl CriClient {
             label_selector: to_map(labels),
             ..Default::default()
         };
-        let answer = call("ListPodSandbox", REQUEST_TIMEOUT, async move {
-            rt.list_pod_sandbox(cri::ListPodSandboxRequest {
-                filter: Some(filter),
-            })
-            .await
-        })
-        .await?;
+        let answer = self
+            .call(
+                "ListPodSandbox",
+                "list_podsandbox",
+                REQUEST_TIMEOUT,
+                async move {
+                    rt.list_pod_sandbox(cri::ListPodSandboxRequest {
+                        filter: Some(filter),
+                    })
+                    .await
+                },
+            )
+            .await?;
         Ok(answer.items)
     }
 
@@ -158,15 +186,21 @@ impl CriClient {
     ) -> Result<String, RuntimeError> {
         let mut rt = self.runtime.clone();
         let pod_sandbox_id = sandbox_id.to_owned();
-        let answer = call("CreateContainer", REQUEST_TIMEOUT, async move {
-            rt.create_container(cri::CreateContainerRequest {
-                pod_sandbox_id,
-                config: Some(config),
-                sandbox_config: Some(sandbox_config),
-            })
-            .await
-        })
-        .await?;
+        let answer = self
+            .call(
+                "CreateContainer",
+                "create_container",
+                REQUEST_TIMEOUT,
+                async move {
+                    rt.create_container(cri::CreateContainerRequest {
+                        pod_sandbox_id,
+                        config: Some(config),
+                        sandbox_config: Some(sandbox_config),
+                    })
+                    .await
+                },
+            )
+            .await?;
         Ok(answer.container_id)
     }
 
@@ -174,10 +208,15 @@ impl CriClient {
     pub async fn start_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut rt = self.runtime.clone();
         let container_id = id.to_owned();
-        call("StartContainer", REQUEST_TIMEOUT, async move {
-            rt.start_container(cri::StartContainerRequest { container_id })
-                .await
-        })
+        self.call(
+            "StartContainer",
+            "start_container",
+            REQUEST_TIMEOUT,
+            async move {
+                rt.start_container(cri::StartContainerRequest { container_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -187,13 +226,18 @@ impl CriClient {
         let mut rt = self.runtime.clone();
         let container_id = id.to_owned();
         let timeout = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
-        call("StopContainer", REQUEST_TIMEOUT + grace, async move {
-            rt.stop_container(cri::StopContainerRequest {
-                container_id,
-                timeout,
-            })
-            .await
-        })
+        self.call(
+            "StopContainer",
+            "stop_container",
+            REQUEST_TIMEOUT + grace,
+            async move {
+                rt.stop_container(cri::StopContainerRequest {
+                    container_id,
+                    timeout,
+                })
+                .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -202,10 +246,15 @@ impl CriClient {
     pub async fn remove_container(&self, id: &str) -> Result<(), RuntimeError> {
         let mut rt = self.runtime.clone();
         let container_id = id.to_owned();
-        call("RemoveContainer", REQUEST_TIMEOUT, async move {
-            rt.remove_container(cri::RemoveContainerRequest { container_id })
-                .await
-        })
+        self.call(
+            "RemoveContainer",
+            "remove_container",
+            REQUEST_TIMEOUT,
+            async move {
+                rt.remove_container(cri::RemoveContainerRequest { container_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -220,13 +269,19 @@ impl CriClient {
             label_selector: to_map(labels),
             ..Default::default()
         };
-        let answer = call("ListContainers", REQUEST_TIMEOUT, async move {
-            rt.list_containers(cri::ListContainersRequest {
-                filter: Some(filter),
-            })
-            .await
-        })
-        .await?;
+        let answer = self
+            .call(
+                "ListContainers",
+                "list_containers",
+                REQUEST_TIMEOUT,
+                async move {
+                    rt.list_containers(cri::ListContainersRequest {
+                        filter: Some(filter),
+                    })
+                    .await
+                },
+            )
+            .await?;
         Ok(answer.containers)
     }
 
@@ -234,14 +289,20 @@ impl CriClient {
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, RuntimeError> {
         let mut rt = self.runtime.clone();
         let container_id = id.to_owned();
-        let answer = call("ContainerStatus", REQUEST_TIMEOUT, async move {
-            rt.container_status(cri::ContainerStatusRequest {
-                container_id,
-                verbose: false,
-            })
-            .await
-        })
-        .await?;
+        let answer = self
+            .call(
+                "ContainerStatus",
+                "container_status",
+                REQUEST_TIMEOUT,
+                async move {
+                    rt.container_status(cri::ContainerStatusRequest {
+                        container_id,
+                        verbose: false,
+                    })
+                    .await
+                },
+            )
+            .await?;
         answer.status.ok_or_else(|| RuntimeError::Malformed {
             call: "ContainerStatus",
             why: format!("no status for container {id}"),
@@ -252,15 +313,16 @@ impl CriClient {
     pub async fn image_id(&self, image: &str) -> Result<Option<String>, RuntimeError> {
         let mut images = self.images.clone();
         let spec = image_spec(image);
-        let answer = call("ImageStatus", REQUEST_TIMEOUT, async move {
-            images
-                .image_status(cri::ImageStatusRequest {
-                    image: Some(spec),
-                    verbose: false,
-                })
-                .await
-        })
-        .await?;
+        let answer = self
+            .call("ImageStatus", "image_status", REQUEST_TIMEOUT, async move {
+                images
+                    .image_status(cri::ImageStatusRequest {
+                        image: Some(spec),
+                        verbose: false,
+                    })
+                    .await
+            })
+            .await?;
         Ok(answer.image.map(|i| i.id))
     }
 
@@ -268,16 +330,17 @@ impl CriClient {
     pub async fn pull_image(&self, image: &str) -> Result<String, RuntimeError> {
         let mut images = self.images.clone();
         let spec = image_spec(image);
-        let answer = call("PullImage", PULL_TIMEOUT, async move {
-            images
-                .pull_image(cri::PullImageRequest {
-                    image: Some(spec),
-                    auth: None,
-                    sandbox_config: None,
-                })
-                .await
-        })
-        .await?;
+        let answer = self
+            .call("PullImage", "pull_image", PULL_TIMEOUT, async move {
+                images
+                    .pull_image(cri::PullImageRequest {
+                        image: Some(spec),
+                        auth: None,
+                        sandbox_config: None,
+                    })
+                    .await
+            })
+            .await?;
         Ok(answer.image_ref)
     }
 }
@@ -296,19 +359,27 @@ fn to_map(labels: &[(&str, &str)]) -> std::collections::HashMap<String, String> 
         .collect()
 }
 
-/// Runs one CRI call under `deadline`.
-async fn call<T>(
-    name: &'static str,
-    deadline: Duration,
-    fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T, RuntimeError> {
-    match tokio::time::timeout(deadline, fut).await {
-        Ok(Ok(answer)) => Ok(answer.into_inner()),
-        Ok(Err(status)) => Err(RuntimeError::Call { call: name, status }),
-        Err(_) => Err(RuntimeError::Timeout {
-            call: name,
-            after: deadline,
-        }),
+impl CriClient {
+    /// Runs one CRI call (`name`; the kubelet's `operation` type in metrics) under `deadline`.
+    async fn call<T>(
+        &self,
+        name: &'static str,
+        operation: &str,
+        deadline: Duration,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, RuntimeError> {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(deadline, fut).await {
+            Ok(Ok(answer)) => Ok(answer.into_inner()),
+            Ok(Err(status)) => Err(RuntimeError::Call { call: name, status }),
+            Err(_) => Err(RuntimeError::Timeout {
+                call: name,
+                after: deadline,
+            }),
+        };
+        self.metrics
+            .runtime_operation(operation, result.is_err(), started.elapsed());
+        result
     }
 }
 

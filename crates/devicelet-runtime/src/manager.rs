@@ -81,6 +81,8 @@ pub struct CriConfig {
     pub node_name: String,
     /// The node's IP (`status.hostIP` in env references).
     pub host_ip: String,
+    /// Where CRI calls and container starts are counted (the kubelet's metric names).
+    pub metrics: devicelet_metrics::Metrics,
 }
 
 impl CriConfig {
@@ -148,7 +150,7 @@ impl CriRuntime {
         config: CriConfig,
         settings: Arc<dyn ContainerSettings>,
     ) -> Result<Arc<Self>, RuntimeError> {
-        let client = CriClient::connect(&config.endpoint).await?;
+        let client = CriClient::connect(&config.endpoint, config.metrics.clone()).await?;
         let version = client.version().await?;
         info!(endpoint = %config.endpoint, runtime = %version.runtime_name,
               version = %version.runtime_version, "container runtime connected");
@@ -208,6 +210,7 @@ impl CriRuntime {
     /// Runs `pod` (admitted by the node): recorded durably, then started by the sync loop. A
     /// pod it already runs only has its object updated: nothing is started twice.
     pub fn run_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
+        config::check_pod(pod)?;
         let id = PodIdentity::of(pod)?;
         {
             let mut pods = lock(&self.pods);
@@ -272,9 +275,13 @@ impl CriRuntime {
         lock(&self.pods).remove(uid);
         lock(&self.statuses).remove(uid);
         lock(&self.locks).remove(uid);
-        let record = self.config.state_dir().join(format!("{uid}.json"));
-        remove_quietly(&record);
-        let _ = std::fs::remove_dir_all(self.config.root.join("pods").join(uid));
+        // The UID comes from a request path: only a name that cannot leave the root is used
+        // to remove files (a pod with any other UID was never recorded).
+        if config::is_path_safe(uid) {
+            let record = self.config.state_dir().join(format!("{uid}.json"));
+            remove_quietly(&record);
+            let _ = std::fs::remove_dir_all(self.config.root.join("pods").join(uid));
+        }
         if let Some(id) = known.and_then(|pod| PodIdentity::of(&pod).ok()) {
             let _ = std::fs::remove_dir_all(pod_log_dir(
                 &self.config.logs_dir(),
@@ -434,10 +441,18 @@ impl CriRuntime {
             sandbox_id = Some(sandbox.clone());
             plan.status.sandbox_id.clone_from(&sandbox);
             for (name, attempt) in &plan.start {
-                match self
+                let container_type = if is_init_container(pod, name) {
+                    "init_container"
+                } else {
+                    "container"
+                };
+                let started = self
                     .start_container(&managed.pod, &sandbox, &log_dir, name, *attempt)
-                    .await
-                {
+                    .await;
+                self.config
+                    .metrics
+                    .container_started(container_type, started.as_ref().err().map(error_reason));
+                match started {
                     Ok(container_id) => {
                         managed.errors.remove(name);
                         info!(pod = %id.key(), pod_uid = %uid, container = %name, attempt,
@@ -634,6 +649,13 @@ fn error_reason(e: &RuntimeError) -> &'static str {
         RuntimeError::Config(msg) if msg.starts_with("ErrImageNeverPull") => "ErrImageNeverPull",
         other => other.waiting_reason(),
     }
+}
+
+fn is_init_container(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|inits| inits.iter().any(|c| c.name == name))
 }
 
 fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {

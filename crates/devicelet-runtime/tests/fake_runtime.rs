@@ -309,6 +309,15 @@ async fn serve(fake: Fake, socket: &Path) {
 }
 
 async fn runtime(root: &Path, socket: &Path, node: &str) -> Arc<CriRuntime> {
+    runtime_with(root, socket, node, &devicelet_metrics::Metrics::new()).await
+}
+
+async fn runtime_with(
+    root: &Path,
+    socket: &Path,
+    node: &str,
+    metrics: &devicelet_metrics::Metrics,
+) -> Arc<CriRuntime> {
     CriRuntime::connect(
         CriConfig {
             endpoint: format!("unix://{}", socket.display()),
@@ -317,6 +326,7 @@ async fn runtime(root: &Path, socket: &Path, node: &str) -> Arc<CriRuntime> {
             runtime_applies_cdi: false,
             node_name: node.into(),
             host_ip: "10.0.0.1".into(),
+            metrics: metrics.clone(),
         },
         Arc::new(Settings),
     )
@@ -339,12 +349,21 @@ async fn a_pod_starts_once_is_adopted_after_a_restart_and_is_stopped_with_its_gr
     let socket = dir.path().join("cri.sock");
     let fake = Fake::default();
     serve(fake.clone(), &socket).await;
-    let rt = runtime(dir.path(), &socket, "node-a").await;
+    let metrics = devicelet_metrics::Metrics::new();
+    let rt = runtime_with(dir.path(), &socket, "node-a", &metrics).await;
 
     rt.run_pod(&pod("u1", "Always")).unwrap();
     rt.sync_all().await;
     rt.sync_all().await;
     assert_eq!(fake.total_starts(), 1, "started once");
+    let text = metrics.encode();
+    for line in [
+        "kubelet_started_containers_total{container_type=\"container\"} 1",
+        "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1",
+        "kubelet_runtime_operations_total{operation_type=\"start_container\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
     let status = rt.status("u1").unwrap();
     assert_eq!(status.phase, "Running");
     assert_eq!(status.containers[0].container_id, "fake://c2");

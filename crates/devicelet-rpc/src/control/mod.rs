@@ -101,6 +101,12 @@ async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
             return error_response(StatusCode::BAD_REQUEST, &format!("body is not a Pod: {e}"));
         }
     };
+    // A pod the runtime could never run is refused before it takes any device.
+    if state.runtime.is_some()
+        && let Err(err) = devicelet_runtime::config::check_pod(&pod)
+    {
+        return error_response(StatusCode::BAD_REQUEST, &format!("pod cannot run: {err}"));
+    }
     match state.pods.admit(&pod).await {
         Ok(mut admitted) => {
             if let Some(runtime) = &state.runtime {

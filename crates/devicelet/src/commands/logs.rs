@@ -12,6 +12,9 @@ use crate::cli::LogsArgs;
 
 /// Runs `logs`.
 pub fn run(root_dir: &Path, args: &LogsArgs) -> anyhow::Result<()> {
+    if !devicelet_runtime::config::is_path_safe(&args.container) {
+        bail!("{:?} is not a container name", args.container);
+    }
     let logs = root_dir.join("logs");
     let pod_dir = find_pod(&logs, &args.pod)?;
     let container_dir = pod_dir.join(&args.container);

@@ -36,7 +36,7 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     }
     config.boot_id_file = args.boot_id_file.clone();
     config.dra_wipe_delay = args.dra_wipe_delay;
-    config.runtime = cri_config(root_dir, &config.node_name, &args);
+    config.runtime = cri_config(root_dir, &config.node_name, &config.metrics, &args);
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
@@ -82,6 +82,7 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
 fn cri_config(
     root_dir: &Path,
     node_name: &str,
+    metrics: &devicelet_metrics::Metrics,
     args: &ServeArgs,
 ) -> Option<devicelet_runtime::CriConfig> {
     if args.runtime != RuntimeArg::Cri {
@@ -102,6 +103,7 @@ fn cri_config(
         runtime_applies_cdi: args.runtime_applies_cdi,
         node_name: node_name.to_owned(),
         host_ip: devicelet_kube::machine::read_machine(Some(args.max_pods)).internal_ip,
+        metrics: metrics.clone(),
     })
 }
 
