@@ -133,11 +133,15 @@ enum AfterKill {
     Nothing,
 }
 
-/// One finished kill: the pod's UID, and whether the runtime stopped everything.
+/// One finished kill: the pod whose containers are gone.
 struct Killed {
     uid: String,
-    result: Result<(), crate::core::ReleaseError>,
 }
+
+/// First and longest pause before a failed kill of a pod's containers is tried again.
+const KILL_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// See [`KILL_RETRY_INITIAL`].
+const KILL_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// A pod the node admitted, as last seen.
 #[derive(Debug, Clone)]
@@ -713,24 +717,30 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
         self.killing.insert(uid.to_owned(), after);
         let uid = uid.to_owned();
         self.kills.spawn(async move {
-            let result = runtime.kill_pod(&uid, grace).await;
-            Killed { uid, result }
+            // A kill that fails (the runtime is restarting) is tried again here, so the pod
+            // keeps its devices until its containers are really gone; the loop goes on.
+            let mut backoff = Backoff::new(KILL_RETRY_INITIAL, KILL_RETRY_MAX);
+            loop {
+                match runtime.kill_pod(&uid, grace).await {
+                    Ok(()) => return Killed { uid },
+                    Err(e) => {
+                        let delay = backoff.next_delay();
+                        warn!(pod_uid = %uid, error = %e, retry_in_ms = delay.as_millis() as u64,
+                              "stopping the pod's containers failed; retrying");
+                        tokio::time::sleep(delay).await;
+                    }
+                }
+            }
         });
     }
 
     /// A pod's containers stopped: its devices are released, then its object deleted or
-    /// forgotten. A kill that failed is tried again (the pod keeps its devices meanwhile).
+    /// forgotten.
     async fn killed(&mut self, killed: Killed) {
-        let Killed { uid, result } = killed;
+        let Killed { uid } = killed;
         let Some(after) = self.killing.remove(&uid) else {
             return;
         };
-        if let Err(e) = result {
-            warn!(pod_uid = %uid, error = %e, "stopping the pod's containers failed; retrying");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            self.start_kill(&uid, Duration::ZERO, after);
-            return;
-        }
         self.release(&uid, None).await;
         match after {
             AfterKill::Delete { namespace, name } => {

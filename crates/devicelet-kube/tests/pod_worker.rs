@@ -538,3 +538,99 @@ async fn other_not_ready_causes_keep_the_half_second_back_off() {
     let due = w.next_retry().expect("waiting") - tokio::time::Instant::now();
     assert!(due >= std::time::Duration::from_millis(500), "{due:?}");
 }
+
+/// A container runtime that records what the worker asks of it; a pod's status is whatever the
+/// test sets.
+#[derive(Default)]
+struct FakeRuntime {
+    calls: Mutex<Vec<String>>,
+    statuses: Mutex<BTreeMap<String, devicelet_kube::RuntimePodStatus>>,
+    changes: Option<watch::Sender<u64>>,
+}
+
+impl FakeRuntime {
+    fn new() -> Arc<Self> {
+        Arc::new(FakeRuntime {
+            changes: Some(watch::channel(0).0),
+            ..FakeRuntime::default()
+        })
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+impl devicelet_kube::PodRuntime for FakeRuntime {
+    fn name(&self) -> String {
+        "fake".into()
+    }
+
+    fn run_pod(&self, pod: &Pod) -> Result<(), ReleaseError> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.calls.lock().expect("lock").push(format!("run {uid}"));
+        Ok(())
+    }
+
+    fn kill_pod<'a>(
+        &'a self,
+        uid: &'a str,
+        grace: std::time::Duration,
+    ) -> devicelet_kube::core::RuntimeFuture<'a> {
+        Box::pin(async move {
+            self.calls
+                .lock()
+                .expect("lock")
+                .push(format!("kill {uid} {}s", grace.as_secs()));
+            Ok(())
+        })
+    }
+
+    fn status(&self, uid: &str) -> Option<devicelet_kube::RuntimePodStatus> {
+        self.statuses.lock().expect("lock").get(uid).cloned()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.as_ref().expect("changes").subscribe()
+    }
+}
+
+#[tokio::test]
+async fn with_a_runtime_pods_run_report_real_states_and_stop_before_release_and_delete() {
+    let node = FakeNode::new(1, &[]);
+    let runtime = FakeRuntime::new();
+    let recorder = Recorder::default();
+    let mut w = PodWorker::new("n1", "127.0.0.1", node.clone(), recorder.clone())
+        .with_runtime(runtime.clone());
+    w.handle(Event::Apply(pod("x", 1))).await;
+    assert_eq!(node.calls(), ["admit x"]);
+    assert_eq!(
+        runtime.calls(),
+        ["run x"],
+        "admitted, then handed to the runtime"
+    );
+    assert_eq!(
+        recorder.writes(),
+        [("x".into(), "Pending".into())],
+        "not Running before the runtime says so"
+    );
+
+    // The pod is deleted with a 4 s grace period: containers stop first, then the devices are
+    // released, then the object is deleted.
+    let mut deleting = pod("x", 1);
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    deleting.metadata.deletion_grace_period_seconds = Some(4);
+    w.handle(Event::Apply(deleting.clone())).await;
+    w.handle(Event::Apply(deleting)).await;
+    w.settle_kills().await;
+    assert_eq!(
+        runtime.calls(),
+        ["run x", "kill x 4s"],
+        "killed once, with the grace period"
+    );
+    assert_eq!(node.calls(), ["admit x", "release x"]);
+    assert_eq!(
+        recorder.writes().last(),
+        Some(&("x".into(), "delete".into()))
+    );
+}

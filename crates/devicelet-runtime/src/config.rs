@@ -270,6 +270,12 @@ pub fn volume_host_paths(
             volumes_dir
                 .join("kubernetes.io~empty-dir")
                 .join(&volume.name)
+        } else if volume.projected.is_some() && volume.name.starts_with("kube-api-access-") {
+            return Err(RuntimeError::Config(format!(
+                "volume {:?} (the service account token): devicelet's CRI runtime does not mount \
+                 service account tokens yet; set automountServiceAccountToken: false on the pod",
+                volume.name
+            )));
         } else {
             return Err(RuntimeError::Config(format!(
                 "volume {:?}: only emptyDir and hostPath volumes are supported by devicelet's CRI runtime",
