@@ -383,9 +383,14 @@ impl Daemon {
                 let runtime = CriRuntime::connect(cri, settings).await?;
                 let admitted: HashSet<String> =
                     pods.list().pods.into_iter().map(|p| p.pod.uid).collect();
-                runtime
+                // A gone pod whose containers will not stop is logged and left for the next
+                // `sync-pods`; it must not keep the node from starting.
+                if let Err(e) = runtime
                     .retain(&admitted, devicelet_runtime::manager::ORPHAN_GRACE)
-                    .await?;
+                    .await
+                {
+                    warn!(error = %e, "containers of pods removed while devicelet was down could not all be removed");
+                }
                 tasks.push((
                     "runtime",
                     tokio::spawn({

@@ -267,6 +267,7 @@ pub fn volume_host_paths(
         let path = if let Some(host) = &volume.host_path {
             PathBuf::from(&host.path)
         } else if volume.empty_dir.is_some() {
+            path_safe("volume name", &volume.name)?;
             volumes_dir
                 .join("kubernetes.io~empty-dir")
                 .join(&volume.name)
@@ -393,7 +394,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
             )));
         };
         let host = match vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            Some(sub) if sub.split('/').any(|part| part == "..") => {
+            Some(sub) if sub.starts_with('/') || sub.split('/').any(|part| part == "..") => {
                 return Err(RuntimeError::Config(format!(
                     "volumeMount {:?}: subPath {sub:?} leaves the volume",
                     vm.name
@@ -426,6 +427,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
     }
 
     let resources = container_resources(container, options)?;
+    let security = security_context(pod, container)?;
     let log_path = format!("{}/{attempt}.log", container.name);
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -457,7 +459,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources),
-            security_context: Some(security_context(container)),
+            security_context: Some(security),
         }),
         cdi_devices: if pass_cdi_names {
             options
@@ -578,8 +580,41 @@ fn milli(q: &Quantity) -> i64 {
     clamp(q.milli_value_ceil())
 }
 
-fn security_context(container: &Container) -> cri::LinuxContainerSecurityContext {
+/// The container's security context, the pod's `runAsUser`, `runAsGroup` and `runAsNonRoot`
+/// where the container sets none. `runAsNonRoot` is enforced on the user devicelet sets: an
+/// explicit non-zero `runAsUser` is needed (the kubelet also accepts an image whose own user
+/// is not root; devicelet does not read image users).
+fn security_context(
+    pod: &Pod,
+    container: &Container,
+) -> Result<cri::LinuxContainerSecurityContext, RuntimeError> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let sc = container.security_context.as_ref();
+    let run_as_user = sc
+        .and_then(|s| s.run_as_user)
+        .or_else(|| psc.and_then(|p| p.run_as_user));
+    let run_as_group = sc
+        .and_then(|s| s.run_as_group)
+        .or_else(|| psc.and_then(|p| p.run_as_group));
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|p| p.run_as_non_root))
+        .unwrap_or(false);
+    if non_root && run_as_user.is_none_or(|u| u == 0) {
+        return Err(RuntimeError::Config(format!(
+            "container {:?} has runAsNonRoot and would run as root: set a non-zero runAsUser",
+            container.name
+        )));
+    }
+    let mut out = security_context_of(sc);
+    out.run_as_user = run_as_user.map(|value| cri::Int64Value { value });
+    out.run_as_group = run_as_group.map(|value| cri::Int64Value { value });
+    Ok(out)
+}
+
+fn security_context_of(
+    sc: Option<&k8s_openapi::api::core::v1::SecurityContext>,
+) -> cri::LinuxContainerSecurityContext {
     let mut out = cri::LinuxContainerSecurityContext {
         privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
         readonly_rootfs: sc
@@ -588,12 +623,6 @@ fn security_context(container: &Container) -> cri::LinuxContainerSecurityContext
         no_new_privs: sc.and_then(|s| s.allow_privilege_escalation) == Some(false),
         ..Default::default()
     };
-    if let Some(uid) = sc.and_then(|s| s.run_as_user) {
-        out.run_as_user = Some(cri::Int64Value { value: uid });
-    }
-    if let Some(gid) = sc.and_then(|s| s.run_as_group) {
-        out.run_as_group = Some(cri::Int64Value { value: gid });
-    }
     if let Some(caps) = sc.and_then(|s| s.capabilities.as_ref()) {
         out.capabilities = Some(cri::Capability {
             add_capabilities: caps.add.clone().unwrap_or_default(),
@@ -802,6 +831,21 @@ mod tests {
                 .contains("two containers")
         );
         assert!(check_pod(&pod()).is_ok());
+    }
+
+    #[test]
+    fn run_as_non_root_needs_a_non_root_user() {
+        let mut p = pod();
+        p.spec.as_mut().expect("spec").security_context =
+            Some(serde_json::from_value(json!({"runAsNonRoot": true})).expect("psc"));
+        let c = p.spec.as_ref().expect("spec").containers[0].clone();
+        let err = security_context(&p, &c).expect_err("root").to_string();
+        assert!(err.contains("runAsNonRoot"), "{err}");
+        p.spec.as_mut().expect("spec").security_context = Some(
+            serde_json::from_value(json!({"runAsNonRoot": true, "runAsUser": 1000})).expect("psc"),
+        );
+        let sc = security_context(&p, &c).expect("non-root");
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
     }
 
     #[test]

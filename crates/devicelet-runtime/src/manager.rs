@@ -37,6 +37,9 @@ use crate::status::{self, Facts, Observed, PodRuntimeStatus, RunState};
 /// How often every pod is looked at (the kubelet's PLEG relists every second).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 
+/// Attempts of a container kept in the runtime (the newest and the one before it).
+const KEPT_ATTEMPTS: usize = 2;
+
 /// Grace given to the containers of a pod that is gone (removed while devicelet was down, or
 /// whose record was lost): the kubelet's default `terminationGracePeriodSeconds`.
 pub const ORPHAN_GRACE: Duration = Duration::from_secs(30);
@@ -108,8 +111,24 @@ struct Managed {
     errors: BTreeMap<String, (String, String)>,
     /// Exited containers' states (they no longer change).
     exited: HashMap<String, Observed>,
+    /// Containers whose create or start failed: (failures in a row, last failure in ns since
+    /// the epoch). The next try waits out the back-off, as the kubelet's image pull and
+    /// crash-loop back-offs do, so a pod that cannot start costs no runtime calls meanwhile.
+    failures: BTreeMap<String, (u32, i64)>,
     /// The sandbox was stopped after the pod finished.
     sandbox_stopped: bool,
+}
+
+impl Managed {
+    fn new(pod: Pod) -> Self {
+        Managed {
+            pod,
+            errors: BTreeMap::new(),
+            exited: HashMap::new(),
+            failures: BTreeMap::new(),
+            sandbox_stopped: false,
+        }
+    }
 }
 
 /// Runs pods in a CRI runtime.
@@ -126,6 +145,11 @@ pub struct CriRuntime {
     statuses: Mutex<BTreeMap<String, PodRuntimeStatus>>,
     /// One sync or kill of a pod at a time.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Per pod: turns true when the pod is being killed, cancelling a sync in flight (an image
+    /// pull, a create) so the kill need not wait for it.
+    cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// Pods being killed (their object, for the log directory); `run_pod` refuses them.
+    terminating: Mutex<HashMap<String, Pod>>,
     changes: watch::Sender<u64>,
     kick: Notify,
 }
@@ -171,6 +195,8 @@ impl CriRuntime {
             pods: Mutex::new(pods),
             statuses: Mutex::new(BTreeMap::new()),
             locks: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(HashMap::new()),
+            terminating: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
             kick: Notify::new(),
         };
@@ -212,6 +238,12 @@ impl CriRuntime {
     pub fn run_pod(&self, pod: &Pod) -> Result<(), RuntimeError> {
         config::check_pod(pod)?;
         let id = PodIdentity::of(pod)?;
+        if lock(&self.terminating).contains_key(&id.uid) {
+            return Err(RuntimeError::Config(format!(
+                "pod {} is being stopped; it cannot be run again until that is done",
+                id.key()
+            )));
+        }
         {
             let mut pods = lock(&self.pods);
             if let Some(known) = pods.get_mut(&id.uid) {
@@ -230,15 +262,7 @@ impl CriRuntime {
                 why: e.to_string(),
             }
         })?;
-        lock(&self.pods).insert(
-            id.uid.clone(),
-            Managed {
-                pod: pod.clone(),
-                errors: BTreeMap::new(),
-                exited: HashMap::new(),
-                sandbox_stopped: false,
-            },
-        );
+        lock(&self.pods).insert(id.uid.clone(), Managed::new(pod.clone()));
         info!(pod = %id.key(), pod_uid = %id.uid, "pod handed to the container runtime");
         self.kick.notify_one();
         Ok(())
@@ -248,9 +272,17 @@ impl CriRuntime {
     /// and forgets it. Also cleans up a pod devicelet does not know but the runtime has
     /// (labelled by an earlier run). Idempotent.
     pub async fn kill_pod(&self, uid: &str, grace: Duration) -> Result<(), RuntimeError> {
+        // First nothing more is started for it (also if this kill fails and is retried), and a
+        // sync in flight is cancelled rather than waited for.
+        if let Some(managed) = lock(&self.pods).remove(uid) {
+            lock(&self.terminating).insert(uid.to_owned(), managed.pod);
+        }
+        if let Some(cancel) = lock(&self.cancels).get(uid) {
+            cancel.send_replace(true);
+        }
         let pod_lock = self.pod_lock(uid);
         let _held = pod_lock.lock().await;
-        let known = lock(&self.pods).get(uid).map(|m| m.pod.clone());
+        let known = lock(&self.terminating).get(uid).cloned();
         let selector = [
             (LABEL_MANAGED, self.instance.as_str()),
             (LABEL_POD_UID, uid),
@@ -272,9 +304,9 @@ impl CriRuntime {
             self.client.stop_pod_sandbox(&sandbox.id).await?;
             self.client.remove_pod_sandbox(&sandbox.id).await?;
         }
-        lock(&self.pods).remove(uid);
+        lock(&self.terminating).remove(uid);
         lock(&self.statuses).remove(uid);
-        lock(&self.locks).remove(uid);
+        lock(&self.cancels).remove(uid);
         // The UID comes from a request path: only a name that cannot leave the root is used
         // to remove files (a pod with any other UID was never recorded).
         if config::is_path_safe(uid) {
@@ -298,10 +330,14 @@ impl CriRuntime {
     /// Stops pod `uid` as [`CriRuntime::kill_pod`] with its own grace period
     /// (`terminationGracePeriodSeconds`, shortened by the deletion's grace period).
     pub async fn kill_pod_gracefully(&self, uid: &str) -> Result<(), RuntimeError> {
-        let grace = lock(&self.pods)
-            .get(uid)
-            .map_or(ORPHAN_GRACE, |m| grace_of(&m.pod));
+        let grace = self.grace(uid).unwrap_or(ORPHAN_GRACE);
         self.kill_pod(uid, grace).await
+    }
+
+    /// The grace period of a pod it runs or is stopping.
+    fn grace(&self, uid: &str) -> Option<Duration> {
+        let running = lock(&self.pods).get(uid).map(|m| grace_of(&m.pod));
+        running.or_else(|| lock(&self.terminating).get(uid).map(grace_of))
     }
 
     /// Keeps only the pods in `keep`: every other pod it runs, and every sandbox labelled as
@@ -328,10 +364,14 @@ impl CriRuntime {
                 gone.insert(uid.clone());
             }
         }
-        let mut first_error = None;
-        for uid in gone {
+        // All at once, each with its own grace period (`grace` for a pod it has no record of).
+        let kills = gone.iter().map(|uid| {
             info!(pod_uid = %uid, "pod no longer on the node; removing its containers");
-            if let Err(e) = self.kill_pod(&uid, grace).await {
+            self.kill_pod(uid, self.grace(uid).unwrap_or(grace))
+        });
+        let mut first_error = None;
+        for (uid, result) in gone.iter().zip(futures::future::join_all(kills).await) {
+            if let Err(e) = result {
                 warn!(pod_uid = %uid, error = %e, "removing a gone pod's containers failed");
                 first_error.get_or_insert(e);
             }
@@ -340,18 +380,61 @@ impl CriRuntime {
     }
 
     /// Looks at every pod on each relist, until `shutdown` turns true.
+    ///
+    /// Each pod's sync is a task of its own: a pod pulling a large image or waiting on a slow
+    /// runtime call holds up no other pod; a pod whose sync is still running is skipped.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut syncing: tokio::task::JoinSet<String> = tokio::task::JoinSet::new();
+        let mut in_flight: HashSet<String> = HashSet::new();
+        let mut last: HashMap<String, tokio::time::Instant> = HashMap::new();
+        let mut kicked = true;
         loop {
-            self.sync_all().await;
+            let now = tokio::time::Instant::now();
+            let pods = self.pods();
+            for uid in &pods {
+                let due = kicked
+                    || last
+                        .get(uid)
+                        .is_none_or(|t| now.duration_since(*t) >= RELIST_PERIOD);
+                if !due || !in_flight.insert(uid.clone()) {
+                    continue;
+                }
+                last.insert(uid.clone(), now);
+                let runtime = Arc::clone(&self);
+                let uid = uid.clone();
+                syncing.spawn(async move {
+                    if let Err(e) = runtime.sync_pod(&uid).await {
+                        warn!(pod_uid = %uid, error = %e, "pod sync failed; retrying on the next relist");
+                    }
+                    uid
+                });
+            }
+            last.retain(|uid, _| pods.contains(uid));
+            self.forget_idle_locks(&pods);
+            kicked = false;
             tokio::select! {
-                () = tokio::time::sleep(RELIST_PERIOD) => {}
-                () = self.kick.notified() => {}
+                () = tokio::time::sleep(RELIST_PERIOD / 4) => {}
+                () = self.kick.notified() => kicked = true,
+                Some(done) = syncing.join_next(), if !syncing.is_empty() => {
+                    if let Ok(uid) = done {
+                        in_flight.remove(&uid);
+                    }
+                }
                 _ = shutdown.changed() => {}
             }
             if *shutdown.borrow() {
                 return;
             }
         }
+    }
+
+    /// Drops the locks and cancel switches of pods it no longer runs or stops.
+    fn forget_idle_locks(&self, pods: &[String]) {
+        let terminating: HashSet<String> = lock(&self.terminating).keys().cloned().collect();
+        let keep = |uid: &String| pods.contains(uid) || terminating.contains(uid);
+        // A lock someone holds or waits for (more than the map's reference) stays.
+        lock(&self.locks).retain(|uid, l| keep(uid) || Arc::strong_count(l) > 1);
+        lock(&self.cancels).retain(|uid, _| keep(uid));
     }
 
     /// One look at every pod.
@@ -374,6 +457,18 @@ impl CriRuntime {
     pub async fn sync_pod(&self, uid: &str) -> Result<(), RuntimeError> {
         let pod_lock = self.pod_lock(uid);
         let _held = pod_lock.lock().await;
+        let mut cancelled = lock(&self.cancels)
+            .entry(uid.to_owned())
+            .or_insert_with(|| watch::channel(false).0)
+            .subscribe();
+        tokio::select! {
+            result = self.sync_pod_locked(uid) => result,
+            // Being killed: drop the calls in flight; the kill removes whatever they made.
+            _ = cancelled.wait_for(|c| *c) => Ok(()),
+        }
+    }
+
+    async fn sync_pod_locked(&self, uid: &str) -> Result<(), RuntimeError> {
         let Some(mut managed) = lock(&self.pods).get(uid).cloned() else {
             return Ok(());
         };
@@ -418,6 +513,13 @@ impl CriRuntime {
                 self.record(uid, &managed, plan.status);
                 return Ok(());
             }
+            let now = now_nanos();
+            plan.start.retain(|(name, _)| {
+                managed.failures.get(name).is_none_or(|(count, at)| {
+                    let wait = status::backoff(count.saturating_sub(1));
+                    now >= at.saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX))
+                })
+            });
             if plan.start.is_empty() {
                 self.record(uid, &managed, plan.status);
                 return Ok(());
@@ -455,6 +557,7 @@ impl CriRuntime {
                 match started {
                     Ok(container_id) => {
                         managed.errors.remove(name);
+                        managed.failures.remove(name);
                         info!(pod = %id.key(), pod_uid = %uid, container = %name, attempt,
                               container_id = %container_id, "container started");
                     }
@@ -464,6 +567,8 @@ impl CriRuntime {
                         managed
                             .errors
                             .insert(name.clone(), (error_reason(&e).to_owned(), e.to_string()));
+                        let failures = managed.failures.entry(name.clone()).or_insert((0, 0));
+                        *failures = (failures.0 + 1, now_nanos());
                     }
                 }
             }
@@ -478,6 +583,7 @@ impl CriRuntime {
         if let Some(m) = lock(&self.pods).get_mut(uid) {
             m.errors.clone_from(&managed.errors);
             m.exited.clone_from(&managed.exited);
+            m.failures.clone_from(&managed.failures);
             m.sandbox_stopped = managed.sandbox_stopped;
         }
         let changed = lock(&self.statuses)
@@ -541,6 +647,18 @@ impl CriRuntime {
         }
         for attempts in out.values_mut() {
             attempts.sort_by_key(|o| o.attempt);
+            // The kubelet's container GC: dead attempts beyond the newest two (the current one
+            // and the one `lastState` and `logs --previous` show) are removed, so a crash-looping
+            // container does not pile up. Their log files stay until the pod goes.
+            let keep_from = attempts.len().saturating_sub(KEPT_ATTEMPTS);
+            for old in attempts.drain(..keep_from) {
+                if matches!(old.state, RunState::Exited(_)) {
+                    managed.exited.remove(&old.id);
+                    if let Err(e) = self.client.remove_container(&old.id).await {
+                        debug!(pod_uid = %uid, container_id = %old.id, error = %e, "removing a dead container failed");
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -574,6 +692,14 @@ impl CriRuntime {
         let volumes = config::volume_host_paths(pod, &volumes_dir)?;
         for path in volumes.values().filter(|p| p.starts_with(&volumes_dir)) {
             make_dir(path)?;
+        }
+        for vm in container.volume_mounts.iter().flatten() {
+            if let (Some(sub), Some(volume)) = (
+                vm.sub_path.as_deref().filter(|s| !s.is_empty()),
+                volumes.get(&vm.name),
+            ) {
+                check_sub_path(volume, sub)?;
+            }
         }
         make_dir(&log_dir.join(name))?;
         let container_config = config::container_config(ContainerInputs {
@@ -667,6 +793,35 @@ fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
+/// A `subPath` must stay inside its volume: no component may be a symbolic link (a container
+/// could otherwise point one at `/` and have a later mount expose the host, the kubelet's
+/// CVE-2017-1002101). Missing directories are created, as the kubelet does. A link swapped in
+/// between this check and the runtime's mount is not caught (the kubelet's openat walk is not
+/// reproduced).
+fn check_sub_path(volume: &Path, sub: &str) -> Result<(), RuntimeError> {
+    let mut path = volume.to_path_buf();
+    for part in sub.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        path.push(part);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(RuntimeError::Config(format!(
+                    "subPath {sub:?}: {} is a symbolic link; it could leave the volume",
+                    path.display()
+                )));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => make_dir(&path)?,
+            Err(e) => {
+                return Err(RuntimeError::State {
+                    path,
+                    why: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn make_dir(path: &Path) -> Result<(), RuntimeError> {
     std::fs::create_dir_all(path).map_err(|e| RuntimeError::State {
         path: path.to_path_buf(),
@@ -704,15 +859,7 @@ fn load_recorded(dir: &Path) -> Result<BTreeMap<String, Managed>, RuntimeError> 
                 .map_err(|e| e.to_string())
         }) {
             Ok((id, pod)) => {
-                out.insert(
-                    id.uid,
-                    Managed {
-                        pod,
-                        errors: BTreeMap::new(),
-                        exited: HashMap::new(),
-                        sandbox_stopped: false,
-                    },
-                );
+                out.insert(id.uid, Managed::new(pod));
             }
             Err(why) => {
                 warn!(path = %path.display(), error = %why, "unreadable runtime record set aside");
@@ -727,4 +874,23 @@ fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sub_path_through_a_symlink_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let volume = dir.path().join("vol");
+        std::fs::create_dir_all(&volume).expect("mkdir");
+        std::os::unix::fs::symlink("/", volume.join("escape")).expect("symlink");
+        let err = check_sub_path(&volume, "escape/etc")
+            .expect_err("symlink")
+            .to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        check_sub_path(&volume, "a/b").expect("plain directories");
+        assert!(volume.join("a/b").is_dir(), "created");
+    }
 }

@@ -176,6 +176,20 @@ pub fn backoff(restarts: u32) -> Duration {
     BACKOFF_INITIAL.saturating_mul(factor).min(BACKOFF_MAX)
 }
 
+/// A container that ran this long before it exited starts its back-off afresh (the kubelet
+/// forgets a back-off entry after twice the longest back-off).
+pub const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// The back-off before restarting after `latest` exited.
+fn backoff_after(latest: &Observed) -> Duration {
+    let ran = latest.finished_at.saturating_sub(latest.started_at);
+    if ran >= i64::try_from(BACKOFF_RESET.as_nanos()).unwrap_or(i64::MAX) {
+        backoff(0)
+    } else {
+        backoff(latest.attempt)
+    }
+}
+
 /// What the pod's containers should do next, and its status.
 pub fn plan(pod: &Pod, facts: Facts<'_>) -> Plan {
     let policy = restart_policy(pod);
@@ -246,6 +260,7 @@ pub fn plan(pod: &Pod, facts: Facts<'_>) -> Plan {
             continue;
         }
         let step = decide(latest, policy, facts.now);
+        let backing_off = matches!(step, Step::Backoff(_));
         match (latest.map(|l| l.state), &step) {
             (Some(RunState::Running), _) => running += 1,
             (Some(RunState::Exited(_)), Step::Start(_) | Step::Backoff(_)) => will_restart += 1,
@@ -254,7 +269,11 @@ pub fn plan(pod: &Pod, facts: Facts<'_>) -> Plan {
             _ => pending += 1,
         }
         apply_step(&c.name, step, &mut start, &mut note_backoff);
-        app_statuses.push(status_of(c, attempts, facts, waiting("ContainerCreating")));
+        let mut status = status_of(c, attempts, facts, waiting("ContainerCreating"));
+        if backing_off {
+            crash_loop(&mut status, &c.name, latest);
+        }
+        app_statuses.push(status);
     }
     let phase = if init_failed {
         "Failed"
@@ -262,6 +281,9 @@ pub fn plan(pod: &Pod, facts: Facts<'_>) -> Plan {
         "Pending"
     } else if pending == 0 && running == 0 && will_restart == 0 && !apps.is_empty() {
         if failed == 0 { "Succeeded" } else { "Failed" }
+    } else if pending > 0 {
+        // The kubelet's getPhase: a container that never started keeps the pod Pending.
+        "Pending"
     } else if running > 0 || will_restart > 0 || succeeded > 0 || failed > 0 {
         "Running"
     } else {
@@ -307,7 +329,7 @@ fn decide(latest: Option<&Observed>, policy: &str, now: i64) -> Step {
     if !restart {
         return Step::Done;
     }
-    let wait = i64::try_from(backoff(latest.attempt).as_nanos()).unwrap_or(i64::MAX);
+    let wait = i64::try_from(backoff_after(latest).as_nanos()).unwrap_or(i64::MAX);
     let end = latest.finished_at.saturating_add(wait);
     if now < end {
         Step::Backoff(end)
@@ -327,6 +349,27 @@ fn apply_step(
         Step::Backoff(end) => note_backoff(end),
         Step::Done => {}
     }
+}
+
+/// A container waiting out its restart back-off, as the kubelet shows it: waiting with
+/// `CrashLoopBackOff`, the exit it restarts after in `lastState`.
+fn crash_loop(status: &mut ContainerStatus, name: &str, latest: Option<&Observed>) {
+    let Some(latest) = latest else {
+        return;
+    };
+    let previous = std::mem::replace(
+        &mut status.state,
+        ContainerState::Waiting {
+            reason: "CrashLoopBackOff".to_owned(),
+            message: format!(
+                "back-off {}s restarting failed container={name}",
+                backoff_after(latest).as_secs()
+            ),
+        },
+    );
+    status.last_state = Some(previous);
+    status.ready = false;
+    status.started = false;
 }
 
 fn waiting(reason: &str) -> ContainerState {
@@ -518,6 +561,18 @@ mod tests {
         assert!(plan.start.is_empty());
         assert_eq!(plan.next_backoff_end, Some(110 * SEC));
         assert_eq!(plan.status.phase, "Running");
+        let c = &plan.status.containers[0];
+        assert!(
+            matches!(&c.state, ContainerState::Waiting { reason, .. } if reason == "CrashLoopBackOff"),
+            "{c:?}"
+        );
+        assert!(
+            matches!(
+                &c.last_state,
+                Some(ContainerState::Terminated { exit_code: 1, .. })
+            ),
+            "{c:?}"
+        );
         let plan = run(&p, &[("a", exited)], 111 * SEC);
         assert_eq!(plan.start, vec![("a".to_owned(), 1)]);
         assert_eq!(backoff(1), Duration::from_secs(20));
@@ -545,6 +600,24 @@ mod tests {
         let status = &plan.status.containers[0];
         assert_eq!(status.restart_count, 0);
         assert_eq!(status.container_id, "containerd://id0");
+    }
+
+    #[test]
+    fn a_container_that_never_started_keeps_the_pod_pending() {
+        let p = pod("Never", &[], &["a", "b"]);
+        let plan = run(&p, &[("a", vec![obs(0, RunState::Running, 0)])], SEC);
+        assert_eq!(plan.status.phase, "Pending");
+        assert_eq!(plan.start, vec![("b".to_owned(), 0)]);
+    }
+
+    #[test]
+    fn a_long_run_resets_the_backoff() {
+        let p = pod("Always", &[], &["a"]);
+        let mut long = obs(8, RunState::Exited(1), 0);
+        long.started_at = SEC;
+        long.finished_at = SEC + 700 * SEC;
+        let plan = run(&p, &[("a", vec![long])], SEC + 711 * SEC);
+        assert_eq!(plan.start, vec![("a".to_owned(), 9)], "10 s, not 5 min");
     }
 
     #[test]

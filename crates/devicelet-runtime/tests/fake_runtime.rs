@@ -35,6 +35,11 @@ struct State {
     containers: BTreeMap<String, FakeContainer>,
     /// Every StopContainer: (container ID, timeout in seconds).
     stops: Vec<(String, i64)>,
+    /// ImageStatus never answers (a pull that takes forever).
+    images_hang: bool,
+    /// CreateContainer fails.
+    create_fails: bool,
+    creates: u32,
 }
 
 /// An in-memory CRI runtime: containers run until the test exits them.
@@ -155,6 +160,10 @@ impl RuntimeService for Fake {
     ) -> Result<Response<cri::CreateContainerResponse>, Status> {
         let r = r.into_inner();
         let mut s = self.state();
+        s.creates += 1;
+        if s.create_fails {
+            return Err(Status::internal("no space left on device"));
+        }
         s.next += 1;
         let id = format!("c{}", s.next);
         s.containers.insert(
@@ -267,6 +276,10 @@ impl ImageService for Fake {
         &self,
         _: Request<cri::ImageStatusRequest>,
     ) -> Result<Response<cri::ImageStatusResponse>, Status> {
+        let hang = self.state().images_hang;
+        if hang {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
         Ok(Response::new(cri::ImageStatusResponse {
             image: Some(cri::Image {
                 id: "sha256:fake".into(),
@@ -489,4 +502,63 @@ async fn retain_removes_only_this_devicelets_gone_pods() {
         .filter(|c| c.state == cri::ContainerState::ContainerRunning)
         .count();
     assert_eq!(running, 2, "kept pods' containers still run");
+}
+
+#[tokio::test]
+async fn a_kill_cancels_a_sync_stuck_in_a_pull_instead_of_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cri.sock");
+    let fake = Fake::default();
+    serve(fake.clone(), &socket).await;
+    let rt = runtime(dir.path(), &socket, "node-a").await;
+    fake.state().images_hang = true;
+    rt.run_pod(&pod("slow", "Always")).unwrap();
+    let syncing = tokio::spawn({
+        let rt = Arc::clone(&rt);
+        async move { rt.sync_pod("slow").await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        rt.kill_pod("slow", Duration::from_secs(1)),
+    )
+    .await
+    .expect("the kill does not wait for the pull")
+    .unwrap();
+    syncing.await.unwrap().unwrap();
+    assert!(rt.pods().is_empty());
+    assert!(
+        fake.state().sandboxes.is_empty(),
+        "the sandbox the sync made is gone too"
+    );
+    assert_eq!(fake.total_starts(), 0);
+}
+
+#[tokio::test]
+async fn a_container_that_cannot_be_created_is_retried_after_a_back_off_not_every_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cri.sock");
+    let fake = Fake::default();
+    serve(fake.clone(), &socket).await;
+    let rt = runtime(dir.path(), &socket, "node-a").await;
+    fake.state().create_fails = true;
+    rt.run_pod(&pod("full", "Always")).unwrap();
+    for _ in 0..5 {
+        rt.sync_all().await;
+    }
+    assert_eq!(fake.state().creates, 1, "one try, then the 10 s back-off");
+    let status = rt.status("full").unwrap();
+    assert_eq!(status.phase, "Pending");
+    let state = serde_json::to_value(&status.containers[0].state).unwrap();
+    assert_eq!(
+        state["waiting"]["reason"], "CreateContainerError",
+        "{state}"
+    );
+    assert!(
+        state["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no space left"),
+        "{state}"
+    );
 }
