@@ -188,6 +188,7 @@ func TestCRIDeletionStopsTheContainerWithinTheGracePeriod(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	took := time.Since(start)
+	t.Logf("pod object gone %v after the delete (grace period 3 s, SIGTERM ignored)", took)
 	// The node deletes the object only after the container stopped: SIGTERM is ignored, so
 	// that is the grace period (3 s), and not much more.
 	if took < 2500*time.Millisecond || took > 15*time.Second {

@@ -95,6 +95,26 @@ impl Node {
         self.serve = Some(self.root.serve(&args).await);
     }
 
+    /// Runs the example plugin with `devices` devices of `example.com/foo` (and a CDI spec for
+    /// them) and waits until they are advertised.
+    async fn example_plugin(&mut self, devices: u64, extra: &[&str]) {
+        let cdi = self.cdi_dir();
+        let count = devices.to_string();
+        let mut args = vec![
+            "--resource",
+            "example.com/foo",
+            "--devices",
+            &count,
+            "--cdi-dir",
+            &cdi,
+        ];
+        args.extend_from_slice(extra);
+        self.others.push(self.root.example_plugin(&args));
+        self.root
+            .wait_counts("example.com/foo", devices, devices)
+            .await;
+    }
+
     fn cdi_dir(&self) -> String {
         self.root.path().join("cdi").display().to_string()
     }
@@ -193,26 +213,23 @@ async fn a_device_plugins_env_mount_and_device_node_are_inside_the_container() {
     let shared = node.root.path().join("plugin-files");
     std::fs::create_dir_all(&shared).unwrap();
     std::fs::write(shared.join("info"), "mounted-by-the-plugin\n").unwrap();
-    let cdi = node.cdi_dir();
-    node.others.push(node.root.example_plugin(&[
-        "--resource",
-        "example.com/foo",
-        "--devices",
-        "2",
-        "--device-node",
-        "/dev/null",
-        "--mount-dir",
-        shared.to_str().unwrap(),
-        "--cdi-dir",
-        &cdi,
-        "--pre-start",
-    ]));
-    node.root.wait_counts("example.com/foo", 2, 2).await;
+    node.example_plugin(
+        2,
+        &[
+            "--device-node",
+            "/dev/null",
+            "--mount-dir",
+            shared.to_str().unwrap(),
+            "--pre-start",
+        ],
+    )
+    .await;
     let uid = uid();
     let script = "echo ENV=$EXAMPLE_DEVICES; echo CDI=$EXAMPLE_CDI_FOO_0$EXAMPLE_CDI_FOO_1; \
                   for d in /dev/example-*; do [ -c $d ] && echo DEV=$d; done; \
                   echo MOUNT=$(cat /run/example/info); \
                   touch /run/example/x 2>/dev/null && echo WRITABLE || echo READONLY";
+    let admitted_at = Instant::now();
     let admitted = node
         .admit(&pod(
             &uid,
@@ -227,6 +244,10 @@ async fn a_device_plugins_env_mount_and_device_node_are_inside_the_container() {
         .unwrap()
         .to_owned();
     let status = node.finished(&uid).await;
+    eprintln!(
+        "admit → Succeeded with its output logged: {:?}",
+        admitted_at.elapsed()
+    );
     assert_eq!(status["phase"], "Succeeded", "{status}");
     let out = node.logs(&uid, "app").await;
     assert!(out.contains(&format!("ENV={device}\n")), "{out}");
@@ -425,16 +446,7 @@ async fn exit_codes_phases_and_restarts_follow_the_restart_policy() {
 async fn a_killed_devicelet_adopts_its_running_containers() {
     let Some(endpoint) = endpoint() else { return };
     let mut node = Node::start(&endpoint, &[]).await;
-    let cdi = node.cdi_dir();
-    node.others.push(node.root.example_plugin(&[
-        "--resource",
-        "example.com/foo",
-        "--devices",
-        "2",
-        "--cdi-dir",
-        &cdi,
-    ]));
-    node.root.wait_counts("example.com/foo", 2, 2).await;
+    node.example_plugin(2, &[]).await;
     let uid = uid();
     let admitted = node
         .admit(&pod(
@@ -479,16 +491,7 @@ async fn a_killed_devicelet_adopts_its_running_containers() {
 async fn removing_a_pod_stops_its_containers_within_the_grace_period_then_frees_devices() {
     let Some(endpoint) = endpoint() else { return };
     let mut node = Node::start(&endpoint, &[]).await;
-    let cdi = node.cdi_dir();
-    node.others.push(node.root.example_plugin(&[
-        "--resource",
-        "example.com/foo",
-        "--devices",
-        "1",
-        "--cdi-dir",
-        &cdi,
-    ]));
-    node.root.wait_counts("example.com/foo", 1, 1).await;
+    node.example_plugin(1, &[]).await;
     let uid = uid();
     // Ignores SIGTERM: only the SIGKILL at the end of the 2 s grace period stops it.
     node.admit(&pod(
@@ -506,6 +509,7 @@ async fn removing_a_pod_stops_its_containers_within_the_grace_period_then_frees_
     let started = Instant::now();
     node.ok(&["remove", &uid]).await;
     let took = started.elapsed();
+    eprintln!("remove took {took:?} (grace period 2 s, SIGTERM ignored)");
     assert!(
         took >= Duration::from_millis(1500),
         "SIGTERM was ignored, so ~2 s: {took:?}"
