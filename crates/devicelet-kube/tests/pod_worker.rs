@@ -634,3 +634,26 @@ async fn with_a_runtime_pods_run_report_real_states_and_stop_before_release_and_
         Some(&("x".into(), "delete".into()))
     );
 }
+
+#[tokio::test]
+async fn with_a_runtime_a_relist_kills_gone_pods_before_their_devices_go_to_new_ones() {
+    // After a restart: a was admitted and force-deleted while devicelet was down.
+    let node = FakeNode::new(1, &["a"]);
+    let runtime = FakeRuntime::new();
+    let recorder = Recorder::default();
+    let mut w = PodWorker::new("n1", "127.0.0.1", node.clone(), recorder.clone())
+        .with_runtime(runtime.clone());
+    w.handle(Event::Init).await;
+    w.handle(Event::InitApply(pod("b", 10))).await;
+    w.handle(Event::InitDone).await;
+    assert_eq!(
+        runtime.calls(),
+        ["kill a 0s", "run b"],
+        "killed at once, then b runs"
+    );
+    assert_eq!(
+        node.calls(),
+        ["release a", "admit b"],
+        "a's device is free before b is admitted"
+    );
+}
