@@ -433,12 +433,12 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             // Gone from the API: its containers are killed at once (no grace left to honour)
             // and its devices freed before the listed pods are admitted; a kill that fails is
             // retried on its own task and the devices wait for it.
-            if let Some(runtime) = self.runtime.clone() {
-                if let Err(e) = runtime.kill_pod(&uid, Duration::ZERO).await {
-                    warn!(pod_uid = %uid, error = %e, "stopping a gone pod's containers failed; retrying");
-                    self.start_kill(&uid, Duration::ZERO, AfterKill::Nothing);
-                    continue;
-                }
+            if let Some(runtime) = self.runtime.clone()
+                && let Err(e) = runtime.kill_pod(&uid, Duration::ZERO).await
+            {
+                warn!(pod_uid = %uid, error = %e, "stopping a gone pod's containers failed; retrying");
+                self.start_kill(&uid, Duration::ZERO, AfterKill::Nothing);
+                continue;
             }
             self.release(&uid, None).await;
         }
