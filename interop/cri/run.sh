@@ -47,12 +47,13 @@ TOML
 containerd --config "$work/config.toml" > "$work/containerd.log" 2>&1 &
 ctrd=$!
 cleanup() {
+  set +e  # best effort: nothing here may turn a passing run red
   kill "$ctrd" 2>/dev/null || true
   wait "$ctrd" 2>/dev/null || true
   # Shims of containers still running outlive containerd; their mounts pin the directory.
   pkill -f "containerd-shim-runc-v2 .*-address $sock" 2>/dev/null || true
   sleep 1
-  grep -o " $work[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep -o " $work[^ ]*" /proc/mounts || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$work" 2>/dev/null || { sleep 2; rm -rf "$work" 2>/dev/null; } || true
 }
 trap cleanup EXIT
