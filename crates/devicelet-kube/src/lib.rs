@@ -11,6 +11,8 @@
 //!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them;
 //! - [`slices`]: deletes the ResourceSlices of DRA drivers that stay disconnected (30 s delay,
 //!   also at start) as the kubelet's DRA plugin manager does;
+//! - [`bootstrap`]: the node's client certificate from a bootstrap credential through a
+//!   CertificateSigningRequest, and its rotation (the kubelet's TLS bootstrap);
 //! - [`claims`]: the pods' ResourceClaims read from the API server (one GET each, node
 //!   identity) for the node's DRA preparation;
 //! - [`snapshot`] and [`explain`]: read-only tools for users, not part of the node: the
@@ -21,6 +23,8 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+#[cfg(feature = "node")]
+pub mod bootstrap;
 #[cfg(feature = "node")]
 pub mod claims;
 pub mod client;

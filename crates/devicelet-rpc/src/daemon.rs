@@ -109,6 +109,11 @@ pub struct DaemonConfig {
     /// Run admitted pods in a CRI runtime (`serve --runtime cri`); `None`: nothing runs them
     /// (the simulated runtime).
     pub runtime: Option<devicelet_runtime::CriConfig>,
+    /// Bind the root's sockets even when a live process serves them (`serve --force`).
+    pub take_over: bool,
+    /// Cluster mode: pods come from the API server; the control API refuses local pod
+    /// changes.
+    pub pods_from_api_server: bool,
 }
 
 impl DaemonConfig {
@@ -127,6 +132,8 @@ impl DaemonConfig {
             dra_wipe_delay: devicelet_node::dra::DEFAULT_WIPE_DELAY,
             dra_claims: ClaimOrigin::Local,
             runtime: None,
+            take_over: false,
+            pods_from_api_server: false,
         }
     }
 }
@@ -226,14 +233,22 @@ impl Daemon {
         make_dir(&paths.device_plugins, 0o750)?;
         make_dir(&paths.control_dir, 0o750)?;
 
-        // Refuse to take over a root another daemon is serving.
-        if tokio::net::UnixStream::connect(&paths.control_socket)
-            .await
-            .is_ok()
-        {
-            return Err(RpcError::AlreadyRunning {
-                path: paths.control_socket.clone(),
-            });
+        // Refuse to take over a root another live process is serving (a second devicelet, or
+        // a kubelet on /var/lib/kubelet): binding would take its plugins away.
+        let sockets = [
+            paths.control_socket.as_path(),
+            paths.kubelet_socket.as_path(),
+            paths.pod_resources_socket.as_path(),
+        ];
+        if let Some(holder) = crate::root_guard::live_holder(&sockets).await {
+            if !config.take_over {
+                return Err(RpcError::RootInUse {
+                    root: paths.root.clone(),
+                    devicelet: holder.socket == paths.control_socket,
+                    holder,
+                });
+            }
+            warn!(%holder, "--force: taking over the sockets of a live process");
         }
 
         // Resource managers first: a bad configuration or CPU state stops startup, as in the
@@ -414,6 +429,7 @@ impl Daemon {
             devices: manager.clone(),
             pods: pods.clone(),
             runtime: runtime.clone(),
+            pods_from_api_server: config.pods_from_api_server,
         });
         let mut rx = shutdown_rx.clone();
         let socket = paths.control_socket.clone();

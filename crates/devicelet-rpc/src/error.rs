@@ -24,11 +24,21 @@ pub enum RpcError {
     /// The Topology Manager / CPU manager configuration or state is unusable.
     #[error(transparent)]
     Alignment(#[from] devicelet_node::alignment::AlignmentError),
-    /// Another daemon already serves this root directory.
-    #[error("another devicelet is already serving {} (control socket answers)", path.display())]
-    AlreadyRunning {
-        /// The control socket that answered.
-        path: PathBuf,
+    /// A live process (another devicelet, a kubelet) serves this root directory's sockets.
+    #[error(
+        "{} is already serving {}: {holder}. Nothing of it was touched. Stop it, use another \
+         --root-dir, or pass --force to take its sockets over (its device plugins then register \
+         with devicelet)",
+        if *devicelet { "another devicelet" } else { "a kubelet or another agent" },
+        root.display()
+    )]
+    RootInUse {
+        /// The root directory.
+        root: PathBuf,
+        /// The socket that answered and who serves it.
+        holder: crate::root_guard::SocketHolder,
+        /// The control socket answered: the holder is a devicelet.
+        devicelet: bool,
     },
     /// The root directory was removed or replaced while the daemon ran (`rm -rf R`): its
     /// sockets and state files are gone, so nothing can reach the daemon and nothing it writes

@@ -17,6 +17,7 @@ pub mod plugin_client;
 pub mod plugin_watcher;
 pub mod podresources;
 pub mod registration;
+pub mod root_guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod transport;

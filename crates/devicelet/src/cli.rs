@@ -157,8 +157,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Serve Prometheus metrics on http://HOST:PORT/metrics [default: 127.0.0.1:10255, the
-    /// kubelet's read-only port; if that is taken, serving goes on without metrics]. `off`
-    /// disables the endpoint.
+    /// kubelet's read-only port; if that is taken, a free port, named in the log]. An
+    /// address given here that is taken is an error. `off` disables the endpoint.
     #[arg(long, value_parser = parse_metrics_address)]
     pub metrics_address: Option<MetricsAddress>,
     /// How long a disconnected plugin's resource is kept before it becomes inactive
@@ -215,9 +215,84 @@ pub struct ServeArgs {
     /// containerd 1.6, which ignores the field).
     #[arg(long)]
     pub runtime_applies_cdi: bool,
-    /// Pods the Node accepts (`maxPods`, reported in its capacity).
-    #[arg(long, default_value_t = 110)]
-    pub max_pods: u64,
+    /// Pods the Node accepts (`maxPods`, reported in its capacity) [default: 110].
+    #[arg(long)]
+    pub max_pods: Option<u64>,
+    /// The machine the Node advertises in cluster mode instead of this host's:
+    /// `cpu=CORES,memory=QUANTITY,pods=N` (any subset, e.g. `cpu=4,memory=8Gi`). For several
+    /// simulated nodes on one host, which would otherwise each advertise the whole host.
+    /// Devices still come from the plugins; the CPU and Memory Managers use `--config`.
+    #[arg(long, value_parser = parse_capacity, value_name = "cpu=N,memory=Q,pods=N")]
+    pub capacity: Option<Capacity>,
+    /// Start even when another live process (a kubelet, a second devicelet) serves this
+    /// root's `kubelet.sock`, `pod-resources/kubelet.sock` or control socket: take its sockets
+    /// over. Without it `serve` refuses and names that process.
+    #[arg(long)]
+    pub force: bool,
+    /// Join with a bootstrap credential (the kubelet's flag): when `--kubeconfig` does not
+    /// exist or its client certificate is unusable, devicelet creates a
+    /// CertificateSigningRequest for `system:node:NAME` (signer
+    /// kubernetes.io/kube-apiserver-client-kubelet) with this kubeconfig's identity, waits for
+    /// it to be approved and issued, writes the key and certificate to
+    /// R/pki/kubelet-client-current.pem (0600) and writes `--kubeconfig` to use them.
+    #[arg(long, value_name = "FILE", requires = "kubeconfig")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// With a certificate from `--bootstrap-kubeconfig`: request a new one when 70-90 % of
+    /// its lifetime has passed (the kubelet's rotation) and use it from then on.
+    #[arg(long, requires = "bootstrap_kubeconfig")]
+    pub rotate_certificates: bool,
+    /// How long to wait for the bootstrap CertificateSigningRequest to be approved and issued.
+    #[arg(long, value_parser = parse_duration, default_value = "5m", value_name = "DURATION")]
+    pub bootstrap_timeout: Duration,
+    /// Rotate the client certificate this long after it was issued at the latest (tests).
+    #[arg(long, hide = true, env = "DEVICELET_CERT_ROTATE_AFTER", value_parser = parse_duration)]
+    pub certificate_rotate_after: Option<Duration>,
+}
+
+/// A `--capacity` value: what a simulated node advertises.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Whole CPUs.
+    pub cpu: Option<u64>,
+    /// Memory in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Pods.
+    pub pods: Option<u64>,
+}
+
+fn parse_capacity(text: &str) -> Result<Capacity, String> {
+    let mut capacity = Capacity::default();
+    for item in text.split(',').filter(|item| !item.trim().is_empty()) {
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not KEY=VALUE (keys: cpu, memory, pods)"))?;
+        let (key, value) = (key.trim(), value.trim());
+        let whole = |what: &str| {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{what}={value:?} is not a positive whole number"))
+        };
+        match key {
+            "cpu" => capacity.cpu = Some(whole("cpu")?),
+            "pods" => capacity.pods = Some(whole("pods")?),
+            "memory" => {
+                let quantity = devicelet_quantity::Quantity::parse(value)
+                    .map_err(|e| format!("memory={value:?}: {e}"))?;
+                let bytes = u64::try_from(quantity.value_ceil())
+                    .ok()
+                    .filter(|b| *b > 0)
+                    .ok_or_else(|| format!("memory={value:?} is not a positive size"))?;
+                capacity.memory_bytes = Some(bytes);
+            }
+            other => return Err(format!("unknown key {other:?} (keys: cpu, memory, pods)")),
+        }
+    }
+    if capacity == Capacity::default() {
+        return Err("empty: give cpu=N, memory=QUANTITY and/or pods=N".to_owned());
+    }
+    Ok(capacity)
 }
 
 /// A `--runtime` value.
@@ -654,6 +729,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capacity_parses_any_subset_and_refuses_unknown_keys() {
+        assert_eq!(
+            parse_capacity("cpu=4,memory=8Gi,pods=30"),
+            Ok(Capacity {
+                cpu: Some(4),
+                memory_bytes: Some(8 << 30),
+                pods: Some(30)
+            })
+        );
+        assert_eq!(
+            parse_capacity("memory=1500M").map(|c| (c.cpu, c.memory_bytes)),
+            Ok((None, Some(1_500_000_000)))
+        );
+        for bad in ["", "gpu=1", "cpu=0", "cpu=1.5", "memory=lots", "cpu"] {
+            assert!(parse_capacity(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations_parse_with_units() {

@@ -6,6 +6,8 @@ mod cli;
 mod cluster;
 mod commands;
 mod demo;
+#[cfg(test)]
+mod doc_commands;
 mod example_driver;
 mod example_plugin;
 mod output;
@@ -20,6 +22,14 @@ use crate::cli::{Cli, Command};
 /// same allocator so its figures are the binary's.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Colour escapes only for a person at a terminal: a log file or a pipe (a plugin's log
+/// collector, `2>file`) gets plain text, and `NO_COLOR` (any non-empty value) turns colour off.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -54,6 +64,7 @@ async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .init();
 
     let root_dir = cli.root_dir.clone();

@@ -224,11 +224,60 @@ async fn second_serve_on_same_root_is_refused() {
     let (code, log) = root.spawn("serve2", &["serve"]).wait_exit().await;
     assert_eq!(code, 1);
     assert!(
-        log.contains("another devicelet is already serving"),
+        log.contains("another devicelet is already serving") && log.contains("--force"),
         "{log}"
     );
     // The first daemon still answers.
     assert!(root.control().resources().await.is_ok());
+}
+
+/// Issue 29: on a host that runs a kubelet, `serve` on its root must not remove its plugin
+/// sockets nor bind its `kubelet.sock`; it names the process, and `--force` takes over.
+#[tokio::test]
+async fn serve_refuses_a_root_whose_kubelet_sock_a_live_process_serves() {
+    let root = Root::new();
+    std::fs::create_dir_all(&root.paths.device_plugins).unwrap();
+    let kubelet_sock = root.paths.kubelet_socket.clone();
+    // A "kubelet": another process listening on kubelet.sock, with a plugin socket beside it.
+    let script = format!(
+        "import socket,time\ns=socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(1)\ntime.sleep(60)\n",
+        kubelet_sock.to_string_lossy()
+    );
+    let mut kubelet = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .spawn()
+        .unwrap();
+    let plugin_sock = root.paths.device_plugins.join("nvidia-gpu.sock");
+    drop(std::os::unix::net::UnixListener::bind(&plugin_sock).unwrap());
+    for _ in 0..100 {
+        if kubelet_sock.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, log) = root.spawn("serve", &["serve"]).wait_exit().await;
+    assert_eq!(code, 1, "{log}");
+    assert!(
+        log.contains(&format!("served by process {}", kubelet.id()))
+            && log.contains("python3")
+            && log.contains("--force"),
+        "{log}"
+    );
+    assert!(
+        plugin_sock.exists(),
+        "the kubelet's plugin sockets are left alone"
+    );
+    assert!(kubelet_sock.exists(), "its kubelet.sock is left alone");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&kubelet_sock).is_ok(),
+        "the kubelet still answers"
+    );
+
+    // --force takes the root over: plugins register with devicelet from then on.
+    let _serve = root.serve(&["--force"]).await;
+    assert!(!plugin_sock.exists(), "stale sockets cleaned as usual");
+    let _ = kubelet.kill();
+    let _ = kubelet.wait();
 }
 
 #[tokio::test]

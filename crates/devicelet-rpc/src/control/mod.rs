@@ -62,6 +62,21 @@ pub struct ControlState {
     pub pods: Arc<PodAdmitter>,
     /// The CRI runtime that runs admitted pods (`serve --runtime cri`); `None`: simulated.
     pub runtime: Option<Arc<devicelet_runtime::CriRuntime>>,
+    /// Cluster mode: pods come from the API server, so the local `admit`, `remove` and
+    /// `sync-pods` are refused (a local admission would take devices the scheduler believes
+    /// are free; a local removal would free devices of a pod the API server still runs).
+    pub pods_from_api_server: bool,
+}
+
+/// The answer to a local pod change in cluster mode.
+fn pods_come_from_api_server(action: &str) -> Response {
+    error_response(
+        StatusCode::CONFLICT,
+        &format!(
+            "{action} is refused in cluster mode: pods come from the API server (create or delete \
+             the Pod object there; the scheduler decides where it runs)"
+        ),
+    )
 }
 
 /// The control API router.
@@ -95,6 +110,9 @@ async fn get_resources(State(state): State<ControlState>) -> Json<ResourcesSnaps
 }
 
 async fn admit_pod(State(state): State<ControlState>, body: Bytes) -> Response {
+    if state.pods_from_api_server {
+        return pods_come_from_api_server("admit");
+    }
     let pod: Pod = match serde_json::from_slice(&body) {
         Ok(pod) => pod,
         Err(e) => {
@@ -198,6 +216,9 @@ async fn watch_pods(
 }
 
 async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<String>) -> Response {
+    if state.pods_from_api_server {
+        return pods_come_from_api_server("remove");
+    }
     // Containers stop (within the pod's grace period) before their devices are freed.
     if let Some(runtime) = &state.runtime
         && let Err(err) = runtime.kill_pod_gracefully(&uid).await
@@ -214,6 +235,9 @@ async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<Str
 }
 
 async fn sync_pods(State(state): State<ControlState>, body: Bytes) -> Response {
+    if state.pods_from_api_server {
+        return pods_come_from_api_server("sync-pods");
+    }
     let active: ActivePods = match serde_json::from_slice(&body) {
         Ok(active) => active,
         Err(e) => {

@@ -37,6 +37,12 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     config.boot_id_file = args.boot_id_file.clone();
     config.dra_wipe_delay = args.dra_wipe_delay;
     config.runtime = cri_config(root_dir, &config.node_name, &config.metrics, &args);
+    config.take_over = args.force;
+    if args.max_pods.is_some() && args.capacity.is_some_and(|c| c.pods.is_some()) {
+        anyhow::bail!(
+            "--max-pods and --capacity pods=N both set the pods the Node accepts: give one"
+        );
+    }
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
@@ -45,10 +51,16 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     // ResourceClaims from the API server instead of the local store.
     let client = match cluster_source(&args) {
         Some(source) => {
-            let client = devicelet_kube::connect(&source)
-                .await
-                .context("cluster mode: connect to the API server")?;
+            let client = match &args.bootstrap_kubeconfig {
+                Some(bootstrap) => bootstrapped_client(root_dir, &node_name, bootstrap, &args)
+                    .await
+                    .context("cluster mode: TLS bootstrap")?,
+                None => devicelet_kube::connect(&source)
+                    .await
+                    .context("cluster mode: connect to the API server")?,
+            };
             config.dra_claims = ClaimOrigin::Api(Arc::new(ApiClaimSource::new(client.clone())));
+            config.pods_from_api_server = true;
             Some(client)
         }
         None => None,
@@ -102,9 +114,46 @@ fn cri_config(
         cdi_spec_dirs,
         runtime_applies_cdi: args.runtime_applies_cdi,
         node_name: node_name.to_owned(),
-        host_ip: devicelet_kube::machine::read_machine(Some(args.max_pods)).internal_ip,
+        host_ip: devicelet_kube::machine::read_machine(args.max_pods).internal_ip,
         metrics: metrics.clone(),
     })
+}
+
+/// The machine the Node reports: this host's, with `--capacity` and `--max-pods` applied.
+fn advertised_machine(args: &ServeArgs) -> devicelet_kube::node_status::MachineInfo {
+    let capacity = args.capacity.unwrap_or_default();
+    let mut machine = devicelet_kube::machine::read_machine(capacity.pods.or(args.max_pods));
+    if let Some(cpu) = capacity.cpu {
+        machine.cpus = cpu;
+    }
+    if let Some(memory) = capacity.memory_bytes {
+        machine.memory_bytes = memory;
+    }
+    machine
+}
+
+/// A client with the node's own certificate, obtained with `--bootstrap-kubeconfig` when
+/// `--kubeconfig` has none that is valid (the kubelet's TLS bootstrap).
+async fn bootstrapped_client(
+    root_dir: &Path,
+    node_name: &str,
+    bootstrap: &Path,
+    args: &ServeArgs,
+) -> anyhow::Result<devicelet_kube::Client> {
+    let kubeconfig = args
+        .kubeconfig
+        .clone()
+        .context("--bootstrap-kubeconfig needs --kubeconfig (the file to write)")?;
+    let config = devicelet_kube::bootstrap::BootstrapConfig {
+        bootstrap_kubeconfig: bootstrap.to_path_buf(),
+        kubeconfig,
+        cert_dir: root_dir.join("pki"),
+        node_name: node_name.to_owned(),
+        wait: args.bootstrap_timeout,
+        rotate: args.rotate_certificates,
+        rotate_after: args.certificate_rotate_after,
+    };
+    Ok(devicelet_kube::bootstrap::connect_bootstrapped(&config).await?)
 }
 
 /// Where cluster mode's configuration comes from, if cluster mode is on.
@@ -127,7 +176,7 @@ fn start_cluster(
         Some(cri) => Runtime::Cri(Arc::new(ClusterRuntime(Arc::clone(cri)))),
         None => Runtime::Simulated,
     };
-    let mut machine = devicelet_kube::machine::read_machine(Some(args.max_pods));
+    let mut machine = advertised_machine(args);
     machine.container_runtime_version = daemon.runtime().map(|r| r.runtime_version());
     let config = ClusterConfig {
         node_name: node_name.to_owned(),
@@ -162,12 +211,23 @@ pub fn parse_config(text: &str) -> anyhow::Result<AlignmentConfig> {
     if !value.is_mapping() {
         anyhow::bail!("is not a mapping of KubeletConfiguration fields");
     }
-    let config: AlignmentConfig = serde_yaml::from_str(text)?;
+    // A KubeletConfiguration names itself; another kind in the file is a mistake worth an
+    // error rather than a silently ignored file.
+    if let Some(kind) = value.get("kind").and_then(serde_yaml::Value::as_str)
+        && kind != "KubeletConfiguration"
+    {
+        anyhow::bail!("is a {kind:?}, not a KubeletConfiguration");
+    }
+    let mut config: AlignmentConfig = serde_yaml::from_str(text)?;
+    // The type's own header is read, not ignored: no warning for it.
+    config.ignored.remove("apiVersion");
+    config.ignored.remove("kind");
     Ok(config)
 }
 
-/// Starts `/metrics`. An explicit address that cannot be bound is an error; the default
-/// address being taken (another devicelet or a kubelet on this host) only costs the endpoint.
+/// Starts `/metrics`. An explicit address that cannot be bound is an error. The default
+/// address being taken (another devicelet or a kubelet on this host) moves the endpoint to a
+/// free port on the same interface, said in the log, rather than running without metrics.
 async fn start_metrics(
     address: Option<MetricsAddress>,
     manager: &DeviceManager,
@@ -185,10 +245,27 @@ async fn start_metrics(
     let server = match MetricsServer::bind(address, manager.clone()).await {
         Ok(server) => server,
         Err(err) if !explicit => {
-            warn!(error = %err, "metrics endpoint not started; pass --metrics-address HOST:PORT to choose another");
-            return Ok(None);
+            let free = SocketAddr::new(address.ip(), 0);
+            let server = MetricsServer::bind(free, manager.clone())
+                .await
+                .context("start metrics endpoint on a free port")?;
+            warn!(
+                taken = %address,
+                error = %err,
+                address = %server.local_addr().unwrap_or(free),
+                "default metrics port taken (another devicelet or a kubelet?): metrics on a free port; \
+                 pass --metrics-address HOST:PORT to choose one"
+            );
+            server
         }
-        Err(err) => return Err(err).context("start metrics endpoint"),
+        Err(err) => {
+            return Err(err).with_context(|| {
+                format!(
+                    "start metrics endpoint: {address} is taken or unusable; pass another \
+                     --metrics-address HOST:PORT, or `off`"
+                )
+            });
+        }
     };
     info!(address = %server.local_addr().unwrap_or(address), "metrics listening on /metrics");
     Ok(Some(tokio::spawn(async move {
