@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -196,9 +197,25 @@ func TestTLSBootstrapJoinsAndRotates(t *testing.T) {
 	t.Setenv("DEVICELET_CERT_ROTATE_AFTER", "8s")
 	started := time.Now()
 	n := startNodeWith(t, name, kubeconfig, "--bootstrap-kubeconfig", bootstrapKubeconfig,
-		"--rotate-certificates", "--bootstrap-timeout", "60s")
+		"--rotate-certificates", "--bootstrap-timeout", "60s", "--capacity", "cpu=3,memory=5Gi,pods=20")
 	waitFor(t, 60*time.Second, "node "+name+" Ready", func() (bool, string) { return nodeReady(t, name) })
 	t.Logf("bootstrap to Ready: %v", time.Since(started).Round(time.Millisecond))
+
+	// --capacity: the machine this simulated node advertises, not the host's.
+	nd, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := nd.Status.Capacity; c.Cpu().Value() != 3 || c.Memory().Value() != 5<<30 || c.Pods().Value() != 20 {
+		t.Fatalf("capacity %v, want cpu 3, memory 5Gi, pods 20", c)
+	}
+	// Pods come from the API server: a local admission is refused.
+	admit := exec.Command(os.Getenv("DEVICELET_BIN"), "--root-dir", n.root, "admit", "-f", "-")
+	admit.Stdin = strings.NewReader(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default","uid":"u-1"},"spec":{"containers":[{"name":"c","image":"x"}]}}`)
+	out, err := admit.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "admit is refused in cluster mode") {
+		t.Fatalf("local admit in cluster mode: %v\n%s", err, out)
+	}
 
 	// One request from the bootstrap identity, approved and issued.
 	first := csrsFrom(t, "system:bootstrap:"+id)

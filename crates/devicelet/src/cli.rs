@@ -34,7 +34,9 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the node agent in the foreground until SIGTERM/SIGINT.
+    /// Run the node agent in the foreground until SIGTERM/SIGINT (local mode, or a cluster
+    /// node with --kubeconfig).
+    #[command(long_about = SERVE_ABOUT)]
     Serve(ServeArgs),
     /// Show what the running daemon knows.
     Get(GetArgs),
@@ -58,8 +60,9 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Run the built-in example DRA driver (a separate process registering through plugins_registry).
     ExampleDriver(ExampleDriverArgs),
-    /// Temporary root + daemon + example plugin and DRA driver: the inventory, a device flipped
-    /// unhealthy, sample pods, DRA claims, a GPU node's GPU/CPU/memory alignment; then stop.
+    /// A tour in one command, nothing to set up: a temporary root, the daemon, the example
+    /// device plugin and DRA driver as real processes; then stops and cleans up.
+    #[command(long_about = DEMO_ABOUT)]
     Demo(DemoArgs),
     /// Offline DRA structured allocation: AllocationScenario in, AllocationOutcome out.
     Allocate(AllocateArgs),
@@ -80,6 +83,33 @@ pub enum Command {
     /// and the state files as JSON.
     Resources(ResourcesArgs),
 }
+
+const SERVE_ABOUT: &str = "Run the node agent in the foreground until SIGTERM/SIGINT.
+
+Local mode (the default): devicelet serves the kubelet's sockets under --root-dir \
+(device-plugins/kubelet.sock for device plugins, plugins_registry/ for DRA drivers, \
+pod-resources/kubelet.sock for the PodResources API) and its own control API \
+(devicelet/devicelet.sock) through which `devicelet admit`, `start`, `remove` and `get` drive it. \
+Decisions are kept in the kubelet's checkpoint files under the root.
+
+Cluster mode (--kubeconfig FILE, --cluster, or --bootstrap-kubeconfig): devicelet is also \
+Node --node-name of a real cluster. It registers the Node with its devices, keeps its Lease, \
+admits the pods the scheduler binds to it and reports their status. With --runtime simulated \
+(the default) no container runs (like kwok), but its plugins, drivers and devices are real; \
+with --runtime cri the pods run in containerd or CRI-O. Never give devicelet the name or the \
+root of a node that a real kubelet runs: serve refuses a root whose sockets a live process \
+serves unless --force.";
+
+const DEMO_ABOUT: &str = "A tour in one command, nothing to set up.
+
+Makes a temporary root, starts the daemon and the built-in example device plugin and DRA \
+driver as separate processes, and shows: the inventory with NUMA placement, a device turned \
+unhealthy, a pod admitted with its devices and what the runtime would inject (envs, \
+annotations, CDI names), a pod refused with the kubelet's reason, a pod whose DRA claims the \
+driver prepares (CDI files written, then removed), and a second node configured as a GPU \
+machine (examples/kubelet/gpu-node.yaml) whose pod gets its GPU, exclusive CPUs and memory on \
+one NUMA node. Then it stops everything and removes the root (--keep keeps it, to look at the \
+files: the kubelet's checkpoints, devicelet's journal).";
 
 const SCHEDULER_ABOUT: &str = "A secondary Kubernetes scheduler, in the foreground until \
 SIGTERM/SIGINT.
@@ -165,7 +195,9 @@ pub struct ServeArgs {
     /// (kubelet: 5m). For tests; accepts e.g. 500ms, 2s, 5m.
     #[arg(long, hide = true, env = "DEVICELET_ENDPOINT_GRACE_PERIOD", value_parser = parse_duration, default_value = "5m")]
     pub endpoint_grace_period: Duration,
-    /// Node name DRA ResourceSlices are matched against (default: the host name).
+    /// This node's name (default: the host name, lower case). In cluster mode it is the Node
+    /// object devicelet registers and the pods' spec.nodeName; everywhere it is the name DRA
+    /// ResourceSlices are published and matched under. Never a real kubelet's node name.
     #[arg(long)]
     pub node_name: Option<String>,
     /// File holding the boot ID (a changed ID means a reboot: DRA claims are prepared again).

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Root, cli};
+use common::{Root, cli, scrape};
 use rustix::process::Signal;
 
 const GPU: &str = "example.com/gpu";
@@ -280,6 +280,63 @@ async fn serve_refuses_a_root_whose_kubelet_sock_a_live_process_serves() {
     let _ = kubelet.wait();
 }
 
+/// Issue 29: a second node on one host must not run without metrics unnoticed. An address
+/// asked for that is taken is an error; the default one taken moves to a free port, logged.
+/// Logs to a file carry no colour escapes.
+#[tokio::test]
+async fn a_taken_metrics_port_is_an_error_or_moves_to_a_free_port() {
+    let root = Root::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let (code, log) = root
+        .spawn("serve", &["serve", "--metrics-address", &address])
+        .wait_exit()
+        .await;
+    assert_eq!(code, 1, "{log}");
+    assert!(log.contains(&format!("{address} is taken")), "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "colour escapes in a log file:\n{log}"
+    );
+
+    // Hold the default port (other tests' daemons may hold it for a moment).
+    let mut hold = None;
+    for _ in 0..100 {
+        match std::net::TcpListener::bind(devicelet_rpc::DEFAULT_METRICS_ADDRESS) {
+            Ok(listener) => {
+                hold = Some(listener);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let Some(_hold) = hold else {
+        eprintln!("skipped: the default metrics port stayed taken by another process");
+        return;
+    };
+    let serve = root.serve(&[]).await;
+    let log = serve.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("default metrics port taken"))
+        .unwrap_or_else(|| panic!("no fallback logged:\n{log}"));
+    let moved = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("address="))
+        .unwrap_or_else(|| panic!("no address in {line}"));
+    assert_ne!(moved, devicelet_rpc::DEFAULT_METRICS_ADDRESS);
+    let body = scrape(moved).await;
+    assert!(
+        body.contains("200 OK") && body.contains("kubelet_"),
+        "{body}"
+    );
+    assert!(
+        !log.contains('\x1b'),
+        "colour escapes in a log file:\n{log}"
+    );
+    assert_eq!(serve.terminate().await, 0);
+}
+
 #[tokio::test]
 async fn serve_metrics_report_capacity_and_allocatable_per_resource() {
     let root = Root::new();
@@ -294,14 +351,7 @@ async fn serve_metrics_report_capacity_and_allocatable_per_resource() {
         root.example_plugin(&["--resource", GPU, "--devices", "3", "--unhealthy", "gpu-0"]);
     root.wait_counts(GPU, 3, 2).await;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.unwrap();
+    let body = scrape(&address).await;
     assert!(
         body.contains("devicelet_device_plugin_capacity{resource_name=\"example.com/gpu\"} 3"),
         "{body}"

@@ -13,7 +13,7 @@ mod cdi;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Proc, Root, WAIT, cli};
+use common::{Proc, Root, WAIT, cli, scrape};
 use serde_json::Value;
 
 const DRIVER: &str = "gpu.example.com";
@@ -617,18 +617,6 @@ fn free_address() -> String {
         .unwrap()
         .port();
     format!("127.0.0.1:{port}")
-}
-
-async fn scrape(address: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.unwrap();
-    body
 }
 
 /// The value of the sample line `series` (name plus labels exactly as rendered).

@@ -274,3 +274,24 @@ async fn start_metrics(
         }
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kubelet_configuration_header_is_not_reported_as_ignored() {
+        let config = parse_config(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             cpuManagerPolicy: static\nsyncFrequency: 1m\n",
+        )
+        .unwrap();
+        assert_eq!(config.ignored.keys().collect::<Vec<_>>(), ["syncFrequency"]);
+        let err = parse_config("apiVersion: v1\nkind: Pod\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is a \"Pod\", not a KubeletConfiguration"),
+            "{err}"
+        );
+    }
+}

@@ -235,6 +235,20 @@ impl Proc {
     }
 }
 
+/// `GET /metrics` on `address`: the whole HTTP answer (headers and body).
+#[allow(dead_code)] // not every test binary scrapes
+pub async fn scrape(address: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.unwrap();
+    body
+}
+
 /// Runs the CLI to completion; returns (exit code, stdout, stderr).
 pub async fn cli(root: &Path, args: &[&str]) -> (i32, String, String) {
     let output = Command::new(EXE)
