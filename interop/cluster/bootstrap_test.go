@@ -216,6 +216,12 @@ func TestTLSBootstrapJoinsAndRotates(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "admit is refused in cluster mode") {
 		t.Fatalf("local admit in cluster mode: %v\n%s", err, out)
 	}
+	for _, args := range [][]string{{"remove", "u-1"}, {"sync-pods", "--none"}} {
+		out, err := exec.Command(os.Getenv("DEVICELET_BIN"), append([]string{"--root-dir", n.root}, args...)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), args[0]+" is refused in cluster mode") {
+			t.Fatalf("local %s in cluster mode: %v\n%s", args[0], err, out)
+		}
+	}
 
 	// One request from the bootstrap identity, approved and issued.
 	first := csrsFrom(t, "system:bootstrap:"+id)

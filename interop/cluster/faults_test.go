@@ -198,24 +198,21 @@ func TestAPIServerRestart(t *testing.T) {
 	if !ready {
 		t.Fatal("node not Ready after the API server restart")
 	}
-	// While the Lease lapsed the node lifecycle controller may have tainted the node
-	// (node.kubernetes.io/unreachable or not-ready, NoSchedule); kube-controller-manager, itself
-	// recovering from the restart, removes the taint once it sees the node Ready again. Until
-	// then kube-scheduler rightly leaves new pods unscheduled, which is not devicelet's doing.
-	waitFor(t, 90*time.Second, "the node's not-ready/unreachable taints removed", func() (bool, string) {
-		node, err := controlPlane.admin.CoreV1().Nodes().Get(ctx(t), n.name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, taint := range node.Spec.Taints {
-			if strings.HasPrefix(taint.Key, "node.kubernetes.io/") {
-				return false, taint.ToString()
-			}
-		}
-		return true, ""
-	})
-	scaleDeployment(t, ns, "steady", 3)
-	waitForRunning(t, ns, "steady", 3, 90*time.Second)
+	// A new pod after the restart reaches devicelet through its re-established watch. It is
+	// bound by name, not through kube-scheduler: after an API server restart kube-scheduler
+	// may keep a new pod unschedulable for minutes (a node taint seen before its own watch
+	// recovers, then its unschedulable-queue back-off), which is not devicelet's doing and
+	// made this test flaky in CI. (A NoExecute unreachable taint would only evict after the
+	// default 300 s toleration.)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-restart", Namespace: ns, Labels: map[string]string{"app": "after-restart"}},
+		Spec:       podSpec("", 1),
+	}
+	p.Spec.NodeName = n.name
+	if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod: %v", err)
+	}
+	waitForRunning(t, ns, "after-restart", 1, 60*time.Second)
 	after := podResources(t, n)
 	distinctDevices(t, after, 1)
 	for pod, ids := range before {

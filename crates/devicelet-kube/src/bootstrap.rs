@@ -30,12 +30,12 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::config::{Kubeconfig, NamedAuthInfo};
-use kube::{Client, Config};
 use tracing::{info, warn};
 
-use crate::client::{API_DEADLINE, install_crypto_provider, with_deadline};
+use crate::client::{install_crypto_provider, with_deadline};
 use crate::error::ClusterError;
 
 /// The signer of kubelet client certificates.
@@ -165,11 +165,12 @@ pub async fn connect_bootstrapped(config: &BootstrapConfig) -> Result<Client, Bo
     install_crypto_provider();
     std::fs::create_dir_all(&config.cert_dir)
         .map_err(BootstrapError::io("create", &config.cert_dir))?;
-    let store = CertStore::new(&config.cert_dir);
-    if let Some(validity) = kubeconfig_certificate(&config.kubeconfig)? {
+    let store = CertStore::new(&config.cert_dir, &config.node_name);
+    if let Some(validity) = kubeconfig_certificate(&config.kubeconfig, &config.node_name)? {
         info!(kubeconfig = %config.kubeconfig.display(), expires = %validity.not_after_text(), "using the node's kubeconfig");
     } else if let Some(validity) = store.current_validity() {
         info!(certificate = %store.current().display(), expires = %validity.not_after_text(), "using the stored client certificate");
+        store.forget_pending_key();
         write_node_kubeconfig(config, &store)?;
     } else {
         info!(
@@ -206,19 +207,35 @@ pub async fn connect_bootstrapped(config: &BootstrapConfig) -> Result<Client, Bo
 async fn rotate_forever(config: BootstrapConfig, store: CertStore, client: SwappableClient) {
     let mut backoff = Duration::from_secs(1);
     loop {
-        let Some(validity) = store.current_validity() else {
-            warn!(certificate = %store.current().display(), "the stored certificate is gone or expired; rotation stops");
-            return;
-        };
-        let deadline = validity.rotation_deadline(config.rotate_after);
-        if let Ok(wait) = deadline.duration_since(SystemTime::now()) {
-            info!(
-                in_seconds = wait.as_secs(),
-                "next client certificate rotation"
-            );
-            tokio::time::sleep(wait).await;
+        // Never faster than once a second, as client-go's manager: a certificate that is due
+        // at once (a short signing duration, an end date capped by the CA's) must not turn
+        // into a stream of requests.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let current = store.current_validity();
+        if let Some(validity) = current {
+            let deadline = validity.rotation_deadline(config.rotate_after);
+            if let Ok(wait) = deadline.duration_since(SystemTime::now()) {
+                info!(
+                    in_seconds = wait.as_secs(),
+                    "next client certificate rotation"
+                );
+                tokio::time::sleep(wait).await;
+            }
         }
-        match rotate_once(&config, &store, &client).await {
+        // An expired certificate cannot ask for its successor: the bootstrap credential
+        // does, as the kubelet falls back to it.
+        let via = match current {
+            Some(_) => Ok(client.client()),
+            None => {
+                warn!(certificate = %store.current().display(), "the client certificate expired: renewing it with the bootstrap credential");
+                client_from_kubeconfig(&config.bootstrap_kubeconfig).await
+            }
+        };
+        let result = match via {
+            Ok(via) => rotate_once(&config, &store, &client, &via).await,
+            Err(err) => Err(err),
+        };
+        match result {
             Ok(()) => backoff = Duration::from_secs(1),
             Err(err) => {
                 warn!(error = %err, retry_in_seconds = backoff.as_secs(), "client certificate rotation failed");
@@ -229,17 +246,34 @@ async fn rotate_forever(config: BootstrapConfig, store: CertStore, client: Swapp
     }
 }
 
-/// One rotation: a request with the node's own identity, the new certificate stored, the
-/// client switched to it.
+/// One rotation: a request through `via`, the new certificate stored, the client switched to
+/// it.
 async fn rotate_once(
     config: &BootstrapConfig,
     store: &CertStore,
     client: &SwappableClient,
+    via: &Client,
 ) -> Result<(), BootstrapError> {
     let key = rcgen::KeyPair::generate()?;
-    let pem = request_certificate(&client.client(), config, &key, false).await?;
+    let pem = request_certificate(via, config, &key, false).await?;
     store.save(&pem, &key)?;
-    client.swap(client_from_kubeconfig(&config.kubeconfig).await?);
+    // The store now names the new certificate: the client must follow it, or the old one
+    // would stay in use until it expires. The kubeconfig is devicelet's own, so a failure
+    // here is transient (a full disk): retry until it works.
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        match client_from_kubeconfig(&config.kubeconfig).await {
+            Ok(new) => {
+                client.swap(new);
+                break;
+            }
+            Err(err) => {
+                warn!(error = %err, "cannot build a client on the rotated certificate; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
     let validity = store.current_validity();
     info!(
         expires = %validity.map(|v| v.not_after_text()).unwrap_or_default(),
@@ -293,7 +327,7 @@ async fn request_certificate(
     };
     info!(csr = %name, signer = KUBELET_CLIENT_SIGNER, "CertificateSigningRequest created; waiting for approval and issuance");
     let certificate = wait_for_certificate(&api, &name, config.wait).await?;
-    check_certificate(&name, &certificate, key)?;
+    check_certificate(&name, &config.node_name, &certificate, key)?;
     Ok(certificate)
 }
 
@@ -306,12 +340,30 @@ async fn wait_for_certificate(
     let started = tokio::time::Instant::now();
     let mut approved = false;
     loop {
-        let csr = with_deadline(
+        let csr = match with_deadline(
             format!("get CertificateSigningRequest {name}"),
             api.get(name),
         )
-        .await?;
-        let status = csr.status.unwrap_or_default();
+        .await
+        {
+            Ok(csr) => Some(csr),
+            Err(ClusterError::Api {
+                source: kube::Error::Api(status),
+                ..
+            }) if status.code == 404 => {
+                return Err(BootstrapError::Failed {
+                    name: name.to_owned(),
+                    reason: "Deleted".to_owned(),
+                    message: "the request was deleted before it was issued".to_owned(),
+                });
+            }
+            // The API server restarting, a reset connection: look again until the wait ends.
+            Err(err) => {
+                warn!(csr = %name, error = %err, "cannot read the CertificateSigningRequest; retrying");
+                None
+            }
+        };
+        let status = csr.and_then(|c| c.status).unwrap_or_default();
         for condition in status.conditions.unwrap_or_default() {
             if condition.status != "True" {
                 continue;
@@ -407,16 +459,28 @@ fn digested_name(node: &str, key: &rcgen::KeyPair) -> String {
 }
 
 /// The issued certificate must be for the key devicelet holds and valid now.
-fn check_certificate(name: &str, pem: &[u8], key: &rcgen::KeyPair) -> Result<(), BootstrapError> {
+fn check_certificate(
+    name: &str,
+    node: &str,
+    pem: &[u8],
+    key: &rcgen::KeyPair,
+) -> Result<(), BootstrapError> {
     use rcgen::PublicKeyData;
     let bad = |message: String| BootstrapError::BadCertificate {
         name: name.to_owned(),
         message,
     };
-    let (spki, validity) = first_certificate(pem).map_err(bad)?;
-    if spki != key.subject_public_key_info() {
+    let info = first_certificate(pem).map_err(bad)?;
+    if info.spki != key.subject_public_key_info() {
         return Err(bad("it is not for devicelet's key".to_owned()));
     }
+    if !info.is_for(node) {
+        return Err(bad(format!(
+            "it is for {}, not system:node:{node}",
+            info.subject()
+        )));
+    }
+    let validity = info.validity;
     if !validity.valid_now() {
         return Err(bad(format!(
             "it is not valid now (until {})",
@@ -436,9 +500,10 @@ pub struct Validity {
 }
 
 impl Validity {
+    /// Not expired. The start is not checked, as the kubelet does not: a node whose clock is
+    /// behind the signer's (which backdates by 5 minutes) still uses a fresh certificate.
     fn valid_now(&self) -> bool {
-        let now = unix_now();
-        self.not_before <= now && now < self.not_after
+        unix_now() < self.not_after
     }
 
     fn not_after_text(&self) -> String {
@@ -480,8 +545,34 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The first certificate of a PEM text: its SubjectPublicKeyInfo (DER) and validity.
-fn first_certificate(pem: &[u8]) -> Result<(Vec<u8>, Validity), String> {
+/// What devicelet reads from a certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CertInfo {
+    /// SubjectPublicKeyInfo (DER).
+    spki: Vec<u8>,
+    validity: Validity,
+    common_names: Vec<String>,
+    organizations: Vec<String>,
+}
+
+impl CertInfo {
+    /// For `system:node:<node>` in `system:nodes`: what the Node authorizer needs.
+    fn is_for(&self, node: &str) -> bool {
+        self.common_names == [format!("system:node:{node}")]
+            && self.organizations.iter().any(|o| o == NODES_GROUP)
+    }
+
+    fn subject(&self) -> String {
+        format!(
+            "CN={} O={}",
+            self.common_names.join("+"),
+            self.organizations.join("+")
+        )
+    }
+}
+
+/// The first certificate of a PEM text.
+fn first_certificate(pem: &[u8]) -> Result<CertInfo, String> {
     for block in x509_parser::pem::Pem::iter_from_buffer(pem) {
         let block = block.map_err(|e| format!("not PEM: {e}"))?;
         if block.label != "CERTIFICATE" {
@@ -491,13 +582,24 @@ fn first_certificate(pem: &[u8]) -> Result<(Vec<u8>, Validity), String> {
             .parse_x509()
             .map_err(|e| format!("not an X.509 certificate: {e}"))?;
         let validity = certificate.validity();
-        return Ok((
-            certificate.public_key().raw.to_vec(),
-            Validity {
+        let subject = certificate.subject();
+        let common_names = subject
+            .iter_common_name()
+            .filter_map(|a| a.as_str().ok().map(str::to_owned))
+            .collect();
+        let organizations = subject
+            .iter_organization()
+            .filter_map(|a| a.as_str().ok().map(str::to_owned))
+            .collect();
+        return Ok(CertInfo {
+            spki: certificate.public_key().raw.to_vec(),
+            validity: Validity {
                 not_before: validity.not_before.timestamp(),
                 not_after: validity.not_after.timestamp(),
             },
-        ));
+            common_names,
+            organizations,
+        });
     }
     Err("no CERTIFICATE block".to_owned())
 }
@@ -506,12 +608,15 @@ fn first_certificate(pem: &[u8]) -> Result<(Vec<u8>, Validity), String> {
 #[derive(Debug, Clone)]
 struct CertStore {
     dir: PathBuf,
+    /// The node whose certificates are wanted.
+    node: String,
 }
 
 impl CertStore {
-    fn new(dir: &Path) -> Self {
+    fn new(dir: &Path, node: &str) -> Self {
         CertStore {
             dir: dir.to_path_buf(),
+            node: node.to_owned(),
         }
     }
 
@@ -519,11 +624,21 @@ impl CertStore {
         self.dir.join(CURRENT_PEM)
     }
 
-    /// The current certificate's validity, if it exists, parses and is valid now.
+    /// The current certificate's validity, if it exists, parses, is this node's and is valid
+    /// now (another node's, from a renamed node, means a new bootstrap).
     fn current_validity(&self) -> Option<Validity> {
         let pem = std::fs::read(self.current()).ok()?;
-        let (_, validity) = first_certificate(&pem).ok()?;
-        validity.valid_now().then_some(validity)
+        let info = first_certificate(&pem).ok()?;
+        if !info.is_for(&self.node) {
+            warn!(
+                certificate = %self.current().display(),
+                subject = %info.subject(),
+                node = %self.node,
+                "the stored certificate is another node's; not using it"
+            );
+            return None;
+        }
+        info.validity.valid_now().then_some(info.validity)
     }
 
     /// The key of a pending bootstrap request, created (0600) when there is none.
@@ -574,19 +689,25 @@ fn write_private(path: &Path, content: &[u8]) -> Result<(), BootstrapError> {
     use std::io::Write;
     let tmp = path.with_extension("writing");
     let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(BootstrapError::io("create", &tmp))?;
-    file.write_all(content)
-        .and_then(|()| file.sync_all())
-        .map_err(BootstrapError::io("write", &tmp))?;
-    // create_new with a mode is subject to the umask, which may only remove bits: 0600 stays.
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .map_err(BootstrapError::io("chmod", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(BootstrapError::io("replace", path))?;
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(BootstrapError::io("create", &tmp))?;
+        file.write_all(content)
+            .and_then(|()| file.sync_all())
+            .map_err(BootstrapError::io("write", &tmp))?;
+        // The mode given to open is subject to the umask, which may only remove bits.
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+            .map_err(BootstrapError::io("chmod", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(BootstrapError::io("replace", path))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     if let Some(dir) = path.parent() {
         sync_dir(dir);
     }
@@ -599,10 +720,11 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// The client certificate of `path`'s current user, if the file exists, names one, and it is
-/// valid now. A kubeconfig without a client certificate (a token) is taken as usable, as the
-/// kubelet does; `None` means "bootstrap".
-fn kubeconfig_certificate(path: &Path) -> Result<Option<Validity>, BootstrapError> {
+/// The client certificate of `path`'s current user, if the file exists, names a certificate
+/// and a key that can be read, and the certificate is valid now; `None` means "bootstrap"
+/// (a kubeconfig without a certificate, e.g. a token, too: the kubelet bootstraps then). A
+/// certificate for another node is an error: joining with it would be refused.
+fn kubeconfig_certificate(path: &Path, node: &str) -> Result<Option<Validity>, BootstrapError> {
     if !path.exists() {
         return Ok(None);
     }
@@ -620,19 +742,25 @@ fn kubeconfig_certificate(path: &Path) -> Result<Option<Validity>, BootstrapErro
     } else if let Some(file) = &user.client_certificate {
         std::fs::read(file).ok()
     } else {
-        // Not a certificate identity: nothing to check or renew.
-        return Ok(Some(Validity {
-            not_before: 0,
-            not_after: i64::MAX,
-        }));
+        None
     };
-    let validity = pem
-        .and_then(|pem| first_certificate(&pem).ok())
-        .map(|(_, v)| v);
-    match validity {
-        Some(v) if v.valid_now() => Ok(Some(v)),
+    let key_readable = user.client_key_data.is_some()
+        || user
+            .client_key
+            .as_ref()
+            .is_some_and(|file| std::fs::File::open(file).is_ok());
+    match pem.and_then(|pem| first_certificate(&pem).ok()) {
+        Some(info) if !info.is_for(node) => Err(BootstrapError::Kubeconfig {
+            path: path.to_path_buf(),
+            message: format!(
+                "its client certificate is for {}, not system:node:{node}: give this node its \
+                 own --kubeconfig path",
+                info.subject()
+            ),
+        }),
+        Some(info) if key_readable && info.validity.valid_now() => Ok(Some(info.validity)),
         _ => {
-            info!(kubeconfig = %path.display(), "the kubeconfig's client certificate is missing or not valid now");
+            info!(kubeconfig = %path.display(), "the kubeconfig has no usable client certificate and key: bootstrapping");
             Ok(None)
         }
     }
@@ -720,20 +848,8 @@ fn write_node_kubeconfig(
 
 /// A client for a kubeconfig file, with devicelet's timeouts.
 async fn client_from_kubeconfig(path: &Path) -> Result<Client, BootstrapError> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| BootstrapError::Kubeconfig {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| BootstrapError::Kubeconfig {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-    config.connect_timeout = Some(Duration::from_secs(10));
-    config.read_timeout = Some(Duration::from_secs(300));
-    config.write_timeout = Some(API_DEADLINE);
-    Client::try_from(config).map_err(|e| BootstrapError::Api(ClusterError::Client(e)))
+    let source = crate::client::ClusterSource::Kubeconfig(path.to_path_buf());
+    Ok(crate::client::connect(&source).await?)
 }
 
 /// A client whose requests go to the newest inner client: [`Self::swap`] after a rotation
@@ -804,6 +920,9 @@ mod tests {
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, NODES_GROUP);
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         params.not_after = if valid {
             rcgen::date_time_ymd(2999, 1, 1)
@@ -877,7 +996,7 @@ mod tests {
     #[test]
     fn the_store_writes_0600_and_links_the_current_certificate() {
         let dir = tempfile::tempdir().unwrap();
-        let store = CertStore::new(dir.path());
+        let store = CertStore::new(dir.path(), "n");
         assert!(store.current_validity().is_none());
         let (pem, key) = self_signed("n", true);
         let written = store.save(pem.as_bytes(), &key).unwrap();
@@ -888,9 +1007,13 @@ mod tests {
         // Certificate and key in one file, as the kubelet's store keeps them.
         let text = std::fs::read_to_string(store.current()).unwrap();
         assert!(text.contains("BEGIN CERTIFICATE") && text.contains("PRIVATE KEY"));
-        check_certificate("x", pem.as_bytes(), &key).unwrap();
+        check_certificate("x", "n", pem.as_bytes(), &key).unwrap();
+        let err = check_certificate("x", "m", pem.as_bytes(), &key).unwrap_err();
+        assert!(err.to_string().contains("not system:node:m"), "{err}");
+        // Another node's certificate in the store is not used.
+        assert!(CertStore::new(dir.path(), "m").current_validity().is_none());
         let other = rcgen::KeyPair::generate().unwrap();
-        let err = check_certificate("x", pem.as_bytes(), &other).unwrap_err();
+        let err = check_certificate("x", "n", pem.as_bytes(), &other).unwrap_err();
         assert!(err.to_string().contains("not for devicelet's key"), "{err}");
         // The pending key survives a restart: the same request name.
         let k1 = store.pending_key().unwrap();
@@ -912,13 +1035,91 @@ mod tests {
             cert.display()
         );
         std::fs::write(&kubeconfig, &text).unwrap();
-        assert_eq!(kubeconfig_certificate(&kubeconfig).unwrap(), None);
+        assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
         let (pem, key) = self_signed("n", true);
         std::fs::write(&cert, format!("{pem}{}", key.serialize_pem())).unwrap();
-        assert!(kubeconfig_certificate(&kubeconfig).unwrap().is_some());
+        assert!(kubeconfig_certificate(&kubeconfig, "n").unwrap().is_some());
         assert_eq!(
-            kubeconfig_certificate(&dir.path().join("missing")).unwrap(),
+            kubeconfig_certificate(&dir.path().join("missing"), "n").unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn another_nodes_kubeconfig_is_an_error_and_a_token_means_bootstrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pem, key) = self_signed("other", true);
+        let cert = dir.path().join("c.pem");
+        std::fs::write(&cert, format!("{pem}{}", key.serialize_pem())).unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let header = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://127.0.0.1:1}}]\n\
+                      contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n";
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "{header}users: [{{name: u, user: {{client-certificate: {0}, client-key: {0}}}}}]\n",
+                cert.display()
+            ),
+        )
+        .unwrap();
+        let err = kubeconfig_certificate(&kubeconfig, "n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is for CN=system:node:other O=system:nodes, not system:node:n"),
+            "{err}"
+        );
+        // A token (the bootstrap kubeconfig given as --kubeconfig too) is not a node identity.
+        std::fs::write(
+            &kubeconfig,
+            format!("{header}users: [{{name: u, user: {{token: abc.def}}}}]\n"),
+        )
+        .unwrap();
+        assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
+        // A certificate whose key file is gone: bootstrap again.
+        let (pem, _) = self_signed("n", true);
+        std::fs::write(&cert, pem).unwrap();
+        let gone = dir.path().join("gone.key");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "{header}users: [{{name: u, user: {{client-certificate: {}, client-key: {}}}}}]\n",
+                cert.display(),
+                gone.display()
+            ),
+        )
+        .unwrap();
+        assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
+    }
+
+    /// A client whose every answer is `name` (a stand-in for one certificate's connection).
+    fn answering(name: &'static str) -> Client {
+        let service = tower::service_fn(
+            move |_request: http::Request<kube::client::Body>| async move {
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    name.as_bytes().to_vec(),
+                )))
+            },
+        );
+        Client::new(service, "default")
+    }
+
+    async fn answer_of(client: &Client) -> String {
+        let request = http::Request::get("/version")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let response = client.send(request).await.unwrap();
+        let bytes = response.into_body().collect_bytes().await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_swap_moves_every_later_request_of_existing_clones() {
+        let swappable = SwappableClient::new(answering("first certificate"));
+        let client = swappable.client();
+        let clone = client.clone();
+        assert_eq!(answer_of(&client).await, "first certificate");
+        swappable.swap(answering("rotated certificate"));
+        assert_eq!(answer_of(&client).await, "rotated certificate");
+        assert_eq!(answer_of(&clone).await, "rotated certificate");
     }
 }

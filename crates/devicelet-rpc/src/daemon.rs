@@ -138,6 +138,29 @@ impl DaemonConfig {
     }
 }
 
+/// Refuses a root another live process is serving (a second devicelet, or a kubelet on
+/// /var/lib/kubelet): binding would take its plugins away. With `take_over` (`serve --force`)
+/// the holder is only logged. Front ends that write under the root before the daemon starts
+/// (the TLS bootstrap's `R/pki`) call this first.
+pub async fn check_root(paths: &RootPaths, take_over: bool) -> Result<(), RpcError> {
+    let sockets = [
+        paths.control_socket.as_path(),
+        paths.kubelet_socket.as_path(),
+        paths.pod_resources_socket.as_path(),
+    ];
+    if let Some(holder) = crate::root_guard::live_holder(&sockets).await {
+        if !take_over {
+            return Err(RpcError::RootInUse {
+                root: paths.root.clone(),
+                devicelet: holder.socket == paths.control_socket,
+                holder,
+            });
+        }
+        warn!(%holder, "--force: taking over the sockets of a live process");
+    }
+    Ok(())
+}
+
 /// The host name (lower case), as the kubelet's default node name.
 pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -233,23 +256,7 @@ impl Daemon {
         make_dir(&paths.device_plugins, 0o750)?;
         make_dir(&paths.control_dir, 0o750)?;
 
-        // Refuse to take over a root another live process is serving (a second devicelet, or
-        // a kubelet on /var/lib/kubelet): binding would take its plugins away.
-        let sockets = [
-            paths.control_socket.as_path(),
-            paths.kubelet_socket.as_path(),
-            paths.pod_resources_socket.as_path(),
-        ];
-        if let Some(holder) = crate::root_guard::live_holder(&sockets).await {
-            if !config.take_over {
-                return Err(RpcError::RootInUse {
-                    root: paths.root.clone(),
-                    devicelet: holder.socket == paths.control_socket,
-                    holder,
-                });
-            }
-            warn!(%holder, "--force: taking over the sockets of a live process");
-        }
+        check_root(&paths, config.take_over).await?;
 
         // Resource managers first: a bad configuration or CPU state stops startup, as in the
         // kubelet, before any socket is bound.

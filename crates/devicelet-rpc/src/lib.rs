@@ -23,7 +23,7 @@ pub mod test_utils;
 pub mod transport;
 
 pub use control::{ControlClient, ControlState};
-pub use daemon::{Daemon, DaemonConfig, RootPaths};
+pub use daemon::{Daemon, DaemonConfig, RootPaths, check_root};
 pub use devicelet_metrics::Metrics;
 pub use dra_client::{GrpcDraClient, GrpcDraDialer};
 pub use dra_handler::DraHandler;

@@ -49,7 +49,8 @@ impl std::fmt::Display for SocketHolder {
             ),
             None => write!(
                 f,
-                "{} is served by a live process (not visible in /proc to this user)",
+                "{} is served by a live process that could not be identified (not visible in \
+                 /proc to this user?)",
                 self.socket.display()
             ),
         }
@@ -82,8 +83,11 @@ pub async fn live_holder(sockets: &[&Path]) -> Option<SocketHolder> {
 /// The process listening on `socket`, read from `proc` (`/proc` outside tests).
 fn holder_process(socket: &Path, proc: &Path) -> Option<ProcessInfo> {
     let table = std::fs::read_to_string(proc.join("net/unix")).ok()?;
-    let absolute = std::fs::canonicalize(socket).unwrap_or_else(|_| socket.to_path_buf());
-    let inodes = listening_inodes(&table, &absolute);
+    // The table holds the path as it was bound: through a symlink (/var/run) or not.
+    let mut inodes = listening_inodes(&table, socket);
+    if let Ok(canonical) = std::fs::canonicalize(socket) {
+        inodes.extend(listening_inodes(&table, &canonical));
+    }
     if inodes.is_empty() {
         return None;
     }

@@ -301,7 +301,7 @@ async fn a_taken_metrics_port_is_an_error_or_moves_to_a_free_port() {
 
     // Hold the default port (other tests' daemons may hold it for a moment).
     let mut hold = None;
-    for _ in 0..100 {
+    for _ in 0..600 {
         match std::net::TcpListener::bind(devicelet_rpc::DEFAULT_METRICS_ADDRESS) {
             Ok(listener) => {
                 hold = Some(listener);
@@ -310,10 +310,7 @@ async fn a_taken_metrics_port_is_an_error_or_moves_to_a_free_port() {
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
-    let Some(_hold) = hold else {
-        eprintln!("skipped: the default metrics port stayed taken by another process");
-        return;
-    };
+    let _hold = hold.expect("the default metrics port stayed taken for 30 s");
     let serve = root.serve(&[]).await;
     let log = serve.log();
     let line = log

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::Context;
 use devicelet_devicemanager::DeviceManager;
 use devicelet_node::{AlignmentConfig, ClaimOrigin};
-use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer};
+use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer, RootPaths};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
@@ -47,14 +47,34 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
 
     let node_name = config.node_name.clone();
+    if args.capacity.is_some() && cluster_source(&args).is_none() {
+        warn!("--capacity only changes what a Node advertises in cluster mode; ignored here");
+    }
     // Cluster mode: the client exists before the daemon, whose DRA admission reads the pods'
     // ResourceClaims from the API server instead of the local store.
     let client = match cluster_source(&args) {
         Some(source) => {
             let client = match &args.bootstrap_kubeconfig {
-                Some(bootstrap) => bootstrapped_client(root_dir, &node_name, bootstrap, &args)
-                    .await
-                    .context("cluster mode: TLS bootstrap")?,
+                Some(bootstrap) => {
+                    // The bootstrap writes under R/pki: not under a root another process serves.
+                    devicelet_rpc::check_root(&RootPaths::new(root_dir), args.force)
+                        .await
+                        .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
+                    // The wait for a certificate may be long: a signal ends it.
+                    tokio::select! {
+                        client = bootstrapped_client(root_dir, &node_name, bootstrap, &args) => {
+                            client.context("cluster mode: TLS bootstrap")?
+                        }
+                        _ = terminate.recv() => {
+                            info!("SIGTERM received while waiting for a certificate; stopping");
+                            return Ok(());
+                        }
+                        _ = interrupt.recv() => {
+                            info!("SIGINT received while waiting for a certificate; stopping");
+                            return Ok(());
+                        }
+                    }
+                }
                 None => devicelet_kube::connect(&source)
                     .await
                     .context("cluster mode: connect to the API server")?,
@@ -144,10 +164,15 @@ async fn bootstrapped_client(
         .kubeconfig
         .clone()
         .context("--bootstrap-kubeconfig needs --kubeconfig (the file to write)")?;
+    // Absolute paths: the kubeconfig written names the certificate, and the store's link
+    // points at it, from wherever they are read.
+    let absolute = |path: &Path| {
+        std::path::absolute(path).with_context(|| format!("resolve {}", path.display()))
+    };
     let config = devicelet_kube::bootstrap::BootstrapConfig {
-        bootstrap_kubeconfig: bootstrap.to_path_buf(),
-        kubeconfig,
-        cert_dir: root_dir.join("pki"),
+        bootstrap_kubeconfig: absolute(bootstrap)?,
+        kubeconfig: absolute(&kubeconfig)?,
+        cert_dir: absolute(&root_dir.join("pki"))?,
         node_name: node_name.to_owned(),
         wait: args.bootstrap_timeout,
         rotate: args.rotate_certificates,
