@@ -435,16 +435,8 @@ fn digested_name(node: &str, key: &rcgen::KeyPair) -> String {
     use rcgen::PublicKeyData;
     let mut context = ring::digest::Context::new(&ring::digest::SHA256);
     context.update(&key.subject_public_key_info());
-    for part in [format!("system:node:{node}"), NODES_GROUP.to_owned()]
-        .iter()
-        .chain(
-            USAGES
-                .iter()
-                .map(|u| (*u).to_owned())
-                .collect::<Vec<_>>()
-                .iter(),
-        )
-    {
+    let subject = format!("system:node:{node}");
+    for part in [subject.as_str(), NODES_GROUP].into_iter().chain(USAGES) {
         context.update(&[0]);
         context.update(part.as_bytes());
     }
@@ -1021,6 +1013,25 @@ mod tests {
         assert_eq!(digested_name("n", &k1), digested_name("n", &k2));
     }
 
+    /// Writes a kubeconfig whose current context's user is `user` (a YAML flow mapping).
+    fn write_kubeconfig(path: &Path, user: &str) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: https://127.0.0.1:1}}}}]\n\
+             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n\
+             users: [{{name: u, user: {user}}}]\n"
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// `{client-certificate: CERT, client-key: KEY}`.
+    fn certificate_user(cert: &Path, key: &Path) -> String {
+        format!(
+            "{{client-certificate: {}, client-key: {}}}",
+            cert.display(),
+            key.display()
+        )
+    }
+
     #[test]
     fn an_expired_kubeconfig_certificate_means_bootstrap() {
         let dir = tempfile::tempdir().unwrap();
@@ -1028,13 +1039,7 @@ mod tests {
         let cert = dir.path().join("c.pem");
         std::fs::write(&cert, format!("{pem}{}", key.serialize_pem())).unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: https://127.0.0.1:1}}}}]\n\
-             contexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n\
-             users: [{{name: u, user: {{client-certificate: {0}, client-key: {0}}}}}]\n",
-            cert.display()
-        );
-        std::fs::write(&kubeconfig, &text).unwrap();
+        write_kubeconfig(&kubeconfig, &certificate_user(&cert, &cert));
         assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
         let (pem, key) = self_signed("n", true);
         std::fs::write(&cert, format!("{pem}{}", key.serialize_pem())).unwrap();
@@ -1052,16 +1057,7 @@ mod tests {
         let cert = dir.path().join("c.pem");
         std::fs::write(&cert, format!("{pem}{}", key.serialize_pem())).unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        let header = "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: https://127.0.0.1:1}}]\n\
-                      contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n";
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "{header}users: [{{name: u, user: {{client-certificate: {0}, client-key: {0}}}}}]\n",
-                cert.display()
-            ),
-        )
-        .unwrap();
+        write_kubeconfig(&kubeconfig, &certificate_user(&cert, &cert));
         let err = kubeconfig_certificate(&kubeconfig, "n").unwrap_err();
         assert!(
             err.to_string()
@@ -1069,25 +1065,15 @@ mod tests {
             "{err}"
         );
         // A token (the bootstrap kubeconfig given as --kubeconfig too) is not a node identity.
-        std::fs::write(
-            &kubeconfig,
-            format!("{header}users: [{{name: u, user: {{token: abc.def}}}}]\n"),
-        )
-        .unwrap();
+        write_kubeconfig(&kubeconfig, "{token: abc.def}");
         assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
         // A certificate whose key file is gone: bootstrap again.
         let (pem, _) = self_signed("n", true);
         std::fs::write(&cert, pem).unwrap();
-        let gone = dir.path().join("gone.key");
-        std::fs::write(
+        write_kubeconfig(
             &kubeconfig,
-            format!(
-                "{header}users: [{{name: u, user: {{client-certificate: {}, client-key: {}}}}}]\n",
-                cert.display(),
-                gone.display()
-            ),
-        )
-        .unwrap();
+            &certificate_user(&cert, &dir.path().join("gone.key")),
+        );
         assert_eq!(kubeconfig_certificate(&kubeconfig, "n").unwrap(), None);
     }
 

@@ -56,10 +56,15 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
         Some(source) => {
             let client = match &args.bootstrap_kubeconfig {
                 Some(bootstrap) => {
-                    // The bootstrap writes under R/pki: not under a root another process serves.
-                    devicelet_rpc::check_root(&RootPaths::new(root_dir), args.force)
-                        .await
-                        .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
+                    // The bootstrap writes under R/pki: not under a root another process
+                    // serves. (With --force, Daemon::start logs the holder it takes over.)
+                    if !args.force {
+                        devicelet_rpc::check_root(&RootPaths::new(root_dir), false)
+                            .await
+                            .with_context(|| {
+                                format!("start devicelet on {}", root_dir.display())
+                            })?;
+                    }
                     // The wait for a certificate may be long: a signal ends it.
                     tokio::select! {
                         client = bootstrapped_client(root_dir, &node_name, bootstrap, &args) => {
