@@ -34,6 +34,7 @@ use tracing::{debug, info, warn};
 use crate::binding_conditions::{Readiness, has_binding_conditions, readiness};
 use crate::cycle::{ExtendedPlacement, Placement};
 use crate::extended;
+use crate::gang::barrier::GroupBarrier;
 use crate::queue::QueuedPod;
 use crate::report::{FailureReason, Reporter};
 use crate::shared::Shared;
@@ -48,6 +49,10 @@ pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
 const BINDING_SLOTS: usize = 64;
 /// Attempts of a conflict-checked write (`retry.DefaultRetry`: 5 steps).
 const CONFLICT_RETRIES: usize = 5;
+/// How long a group member waits for the others beyond the binding-conditions timeout.
+const GROUP_WAIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long a member waits for the claim another member of its group allocates to be written.
+const SHARED_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often PreBind looks at claims waiting for binding conditions.
 const BINDING_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -108,6 +113,11 @@ impl Binder {
         }
     }
 
+    /// The API client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The reporter (conditions and events).
     pub fn reporter(&self) -> &Reporter {
         &self.reporter
@@ -116,8 +126,21 @@ impl Binder {
     /// The binding cycle of `qp` onto `placement` (spawned by the scheduling loop after
     /// Reserve). `started`: when its scheduling attempt began.
     pub async fn bind(self, qp: QueuedPod, placement: Placement, started: Instant) {
+        self.bind_member(qp, placement, started, None).await;
+    }
+
+    /// The binding cycle of a pod-group member: with a `barrier`, the pod binds only once every
+    /// member of its group cycle has written its claims and the group still has its quorum
+    /// (`gang::barrier`).
+    pub async fn bind_member(
+        self,
+        qp: QueuedPod,
+        placement: Placement,
+        started: Instant,
+        barrier: Option<(Arc<GroupBarrier>, String)>,
+    ) {
         // The semaphore is never closed; without a permit the binding would just not wait.
-        let _slot = self.slots.clone().acquire_owned().await.ok();
+        let mut slot = self.slots.clone().acquire_owned().await.ok();
         let pod = qp.pod.clone();
         let pod_key = format!(
             "{}/{}",
@@ -133,6 +156,25 @@ impl Binder {
         self.shared
             .metrics
             .extension_point("PreBind", prebind.is_ok(), t.elapsed());
+        let prebind = match barrier {
+            None => prebind,
+            Some((barrier, group)) => {
+                // No binding slot is held while waiting: a group larger than the slots would
+                // wait for itself.
+                drop(slot.take());
+                let keeps_quorum = barrier
+                    .arrive(prebind.is_ok(), self.shared.binding_timeout + GROUP_WAIT_MARGIN)
+                    .await;
+                slot = self.slots.clone().acquire_owned().await.ok();
+                match prebind {
+                    Ok(()) if !keeps_quorum => Err(format!(
+                        "pod group {group} fell short of its quorum while its members' claims were written; no member is bound, the group is retried"
+                    )),
+                    other => other,
+                }
+            }
+        };
+        let _slot = slot;
         let result = match prebind {
             Ok(()) => {
                 let t = Instant::now();
@@ -219,6 +261,11 @@ impl Binder {
                 )
             }
             .unwrap_or_else(|| claim.clone());
+            let current = if allocation.is_none() {
+                self.wait_for_shared_allocation(current).await?
+            } else {
+                current
+            };
             if allocation.is_none() && reserved_for_pod(&current, &pod_uid) {
                 continue;
             }
@@ -255,6 +302,41 @@ impl Binder {
         }
         self.wait_for_binding_conditions(pod, &placement.node, &names)
             .await
+    }
+
+    /// A claim this pod shares with a member of its pod group that allocates it in the same
+    /// group cycle: wait until that member's write lands (or is given up), so the reservation
+    /// goes onto an allocated claim.
+    async fn wait_for_shared_allocation(
+        &self,
+        current: Arc<ResourceClaim>,
+    ) -> Result<Arc<ResourceClaim>, String> {
+        let uid = current.metadata.uid.clone().unwrap_or_default();
+        let ns = current.metadata.namespace.clone().unwrap_or_default();
+        let name = current.metadata.name.clone().unwrap_or_default();
+        let deadline = Instant::now() + SHARED_CLAIM_WAIT;
+        let mut claim = current;
+        loop {
+            let allocated = claim
+                .status
+                .as_ref()
+                .is_some_and(|s| s.allocation.is_some());
+            let pending = self.shared.cache().pending_allocation(&uid).is_some();
+            if allocated || !pending {
+                return Ok(claim);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "claim {ns}/{name} is still being allocated by another member of the pod group"
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            claim = self
+                .shared
+                .cache()
+                .claim(&ns, &name)
+                .ok_or_else(|| format!("claim {ns}/{name} got deleted in the meantime"))?;
+        }
     }
 
     /// S55 (KEP-5004): the special claim is created (the pod as controller owner), allocated

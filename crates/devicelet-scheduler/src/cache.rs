@@ -21,7 +21,10 @@ use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice,
 };
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use tracing::warn;
+
+use crate::gang::{GroupKey, group_of};
 
 use crate::filters::NodeUsage;
 use crate::filters::node_resources_fit::PodUsage;
@@ -69,6 +72,8 @@ struct AssignedPod {
     usage: PodUsage,
     /// Assumed by this scheduler, not yet seen bound by the watch.
     assumed: bool,
+    /// The pod group it belongs to (W7: assumed and assigned members count toward the quorum).
+    group: Option<GroupKey>,
 }
 
 /// The cache. One per scheduler, behind a mutex; every method is short.
@@ -90,6 +95,15 @@ pub struct ClusterCache {
     pending: HashMap<String, PendingAllocation>,
     alloc_generation: u64,
     alloc_log: Vec<DeviceRequestAllocationResult>,
+    /// PodGroups by (namespace, name).
+    pod_groups: HashMap<GroupKey, Arc<PodGroup>>,
+    /// Every live pod that names a group (pending or assigned, any scheduler), by UID, with
+    /// its (namespace, name) for relists (W7 `allPods`).
+    group_members: HashMap<String, (GroupKey, (String, String))>,
+    /// Members per group (W7 `AllPodsCount`).
+    group_sizes: HashMap<GroupKey, usize>,
+    /// Assumed or assigned members per group (W7 `ScheduledPodsCount`).
+    group_scheduled: HashMap<GroupKey, usize>,
 }
 
 fn key_of(claim: &ResourceClaim) -> ClaimKey {
@@ -202,6 +216,7 @@ impl ClusterCache {
     /// A pod was seen (added or updated): counts it on its node when bound and not finished.
     pub fn upsert_pod(&mut self, pod: &Pod) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.track_member(&uid, pod);
         match is_assigned(pod) {
             Some(node) => {
                 if let Some(old) = self.assigned.get(&uid)
@@ -211,17 +226,7 @@ impl ClusterCache {
                     return;
                 }
                 self.forget_pod(&uid);
-                let usage = PodUsage::of(pod);
-                self.usage_mut(node).add(&usage);
-                self.assigned.insert(
-                    uid,
-                    AssignedPod {
-                        key: pod_key(pod),
-                        node: node.to_owned(),
-                        usage,
-                        assumed: false,
-                    },
-                );
+                self.assign(uid, pod, node, false);
             }
             None => {
                 // Finished, or not bound: an assumed pod stays assumed until its binding
@@ -235,13 +240,66 @@ impl ClusterCache {
 
     /// A pod is gone.
     pub fn remove_pod(&mut self, uid: &str) -> Option<String> {
+        self.untrack_member(uid);
         self.forget_pod(uid)
+    }
+
+    fn assign(&mut self, uid: String, pod: &Pod, node: &str, assumed: bool) {
+        let usage = PodUsage::of(pod);
+        self.usage_mut(node).add(&usage);
+        let group = group_of(pod);
+        if let Some(g) = &group {
+            *self.group_scheduled.entry(g.clone()).or_default() += 1;
+        }
+        self.assigned.insert(
+            uid,
+            AssignedPod {
+                key: pod_key(pod),
+                node: node.to_owned(),
+                usage,
+                assumed,
+                group,
+            },
+        );
+    }
+
+    /// Keeps the group membership of a live pod (terminal or deleted pods leave, W7).
+    fn track_member(&mut self, uid: &str, pod: &Pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let live = !matches!(phase, Some("Succeeded" | "Failed"));
+        match group_of(pod).filter(|_| live) {
+            Some(g) => {
+                if self.group_members.get(uid).is_some_and(|(k, _)| *k == g) {
+                    return;
+                }
+                self.untrack_member(uid);
+                *self.group_sizes.entry(g.clone()).or_default() += 1;
+                self.group_members
+                    .insert(uid.to_owned(), (g, pod_key(pod)));
+            }
+            None => self.untrack_member(uid),
+        }
+    }
+
+    fn untrack_member(&mut self, uid: &str) {
+        if let Some((g, _)) = self.group_members.remove(uid) {
+            decrement(&mut self.group_sizes, &g);
+        }
     }
 
     /// A relist of pods ended with `names` (namespace, name) existing: bound pods not among
     /// them were deleted while the watch was down and free their node's resources. Assumed
     /// pods stay until their binding ends. Returns how many were dropped.
     pub fn retain_pods(&mut self, names: &HashSet<(String, String)>) -> usize {
+        let gone_members: Vec<String> = self
+            .group_members
+            .iter()
+            .filter(|(_, (_, key))| !names.contains(key))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in &gone_members {
+            self.untrack_member(uid);
+        }
         let gone: Vec<String> = self
             .assigned
             .iter()
@@ -258,17 +316,7 @@ impl ClusterCache {
     pub fn assume_pod(&mut self, pod: &Pod, node: &str) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.forget_pod(&uid);
-        let usage = PodUsage::of(pod);
-        self.usage_mut(node).add(&usage);
-        self.assigned.insert(
-            uid,
-            AssignedPod {
-                key: pod_key(pod),
-                node: node.to_owned(),
-                usage,
-                assumed: true,
-            },
-        );
+        self.assign(uid, pod, node, true);
     }
 
     /// Forgets an assumed pod whose binding failed (a pod the watch saw bound stays).
@@ -288,7 +336,74 @@ impl ClusterCache {
     fn forget_pod(&mut self, uid: &str) -> Option<String> {
         let old = self.assigned.remove(uid)?;
         self.usage_mut(&old.node).remove(&old.usage);
+        if let Some(g) = &old.group {
+            decrement(&mut self.group_scheduled, g);
+        }
         Some(old.node)
+    }
+
+    /// The node an assumed or assigned pod is on.
+    pub fn node_of(&self, uid: &str) -> Option<&str> {
+        self.assigned.get(uid).map(|a| a.node.as_str())
+    }
+
+    // ---- pod groups ----------------------------------------------------------------------
+
+    /// Adds or replaces a PodGroup.
+    pub fn upsert_pod_group(&mut self, group: PodGroup) {
+        let key = (
+            group.metadata.namespace.clone().unwrap_or_default(),
+            group.metadata.name.clone().unwrap_or_default(),
+        );
+        self.pod_groups.insert(key, Arc::new(group));
+    }
+
+    /// Removes a PodGroup.
+    pub fn remove_pod_group(&mut self, namespace: &str, name: &str) {
+        self.pod_groups
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Keeps only the PodGroups a relist returned.
+    pub fn retain_pod_groups(&mut self, names: &HashSet<(String, String)>) {
+        self.pod_groups.retain(|k, _| names.contains(k));
+    }
+
+    /// A PodGroup by namespace and name.
+    pub fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.pod_groups
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Every PodGroup (for the debug snapshot).
+    pub fn pod_groups(&self) -> Vec<Arc<PodGroup>> {
+        let mut out: Vec<_> = self.pod_groups.values().cloned().collect();
+        out.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        out
+    }
+
+    /// Live pods of the group, pending or assigned (W7 `AllPodsCount`).
+    pub fn group_pod_count(&self, key: &GroupKey) -> usize {
+        self.group_sizes.get(key).copied().unwrap_or(0)
+    }
+
+    /// Assumed or assigned pods of the group (W7 `ScheduledPodsCount`).
+    pub fn group_scheduled_count(&self, key: &GroupKey) -> usize {
+        self.group_scheduled.get(key).copied().unwrap_or(0)
+    }
+
+    /// The nodes of the group's assumed or assigned pods (a topology domain is pinned by them,
+    /// W65). Walks every assigned pod: called once per group cycle.
+    pub fn group_nodes(&self, key: &GroupKey) -> Vec<String> {
+        if self.group_scheduled_count(key) == 0 {
+            return Vec::new();
+        }
+        self.assigned
+            .values()
+            .filter(|a| a.group.as_ref() == Some(key))
+            .map(|a| a.node.clone())
+            .collect()
     }
 
     /// Whether the pod is assumed or bound in the cache (an in-flight pod is not scheduled
@@ -586,6 +701,15 @@ impl ClusterCache {
         keys.into_iter()
             .filter_map(|(ns, n)| self.claim(ns, n))
             .collect()
+    }
+}
+
+fn decrement(map: &mut HashMap<GroupKey, usize>, key: &GroupKey) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            map.remove(key);
+        }
     }
 }
 

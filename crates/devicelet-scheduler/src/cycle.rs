@@ -43,7 +43,7 @@ pub fn num_feasible_nodes_to_find(n: usize) -> usize {
 }
 
 /// Where the pod goes and what Reserve must record.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Placement {
     pub node: String,
     /// Every claim of the pod (they all get the pod in `reservedFor` at PreBind).
@@ -69,7 +69,7 @@ impl Placement {
 
 /// The special claim of a placement (in memory: [`extended::IN_MEMORY_NAME`], a temporary
 /// UID) with its allocation and the containers' request mappings for the pod's status.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ExtendedPlacement {
     pub claim: ResourceClaim,
     pub allocation: AllocationResult,
@@ -91,7 +91,17 @@ pub enum Decision {
     Error(String),
 }
 
+/// The outcome of [`Engine::evaluate`].
+#[derive(Debug)]
+pub enum Outcome {
+    /// Feasible placements, the best first (never empty).
+    Feasible(Vec<Placement>),
+    /// Unschedulable, or an error.
+    Decided(Decision),
+}
+
 /// What a cycle reads from the cache, taken under its lock.
+#[derive(Clone)]
 pub struct CycleInputs {
     pub nodes: Vec<NodeEntry>,
     pub dra: Result<Option<DraState>, (Rejection, Option<String>)>,
@@ -183,6 +193,59 @@ impl<'a> Engine<'a> {
         self.next_start = start;
     }
 
+    /// The devices in use as this engine counts them.
+    pub fn index(&self) -> &AllocatedIndex {
+        &self.index
+    }
+
+    /// Replaces the devices in use (the pod-group search undoes its simulation with this).
+    pub fn set_index(&mut self, index: AllocatedIndex) {
+        self.index = index;
+    }
+
+    /// Counts `allocation`'s devices as in use in `index`.
+    pub fn add_to(&self, index: &mut AllocatedIndex, allocation: &AllocationResult) {
+        for r in allocation
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+        {
+            if let Err(e) = index.add_result(&self.snapshot, r, self.features.consumable_capacity)
+            {
+                tracing::warn!(error = %e, "bad consumed capacity in an allocation");
+            }
+        }
+    }
+
+    /// Allocates `claims` together on `node`, with `index` as the devices in use: one search
+    /// over all of them, so the allocator's own backtracking revisits every claim's devices
+    /// (the pod-group search re-packs the members that share a node with this).
+    pub fn allocate_together(
+        &mut self,
+        node: &k8s_openapi::api::core::v1::Node,
+        claims: &[Arc<ResourceClaim>],
+        index: AllocatedIndex,
+    ) -> Result<Option<Vec<AllocationResult>>, String> {
+        let copies: Vec<&'a ResourceClaim> = claims
+            .iter()
+            .map(|c| &*self.arena.alloc((**c).clone()))
+            .collect();
+        self.arena_claims += copies.len();
+        let allocator = Allocator::with_index(
+            self.snapshot.clone(),
+            self.features,
+            Semantics::Fixed,
+            Arc::new(index),
+        );
+        match allocator.allocate(node, &copies, &self.options) {
+            Ok(Some(results)) if results.len() == copies.len() => Ok(Some(results)),
+            Ok(_) => Ok(None),
+            Err(e) if e.class == devicelet_allocator::ErrorClass::Timeout => Ok(None),
+            Err(e) if e.class == devicelet_allocator::ErrorClass::InvalidPools => Ok(None),
+            Err(e) => Err(e.message),
+        }
+    }
+
     fn allocator(&self) -> Allocator<'a> {
         Allocator::with_index(
             self.snapshot.clone(),
@@ -194,6 +257,18 @@ impl<'a> Engine<'a> {
 
     /// Runs one cycle for `pod`.
     pub fn schedule(&mut self, pod: &Pod, inputs: CycleInputs) -> Decision {
+        match self.evaluate(pod, inputs, 1) {
+            Outcome::Feasible(mut placements) if !placements.is_empty() => {
+                Decision::Place(placements.swap_remove(0))
+            }
+            Outcome::Feasible(_) => Decision::Error("internal error, no placement".to_owned()),
+            Outcome::Decided(d) => d,
+        }
+    }
+
+    /// One cycle for `pod` that keeps up to `limit` feasible placements, the best first (the
+    /// pod-group search takes the next one when the best leads nowhere).
+    pub fn evaluate(&mut self, pod: &Pod, inputs: CycleInputs, limit: usize) -> Outcome {
         let n = inputs.nodes.len();
         let mut fit = FitError {
             num_all_nodes: n,
@@ -330,7 +405,7 @@ impl<'a> Engine<'a> {
                 }
                 NodeOutcome::Error(e) => {
                     self.next_start = (self.next_start + examined) % n;
-                    return Decision::Error(e);
+                    return Outcome::Decided(Decision::Error(e));
                 }
             }
         }
@@ -357,81 +432,78 @@ impl<'a> Engine<'a> {
             }
             return unschedulable(fit, deallocate, claim_names);
         }
-        let chosen = if feasible.len() == 1 {
-            0
-        } else {
-            self.select(&facts, &inputs.nodes, &feasible, &to_allocate)
-        };
+        // The best node first (ties at random, S19), then the rest best first for callers
+        // that want alternatives (the pod-group search).
+        let order = self.rank(&facts, &inputs.nodes, &feasible, &to_allocate, limit);
         let feasible_count = feasible.len();
-        let (node_index, mut results, via_dra) = feasible.swap_remove(chosen);
-        let extended = variants
-            .remove(&via_dra)
-            .and_then(|(claims, plan)| Some((claims.last().copied()?, plan?)))
-            .and_then(|(claim, plan)| {
-                let allocation = results.pop()?;
-                Some(Box::new(ExtendedPlacement {
-                    claim: claim.clone(),
-                    allocation,
-                    mappings: plan.mappings,
-                }))
-            });
-        let node = inputs.nodes[node_index].name().to_owned();
-        let Some(state) = state else {
-            return Decision::Place(Placement {
+        let mut placements = Vec::with_capacity(order.len());
+        for k in order {
+            let (node_index, results, via_dra) = &feasible[k];
+            let mut results = results.clone();
+            let extended = variants
+                .get(via_dra)
+                .and_then(|(claims, plan)| Some((claims.last().copied()?, plan.clone()?)))
+                .and_then(|(claim, plan)| {
+                    let allocation = results.pop()?;
+                    Some(Box::new(ExtendedPlacement {
+                        claim: claim.clone(),
+                        allocation,
+                        mappings: plan.mappings,
+                    }))
+                });
+            let node = inputs.nodes[*node_index].name().to_owned();
+            let Some(state) = &state else {
+                placements.push(Placement {
+                    node,
+                    claims: Vec::new(),
+                    allocations: Vec::new(),
+                    extended: None,
+                    feasible: feasible_count,
+                });
+                continue;
+            };
+            if results.len() != state.to_allocate.len() {
+                return Outcome::Decided(Decision::Error(format!(
+                    "internal error, have {} allocations, {} claims to allocate",
+                    results.len(),
+                    state.to_allocate.len()
+                )));
+            }
+            let allocations = state
+                .to_allocate
+                .iter()
+                .zip(results)
+                .map(|(&i, r)| (state.claims[i].claim.clone(), r))
+                .collect();
+            placements.push(Placement {
                 node,
-                claims: Vec::new(),
-                allocations: Vec::new(),
-                extended: None,
+                claims: state.claims.iter().map(|c| c.claim.clone()).collect(),
+                allocations,
+                extended,
                 feasible: feasible_count,
             });
-        };
-        if results.len() != state.to_allocate.len() {
-            return Decision::Error(format!(
-                "internal error, have {} allocations, {} claims to allocate",
-                results.len(),
-                state.to_allocate.len()
-            ));
         }
-        let allocations = state
-            .to_allocate
-            .iter()
-            .zip(results)
-            .map(|(&i, r)| (state.claims[i].claim.clone(), r))
-            .collect();
-        Decision::Place(Placement {
-            node,
-            claims: state.claims.into_iter().map(|c| c.claim).collect(),
-            allocations,
-            extended,
-            feasible: feasible_count,
-        })
+        Outcome::Feasible(placements)
     }
 
-    /// Scores the feasible nodes (LeastAllocated + the DRA score normalised to 0-100, weight
-    /// 1 each, S129) and picks the best; ties are broken at random (S19).
-    fn select(
+    /// The order in which to take the feasible nodes: at most `limit`, the best first. Scores
+    /// are LeastAllocated + the DRA score normalised to 0-100, weight 1 each (S129); the best
+    /// node's ties are broken at random (S19), the rest keep their examination order.
+    fn rank(
         &self,
         facts: &PodFacts,
         nodes: &[NodeEntry],
         feasible: &[(usize, Vec<AllocationResult>, BTreeSet<String>)],
         claims: &[&ResourceClaim],
-    ) -> usize {
-        // The special claim has no prioritized lists: it adds nothing to the DRA score.
-        let dra_scores: Vec<i64> = feasible
-            .iter()
-            .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
-            .collect();
-        let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
+        limit: usize,
+    ) -> Vec<usize> {
+        if feasible.len() == 1 {
+            return vec![0];
+        }
+        let totals = self.scores(facts, nodes, feasible, claims);
         let mut best: Option<(i64, usize)> = None;
         let mut ties = 0u32;
-        for (k, (i, _, _)) in feasible.iter().enumerate() {
-            let entry = &nodes[*i];
-            let dra = if max_dra > 0 {
-                dra_scores[k] * 100 / max_dra
-            } else {
-                0
-            };
-            let total = least_allocated_score(&facts.requests, &entry.node, &entry.usage) + dra;
+        for (k, &total) in totals.iter().enumerate() {
             match best {
                 Some((b, _)) if total < b => {}
                 Some((b, _)) if total == b => {
@@ -446,7 +518,43 @@ impl<'a> Engine<'a> {
                 }
             }
         }
-        best.map(|(_, k)| k).unwrap_or(0)
+        let first = best.map(|(_, k)| k).unwrap_or(0);
+        let mut order = vec![first];
+        if limit > 1 {
+            let mut rest: Vec<usize> = (0..feasible.len()).filter(|&k| k != first).collect();
+            rest.sort_by_key(|&k| std::cmp::Reverse(totals[k]));
+            order.extend(rest.into_iter().take(limit - 1));
+        }
+        order
+    }
+
+    /// Each feasible node's score: LeastAllocated + the DRA score normalised to 0-100.
+    fn scores(
+        &self,
+        facts: &PodFacts,
+        nodes: &[NodeEntry],
+        feasible: &[(usize, Vec<AllocationResult>, BTreeSet<String>)],
+        claims: &[&ResourceClaim],
+    ) -> Vec<i64> {
+        // The special claim has no prioritized lists: it adds nothing to the DRA score.
+        let dra_scores: Vec<i64> = feasible
+            .iter()
+            .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
+            .collect();
+        let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
+        feasible
+            .iter()
+            .enumerate()
+            .map(|(k, (i, _, _))| {
+                let entry = &nodes[*i];
+                let dra = if max_dra > 0 {
+                    dra_scores[k] * 100 / max_dra
+                } else {
+                    0
+                };
+                least_allocated_score(&facts.requests, &entry.node, &entry.usage) + dra
+            })
+            .collect()
     }
 }
 
@@ -454,12 +562,12 @@ fn unschedulable(
     fit: FitError,
     deallocate: Option<Arc<ResourceClaim>>,
     claim_names: BTreeSet<(String, String)>,
-) -> Decision {
-    Decision::Unschedulable {
+) -> Outcome {
+    Outcome::Decided(Decision::Unschedulable {
         fit,
         deallocate,
         claim_names,
-    }
+    })
 }
 
 #[cfg(test)]

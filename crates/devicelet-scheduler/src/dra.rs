@@ -112,7 +112,7 @@ pub fn resolve_claims(pod: &Pod, cache: &ClusterCache) -> Result<Vec<PodClaim>, 
 }
 
 /// What PreFilter found for a pod with claims.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct DraState {
     pub claims: Vec<PodClaim>,
     /// Allocated claims with a node selector (index into `claims`): Filter requires it.

@@ -17,13 +17,15 @@ pub enum Plugin {
     NodePorts,
     NodeResourcesFit,
     DynamicResources,
+    /// The pod-group plugin (`plugins/gangscheduling`): quorum gating and the group verdict.
+    GangScheduling,
     /// devicelet's own: the pod asks for something this scheduler does not implement.
     Unsupported,
 }
 
 impl Plugin {
     /// Every plugin, for metrics that list them all.
-    pub const ALL: [Plugin; 9] = [
+    pub const ALL: [Plugin; 10] = [
         Plugin::SchedulingGates,
         Plugin::NodeUnschedulable,
         Plugin::NodeName,
@@ -32,6 +34,7 @@ impl Plugin {
         Plugin::NodePorts,
         Plugin::NodeResourcesFit,
         Plugin::DynamicResources,
+        Plugin::GangScheduling,
         Plugin::Unsupported,
     ];
 
@@ -46,6 +49,7 @@ impl Plugin {
             Plugin::NodePorts => "NodePorts",
             Plugin::NodeResourcesFit => "NodeResourcesFit",
             Plugin::DynamicResources => "DynamicResources",
+            Plugin::GangScheduling => "GangScheduling",
             Plugin::Unsupported => "DeviceletUnsupported",
         }
     }

@@ -12,6 +12,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -45,7 +46,7 @@ pub fn pre_enqueue(pod: &Pod, cache: &ClusterCache) -> Gate {
     if has_claims && let Err(message) = dra::resolve_claims(pod, cache) {
         return Some((Plugin::DynamicResources, message));
     }
-    None
+    crate::gang::pre_enqueue(pod, cache)
 }
 
 /// Whether `pod` is one this scheduler must place: ours, not bound, not finished, not being
@@ -157,10 +158,19 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
         Change::Upsert(pod) => {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let freed;
+            let mut joined = None;
             {
                 let mut cache = shared.cache();
                 let was = cache.is_assigned(&uid);
-                cache.upsert_pod(&pod);
+                if let Some(key) = crate::gang::group_of(&pod) {
+                    let before = cache.group_pod_count(&key);
+                    cache.upsert_pod(&pod);
+                    if cache.group_pod_count(&key) > before {
+                        joined = Some(key);
+                    }
+                } else {
+                    cache.upsert_pod(&pod);
+                }
                 freed = was && !cache.is_assigned(&uid);
                 let mut queue = shared.queue();
                 if is_ours_and_pending(&pod, &shared.name) && !cache.is_assigned(&uid) {
@@ -173,6 +183,10 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
                 } else {
                     queue.delete(&uid);
                 }
+            }
+            if let Some((namespace, name)) = joined {
+                // W9: the group's quorum may be there now.
+                event(shared, ClusterEvent::GroupMemberAdded { namespace, name });
             }
             if freed {
                 event(shared, ClusterEvent::AssignedPodDeleted);
@@ -378,6 +392,38 @@ pub async fn start(
                 Change::Relisted(_) => return,
             }
             event(s, ClusterEvent::SliceChanged);
+        }
+    );
+    // scheduling.k8s.io/v1alpha2 is served only with the GenericWorkload gate and the API
+    // version enabled: without it there are no PodGroups, and members wait (W8).
+    spawn_watch!(
+        Api::<PodGroup>::all(client.clone()),
+        "podgroups",
+        true,
+        |s: &Shared, c: Change<PodGroup>| {
+            let key = match c {
+                Change::Upsert(k) => {
+                    let key = name_of(&k);
+                    s.cache().upsert_pod_group(k);
+                    key
+                }
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    s.cache().remove_pod_group(&ns, &name);
+                    return;
+                }
+                Change::Relisted(names) => {
+                    s.cache().retain_pod_groups(&names);
+                    return;
+                }
+            };
+            event(
+                s,
+                ClusterEvent::PodGroupChanged {
+                    namespace: key.0,
+                    name: key.1,
+                },
+            );
         }
     );
     // Pods last: their PreEnqueue looks at claims, which should be listed by then.

@@ -12,6 +12,9 @@
 //! - [`dra`]: the DynamicResources plugin's PreEnqueue, PreFilter, Filter, Score, PostFilter;
 //! - [`extended`]: extended resources backed by DRA (KEP-5004), the pod's special claim;
 //! - [`cycle`]: one scheduling cycle, pure (filters + allocator on a snapshot);
+//! - [`gang`]: pod groups (the Workload API's PodGroup): PreEnqueue, the all-or-nothing group
+//!   cycle with backtracking over the members' node and device choices, the members' binding
+//!   rendezvous, the `PodGroupScheduled` condition;
 //! - [`binder`]: the binding cycle (claim writes, `pods/binding`, Unreserve) in its own task;
 //! - [`binding_conditions`]: KEP-5007's wait for devices that need more than an allocation;
 //! - [`informer`], [`leader`], [`metrics`], [`report`]: watches, leader election, Prometheus
@@ -27,6 +30,7 @@ pub mod dra;
 pub mod extended;
 pub mod filters;
 pub mod framework;
+pub mod gang;
 pub mod informer;
 pub mod leader;
 pub mod metrics;

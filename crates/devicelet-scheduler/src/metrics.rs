@@ -78,6 +78,9 @@ struct Inner {
     sli: HistogramFamily<AttemptsLabels>,
     pod_attempts: Histogram,
     extension: HistogramFamily<ExtensionLabels>,
+    podgroup_attempts: Family<ResultLabels, Counter>,
+    podgroup_attempt_duration: HistogramFamily<ResultLabels>,
+    podgroup_algorithm_duration: Histogram,
     unschedulable: Family<PluginLabels, Gauge>,
     leader: Gauge,
     healthy: AtomicBool,
@@ -176,6 +179,25 @@ impl SchedulerMetrics {
             "[ALPHA] The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
             unschedulable.clone(),
         );
+        let podgroup_attempts = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "scheduler_podgroup_schedule_attempts",
+            "[ALPHA] Number of attempts to schedule pod groups, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
+            podgroup_attempts.clone(),
+        );
+        let podgroup_attempt_duration: HistogramFamily<ResultLabels> =
+            Family::new_with_constructor(attempt_buckets);
+        registry.register(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            "[ALPHA] Pod group scheduling attempt latency in seconds",
+            podgroup_attempt_duration.clone(),
+        );
+        let podgroup_algorithm_duration = attempt_buckets();
+        registry.register(
+            "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+            "[ALPHA] Pod group scheduling algorithm latency in seconds",
+            podgroup_algorithm_duration.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "devicelet_scheduler_is_leader",
@@ -193,6 +215,9 @@ impl SchedulerMetrics {
                 sli,
                 pod_attempts,
                 extension,
+                podgroup_attempts,
+                podgroup_attempt_duration,
+                podgroup_algorithm_duration,
                 unschedulable,
                 leader,
                 healthy: AtomicBool::new(true),
@@ -212,6 +237,22 @@ impl SchedulerMetrics {
             .attempt_duration
             .get_or_create(&labels)
             .observe(duration.as_secs_f64());
+    }
+
+    /// One pod-group cycle ended (W37): `result` is `scheduled`, `unschedulable` or `error`.
+    pub fn podgroup_attempt(&self, result: AttemptResult, duration: Duration, algorithm: Duration) {
+        let labels = ResultLabels {
+            result: result.as_str().to_owned(),
+            profile: self.profile.clone(),
+        };
+        self.inner.podgroup_attempts.get_or_create(&labels).inc();
+        self.inner
+            .podgroup_attempt_duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+        self.inner
+            .podgroup_algorithm_duration
+            .observe(algorithm.as_secs_f64());
     }
 
     /// The decision part of an attempt.

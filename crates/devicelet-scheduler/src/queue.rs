@@ -52,6 +52,16 @@ pub enum ClusterEvent {
     PodUpdated {
         uid: String,
     },
+    /// A PodGroup was added or changed (W9 `PodGroup/Add`).
+    PodGroupChanged {
+        namespace: String,
+        name: String,
+    },
+    /// A pod of a group was added (W9 `Pod/Add`: the quorum may be there now).
+    GroupMemberAdded {
+        namespace: String,
+        name: String,
+    },
 }
 
 /// Whether `plugin`, having rejected a pod, wants it retried after `event` (the plugins'
@@ -59,9 +69,21 @@ pub enum ClusterEvent {
 fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
     use ClusterEvent as E;
     match plugin {
-        Plugin::SchedulingGates | Plugin::Unsupported => {
+        Plugin::SchedulingGates => {
             matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
         }
+        // A refused pod may be helped by its own update, or by a change of its PodGroup.
+        Plugin::Unsupported => match event {
+            E::PodUpdated { uid } => *uid == pod.uid,
+            E::PodGroupChanged { namespace, name } => pod.is_in_group(namespace, name),
+            _ => false,
+        },
+        Plugin::GangScheduling => match event {
+            E::PodGroupChanged { namespace, name } | E::GroupMemberAdded { namespace, name } => {
+                pod.is_in_group(namespace, name)
+            }
+            _ => false,
+        },
         Plugin::NodeUnschedulable | Plugin::TaintToleration => {
             matches!(event, E::NodeAdded | E::NodeChanged { taints: true, .. })
         }
@@ -91,7 +113,10 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
             }
             | E::ClassChanged
             | E::SliceChanged => true,
-            E::NodeChanged { .. } | E::AssignedPodDeleted => false,
+            E::NodeChanged { .. }
+            | E::AssignedPodDeleted
+            | E::PodGroupChanged { .. }
+            | E::GroupMemberAdded { .. } => false,
             // A gated pod's claims were not resolvable: any new claim may be one of them
             // (PreEnqueue runs again before it is queued).
             E::ClaimChanged { created: true, .. } if pod.gated => true,
@@ -135,7 +160,13 @@ pub struct QueuedPod {
 }
 
 impl QueuedPod {
-    fn priority(&self) -> i32 {
+    /// Whether the pod belongs to PodGroup `namespace/name`.
+    pub fn is_in_group(&self, namespace: &str, name: &str) -> bool {
+        crate::gang::group_of(&self.pod).is_some_and(|(ns, n)| ns == namespace && n == name)
+    }
+
+    /// The pod's priority (activeQ order, W12 member order).
+    pub fn priority(&self) -> i32 {
         self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
     }
 
@@ -485,6 +516,30 @@ impl SchedulingQueue {
             return Some(popped);
         }
         None
+    }
+
+    /// W11: every other queued member of group `key` that PreEnqueue lets through, pulled out
+    /// of activeQ, backoffQ or the unschedulable pods at once (their back-off is ignored) and
+    /// marked in flight with the popped pod. Gated and in-flight members are skipped.
+    pub fn take_group(&mut self, namespace: &str, name: &str) -> Vec<QueuedPod> {
+        let uids: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, (qp, place, _))| {
+                *place != Place::InFlight && !qp.gated && qp.is_in_group(namespace, name)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let mut out = Vec::with_capacity(uids.len());
+        for uid in uids {
+            if let Some(entry) = self.pods.get_mut(&uid) {
+                entry.1 = Place::InFlight;
+                entry.0.attempts += 1;
+                out.push(entry.0.clone());
+                self.in_flight_events.insert(uid, Vec::new());
+            }
+        }
+        out
     }
 
     /// The pod's attempt succeeded (assumed and handed to binding): it leaves the queue.

@@ -222,6 +222,9 @@ fn scheduling_loop(
             share_ids: None,
         },
     };
+    let group_search_limit = filter_timeout.map_or(crate::gang::run::GROUP_SEARCH_LIMIT, |t| {
+        t.min(crate::gang::run::GROUP_SEARCH_LIMIT)
+    });
     let mut carry: Option<QueuedPod> = None;
     let mut next_start = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -278,6 +281,19 @@ fn scheduling_loop(
                 // S11: being deleted, or already assumed.
                 drop(cache);
                 shared.queue().delete(&uid);
+                continue;
+            }
+            if let Some(key) = crate::gang::group_of(&pod) {
+                crate::gang::run::run_group_cycle(
+                    shared,
+                    binder,
+                    handle,
+                    &mut engine,
+                    cache,
+                    qp,
+                    key,
+                    group_search_limit,
+                );
                 continue;
             }
             let cycle_inputs = CycleInputs::read(&pod, &cache, shared.binding_timeout);

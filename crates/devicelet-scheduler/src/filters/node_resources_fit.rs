@@ -119,7 +119,7 @@ impl PodUsage {
         }
     }
 
-    fn non_zero(&self) -> (i128, i128) {
+    pub(crate) fn non_zero(&self) -> (i128, i128) {
         let get = |k: &str, d: i128| {
             self.requests
                 .get(k)
@@ -164,7 +164,7 @@ impl NodeUsage {
     }
 }
 
-fn allocatable(node: &Node) -> ResourceList {
+pub(crate) fn allocatable(node: &Node) -> ResourceList {
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())

@@ -1,0 +1,335 @@
+//! The pod-group cycle as the scheduling loop runs it (`schedule_one_podgroup.go` →
+//! `scheduleOnePodGroup`, `submitPodGroupAlgorithmResult`): pull the group's queued members
+//! (W11), read their inputs under one cache lock (W16), search ([`super::search`]), then either
+//! reserve every placed member for real and start their binding cycles, meeting at the
+//! [`GroupBarrier`] (W22), or fail every member together and park them until an event can help
+//! (W23, A-L3 fixed: no retry loop on an idle scheduler). The `PodGroupScheduled` condition is
+//! written after every cycle (W34).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::resource::v1::ResourceClaimStatus;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::jiff::Timestamp;
+use tokio::runtime::Handle;
+use tracing::{debug, info};
+
+use crate::binder::Binder;
+use crate::cache::ClusterCache;
+use crate::cycle::{CycleInputs, Engine};
+use crate::framework::Plugin;
+use crate::gang::barrier::GroupBarrier;
+use crate::gang::search::{
+    GroupOutcome, GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group,
+};
+use crate::gang::status::{self, GroupCondition};
+use crate::gang::{GroupKey, Policy, topology_key, unsupported_fields};
+use crate::metrics::AttemptResult;
+use crate::queue::QueuedPod;
+use crate::report::FailureReason;
+use crate::shared::Shared;
+
+/// The search's own time limit; the DRA filter timeout, when shorter, bounds it.
+pub const GROUP_SEARCH_LIMIT: Duration = Duration::from_secs(3);
+
+/// Runs one pod-group cycle for `popped` (a member of `key`) and its queued siblings. The
+/// caller holds `cache`, which is released before the search.
+#[allow(clippy::too_many_arguments)]
+pub fn run_group_cycle(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    engine: &mut Engine<'_>,
+    cache: std::sync::MutexGuard<'_, ClusterCache>,
+    popped: QueuedPod,
+    key: GroupKey,
+    search_limit: Duration,
+) {
+    let started = Instant::now();
+    let group_name = format!("{}/{}", key.0, key.1);
+    let Some(group) = cache.pod_group(&key.0, &key.1) else {
+        // Deleted since PreEnqueue let the pod through: it waits for the group again.
+        drop(cache);
+        let message = format!(
+            "waiting for pods's pod group {:?} to appear in scheduling queue",
+            key.1
+        );
+        fail_members(
+            shared,
+            binder,
+            handle,
+            vec![popped],
+            BTreeSet::from([Plugin::GangScheduling]),
+            BTreeSet::new(),
+            &message,
+        );
+        return;
+    };
+    let mut members = vec![popped];
+    members.extend(shared.queue().take_group(&key.0, &key.1));
+    // W15: members being deleted or already assumed leave the cycle.
+    members.retain(|qp| {
+        let drop_it = qp.pod.metadata.deletion_timestamp.is_some() || cache.is_assigned(&qp.uid);
+        if drop_it {
+            shared.queue().delete(&qp.uid);
+        }
+        !drop_it
+    });
+    if members.is_empty() {
+        return;
+    }
+    // W12: priority (descending), then the first attempt (ascending).
+    members.sort_by(|a, b| {
+        b.priority()
+            .cmp(&a.priority())
+            .then_with(|| a.initial.cmp(&b.initial))
+    });
+    let refused = unsupported_fields(&group);
+    if !refused.is_empty() {
+        drop(cache);
+        let message = format!(
+            "pod group {group_name}: {}",
+            crate::filters::unsupported::message(&shared.name, &refused)
+        );
+        write_condition(
+            binder,
+            handle,
+            &group,
+            GroupCondition::Unschedulable(message.clone()),
+        );
+        fail_members(
+            shared,
+            binder,
+            handle,
+            members,
+            BTreeSet::from([Plugin::Unsupported]),
+            BTreeSet::new(),
+            &message,
+        );
+        return;
+    }
+    let policy = Policy::of(&group);
+    let scheduled = cache.group_scheduled_count(&key);
+    if let Policy::Gang { min_count } = policy
+        && cache.group_pod_count(&key) < min_count
+    {
+        // Members left since PreEnqueue passed: back to waiting for the quorum (W8).
+        drop(cache);
+        fail_members(
+            shared,
+            binder,
+            handle,
+            members,
+            BTreeSet::from([Plugin::GangScheduling]),
+            BTreeSet::new(),
+            "waiting for minCount pods from a gang to appear in scheduling queue",
+        );
+        return;
+    }
+    let inputs: Vec<MemberInput> = members
+        .iter()
+        .map(|qp| MemberInput {
+            pod: qp.pod.clone(),
+            inputs: CycleInputs::read(&qp.pod, &cache, shared.binding_timeout),
+        })
+        .collect();
+    let topology = topology_key(&group).map(|k| Topology {
+        key: k.to_owned(),
+        scheduled_nodes: cache.group_nodes(&key),
+    });
+    drop(cache);
+    let problem = GroupProblem {
+        policy,
+        scheduled,
+        topology,
+        deadline: Instant::now() + search_limit,
+    };
+    let searched = Instant::now();
+    let outcome = schedule_group(engine, &inputs, &problem);
+    let algorithm = searched.elapsed();
+    shared.metrics.algorithm(algorithm);
+    debug!(podgroup = %group_name, members = members.len(), states = outcome.states, placed = outcome.placed(), ?algorithm, "pod group cycle");
+    match &outcome.verdict {
+        Verdict::Placed => {
+            shared
+                .metrics
+                .podgroup_attempt(AttemptResult::Scheduled, started.elapsed(), algorithm);
+            write_condition(binder, handle, &group, GroupCondition::Scheduled);
+            commit(
+                shared,
+                binder,
+                handle,
+                members,
+                outcome,
+                &problem,
+                &group_name,
+                started,
+            );
+        }
+        Verdict::Unschedulable(reason) => {
+            shared.metrics.podgroup_attempt(
+                AttemptResult::Unschedulable,
+                started.elapsed(),
+                algorithm,
+            );
+            info!(podgroup = %group_name, members = members.len(), %reason, "pod group unschedulable");
+            write_condition(
+                binder,
+                handle,
+                &group,
+                GroupCondition::Unschedulable(reason.clone()),
+            );
+            let message = format!("pod group {group_name} is unschedulable: {reason}");
+            fail_members(
+                shared,
+                binder,
+                handle,
+                members,
+                outcome.plugins(),
+                outcome.claim_names(),
+                &message,
+            );
+        }
+        Verdict::Error(e) => {
+            shared
+                .metrics
+                .podgroup_attempt(AttemptResult::Error, started.elapsed(), algorithm);
+            write_condition(
+                binder,
+                handle,
+                &group,
+                GroupCondition::SchedulerError(e.clone()),
+            );
+            let now = Instant::now();
+            for qp in members {
+                let pod = qp.pod.clone();
+                shared.queue().error(qp, now);
+                let binder = binder.clone();
+                let e = e.clone();
+                handle.spawn(async move {
+                    binder
+                        .reporter()
+                        .failed(&pod, FailureReason::SchedulerError, &e)
+                        .await;
+                });
+            }
+        }
+    }
+}
+
+/// W22: the placed members are reserved in the cache (devices in flight, the pod assumed) and
+/// handed to binding; the members not placed fail on their own.
+#[allow(clippy::too_many_arguments)]
+fn commit(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    members: Vec<QueuedPod>,
+    outcome: GroupOutcome,
+    problem: &GroupProblem,
+    group_name: &str,
+    started: Instant,
+) {
+    let placed = outcome.placed();
+    let needed = match problem.policy {
+        Policy::Basic => 0,
+        Policy::Gang { min_count } => min_count.saturating_sub(problem.scheduled),
+    };
+    let barrier = (needed > 0 && placed > 1).then(|| {
+        (
+            Arc::new(GroupBarrier::new(placed, placed.saturating_sub(needed))),
+            group_name.to_owned(),
+        )
+    });
+    if let Some(domain) = &outcome.domain {
+        info!(podgroup = %group_name, placed, %domain, "pod group placed in topology domain");
+    }
+    let mut to_bind = Vec::new();
+    let mut failed = Vec::new();
+    {
+        let mut cache = shared.cache();
+        let mut queue = shared.queue();
+        for (qp, result) in members.into_iter().zip(outcome.members) {
+            match result {
+                MemberResult::Placed(placement) => {
+                    for (claim, allocation) in placement.allocating() {
+                        let mut c = claim.clone();
+                        c.status
+                            .get_or_insert_with(ResourceClaimStatus::default)
+                            .allocation = Some(allocation.clone());
+                        cache.add_pending(&qp.uid, c);
+                    }
+                    cache.assume_pod(&qp.pod, &placement.node);
+                    queue.done(&qp.uid);
+                    to_bind.push((qp, placement));
+                }
+                MemberResult::NotPlaced { fit, claim_names } => {
+                    failed.push((qp, fit, claim_names));
+                }
+            }
+        }
+    }
+    for (qp, placement) in to_bind {
+        handle.spawn(
+            binder
+                .clone()
+                .bind_member(qp, placement, started, barrier.clone()),
+        );
+    }
+    for (qp, fit, claim_names) in failed {
+        let (plugins, message) = match fit {
+            Some(f) => (f.plugins(), f.message()),
+            None => (
+                BTreeSet::from([Plugin::GangScheduling]),
+                format!("pod group {group_name}: not placed with the rest of its group"),
+            ),
+        };
+        fail_members(
+            shared,
+            binder,
+            handle,
+            vec![qp],
+            plugins,
+            claim_names,
+            &message,
+        );
+    }
+}
+
+/// Every member in `members` fails with `message` and waits for an event `plugins` care about.
+fn fail_members(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    members: Vec<QueuedPod>,
+    plugins: BTreeSet<Plugin>,
+    claim_names: BTreeSet<(String, String)>,
+    message: &str,
+) {
+    let now = Instant::now();
+    for qp in members {
+        let pod = qp.pod.clone();
+        shared
+            .queue()
+            .unschedulable(qp, plugins.clone(), claim_names.clone(), now);
+        let binder = binder.clone();
+        let message = message.to_owned();
+        handle.spawn(async move {
+            binder
+                .reporter()
+                .failed(&pod, FailureReason::Unschedulable, &message)
+                .await;
+        });
+    }
+}
+
+fn write_condition(binder: &Binder, handle: &Handle, group: &Arc<PodGroup>, outcome: GroupCondition) {
+    let Some(condition) = status::desired(group, &outcome, Timestamp::now()) else {
+        return;
+    };
+    let client = binder.client().clone();
+    let group = group.clone();
+    handle.spawn(async move { status::write(&client, &group, condition).await });
+}
