@@ -105,6 +105,10 @@ launch etcd "$bin/etcd" --name devicelet-test --data-dir "$state/etcd" \
   --initial-cluster "devicelet-test=http://127.0.0.1:$etcd_peer" --unsafe-no-fsync --log-level warn
 wait_for etcd curl -sf "http://127.0.0.1:$etcd_port/health"
 
+# The Workload API (scheduling.k8s.io/v1alpha2 PodGroups, pod.spec.schedulingGroup) and its
+# scheduler features, alpha in 1.36: gang scheduling, topology-aware placement, PodGroup claims.
+workload_gates="GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,DRAWorkloadResourceClaims=true"
+
 # ResourceHealthStatus (alpha) keeps containerStatuses[].allocatedResourcesStatus in pod status
 # (KEP-4680); without it the API server drops the field the node reports. DRADeviceTaintRules
 # (beta, off by default: its API, resource.k8s.io/v1beta2 DeviceTaintRule, is off by default)
@@ -118,8 +122,8 @@ launch kube-apiserver "$bin/kube-apiserver" \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
   --service-cluster-ip-range 10.0.0.0/24 \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
-  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true" \
-  --runtime-config resource.k8s.io/v1beta2=true \
+  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true,$workload_gates" \
+  --runtime-config resource.k8s.io/v1beta2=true,scheduling.k8s.io/v1alpha2=true \
   --allow-privileged=true --endpoint-reconciler-type none
 wait_for kube-apiserver curl -sf --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server/readyz"
 
@@ -135,13 +139,13 @@ launch kube-controller-manager "$bin/kube-controller-manager" \
   --use-service-account-credentials=true --service-account-private-key-file "$pki/sa.key" \
   --kube-api-qps 500 --kube-api-burst 1000 \
   --root-ca-file "$pki/ca.crt" --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true"
+  --feature-gates "ResourceHealthStatus=true,DRADeviceTaintRules=true,$workload_gates"
 launch kube-scheduler "$bin/kube-scheduler" \
   --kubeconfig "$state/scheduler.kubeconfig" \
   --authentication-kubeconfig "$state/scheduler.kubeconfig" \
   --authorization-kubeconfig "$state/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$sched_port" --leader-elect=false \
-  --feature-gates "DRADeviceTaintRules=true" \
+  --feature-gates "DRADeviceTaintRules=true,$workload_gates" \
   --kube-api-qps 100 --kube-api-burst 200
 wait_for kube-controller-manager curl -skf "https://127.0.0.1:$kcm_port/healthz"
 wait_for kube-scheduler curl -skf "https://127.0.0.1:$sched_port/healthz"

@@ -17,6 +17,8 @@ pub mod barrier;
 pub mod run;
 pub mod search;
 pub mod status;
+#[cfg(test)]
+mod tests;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
@@ -136,7 +138,7 @@ pub fn pre_enqueue(pod: &Pod, cache: &ClusterCache) -> Gate {
 }
 
 #[cfg(test)]
-mod tests {
+mod policy_tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSchedulingGroup, PodSpec};
     use k8s_openapi::api::scheduling::v1alpha2::{

@@ -1,0 +1,468 @@
+//! The group cycle on a real allocator over real API objects: all or nothing, the greedy order
+//! that upstream gets wrong (kubernetes#138765: device choices, node choices), shared claims,
+//! topology domains.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use devicelet_allocator::{
+    AllocateOptions, AllocatedIndex, CelFeatures, ClusterSnapshot, Features, SelectorCache,
+};
+use k8s_openapi::api::core::v1::{
+    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGroup, PodSpec,
+};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, Counter, CounterSet, Device, DeviceAttribute, DeviceClaim, DeviceClass,
+    DeviceClassSpec, DeviceCounterConsumption, DeviceRequest, DeviceSelector, DeviceSubRequest,
+    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use typed_arena::Arena;
+
+use super::Policy;
+use super::search::{GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group};
+use crate::cache::ClusterCache;
+use crate::cycle::{CycleInputs, Engine};
+
+const DRIVER: &str = "gpu.example.com";
+
+fn node(name: &str, cpu: &str, labels: &[(&str, &str)]) -> Node {
+    let mut n = Node {
+        status: Some(NodeStatus {
+            allocatable: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity(cpu.to_owned())),
+                ("memory".to_owned(), Quantity("64Gi".to_owned())),
+                ("pods".to_owned(), Quantity("110".to_owned())),
+            ])),
+            ..NodeStatus::default()
+        }),
+        ..Node::default()
+    };
+    n.metadata.name = Some(name.into());
+    n.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    n
+}
+
+fn device(name: &str, size: &str) -> Device {
+    Device {
+        name: name.into(),
+        attributes: Some(BTreeMap::from([(
+            "size".to_owned(),
+            DeviceAttribute {
+                string: Some(size.into()),
+                ..DeviceAttribute::default()
+            },
+        )])),
+        ..Device::default()
+    }
+}
+
+fn slice(node: &str, devices: Vec<Device>, counters: Option<Vec<CounterSet>>) -> ResourceSlice {
+    let mut s = ResourceSlice {
+        spec: ResourceSliceSpec {
+            driver: DRIVER.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool {
+                name: node.into(),
+                generation: 0,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            shared_counters: counters,
+            ..ResourceSliceSpec::default()
+        },
+        ..ResourceSlice::default()
+    };
+    s.metadata.name = Some(format!("{node}-slice"));
+    s
+}
+
+fn selector(expression: &str) -> Option<Vec<DeviceSelector>> {
+    Some(vec![DeviceSelector {
+        cel: Some(CELDeviceSelector {
+            expression: expression.into(),
+        }),
+    }])
+}
+
+fn exact(count: i64, size: Option<&str>) -> DeviceRequest {
+    DeviceRequest {
+        name: "gpu".into(),
+        exactly: Some(ExactDeviceRequest {
+            device_class_name: "gpu".into(),
+            count: Some(count),
+            allocation_mode: Some("ExactCount".into()),
+            selectors: size.and_then(|s| selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\""))),
+            ..ExactDeviceRequest::default()
+        }),
+        ..DeviceRequest::default()
+    }
+}
+
+fn first_available(sizes: &[&str]) -> DeviceRequest {
+    DeviceRequest {
+        name: "gpu".into(),
+        first_available: Some(
+            sizes
+                .iter()
+                .map(|s| DeviceSubRequest {
+                    name: (*s).into(),
+                    device_class_name: "gpu".into(),
+                    allocation_mode: Some("ExactCount".into()),
+                    count: Some(1),
+                    selectors: selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\"")),
+                    ..DeviceSubRequest::default()
+                })
+                .collect(),
+        ),
+        ..DeviceRequest::default()
+    }
+}
+
+fn claim(name: &str, request: DeviceRequest) -> ResourceClaim {
+    let mut c = ResourceClaim {
+        spec: ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![request]),
+                ..DeviceClaim::default()
+            }),
+        },
+        ..ResourceClaim::default()
+    };
+    c.metadata.name = Some(name.into());
+    c.metadata.namespace = Some("ns".into());
+    c.metadata.uid = Some(format!("uid-{name}"));
+    c.metadata.resource_version = Some("1".into());
+    c
+}
+
+fn member(name: &str, claim: &str) -> Pod {
+    let mut p = Pod {
+        spec: Some(PodSpec {
+            scheduling_group: Some(PodSchedulingGroup {
+                pod_group_name: Some("g".into()),
+            }),
+            resource_claims: Some(vec![PodResourceClaim {
+                name: "gpu".into(),
+                resource_claim_name: Some(claim.into()),
+                ..PodResourceClaim::default()
+            }]),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    p.metadata.name = Some(name.into());
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.uid = Some(format!("uid-{name}"));
+    p
+}
+
+/// A cluster: nodes with their slices, and the claims.
+struct Cluster {
+    cache: ClusterCache,
+}
+
+impl Cluster {
+    fn new(nodes: Vec<Node>, slices: Vec<ResourceSlice>, claims: Vec<ResourceClaim>) -> Self {
+        let mut cache = ClusterCache::new();
+        let mut class = DeviceClass {
+            spec: DeviceClassSpec {
+                selectors: selector(&format!("device.driver == \"{DRIVER}\"")),
+                ..DeviceClassSpec::default()
+            },
+            ..DeviceClass::default()
+        };
+        class.metadata.name = Some("gpu".into());
+        cache.upsert_class(class);
+        for n in nodes {
+            cache.upsert_node(n);
+        }
+        for s in slices {
+            cache.upsert_slice(s);
+        }
+        for c in claims {
+            cache.upsert_claim(c);
+        }
+        Cluster { cache }
+    }
+
+    /// Runs the group cycle for `pods` in this order.
+    fn schedule(
+        &mut self,
+        pods: &[Pod],
+        policy: Policy,
+        topology: Option<&str>,
+    ) -> super::search::GroupOutcome {
+        let inputs = self.cache.dra_inputs();
+        let selectors = Arc::new(SelectorCache::new(CelFeatures {
+            enable_consumable_capacity: true,
+            enable_list_type_attributes: true,
+        }));
+        let snapshot = Arc::new(ClusterSnapshot::new(
+            &inputs.classes,
+            &inputs.slices,
+            selectors,
+        ));
+        let index = AllocatedIndex::new(&snapshot, &self.cache.allocated_state(true));
+        let arena = Arena::new();
+        let options = AllocateOptions {
+            step_budget: None,
+            time_limit: None,
+            share_ids: None,
+        };
+        let mut engine = Engine::new(
+            snapshot,
+            index,
+            &arena,
+            Features::kubernetes_1_36_defaults(),
+            options,
+            "devicelet-scheduler",
+        );
+        let members: Vec<MemberInput> = pods
+            .iter()
+            .map(|p| MemberInput {
+                pod: Arc::new(p.clone()),
+                inputs: CycleInputs::read(p, &self.cache, Duration::from_secs(600)),
+            })
+            .collect();
+        let problem = GroupProblem {
+            policy,
+            scheduled: 0,
+            topology: topology.map(|k| Topology {
+                key: k.to_owned(),
+                scheduled_nodes: Vec::new(),
+            }),
+            deadline: Instant::now() + Duration::from_secs(5),
+        };
+        schedule_group(&mut engine, &members, &problem)
+    }
+}
+
+fn placed_devices(outcome: &super::search::GroupOutcome) -> Vec<(String, Vec<String>)> {
+    outcome
+        .members
+        .iter()
+        .map(|m| match m {
+            MemberResult::Placed(p) => (
+                p.node.clone(),
+                p.allocations
+                    .iter()
+                    .flat_map(|(_, a)| a.devices.iter().flat_map(|d| d.results.iter().flatten()))
+                    .map(|r| r.device.clone())
+                    .collect(),
+            ),
+            MemberResult::NotPlaced { .. } => ("-".into(), Vec::new()),
+        })
+        .collect()
+}
+
+#[test]
+fn b_l5_a_prioritized_list_choice_of_an_earlier_member_is_revisited() {
+    // One node, a big and a small GPU. The first member prefers big but takes small; the
+    // second needs big. Upstream's greedy pass gives the first member big and fails the group.
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[])],
+        vec![slice("n1", vec![device("big-0", "big"), device("small-0", "small")], None)],
+        vec![
+            claim("c1", first_available(&["big", "small"])),
+            claim("c2", exact(1, Some("big"))),
+        ],
+    );
+    let pods = [member("m1", "c1"), member("m2", "c2")];
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed);
+    assert_eq!(
+        placed_devices(&out),
+        vec![
+            ("n1".to_owned(), vec!["small-0".to_owned()]),
+            ("n1".to_owned(), vec!["big-0".to_owned()])
+        ]
+    );
+}
+
+#[test]
+fn b_l5_partitions_of_one_gpu_are_repacked_for_the_whole_group() {
+    // kubernetes#138765's shape: a GPU with 2 memory slices offered whole or as two halves;
+    // both members prefer the whole GPU, and the greedy order gives it to the first.
+    let counters = vec![CounterSet {
+        name: "gpu-0-counters".into(),
+        counters: BTreeMap::from([(
+            "memory".to_owned(),
+            Counter {
+                value: Quantity("2".into()),
+            },
+        )]),
+    }];
+    let consume = |n: &str| {
+        Some(vec![DeviceCounterConsumption {
+            counter_set: "gpu-0-counters".into(),
+            counters: BTreeMap::from([(
+                "memory".to_owned(),
+                Counter {
+                    value: Quantity(n.into()),
+                },
+            )]),
+        }])
+    };
+    let mut whole = device("gpu-0", "whole");
+    whole.consumes_counters = consume("2");
+    let mut half_a = device("gpu-0-half-a", "half");
+    half_a.consumes_counters = consume("1");
+    let mut half_b = device("gpu-0-half-b", "half");
+    half_b.consumes_counters = consume("1");
+    // Counters live in their own slice of the pool (a slice holds counters or devices).
+    let mut devices = slice("n1", vec![whole, half_a, half_b], None);
+    devices.spec.pool.resource_slice_count = 2;
+    let mut counter_slice = slice("n1", Vec::new(), Some(counters));
+    counter_slice.spec.devices = None;
+    counter_slice.spec.pool.resource_slice_count = 2;
+    counter_slice.metadata.name = Some("n1-counters".into());
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[])],
+        vec![devices, counter_slice],
+        vec![
+            claim("c1", first_available(&["whole", "half"])),
+            claim("c2", first_available(&["whole", "half"])),
+        ],
+    );
+    let pods = [member("m1", "c1"), member("m2", "c2")];
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let devices = placed_devices(&out);
+    assert!(devices.iter().all(|(n, d)| n == "n1" && d.len() == 1 && d[0].contains("half")));
+}
+
+#[test]
+fn a_l1_an_earlier_member_moves_to_another_node_to_make_room() {
+    // n1 (more CPU, so LeastAllocated prefers it) has 2 GPUs, n2 has 1. m1 needs one GPU, m2
+    // two on one node: greedy puts m1 on n1 and leaves m2 nowhere.
+    let mut c = Cluster::new(
+        vec![node("n1", "64", &[]), node("n2", "2", &[])],
+        vec![
+            slice("n1", vec![device("a", "big"), device("b", "big")], None),
+            slice("n2", vec![device("c", "big")], None),
+        ],
+        vec![claim("c1", exact(1, None)), claim("c2", exact(2, None))],
+    );
+    let pods = [member("m1", "c1"), member("m2", "c2")];
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let devices = placed_devices(&out);
+    assert_eq!(devices[0].0, "n2");
+    assert_eq!(devices[1].0, "n1");
+}
+
+#[test]
+fn w23_a_gang_short_of_devices_places_nobody_and_says_who_fell_short() {
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[])],
+        vec![slice("n1", vec![device("a", "big"), device("b", "big")], None)],
+        vec![
+            claim("c1", exact(1, None)),
+            claim("c2", exact(1, None)),
+            claim("c3", exact(1, None)),
+        ],
+    );
+    let pods = [member("m1", "c1"), member("m2", "c2"), member("m3", "c3")];
+    let out = c.schedule(&pods, Policy::Gang { min_count: 3 }, None);
+    assert_eq!(out.placed(), 0);
+    let Verdict::Unschedulable(message) = &out.verdict else {
+        panic!("{:?}", out.verdict)
+    };
+    assert!(
+        message.starts_with("2/3 pods schedulable: pod ns/m3: 0/1 nodes are available"),
+        "{message}"
+    );
+    // With minCount 2 the two that fit are placed and the third fails on its own.
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed);
+    assert_eq!(out.placed(), 2);
+    assert!(matches!(
+        &out.members[2],
+        MemberResult::NotPlaced { fit: Some(_), .. }
+    ));
+}
+
+#[test]
+fn b_l1_members_sharing_a_claim_share_one_allocation() {
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[]), node("n2", "8", &[])],
+        vec![
+            slice("n1", vec![device("a", "big")], None),
+            slice("n2", vec![device("b", "big")], None),
+        ],
+        vec![claim("shared", exact(1, None))],
+    );
+    let pods = [member("m1", "shared"), member("m2", "shared")];
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed);
+    let (MemberResult::Placed(p1), MemberResult::Placed(p2)) = (&out.members[0], &out.members[1])
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(p1.allocations.len(), 1, "the first member allocates");
+    assert!(p2.allocations.is_empty(), "the second reuses it");
+    // B-L2: the reused allocation's node selector keeps the second member on that node.
+    assert_eq!(p1.node, p2.node);
+}
+
+#[test]
+fn w68_topology_domains_pack_the_group_into_one_rack() {
+    let mut nodes = Vec::new();
+    let mut slices = Vec::new();
+    for (n, r) in [("n1", "r1"), ("n2", "r1"), ("n3", "r2"), ("n4", "r2")] {
+        nodes.push(node(n, "8", &[("rack", r)]));
+        slices.push(slice(
+            n,
+            vec![device(&format!("{n}-a"), "big"), device(&format!("{n}-b"), "big")],
+            None,
+        ));
+    }
+    let claims: Vec<ResourceClaim> = (0..5)
+        .map(|i| claim(&format!("c{i}"), exact(1, None)))
+        .collect();
+    let mut c = Cluster::new(nodes, slices, claims);
+    let pods: Vec<Pod> = (0..4)
+        .map(|i| member(&format!("m{i}"), &format!("c{i}")))
+        .collect();
+    let out = c.schedule(&pods, Policy::Gang { min_count: 4 }, Some("rack"));
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let domain = out.domain.clone().expect("a domain");
+    let rack_nodes: &[&str] = if domain == "r1" { &["n1", "n2"] } else { &["n3", "n4"] };
+    for (n, _) in placed_devices(&out) {
+        assert!(rack_nodes.contains(&n.as_str()), "{n} outside {domain}");
+    }
+    // Five members fit in no rack: the message names the key and the best domain.
+    let pods: Vec<Pod> = (0..5)
+        .map(|i| member(&format!("m{i}"), &format!("c{i}")))
+        .collect();
+    let out = c.schedule(&pods, Policy::Gang { min_count: 5 }, Some("rack"));
+    let Verdict::Unschedulable(message) = &out.verdict else {
+        panic!("{:?}", out.verdict)
+    };
+    assert!(
+        message.starts_with("0/2 placements are available, first placement status: rack=r1: 4/5 pods schedulable"),
+        "{message}"
+    );
+    assert_eq!(out.placed(), 0);
+}
+
+#[test]
+fn basic_groups_place_every_member_that_fits() {
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[])],
+        vec![slice("n1", vec![device("a", "big")], None)],
+        vec![claim("c1", exact(1, None)), claim("c2", exact(1, None))],
+    );
+    let pods = [member("m1", "c1"), member("m2", "c2")];
+    let out = c.schedule(&pods, Policy::Basic, None);
+    assert_eq!(out.verdict, Verdict::Placed);
+    assert_eq!(out.placed(), 1);
+}

@@ -1,0 +1,317 @@
+package cluster
+
+// Gangs of DRA pods (issue 37): PodGroups of scheduling.k8s.io/v1alpha2 (the control plane has
+// GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling on) placed by `devicelet
+// scheduler` all or nothing: every group whole or not at all, never a member bound while its
+// group is short, no device allocated to a waiting group's members, a waiting group placed once
+// a running one is deleted, waiting groups parked (no retry loop), and a topology key that keeps
+// each group inside one rack. Nodes are API objects with slices written directly.
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// podGroupRBAC lets the scheduler's identity read PodGroups and write their status (the
+// bootstrap role may predate the alpha API).
+func podGroupRBAC(t *testing.T) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "devicelet-scheduler-podgroups"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"podgroups"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"scheduling.k8s.io"}, Resources: []string{"podgroups/status"}, Verbs: []string{"patch", "update"}},
+		},
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "devicelet-scheduler-podgroups"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: "system:kube-scheduler"}},
+	}
+	if _, err := controlPlane.admin.RbacV1().ClusterRoles().Create(ctx(t), role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := controlPlane.admin.RbacV1().ClusterRoleBindings().Create(ctx(t), binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+func createPodGroup(t *testing.T, ns, name string, minCount int32, topologyKey string) {
+	t.Helper()
+	pg := &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: schedulingv1alpha2.PodGroupSpec{
+			SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+				Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: minCount},
+			},
+		},
+	}
+	if topologyKey != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1alpha2.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1alpha2.TopologyConstraint{{Key: topologyKey}},
+		}
+	}
+	if _, err := controlPlane.admin.SchedulingV1alpha2().PodGroups(ns).Create(ctx(t), pg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create PodGroup %s: %v", name, err)
+	}
+}
+
+// gangPods creates `perGroup` members of each group, interleaved across groups (member 0 of
+// every group, then member 1, ...), so a scheduler that ignores groups binds them partially.
+func gangPods(t *testing.T, ns string, groups []string, perGroup int) {
+	t.Helper()
+	for i := 0; i < perGroup; i++ {
+		for _, g := range groups {
+			group := g
+			schedPod(t, ns, fmt.Sprintf("%s-%d", g, i), "gpu", "", func(s *corev1.PodSpec) {
+				s.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+			})
+		}
+	}
+}
+
+// groupsBound counts bound members per group (the pod name up to its last dash) and the nodes
+// they are on.
+func groupsBound(t *testing.T, ns string) (map[string]int, map[string][]string, error) {
+	t.Helper()
+	list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	bound := map[string]int{}
+	nodes := map[string][]string{}
+	for _, p := range list.Items {
+		if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+			continue
+		}
+		g := *p.Spec.SchedulingGroup.PodGroupName
+		if _, ok := bound[g]; !ok {
+			bound[g] = 0
+		}
+		if p.Spec.NodeName != "" {
+			bound[g]++
+			nodes[g] = append(nodes[g], p.Spec.NodeName)
+		}
+	}
+	return bound, nodes, nil
+}
+
+func podGroupCondition(t *testing.T, ns, name string) *metav1.Condition {
+	t.Helper()
+	pg, err := controlPlane.admin.SchedulingV1alpha2().PodGroups(ns).Get(ctx(t), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	for i := range pg.Status.Conditions {
+		if pg.Status.Conditions[i].Type == "PodGroupScheduled" {
+			return &pg.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// metricSum adds up every sample of `name` whose labels contain `match`.
+func metricSum(text, name, match string) float64 {
+	var total float64
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? ([0-9.e+-]+)`)
+	for _, line := range strings.Split(text, "\n") {
+		m := re.FindStringSubmatch(line)
+		if m == nil || !strings.Contains(m[1], match) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		total += v
+	}
+	return total
+}
+
+func TestSchedulerGangsAllOrNothing(t *testing.T) {
+	ns := namespace(t, "gangs")
+	const nodes, devicesPerNode, groups, perGroup = 6, 8, 10, 8
+	for i := 0; i < nodes; i++ {
+		apiNodeFor(t, fmt.Sprintf("gang-%d", i), devicesPerNode, "gang.example.com")
+	}
+	driverClass(t, "gang-gpu", "gang.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("gang-gpu"))
+	podGroupRBAC(t)
+	_, metricsAddr := startScheduler(t)
+	var names []string
+	for g := 0; g < groups; g++ {
+		names = append(names, fmt.Sprintf("g%d", g))
+		createPodGroup(t, ns, names[g], perGroup, "")
+	}
+	start := time.Now()
+	gangPods(t, ns, names, perGroup)
+	// Capacity for 6 groups: 6 run whole, 4 wait with nothing bound. At every look, a group is
+	// whole or empty.
+	var summary string
+	waitForEvery(t, 180*time.Second, time.Second, "6 groups whole, 4 waiting, none partial", func() (bool, string) {
+		bound, _, err := groupsBound(t, ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		whole, empty := 0, 0
+		for g, n := range bound {
+			switch n {
+			case perGroup:
+				whole++
+			case 0:
+				empty++
+			default:
+				t.Fatalf("group %s is partly bound: %d of %d members (%v)", g, n, perGroup, bound)
+			}
+		}
+		summary = fmt.Sprintf("%d whole, %d empty: %v", whole, empty, bound)
+		return whole == nodes*devicesPerNode/perGroup && empty == groups-whole, summary
+	})
+	t.Logf("%d groups of %d on %d nodes x %d devices: %s after %v", groups, perGroup, nodes, devicesPerNode, summary, time.Since(start))
+	bound, _, _ := groupsBound(t, ns)
+	var waiting, running []string
+	for g, n := range bound {
+		if n == 0 {
+			waiting = append(waiting, g)
+		} else {
+			running = append(running, g)
+		}
+	}
+	// No device is allocated to a waiting group's members.
+	claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocated := 0
+	for _, c := range claims.Items {
+		if c.Status.Allocation != nil {
+			allocated++
+		}
+	}
+	if allocated != len(running)*perGroup {
+		t.Fatalf("%d claims allocated, want %d (the running groups' only)", allocated, len(running)*perGroup)
+	}
+	// The waiting groups say why.
+	for _, g := range waiting {
+		waitFor(t, 30*time.Second, "PodGroupScheduled False on "+g, func() (bool, string) {
+			c := podGroupCondition(t, ns, g)
+			if c == nil {
+				return false, "no condition"
+			}
+			return c.Status == metav1.ConditionFalse && c.Reason == "Unschedulable" &&
+				strings.Contains(c.Message, "pods schedulable: pod "+ns+"/"), c.Message
+		})
+	}
+	for _, g := range running {
+		if c := podGroupCondition(t, ns, g); c == nil || c.Status != metav1.ConditionTrue || c.Reason != "Scheduled" {
+			t.Fatalf("group %s: PodGroupScheduled %+v, want True/Scheduled", g, c)
+		}
+	}
+	// A-L3: waiting groups are parked, not retried in a loop.
+	before := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
+	time.Sleep(5 * time.Second)
+	after := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
+	if after-before > float64(len(waiting)) {
+		t.Fatalf("waiting groups were retried %v times in 5 s with nothing changing", after-before)
+	}
+	t.Logf("unschedulable group attempts while %d groups waited 5 s: %v", len(waiting), after-before)
+	// Deleting a running group lets a waiting one start.
+	gone := running[0]
+	for i := 0; i < perGroup; i++ {
+		name := fmt.Sprintf("%s-%d", gone, i)
+		if err := controlPlane.admin.CoreV1().Pods(ns).Delete(ctx(t), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForEvery(t, 120*time.Second, time.Second, "a waiting group placed after "+gone+" was deleted", func() (bool, string) {
+		bound, _, err := groupsBound(t, ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		whole := 0
+		for g, n := range bound {
+			if n != 0 && n != perGroup {
+				t.Fatalf("group %s is partly bound: %d of %d (%v)", g, n, perGroup, bound)
+			}
+			if n == perGroup {
+				whole++
+			}
+		}
+		_, stillThere := bound[gone]
+		return !stillThere && whole == len(running), fmt.Sprint(bound)
+	})
+}
+
+func TestSchedulerGangTopologyRacks(t *testing.T) {
+	ns := namespace(t, "gang-racks")
+	const rackKey = "devicelet.dev/rack"
+	// 4 racks of 2 nodes with 4 devices: 8 devices a rack.
+	for r := 0; r < 4; r++ {
+		for n := 0; n < 2; n++ {
+			name := fmt.Sprintf("rack%d-node%d", r, n)
+			apiNodeFor(t, name, 4, "rack.example.com")
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"rack-%d"}}}`, rackKey, r)
+			if _, err := controlPlane.admin.CoreV1().Nodes().Patch(ctx(t), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	driverClass(t, "rack-gpu", "rack.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("rack-gpu"))
+	podGroupRBAC(t)
+	startScheduler(t)
+	// Six members per group: one rack each, never split over two.
+	var names []string
+	for g := 0; g < 4; g++ {
+		names = append(names, fmt.Sprintf("t%d", g))
+		createPodGroup(t, ns, names[g], 6, rackKey)
+	}
+	// Larger than any rack.
+	createPodGroup(t, ns, "huge", 10, rackKey)
+	gangPods(t, ns, names, 6)
+	gangPods(t, ns, []string{"huge"}, 10)
+	waitForEvery(t, 120*time.Second, time.Second, "every group of 6 whole inside one rack", func() (bool, string) {
+		bound, nodesOf, err := groupsBound(t, ns)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, g := range names {
+			if bound[g] != 0 && bound[g] != 6 {
+				t.Fatalf("group %s partly bound: %v", g, bound)
+			}
+		}
+		if bound["huge"] != 0 {
+			t.Fatalf("the group larger than any rack got %d members bound", bound["huge"])
+		}
+		for _, g := range names {
+			if bound[g] != 6 {
+				return false, fmt.Sprint(bound)
+			}
+			racks := map[string]bool{}
+			for _, n := range nodesOf[g] {
+				racks[strings.SplitN(n, "-", 2)[0]] = true
+			}
+			if len(racks) != 1 {
+				t.Fatalf("group %s spans racks: %v", g, nodesOf[g])
+			}
+		}
+		return true, fmt.Sprint(bound)
+	})
+	waitFor(t, 30*time.Second, "the huge group waits with the key named", func() (bool, string) {
+		c := podGroupCondition(t, ns, "huge")
+		if c == nil {
+			return false, "no condition"
+		}
+		return c.Reason == "Unschedulable" && strings.Contains(c.Message, "placements are available") &&
+			strings.Contains(c.Message, rackKey), c.Message
+	})
+}
