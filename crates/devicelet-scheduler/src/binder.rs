@@ -163,7 +163,10 @@ impl Binder {
                 // wait for itself.
                 drop(slot.take());
                 let keeps_quorum = barrier
-                    .arrive(prebind.is_ok(), self.shared.binding_timeout + GROUP_WAIT_MARGIN)
+                    .arrive(
+                        prebind.is_ok(),
+                        self.shared.binding_timeout + GROUP_WAIT_MARGIN,
+                    )
                     .await;
                 slot = self.slots.clone().acquire_owned().await.ok();
                 match prebind {

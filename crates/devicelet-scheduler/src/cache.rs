@@ -274,8 +274,7 @@ impl ClusterCache {
                 }
                 self.untrack_member(uid);
                 *self.group_sizes.entry(g.clone()).or_default() += 1;
-                self.group_members
-                    .insert(uid.to_owned(), (g, pod_key(pod)));
+                self.group_members.insert(uid.to_owned(), (g, pod_key(pod)));
             }
             None => self.untrack_member(uid),
         }
@@ -379,7 +378,10 @@ impl ClusterCache {
     /// Every PodGroup (for the debug snapshot).
     pub fn pod_groups(&self) -> Vec<Arc<PodGroup>> {
         let mut out: Vec<_> = self.pod_groups.values().cloned().collect();
-        out.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+        out.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
         out
     }
 

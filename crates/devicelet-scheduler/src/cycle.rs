@@ -210,8 +210,7 @@ impl<'a> Engine<'a> {
             .iter()
             .flat_map(|d| d.results.iter().flatten())
         {
-            if let Err(e) = index.add_result(&self.snapshot, r, self.features.consumable_capacity)
-            {
+            if let Err(e) = index.add_result(&self.snapshot, r, self.features.consumable_capacity) {
                 tracing::warn!(error = %e, "bad consumed capacity in an allocation");
             }
         }

@@ -404,7 +404,17 @@ pub async fn start(
             let key = match c {
                 Change::Upsert(k) => {
                     let key = name_of(&k);
-                    s.cache().upsert_pod_group(k);
+                    let mut cache = s.cache();
+                    // Status writes (our own PodGroupScheduled among them) change nothing a
+                    // member's placement depends on: only a new group or a new spec requeues.
+                    let unchanged = cache.pod_group(&key.0, &key.1).is_some_and(|old| {
+                        old.metadata.uid == k.metadata.uid && old.spec == k.spec
+                    });
+                    cache.upsert_pod_group(k);
+                    drop(cache);
+                    if unchanged {
+                        return;
+                    }
                     key
                 }
                 Change::Delete(k) => {

@@ -325,7 +325,12 @@ fn fail_members(
     }
 }
 
-fn write_condition(binder: &Binder, handle: &Handle, group: &Arc<PodGroup>, outcome: GroupCondition) {
+fn write_condition(
+    binder: &Binder,
+    handle: &Handle,
+    group: &Arc<PodGroup>,
+    outcome: GroupCondition,
+) {
     let Some(condition) = status::desired(group, &outcome, Timestamp::now()) else {
         return;
     };

@@ -61,7 +61,9 @@ impl MemberInput {
             let mut spec = spec.clone();
             spec.hostname = None;
             spec.subdomain = None;
-            serde_json::to_string(&spec).unwrap_or_default().hash(&mut h);
+            serde_json::to_string(&spec)
+                .unwrap_or_default()
+                .hash(&mut h);
         }
         if let Ok(Some(state)) = &self.inputs.dra {
             for c in &state.claims {
@@ -417,15 +419,12 @@ fn choose_domain(
         .map(|&i| {
             let sim = results[i].1.sim.as_ref();
             let placed = sim.map_or(0, Sim::placed_count);
-            let scheduled_here = problem
-                .topology
-                .as_ref()
-                .map_or(0, |t| {
-                    t.scheduled_nodes
-                        .iter()
-                        .filter(|n| sim.is_some_and(|s| s.nodes.iter().any(|e| e.name() == *n)))
-                        .count()
-                });
+            let scheduled_here = problem.topology.as_ref().map_or(0, |t| {
+                t.scheduled_nodes
+                    .iter()
+                    .filter(|n| sim.is_some_and(|s| s.nodes.iter().any(|e| e.name() == *n)))
+                    .count()
+            });
             (placed + scheduled_here) as i64
         })
         .collect();
@@ -446,7 +445,11 @@ fn choose_domain(
             req_mem += e.usage.non_zero_memory;
         }
         let most = |req: i128, cap: i128| -> i128 {
-            if cap <= 0 { 0 } else { req.min(cap) * 100 / cap }
+            if cap <= 0 {
+                0
+            } else {
+                req.min(cap) * 100 / cap
+            }
         };
         let fit_score = ((most(req_cpu, cap_cpu) + most(req_mem, cap_mem)) / 2) as i64;
         let total = pods_score + fit_score;
@@ -791,8 +794,7 @@ fn repack(
     let Ok(Some(state)) = &inputs.dra else {
         return Ok(None);
     };
-    if state.to_allocate.is_empty() || inputs.extended.is_some() || !inputs.unsupported.is_empty()
-    {
+    if state.to_allocate.is_empty() || inputs.extended.is_some() || !inputs.unsupported.is_empty() {
         return Ok(None);
     }
     let mut by_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -800,10 +802,9 @@ fn repack(
         let Some(p) = p else { continue };
         let movable = !p.allocations.is_empty()
             && p.extended.is_none()
-            && p.allocations.iter().all(|(c, _)| {
-                !sim.shared
-                    .contains(c.metadata.uid.as_deref().unwrap_or(""))
-            });
+            && p.allocations
+                .iter()
+                .all(|(c, _)| !sim.shared.contains(c.metadata.uid.as_deref().unwrap_or("")));
         if movable {
             by_node.entry(p.node.as_str()).or_default().push(m);
         }

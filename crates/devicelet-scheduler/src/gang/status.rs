@@ -117,7 +117,10 @@ mod tests {
         assert_eq!(e.last_transition_time, Time(t0));
         assert_eq!(e.reason, "SchedulerError");
         let s = desired(&g, &GroupCondition::Scheduled, t1).expect("write");
-        assert_eq!((s.status.as_str(), s.reason.as_str()), ("True", "Scheduled"));
+        assert_eq!(
+            (s.status.as_str(), s.reason.as_str()),
+            ("True", "Scheduled")
+        );
         assert_eq!(s.last_transition_time, Time(t1));
         let g = with(Some(s));
         assert!(desired(&g, &GroupCondition::Unschedulable("x".into()), t1).is_none());

@@ -99,7 +99,9 @@ fn exact(count: i64, size: Option<&str>) -> DeviceRequest {
             device_class_name: "gpu".into(),
             count: Some(count),
             allocation_mode: Some("ExactCount".into()),
-            selectors: size.and_then(|s| selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\""))),
+            selectors: size.and_then(|s| {
+                selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\""))
+            }),
             ..ExactDeviceRequest::default()
         }),
         ..DeviceRequest::default()
@@ -117,7 +119,9 @@ fn first_available(sizes: &[&str]) -> DeviceRequest {
                     device_class_name: "gpu".into(),
                     allocation_mode: Some("ExactCount".into()),
                     count: Some(1),
-                    selectors: selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\"")),
+                    selectors: selector(&format!(
+                        "device.attributes[\"{DRIVER}\"].size == \"{s}\""
+                    )),
                     ..DeviceSubRequest::default()
                 })
                 .collect(),
@@ -269,7 +273,11 @@ fn b_l5_a_prioritized_list_choice_of_an_earlier_member_is_revisited() {
     // second needs big. Upstream's greedy pass gives the first member big and fails the group.
     let mut c = Cluster::new(
         vec![node("n1", "8", &[])],
-        vec![slice("n1", vec![device("big-0", "big"), device("small-0", "small")], None)],
+        vec![slice(
+            "n1",
+            vec![device("big-0", "big"), device("small-0", "small")],
+            None,
+        )],
         vec![
             claim("c1", first_available(&["big", "small"])),
             claim("c2", exact(1, Some("big"))),
@@ -336,7 +344,11 @@ fn b_l5_partitions_of_one_gpu_are_repacked_for_the_whole_group() {
     let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
     assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
     let devices = placed_devices(&out);
-    assert!(devices.iter().all(|(n, d)| n == "n1" && d.len() == 1 && d[0].contains("half")));
+    assert!(
+        devices
+            .iter()
+            .all(|(n, d)| n == "n1" && d.len() == 1 && d[0].contains("half"))
+    );
 }
 
 #[test]
@@ -363,7 +375,11 @@ fn a_l1_an_earlier_member_moves_to_another_node_to_make_room() {
 fn w23_a_gang_short_of_devices_places_nobody_and_says_who_fell_short() {
     let mut c = Cluster::new(
         vec![node("n1", "8", &[])],
-        vec![slice("n1", vec![device("a", "big"), device("b", "big")], None)],
+        vec![slice(
+            "n1",
+            vec![device("a", "big"), device("b", "big")],
+            None,
+        )],
         vec![
             claim("c1", exact(1, None)),
             claim("c2", exact(1, None)),
@@ -421,7 +437,10 @@ fn w68_topology_domains_pack_the_group_into_one_rack() {
         nodes.push(node(n, "8", &[("rack", r)]));
         slices.push(slice(
             n,
-            vec![device(&format!("{n}-a"), "big"), device(&format!("{n}-b"), "big")],
+            vec![
+                device(&format!("{n}-a"), "big"),
+                device(&format!("{n}-b"), "big"),
+            ],
             None,
         ));
     }
@@ -435,7 +454,11 @@ fn w68_topology_domains_pack_the_group_into_one_rack() {
     let out = c.schedule(&pods, Policy::Gang { min_count: 4 }, Some("rack"));
     assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
     let domain = out.domain.clone().expect("a domain");
-    let rack_nodes: &[&str] = if domain == "r1" { &["n1", "n2"] } else { &["n3", "n4"] };
+    let rack_nodes: &[&str] = if domain == "r1" {
+        &["n1", "n2"]
+    } else {
+        &["n3", "n4"]
+    };
     for (n, _) in placed_devices(&out) {
         assert!(rack_nodes.contains(&n.as_str()), "{n} outside {domain}");
     }
@@ -448,7 +471,9 @@ fn w68_topology_domains_pack_the_group_into_one_rack() {
         panic!("{:?}", out.verdict)
     };
     assert!(
-        message.starts_with("0/2 placements are available, first placement status: rack=r1: 4/5 pods schedulable"),
+        message.starts_with(
+            "0/2 placements are available, first placement status: rack=r1: 4/5 pods schedulable"
+        ),
         "{message}"
     );
     assert_eq!(out.placed(), 0);
