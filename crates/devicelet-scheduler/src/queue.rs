@@ -833,6 +833,81 @@ mod tests {
         assert!(q.pop(t0).is_some());
     }
 
+    fn member(uid: &str, group: &str) -> Arc<Pod> {
+        let mut p = (*pod(uid, 0)).clone();
+        p.metadata.namespace = Some("ns".into());
+        if let Some(spec) = p.spec.as_mut() {
+            spec.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                pod_group_name: Some(group.into()),
+            });
+        }
+        Arc::new(p)
+    }
+
+    #[test]
+    fn w11_a_group_is_pulled_whole_ignoring_back_off_but_not_gates() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(member("a", "g"), None, t0);
+        q.add(member("b", "g"), None, t0);
+        q.add(
+            member("c", "g"),
+            Some((Plugin::SchedulingGates, "gated".into())),
+            t0,
+        );
+        q.add(member("x", "other"), None, t0);
+        // The first member failed before and is backing off.
+        let failed = q.pop(t0).expect("popped");
+        q.error(failed, t0);
+        let first = q.pop(t0).expect("popped");
+        let mut siblings: Vec<String> =
+            q.take_group("ns", "g").into_iter().map(|p| p.uid).collect();
+        siblings.push(first.uid.clone());
+        siblings.sort();
+        assert_eq!(
+            siblings,
+            vec!["a", "b"],
+            "the member backing off comes along"
+        );
+        assert_eq!(q.counts().gated, 1, "the gated member stays");
+    }
+
+    #[test]
+    fn a_l3_a_parked_group_waits_for_its_own_group_events() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(member("a", "g"), None, t0);
+        let a = q.pop(t0).expect("popped");
+        q.unschedulable(
+            a,
+            BTreeSet::from([Plugin::GangScheduling]),
+            BTreeSet::new(),
+            t0,
+        );
+        let later = t0 + Duration::from_secs(60);
+        for other in ["other", "g2"] {
+            q.on_event(
+                &ClusterEvent::GroupMemberAdded {
+                    namespace: "ns".into(),
+                    name: other.into(),
+                },
+                |_| None,
+                later,
+            );
+        }
+        q.on_event(&ClusterEvent::SliceChanged, |_| None, later);
+        assert_eq!(q.counts().unschedulable, 1, "nothing of its group happened");
+        q.on_event(
+            &ClusterEvent::GroupMemberAdded {
+                namespace: "ns".into(),
+                name: "g".into(),
+            },
+            |_| None,
+            later,
+        );
+        assert!(q.pop(later).is_some());
+    }
+
     #[test]
     fn s5_unschedulable_pods_are_retried_after_five_minutes() {
         let t0 = Instant::now();
