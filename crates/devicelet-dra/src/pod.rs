@@ -115,6 +115,43 @@ pub fn pod_claim_names(pod: &Pod) -> Result<Vec<PodClaimName>, DraError> {
     Ok(out)
 }
 
+/// The PodGroup the pod belongs to (`spec.schedulingGroup.podGroupName`), if any.
+pub fn pod_group_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether `owner` is the PodGroup `group` (any version of `scheduling.k8s.io`; upstream
+/// `IsForPod`, workloads.md W47).
+pub fn is_pod_group_owner(
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    group: Option<&str>,
+) -> bool {
+    group.is_some_and(|g| {
+        owner.kind == "PodGroup"
+            && owner.api_version.split('/').next() == Some("scheduling.k8s.io")
+            && owner.name == g
+    })
+}
+
+/// Whether a `reservedFor` entry is the PodGroup `group`: matched by name, as pods do not know
+/// their PodGroup's UID (upstream `IsReservedForPod`, workloads.md W50).
+pub fn is_pod_group_consumer(
+    consumer: &k8s_openapi::api::resource::v1::ResourceClaimConsumerReference,
+    group: Option<&str>,
+) -> bool {
+    group.is_some_and(|g| {
+        consumer.api_group.as_deref() == Some("scheduling.k8s.io")
+            && consumer.resource == "podgroups"
+            && consumer.name == g
+    })
+}
+
 /// [`pod_claim_names`] with each claim object once (upstream bug E4: a claim listed twice went
 /// into one driver batch twice, and the driver's single answer made every prepare fail with
 /// "skipped 1"; devicelet keeps the first).

@@ -542,6 +542,56 @@ async fn b1_template_claims_resolve_through_pod_status_and_need_the_pod_as_owner
 }
 
 #[tokio::test]
+async fn w47_w50_a_pod_group_claim_serves_every_member_of_that_group_only() {
+    use k8s_openapi::api::resource::v1::ResourceClaimConsumerReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let env = Env::new();
+    let cache = env.open("boot-1");
+    // The resourceclaim controller made the claim for PodGroup "train" (its controller owner)
+    // and the scheduler reserved it for the PodGroup, not for a pod.
+    let mut claim = allocated_claim("ns", "train-gpu-x", "uid-g", &[GPU], &[]);
+    claim.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        kind: "PodGroup".into(),
+        name: "train".into(),
+        uid: "uid-train".into(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    if let Some(status) = claim.status.as_mut() {
+        status.reserved_for = Some(vec![ResourceClaimConsumerReference {
+            api_group: Some("scheduling.k8s.io".into()),
+            resource: "podgroups".into(),
+            name: "train".into(),
+            uid: "uid-train".into(),
+        }]);
+    }
+    env.source.insert(claim);
+    let member = |name: &str, uid: &str, group: &str| {
+        let mut pod = pod_with_claims("ns", name, uid, &[]);
+        add_template_claim(&mut pod, "gpu", "gpu-template", Some("train-gpu-x"));
+        pod.spec.as_mut().expect("spec").scheduling_group =
+            Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                pod_group_name: Some(group.into()),
+            });
+        pod
+    };
+    for (name, uid) in [("m0", "pod-m0"), ("m1", "pod-m1")] {
+        cache
+            .prepare_resources(&member(name, uid, "train"), &env.source)
+            .await
+            .expect("a member of the group");
+    }
+    assert_eq!(env.gpu.calls().len(), 1, "one prepare for the shared claim");
+    // A pod of another group is neither owner nor reserved.
+    let err = cache
+        .prepare_resources(&member("x", "pod-x", "other"), &env.source)
+        .await
+        .expect_err("another group");
+    assert!(matches!(err, DraError::NotOwner { .. }), "{err}");
+}
+
+#[tokio::test]
 async fn s3_corrupt_checkpoint_is_moved_aside_and_prepare_refused_until_recovery() {
     let env = Env::new();
     let path = env.dir.path().join("dra_manager_state");

@@ -84,14 +84,6 @@ fn key(claim: &ResourceClaim) -> String {
     )
 }
 
-fn reserved_for_pod(claim: &ResourceClaim, pod_uid: &str) -> bool {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.reserved_for.as_ref())
-        .is_some_and(|r| r.iter().any(|c| c.uid == pod_uid))
-}
-
 fn consumer(pod: &Pod) -> ResourceClaimConsumerReference {
     ResourceClaimConsumerReference {
         api_group: None,
@@ -269,12 +261,24 @@ impl Binder {
             } else {
                 current
             };
-            if allocation.is_none() && reserved_for_pod(&current, &pod_uid) {
+            // W41, W49: a PodGroup claim is reserved once, for the PodGroup.
+            let group = {
+                let cache = self.shared.cache();
+                crate::dra::group_consumer(
+                    pod,
+                    claim.metadata.name.as_deref().unwrap_or(""),
+                    &cache,
+                )
+            };
+            if allocation.is_none()
+                && crate::dra::is_reserved_for(&current, &pod_uid, group.as_ref())
+            {
                 continue;
             }
+            let entry = group.unwrap_or_else(|| consumer(pod));
             let written = match allocation {
-                Some(a) => self.allocate_and_reserve(pod, &current, a).await,
-                None => self.add_reservation(pod, &current).await,
+                Some(a) => self.allocate_and_reserve(pod, &current, a, entry).await,
+                None => self.add_reservation(pod, &current, entry).await,
             };
             match written {
                 Ok(w) => {
@@ -359,7 +363,7 @@ impl Binder {
         let written = match api.create(&PostParams::default(), &fresh).await {
             Ok(new) => {
                 *created = Some(new.clone());
-                self.allocate_and_reserve(pod, &new, ext.allocation.clone())
+                self.allocate_and_reserve(pod, &new, ext.allocation.clone(), consumer(pod))
                     .await
             }
             Err(e) => Err(format!("create claim for extended resources: {e}")),
@@ -492,6 +496,7 @@ impl Binder {
         pod: &Pod,
         base: &ResourceClaim,
         mut allocation: AllocationResult,
+        entry: ResourceClaimConsumerReference,
     ) -> Result<ResourceClaim, String> {
         let api = self.claims_api(base);
         let name = base.metadata.name.clone().unwrap_or_default();
@@ -538,7 +543,7 @@ impl Binder {
             status
                 .reserved_for
                 .get_or_insert_with(Vec::new)
-                .push(consumer(pod));
+                .push(entry.clone());
             match api
                 .replace_status(&name, &PostParams::default(), &claim)
                 .await
@@ -570,6 +575,7 @@ impl Binder {
         &self,
         pod: &Pod,
         claim: &ResourceClaim,
+        entry: ResourceClaimConsumerReference,
     ) -> Result<ResourceClaim, String> {
         let api = self.claims_api(claim);
         let name = claim.metadata.name.clone().unwrap_or_default();
@@ -579,7 +585,7 @@ impl Binder {
         }
         let patch = json!({
             "metadata": { "uid": claim.metadata.uid },
-            "status": { "reservedFor": [consumer(pod)] }
+            "status": { "reservedFor": [entry] }
         });
         let updated = api
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))

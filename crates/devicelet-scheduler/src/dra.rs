@@ -12,7 +12,9 @@ use devicelet_allocator::explain::explain_node;
 use devicelet_allocator::nodesel::CompiledNodeSelector;
 use devicelet_allocator::{AllocateOptions, Allocator, ErrorClass};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
+};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::binding_conditions;
@@ -78,13 +80,91 @@ pub fn claim_names(pod: &Pod) -> Result<Vec<(String, String, bool)>, String> {
     Ok(out)
 }
 
+/// Whether the claim was made for `pod`: its controller owner is the pod, or the pod's PodGroup
+/// (W47, `IsForPod` with DRAWorkloadResourceClaims: any version of `scheduling.k8s.io`, matched
+/// by name).
 fn controlled_by(claim: &ResourceClaim, pod: &Pod) -> bool {
+    let group = crate::gang::group_of(pod).map(|(_, name)| name);
     claim
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref())
+        .filter(|o| o.controller == Some(true))
+        .any(|o| {
+            Some(&o.uid) == pod.metadata.uid.as_ref()
+                || (o.kind == "PodGroup"
+                    && o.api_version.split('/').next() == Some(PODGROUP_API_GROUP)
+                    && Some(&o.name) == group.as_ref())
+        })
+}
+
+/// The API group of PodGroups.
+pub const PODGROUP_API_GROUP: &str = "scheduling.k8s.io";
+
+/// W41 (`resourceclaim.BindTo`): when the pod's claim `claim_name` is one of its PodGroup's
+/// claims (the pod's entry and the PodGroup's have the same `name`, `resourceClaimName` and
+/// `resourceClaimTemplateName`), the claim is reserved for the PodGroup, and this is the entry:
+/// one for every member, so the 256-entry limit of `reservedFor` does not apply.
+pub fn group_consumer(
+    pod: &Pod,
+    claim_name: &str,
+    cache: &ClusterCache,
+) -> Option<ResourceClaimConsumerReference> {
+    let (ns, group_name) = crate::gang::group_of(pod)?;
+    let group = cache.pod_group(&ns, &group_name)?;
+    let group_claims = group.spec.resource_claims.as_ref()?;
+    let statuses = pod
+        .status
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten());
+    let resolved = |pc: &k8s_openapi::api::core::v1::PodResourceClaim| -> Option<String> {
+        pc.resource_claim_name.clone().or_else(|| {
+            statuses
+                .clone()
+                .find(|s| s.name == pc.name)
+                .and_then(|s| s.resource_claim_name.clone())
+        })
+    };
+    let is_group_claim = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter(|pc| {
+            group_claims.iter().any(|g| {
+                g.name == pc.name
+                    && g.resource_claim_name == pc.resource_claim_name
+                    && g.resource_claim_template_name == pc.resource_claim_template_name
+            })
+        })
+        .any(|pc| resolved(pc).as_deref() == Some(claim_name));
+    is_group_claim.then(|| ResourceClaimConsumerReference {
+        api_group: Some(PODGROUP_API_GROUP.to_owned()),
+        resource: "podgroups".to_owned(),
+        name: group_name,
+        uid: group.metadata.uid.clone().unwrap_or_default(),
+    })
+}
+
+/// W50 (`IsReservedForPod`): a pod entry matches by UID, the PodGroup entry by name (pods do
+/// not know their PodGroup's UID).
+pub fn is_reserved_for(
+    claim: &ResourceClaim,
+    pod_uid: &str,
+    group: Option<&ResourceClaimConsumerReference>,
+) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .is_some_and(|r| {
+            r.iter().any(|c| {
+                c.uid == pod_uid
+                    || group.is_some_and(|g| {
+                        c.api_group == g.api_group && c.resource == g.resource && c.name == g.name
+                    })
+            })
+        })
 }
 
 /// Resolves and checks the pod's claims (S26, S27): `Err` with the upstream message when one
@@ -146,6 +226,7 @@ pub fn pre_filter(
     let claims = resolve_claims(pod, cache)
         .map_err(|m| (Rejection::unresolvable(Plugin::DynamicResources, m), None))?;
     let mut state = DraState::default();
+    let mut reused: Vec<(usize, Arc<ResourceClaim>)> = Vec::new();
     for (i, pc) in claims.iter().enumerate() {
         let claim = &pc.claim;
         let (ns, name) = ns_name(claim);
@@ -170,6 +251,31 @@ pub fn pre_filter(
         if let Some(p) = cache.pending_allocation(&uid)
             && Some(&p.pod_uid) != pod.metadata.uid.as_ref()
         {
+            // B-L1 fixed: a PodGroup claim another member is writing is reused by every
+            // member, in any cycle, as if written (its node selector holds the pod to the
+            // node, B-L2); PreBind waits for the write.
+            if group_consumer(pod, &name, cache).is_some()
+                && let Some(pending) = p.claim.status.as_ref().and_then(|s| s.allocation.clone())
+            {
+                if let Some(sel) = &pending.node_selector {
+                    match CompiledNodeSelector::compile(sel) {
+                        Ok(c) => state.allocated_selectors.push((i, c)),
+                        Err(e) => {
+                            return Err((
+                                Rejection::unresolvable(Plugin::DynamicResources, e.to_string()),
+                                Some(e.to_string()),
+                            ));
+                        }
+                    }
+                }
+                let mut shared = (**claim).clone();
+                shared
+                    .status
+                    .get_or_insert_with(ResourceClaimStatus::default)
+                    .allocation = Some(pending);
+                reused.push((i, Arc::new(shared)));
+                continue;
+            }
             return Err((
                 Rejection::unresolvable(
                     Plugin::DynamicResources,
@@ -235,6 +341,10 @@ pub fn pre_filter(
             }
         }
         state.to_allocate.push(i);
+    }
+    let mut claims = claims;
+    for (i, claim) in reused {
+        claims[i].claim = claim;
     }
     state.claims = claims;
     Ok(Some(state))

@@ -103,13 +103,15 @@ impl ClaimCache {
             if !seen_uids.insert(claim_uid.clone()) {
                 continue;
             }
+            // KEP-4671 (DRAWorkloadResourceClaims, spec workloads.md W47, W50): a claim made
+            // for the pod's PodGroup from a PodGroup template, and reserved for that PodGroup,
+            // serves every member pod, as upstream's `IsForPod` / `IsReservedForPod` decide.
+            let group = crate::pod::pod_group_name(pod);
             if pc.from_template {
-                let owned = claim
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+                let owned = claim.metadata.owner_references.iter().flatten().any(|o| {
+                    o.controller == Some(true)
+                        && (o.uid == pod_uid || crate::pod::is_pod_group_owner(o, group))
+                });
                 if !owned {
                     return Err(DraError::NotOwner {
                         namespace: namespace.clone(),
@@ -121,7 +123,10 @@ impl ClaimCache {
             let status = claim.status.as_ref();
             let reserved = status
                 .and_then(|s| s.reserved_for.as_ref())
-                .is_some_and(|r| r.iter().any(|c| c.uid == pod_uid));
+                .is_some_and(|r| {
+                    r.iter()
+                        .any(|c| c.uid == pod_uid || crate::pod::is_pod_group_consumer(c, group))
+                });
             if !reserved {
                 return Err(DraError::NotReserved {
                     pod: pod_name.clone(),

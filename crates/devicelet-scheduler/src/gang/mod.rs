@@ -4,7 +4,8 @@
 //! `framework/plugins/gangscheduling/gangscheduling.go`, `backend/cache/podgroupstate.go`.
 //!
 //! - this file: membership, the group's policy, PreEnqueue (W8) and the PodGroup fields this
-//!   scheduler refuses rather than ignores;
+//!   scheduler refuses rather than ignores; PodGroup claims (part B, W41-W52) are resolved and
+//!   reserved for the group in [`crate::dra`] and [`crate::binder`];
 //! - [`search`]: the group cycle itself, all or nothing, with bounded backtracking over the
 //!   members' node and device choices (A-L1 / B-L5 fixed);
 //! - [`run`]: the group cycle in the scheduling loop: pull the members, search, reserve and
@@ -76,17 +77,10 @@ impl Policy {
 }
 
 /// The fields of `group` this scheduler would have to ignore to place it, as JSON paths: the
-/// pod group is refused, never placed as if they were not there.
+/// pod group is refused, never placed as if they were not there (today: a second topology key,
+/// which the API does not allow either).
 pub fn unsupported_fields(group: &PodGroup) -> Vec<String> {
     let mut out = Vec::new();
-    if group
-        .spec
-        .resource_claims
-        .as_ref()
-        .is_some_and(|c| !c.is_empty())
-    {
-        out.push("PodGroup spec.resourceClaims (DRAWorkloadResourceClaims)".to_owned());
-    }
     let topology = group
         .spec
         .scheduling_constraints
@@ -200,7 +194,7 @@ mod policy_tests {
     }
 
     #[test]
-    fn resource_claims_and_several_topology_keys_are_refused_by_name() {
+    fn several_topology_keys_are_refused_by_name() {
         let mut g = gang("g", 1);
         assert!(unsupported_fields(&g).is_empty());
         g.spec.scheduling_constraints = Some(PodGroupSchedulingConstraints {
@@ -208,10 +202,15 @@ mod policy_tests {
         });
         assert!(unsupported_fields(&g).is_empty());
         assert_eq!(topology_key(&g), Some("rack"));
-        g.spec.resource_claims = Some(vec![Default::default()]);
+        g.spec.scheduling_constraints = Some(PodGroupSchedulingConstraints {
+            topology: Some(vec![
+                TopologyConstraint { key: "rack".into() },
+                TopologyConstraint { key: "zone".into() },
+            ]),
+        });
         assert_eq!(
             unsupported_fields(&g),
-            vec!["PodGroup spec.resourceClaims (DRAWorkloadResourceClaims)"]
+            vec!["PodGroup spec.schedulingConstraints.topology (more than one key)"]
         );
     }
 }

@@ -491,3 +491,94 @@ fn basic_groups_place_every_member_that_fits() {
     assert_eq!(out.verdict, Verdict::Placed);
     assert_eq!(out.placed(), 1);
 }
+
+#[test]
+fn w41_w52_a_pod_group_claim_is_allocated_once_and_reserved_for_the_group() {
+    use k8s_openapi::api::core::v1::{PodResourceClaimStatus, PodStatus};
+    use k8s_openapi::api::scheduling::v1alpha2::PodGroupResourceClaim;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    // The resourceclaim controller made one claim for PodGroup g from the template, and pointed
+    // every member's status at it (W43, W46).
+    let mut shared = claim("g-gpu-x", exact(1, None));
+    shared.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        kind: "PodGroup".into(),
+        name: "g".into(),
+        uid: "uid-g".into(),
+        controller: Some(true),
+        ..OwnerReference::default()
+    }]);
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[]), node("n2", "8", &[])],
+        vec![
+            slice("n1", vec![device("a", "big")], None),
+            slice("n2", vec![device("b", "big")], None),
+        ],
+        vec![shared],
+    );
+    let mut group = super::policy_tests::gang("g", 3);
+    group.spec.resource_claims = Some(vec![PodGroupResourceClaim {
+        name: "gpu".into(),
+        resource_claim_template_name: Some("t".into()),
+        resource_claim_name: None,
+    }]);
+    c.cache.upsert_pod_group(group);
+    let pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            let mut p = member(&format!("m{i}"), "unused");
+            if let Some(spec) = p.spec.as_mut() {
+                spec.resource_claims = Some(vec![PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_template_name: Some("t".into()),
+                    ..PodResourceClaim::default()
+                }]);
+            }
+            p.status = Some(PodStatus {
+                resource_claim_statuses: Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: Some("g-gpu-x".into()),
+                }]),
+                ..PodStatus::default()
+            });
+            p
+        })
+        .collect();
+    let out = c.schedule(&pods, Policy::Gang { min_count: 3 }, None);
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let allocating: usize = out
+        .members
+        .iter()
+        .map(|m| match m {
+            MemberResult::Placed(p) => p.allocations.len(),
+            MemberResult::NotPlaced { .. } => 0,
+        })
+        .sum();
+    assert_eq!(allocating, 1, "one allocation for the whole group");
+    let nodes: std::collections::BTreeSet<String> =
+        placed_devices(&out).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(nodes.len(), 1, "every member on the claim's node");
+    // The reservation names the PodGroup; any member matches it by the group's name (W50).
+    let entry = crate::dra::group_consumer(&pods[0], "g-gpu-x", &c.cache).expect("a group claim");
+    assert_eq!(
+        (
+            entry.api_group.as_deref(),
+            entry.resource.as_str(),
+            entry.name.as_str(),
+            entry.uid.as_str()
+        ),
+        (Some("scheduling.k8s.io"), "podgroups", "g", "uid-g")
+    );
+    let mut reserved = claim("g-gpu-x", exact(1, None));
+    reserved.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
+        reserved_for: Some(vec![entry.clone()]),
+        ..Default::default()
+    });
+    assert!(crate::dra::is_reserved_for(
+        &reserved,
+        "uid-m2",
+        Some(&entry)
+    ));
+    assert!(!crate::dra::is_reserved_for(&reserved, "uid-m2", None));
+    // A pod claim that is not the group's (another name) is reserved for the pod.
+    assert!(crate::dra::group_consumer(&pods[0], "other", &c.cache).is_none());
+}
