@@ -162,6 +162,7 @@ type bindWatch struct {
 	mu    sync.Mutex
 	times []time.Time
 	seen  map[string]bool
+	at    map[string]time.Time
 	done  chan struct{}
 	want  int
 	stop  func()
@@ -169,7 +170,7 @@ type bindWatch struct {
 
 func watchBinds(t *testing.T, c kubernetes.Interface, ns string, want int) *bindWatch {
 	t.Helper()
-	b := &bindWatch{seen: map[string]bool{}, done: make(chan struct{}), want: want}
+	b := &bindWatch{seen: map[string]bool{}, at: map[string]time.Time{}, done: make(chan struct{}), want: want}
 	// An informer, not a bare watch: it survives the API server closing the stream.
 	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace(ns))
 	record := func(obj any) {
@@ -182,6 +183,7 @@ func watchBinds(t *testing.T, c kubernetes.Interface, ns string, want int) *bind
 		defer b.mu.Unlock()
 		if !b.seen[p.Name] {
 			b.seen[p.Name] = true
+			b.at[p.Name] = now
 			b.times = append(b.times, now)
 			if len(b.times) == b.want {
 				close(b.done)
@@ -305,6 +307,14 @@ func (r *benchResult) fromMetrics(text, profile string) {
 // named `name`, client QPS and burst 5 000, and returns its secure metrics URL.
 func startBenchKubeScheduler(t *testing.T, name string) string {
 	t.Helper()
+	url, _ := startBenchKubeSchedulerWith(t, name, "DRADeviceTaintRules=true")
+	return url
+}
+
+// startBenchKubeSchedulerWith is startBenchKubeScheduler with its feature gates, returning the
+// process too.
+func startBenchKubeSchedulerWith(t *testing.T, name, gates string) (string, *process) {
+	t.Helper()
 	kubeconfig := filepath.Join(controlPlane.state, "scheduler.kubeconfig")
 	config := filepath.Join(t.TempDir(), "kube-scheduler.yaml")
 	writeFile(t, config, fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
@@ -319,11 +329,11 @@ profiles:
 - schedulerName: %s
 `, kubeconfig, name))
 	port := freePort(t)
-	startProgram(t, "kube-scheduler "+name, filepath.Join(controlPlane.bin, "kube-scheduler"),
+	p := startProgram(t, "kube-scheduler "+name, filepath.Join(controlPlane.bin, "kube-scheduler"),
 		"--config", config, "--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
-		"--feature-gates", "DRADeviceTaintRules=true")
-	return fmt.Sprintf("https://127.0.0.1:%d/metrics", port)
+		"--feature-gates", gates)
+	return fmt.Sprintf("https://127.0.0.1:%d/metrics", port), p
 }
 
 // scrapeAsAdmin reads a control-plane component's secure /metrics with the admin certificate.

@@ -315,3 +315,66 @@ func TestSchedulerGangTopologyRacks(t *testing.T) {
 			strings.Contains(c.Message, rackKey), c.Message
 	})
 }
+
+// A PodGroup claim (DRAWorkloadResourceClaims) shared by 300 members, more than the 256
+// entries `reservedFor` may hold: kube-controller-manager makes one claim for the PodGroup from
+// the template, the scheduler allocates it once and reserves it for the PodGroup, and the
+// devicelet node prepares it for every member, which all run.
+func TestSchedulerPodGroupClaimSharedBy300(t *testing.T) {
+	ns := namespace(t, "pg-claim")
+	members := envInt("PODGROUP_CLAIM_MEMBERS", 300)
+	n := startNode(t, "pgc-a", "--max-pods", strconv.Itoa(members+20))
+	startTestDriver(t, n, 2)
+	deviceClass(t, "pgc-gpu")
+	createTemplate(t, ns, "gpu", claimSpec("pgc-gpu"))
+	podGroupRBAC(t)
+	startScheduler(t)
+	pg := &schedulingv1alpha2.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns},
+		Spec: schedulingv1alpha2.PodGroupSpec{
+			SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+				Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: int32(members)},
+			},
+			ResourceClaims: []schedulingv1alpha2.PodGroupResourceClaim{{
+				Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu"),
+			}},
+		},
+	}
+	if _, err := controlPlane.admin.SchedulingV1alpha2().PodGroups(ns).Create(ctx(t), pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	gangPods(t, ns, []string{"train"}, members)
+	waitForEvery(t, 300*time.Second, 2*time.Second, "every member Running", func() (bool, string) {
+		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		running, bound := 0, 0
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == members, fmt.Sprintf("%d bound, %d Running of %d", bound, running, members)
+	})
+	t.Logf("%d members sharing one PodGroup claim Running after %v", members, time.Since(start))
+	claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 1 {
+		t.Fatalf("%d claims, want the PodGroup's one", len(claims.Items))
+	}
+	c := claims.Items[0]
+	if c.Status.Allocation == nil {
+		t.Fatalf("claim %s not allocated", c.Name)
+	}
+	if len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].Resource != "podgroups" ||
+		c.Status.ReservedFor[0].APIGroup != "scheduling.k8s.io" || c.Status.ReservedFor[0].Name != "train" {
+		t.Fatalf("claim %s reservedFor %+v, want the PodGroup only", c.Name, c.Status.ReservedFor)
+	}
+}

@@ -1,0 +1,209 @@
+package cluster
+
+// Issue 37's benchmark: gangs of DRA pods, kube-scheduler v1.36.3 (GenericWorkload,
+// GangScheduling on) and `devicelet scheduler` on the same shapes in the same run. Nodes are API
+// objects with one slice of 10 devices each (benchNodes); every PodGroup is a gang of M pods
+// (minCount M), each pod with one template claim; members are created interleaved across groups,
+// so a scheduler that ignores groups binds them partially. Every decider gets its own node set,
+// driver and namespace; pods and claims exist before it starts.
+//
+// Figures per decider: pods/s over the second half of the bindings, start to last binding, time
+// from a group's last member created to its last member bound (p50/p99: all members exist before
+// the start, so from the start), the group decision's p99 (scheduler_podgroup_scheduling_
+// algorithm_duration_seconds), groups partly bound (must be 0), devices allocated twice (0),
+// and, when groups must wait, the decider's CPU while they wait.
+//
+// Run with SCHEDULER_GANG_BENCH=1 (not part of CI):
+//
+//	GANG_BENCH_NODES    nodes per decider (default 80: 800 devices)
+//	GANG_BENCH_GROUPS   groups (default 100)
+//	GANG_BENCH_SIZE     pods per group (default 8)
+//	GANG_BENCH_ONLY     kube,devicelet subset
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// cpuSeconds is the user+system CPU time of process pid so far.
+func cpuSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces) start after the last ')'.
+	fields := strings.Fields(string(data)[strings.LastIndexByte(string(data), ')')+2:])
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// benchGangPods creates groups g0..g<groups-1> of `size` members for `scheduler` in ns, members
+// interleaved, and waits for their claims.
+func benchGangPods(t *testing.T, c kubernetes.Interface, ns, set, scheduler string, groups, size int) {
+	t.Helper()
+	var names []string
+	for g := 0; g < groups; g++ {
+		names = append(names, fmt.Sprintf("g%d", g))
+		createPodGroup(t, ns, names[g], int32(size), "")
+	}
+	err := parallel(groups*size, 32, func(i int) error {
+		g, m := i%groups, i/groups
+		spec := podSpec("", 0)
+		spec.SchedulerName = scheduler
+		usePodClaim(&spec, "gpu", "")
+		spec.NodeSelector = map[string]string{"devicelet.dev/bench": set}
+		spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(names[g])}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", names[g], m), Namespace: ns}, Spec: spec}
+		_, err := c.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForPodClaims(t, c, ns, groups*size, 900*time.Second)
+}
+
+// gangAudit counts whole and partly bound groups and devices allocated twice in ns.
+func gangAudit(t *testing.T, c kubernetes.Interface, ns string, size int) (whole, partial, twice int) {
+	t.Helper()
+	bound, _, err := groupsBound(t, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range bound {
+		switch {
+		case n == size:
+			whole++
+		case n != 0:
+			partial++
+		}
+	}
+	claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, cl := range claims.Items {
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			k := r.Driver + "/" + r.Pool + "/" + r.Device
+			if seen[k] {
+				twice++
+			}
+			seen[k] = true
+		}
+	}
+	return whole, partial, twice
+}
+
+func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
+	if os.Getenv("SCHEDULER_GANG_BENCH") == "" {
+		t.Skip("set SCHEDULER_GANG_BENCH=1 to run the gang comparison")
+	}
+	nodes := envInt("GANG_BENCH_NODES", 80)
+	groups := envInt("GANG_BENCH_GROUPS", 100)
+	size := envInt("GANG_BENCH_SIZE", 8)
+	fit := nodes * benchDevicesPerNode / size
+	if fit > groups {
+		fit = groups
+	}
+	only := map[string]bool{"kube": true, "devicelet": true}
+	if v := os.Getenv("GANG_BENCH_ONLY"); v != "" {
+		only = map[string]bool{}
+		for _, s := range strings.Split(v, ",") {
+			only[s] = true
+		}
+	}
+	podGroupRBAC(t)
+	c := benchClient(t)
+	deciders := []string{"kube", "devicelet"}
+	for _, d := range deciders {
+		if !only[d] {
+			continue
+		}
+		set := "gang-" + d
+		benchNodes(t, c, set, set+".example.com", nodes)
+		driverClass(t, set, set+".example.com")
+		ns := namespace(t, set)
+		createTemplate(t, ns, "gpu", claimSpec(set))
+		started := time.Now()
+		benchGangPods(t, c, ns, set, set, groups, size)
+		t.Logf("%s: %d nodes, %d groups of %d with their claims created in %v", d, nodes, groups, size, time.Since(started))
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%d nodes × %d devices, %d gangs of %d (one template claim a pod, members interleaved); %d groups can run:\n",
+		nodes, benchDevicesPerNode, groups, size, fit)
+	fmt.Fprintf(&table, "%-34s %8s %12s %12s %12s %14s %8s %6s %6s %12s\n", "decider", "pods/s", "start→last", "group p50", "group p99", "decision p99", "whole", "part", "twice", "CPU waiting")
+	for _, d := range deciders {
+		if !only[d] {
+			continue
+		}
+		ns := "gang-" + d
+		want := fit * size
+		watch := watchBinds(t, c, ns, want)
+		started := time.Now()
+		var proc *process
+		var text func() string
+		name := d
+		switch d {
+		case "kube":
+			url, p := startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true")
+			proc, name = p, "kube-scheduler v1.36.3"
+			text = func() string { return scrapeAsAdmin(t, url) }
+		case "devicelet":
+			p, addr := startScheduler(t, "--scheduler-name", ns)
+			proc, name = p, "devicelet scheduler"
+			text = func() string { return scrape(t, addr) }
+		}
+		r := watch.wait(t, name, started, 1800*time.Second)
+		// Per group: its last member's binding, from the start (every member existed before).
+		watch.mu.Lock()
+		last := map[string]time.Time{}
+		for pod, at := range watch.at {
+			g := pod[:strings.LastIndexByte(pod, '-')]
+			if at.After(last[g]) {
+				last[g] = at
+			}
+		}
+		watch.mu.Unlock()
+		var groupDone []float64
+		for _, at := range last {
+			groupDone = append(groupDone, at.Sub(started).Seconds())
+		}
+		sort.Float64s(groupDone)
+		p50, p99 := quantile(groupDone, 0.5), quantile(groupDone, 0.99)
+		metrics := text()
+		decision, _ := histogramQuantile(metrics, "scheduler_podgroup_scheduling_algorithm_duration_seconds", "", 0.99)
+		cpu := "-"
+		if fit < groups {
+			// Groups wait now: the decider's CPU over 10 s with nothing changing.
+			time.Sleep(2 * time.Second)
+			before := cpuSeconds(t, proc.cmd.Process.Pid)
+			time.Sleep(10 * time.Second)
+			cpu = fmt.Sprintf("%.3f cores", (cpuSeconds(t, proc.cmd.Process.Pid)-before)/10)
+		}
+		whole, partial, twice := gangAudit(t, c, ns, size)
+		fmt.Fprintf(&table, "%-34s %8.1f %12v %10.2f s %10.2f s %12.2f ms %8d %6d %6d %12s\n",
+			name, r.rate, r.total.Round(time.Millisecond), p50, p99, decision*1e3, whole, partial, twice, cpu)
+		if partial != 0 || twice != 0 {
+			t.Errorf("%s: %d groups partly bound, %d devices allocated twice", name, partial, twice)
+		}
+		proc.stop()
+	}
+	t.Log(table.String())
+}
