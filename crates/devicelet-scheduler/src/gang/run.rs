@@ -128,6 +128,25 @@ pub fn run_group_cycle(
         );
         return;
     }
+    if let Policy::Gang { min_count } = policy
+        && members.len() + scheduled < min_count
+    {
+        // Some members are still gated (their claims are being created): no cycle can reach
+        // the quorum yet. They wait quietly; the next member let through pulls them back in.
+        drop(cache);
+        debug!(podgroup = %group_name, ready = members.len(), scheduled, min_count, "pod group waits for gated members");
+        let now = Instant::now();
+        let mut queue = shared.queue();
+        for qp in members {
+            queue.unschedulable(
+                qp,
+                BTreeSet::from([Plugin::GangScheduling]),
+                BTreeSet::new(),
+                now,
+            );
+        }
+        return;
+    }
     let inputs: Vec<MemberInput> = members
         .iter()
         .map(|qp| MemberInput {
