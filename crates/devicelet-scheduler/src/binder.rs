@@ -154,10 +154,13 @@ impl Binder {
                 // No binding slot is held while waiting: a group larger than the slots would
                 // wait for itself.
                 drop(slot.take());
+                let shared = self.shared.clone();
                 let keeps_quorum = barrier
                     .arrive(
+                        &qp.uid,
                         prebind.is_ok(),
                         self.shared.binding_timeout + GROUP_WAIT_MARGIN,
+                        move |uid| !shared.queue().is_binding(uid),
                     )
                     .await;
                 slot = self.slots.clone().acquire_owned().await.ok();

@@ -550,6 +550,11 @@ impl SchedulingQueue {
         }
     }
 
+    /// Whether the pod is being bound (handed to binding and not deleted since).
+    pub fn is_binding(&self, uid: &str) -> bool {
+        self.binding.contains(uid)
+    }
+
     /// The pod's binding ended: bound, or bound by someone else.
     pub fn binding_finished(&mut self, uid: &str) {
         self.binding.remove(uid);

@@ -19,12 +19,15 @@ pub struct GroupBarrier {
     state: watch::Sender<Arrivals>,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Arrivals {
     arrived: usize,
     failed: usize,
-    /// A member gave up waiting: the group does not bind.
-    abandoned: bool,
+    /// Members whose PreBind succeeded.
+    written: Vec<String>,
+    /// The group's verdict, decided once by the last member to arrive (or by the first to give
+    /// up waiting), so every member acts on the same one.
+    verdict: Option<bool>,
 }
 
 impl GroupBarrier {
@@ -37,30 +40,52 @@ impl GroupBarrier {
         }
     }
 
-    /// Reports this member's PreBind (`ok`) and waits for the others, at most `timeout`.
-    /// `true`: the group keeps its quorum and this member may bind.
-    pub async fn arrive(&self, ok: bool, timeout: Duration) -> bool {
+    /// Reports member `uid`'s PreBind (`ok`) and waits for the others, at most `timeout`.
+    /// `gone` says whether a member was deleted meanwhile (it counts as failed: a member deleted
+    /// while its group waits takes the group below its quorum). `true`: the group keeps its
+    /// quorum and this member may bind.
+    pub async fn arrive(
+        &self,
+        uid: &str,
+        ok: bool,
+        timeout: Duration,
+        gone: impl Fn(&str) -> bool,
+    ) -> bool {
+        let mut last = false;
         self.state.send_modify(|s| {
             s.arrived += 1;
-            if !ok {
+            if ok {
+                s.written.push(uid.to_owned());
+            } else {
                 s.failed += 1;
             }
+            last = s.arrived >= self.expected;
         });
+        if last {
+            let written = self.state.borrow().written.clone();
+            let deleted = written.iter().filter(|u| gone(u)).count();
+            let may_fail = self.may_fail;
+            self.state.send_if_modified(|s| {
+                if s.verdict.is_some() {
+                    return false;
+                }
+                s.verdict = Some(s.failed + deleted <= may_fail);
+                true
+            });
+        }
         let mut rx = self.state.subscribe();
-        let expected = self.expected;
-        let waited = tokio::time::timeout(
-            timeout,
-            rx.wait_for(|s| s.arrived >= expected || s.abandoned),
-        )
-        .await;
-        let done = match waited {
-            Ok(Ok(s)) => *s,
-            _ => {
-                self.state.send_modify(|s| s.abandoned = true);
-                *self.state.borrow()
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|s| s.verdict.is_some())).await;
+        if let Ok(Ok(s)) = waited {
+            return s.verdict == Some(true);
+        }
+        self.state.send_if_modified(|s| {
+            if s.verdict.is_some() {
+                return false;
             }
-        };
-        !done.abandoned && done.failed <= self.may_fail
+            s.verdict = Some(false);
+            true
+        });
+        self.state.borrow().verdict == Some(true)
     }
 }
 
@@ -75,7 +100,9 @@ mod tests {
         let handles: Vec<_> = (0..3)
             .map(|_| {
                 let b = b.clone();
-                tokio::spawn(async move { b.arrive(true, Duration::from_secs(5)).await })
+                tokio::spawn(
+                    async move { b.arrive("m", true, Duration::from_secs(5), |_| false).await },
+                )
             })
             .collect();
         for h in handles {
@@ -90,7 +117,10 @@ mod tests {
             let handles: Vec<_> = (0..3)
                 .map(|i| {
                     let b = b.clone();
-                    tokio::spawn(async move { b.arrive(i != 1, Duration::from_secs(5)).await })
+                    tokio::spawn(async move {
+                        b.arrive(&format!("m{i}"), i != 1, Duration::from_secs(5), |_| false)
+                            .await
+                    })
                 })
                 .collect();
             for h in handles {
@@ -102,8 +132,33 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_member_that_never_arrives_abandons_the_group() {
         let b = Arc::new(GroupBarrier::new(2, 0));
-        assert!(!b.arrive(true, Duration::from_secs(300)).await);
+        assert!(
+            !b.arrive("a", true, Duration::from_secs(300), |_| false)
+                .await
+        );
         // The late member sees the group abandoned.
-        assert!(!b.arrive(true, Duration::from_secs(300)).await);
+        assert!(
+            !b.arrive("b", true, Duration::from_secs(300), |_| false)
+                .await
+        );
+    }
+
+    #[tokio::test]
+    async fn a_member_deleted_while_its_group_waits_stops_the_whole_group() {
+        let b = Arc::new(GroupBarrier::new(3, 0));
+        let handles: Vec<_> = (0..3)
+            .map(|i| {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    b.arrive(&format!("m{i}"), true, Duration::from_secs(5), |u| {
+                        u == "m2"
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for h in handles {
+            assert!(!h.await.expect("task"));
+        }
     }
 }
