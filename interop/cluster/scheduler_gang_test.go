@@ -8,6 +8,7 @@ package cluster
 // each group inside one rack. Nodes are API objects with slices written directly.
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -17,8 +18,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -376,5 +379,123 @@ func TestSchedulerPodGroupClaimSharedBy300(t *testing.T) {
 	if len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].Resource != "podgroups" ||
 		c.Status.ReservedFor[0].APIGroup != "scheduling.k8s.io" || c.Status.ReservedFor[0].Name != "train" {
 		t.Fatalf("claim %s reservedFor %+v, want the PodGroup only", c.Name, c.Status.ReservedFor)
+	}
+}
+
+// partitionedGPU publishes, for node, one GPU of 2 memory units offered whole or as two halves
+// (DRAPartitionableDevices: counters in their own slice of the pool).
+func partitionedGPU(t *testing.T, node, driver string) {
+	t.Helper()
+	counterSet := "gpu-0-memory"
+	consumes := func(units string) []resourcev1.DeviceCounterConsumption {
+		return []resourcev1.DeviceCounterConsumption{{
+			CounterSet: counterSet,
+			Counters:   map[string]resourcev1.Counter{"memory": {Value: resource.MustParse(units)}},
+		}}
+	}
+	device := func(name, size, units string) resourcev1.Device {
+		return resourcev1.Device{
+			Name:             name,
+			Attributes:       map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"size": {StringValue: ptr.To(size)}},
+			ConsumesCounters: consumes(units),
+		}
+	}
+	slices := []*resourcev1.ResourceSlice{
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: node + "-counters"},
+			Spec: resourcev1.ResourceSliceSpec{
+				Driver: driver, NodeName: ptr.To(node),
+				Pool: resourcev1.ResourcePool{Name: node + "-gpus", Generation: 1, ResourceSliceCount: 2},
+				SharedCounters: []resourcev1.CounterSet{{
+					Name:     counterSet,
+					Counters: map[string]resourcev1.Counter{"memory": {Value: resource.MustParse("2")}},
+				}},
+			},
+		},
+		{
+			ObjectMeta: metav1.ObjectMeta{Name: node + "-partitions"},
+			Spec: resourcev1.ResourceSliceSpec{
+				Driver: driver, NodeName: ptr.To(node),
+				Pool: resourcev1.ResourcePool{Name: node + "-gpus", Generation: 1, ResourceSliceCount: 2},
+				Devices: []resourcev1.Device{
+					device("gpu-0", "whole", "2"), device("gpu-0-half-a", "half", "1"), device("gpu-0-half-b", "half", "1"),
+				},
+			},
+		},
+	}
+	for _, s := range slices {
+		if _, err := controlPlane.admin.ResourceV1().ResourceSlices().Create(ctx(t), s, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create ResourceSlice %s: %v", s.Name, err)
+		}
+		name := s.Name
+		t.Cleanup(func() {
+			_ = controlPlane.admin.ResourceV1().ResourceSlices().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+}
+
+// kubernetes#138765's shape: two members, each preferring a whole GPU and content with half of
+// one, on a node with one GPU. kube-scheduler's greedy pass gives the first member the whole GPU
+// and leaves nothing for the second, so the gang never starts; devicelet re-packs the node and
+// gives each a half. Both run on the same objects in the same run; the test records both.
+func TestSchedulerGangPartitionsBesideKubeScheduler(t *testing.T) {
+	podGroupRBAC(t)
+	results := map[string]int{}
+	for _, d := range []string{"kube", "devicelet"} {
+		node, driver, ns := "part-"+d, "part-"+d+".example.com", namespace(t, "part-"+d)
+		apiNodeFor(t, node, 0, driver)
+		partitionedGPU(t, node, driver)
+		driverClass(t, "part-"+d, driver)
+		sub := func(size string) resourcev1.DeviceSubRequest {
+			return resourcev1.DeviceSubRequest{
+				Name: size, DeviceClassName: "part-" + d, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+				Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes[%q].size == %q`, driver, size),
+				}}},
+			}
+		}
+		createTemplate(t, ns, "gpu", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "gpu", FirstAvailable: []resourcev1.DeviceSubRequest{sub("whole"), sub("half")},
+		}}}})
+		createPodGroup(t, ns, "pair", 2, "")
+		for i := 0; i < 2; i++ {
+			spec := podSpec("", 0)
+			spec.SchedulerName = ns
+			usePodClaim(&spec, "gpu", "")
+			spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
+			spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+			spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("pair")}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pair-%d", i), Namespace: ns}, Spec: spec}
+			if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitForPodClaims(t, controlPlane.admin, ns, 2, 60*time.Second)
+		switch d {
+		case "kube":
+			startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true")
+		case "devicelet":
+			startScheduler(t, "--scheduler-name", ns)
+		}
+		// kube-scheduler retries the gang every few seconds (A-L3); 20 s is many attempts.
+		wait := 20 * time.Second
+		if d == "devicelet" {
+			wait = 30 * time.Second
+		}
+		deadline := time.Now().Add(wait)
+		for time.Now().Before(deadline) {
+			results[d] = boundCount(t, ns, "pair")
+			if results[d] == 2 {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		t.Logf("%s: %d of 2 members bound within %v", d, results[d], wait)
+	}
+	if results["devicelet"] != 2 {
+		t.Fatalf("devicelet bound %d of the 2 members that fit as two halves", results["devicelet"])
+	}
+	if results["kube"] == 1 {
+		t.Fatalf("kube-scheduler bound one member of a gang of 2")
 	}
 }
