@@ -9,6 +9,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -317,6 +318,33 @@ func TestSchedulerGangTopologyRacks(t *testing.T) {
 		return c.Reason == "Unschedulable" && strings.Contains(c.Message, "placements are available") &&
 			strings.Contains(c.Message, rackKey), c.Message
 	})
+	// `devicelet explain podgroup/huge`: per domain, why the group does not fit.
+	base := []string{"explain", "podgroup/huge", "-n", ns, "--kubeconfig", adminKubeconfig()}
+	t.Logf("devicelet explain podgroup/huge:\n%s", devicelet(t, append(base, "-o", "table")...))
+	var report struct {
+		Verdict string `json:"verdict"`
+		Members []struct {
+			Pod     string `json:"pod"`
+			State   string `json:"state"`
+			Outcome string `json:"outcome"`
+		} `json:"members"`
+		Domains []struct {
+			Domain string `json:"domain"`
+			Placed int    `json:"placed"`
+			Fits   bool   `json:"fits"`
+		} `json:"domains"`
+	}
+	if err := json.Unmarshal([]byte(devicelet(t, append(base, "-o", "json")...)), &report); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(report.Verdict, "unschedulable: 0/4 placements are available") || len(report.Domains) != 4 || len(report.Members) != 10 {
+		t.Fatalf("explain podgroup/huge: %+v", report)
+	}
+	for _, d := range report.Domains {
+		if d.Fits || d.Placed >= 10 {
+			t.Fatalf("domain %s: %+v", d.Domain, d)
+		}
+	}
 }
 
 // A PodGroup claim (DRAWorkloadResourceClaims) shared by 300 members, more than the 256

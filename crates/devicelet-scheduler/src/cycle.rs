@@ -132,6 +132,36 @@ impl CycleInputs {
     }
 }
 
+/// Runs `f` with an engine over the cache's current classes, slices and devices in use (for
+/// work outside the scheduling loop: `devicelet explain podgroup/NAME`, tests).
+pub fn with_engine<R>(
+    cache: &mut ClusterCache,
+    options: AllocateOptions,
+    scheduler_name: &str,
+    f: impl FnOnce(&mut Engine<'_>, &ClusterCache) -> R,
+) -> R {
+    let features = Features::kubernetes_1_36_defaults();
+    let inputs = cache.dra_inputs();
+    let selectors = Arc::new(devicelet_allocator::SelectorCache::new(
+        devicelet_allocator::CelFeatures {
+            enable_consumable_capacity: features.consumable_capacity,
+            enable_list_type_attributes: features.list_type_attributes,
+        },
+    ));
+    let snapshot = Arc::new(ClusterSnapshot::new(
+        &inputs.classes,
+        &inputs.slices,
+        selectors,
+    ));
+    let index = AllocatedIndex::new(
+        &snapshot,
+        &cache.allocated_state(features.consumable_capacity),
+    );
+    let arena = Arena::new();
+    let mut engine = Engine::new(snapshot, index, &arena, features, options, scheduler_name);
+    f(&mut engine, cache)
+}
+
 /// The allocator's long-lived inputs and the scheduling cycle's rotating start.
 pub struct Engine<'a> {
     snapshot: Arc<ClusterSnapshot<'a>>,

@@ -68,7 +68,7 @@ pub enum Command {
     Allocate(AllocateArgs),
     /// The durable device state: inspect any checkpoint, import a kubelet's, recover.
     State(StateArgs),
-    /// Why a pod's DRA claims do not allocate, on a live cluster (read-only).
+    /// Why a pod's DRA claims (or a PodGroup) do not allocate, on a live cluster (read-only).
     #[command(long_about = EXPLAIN_ABOUT)]
     Explain(ExplainArgs),
     /// The cluster's DRA state as an AllocationScenario that `devicelet allocate` replays.
@@ -137,9 +137,15 @@ exhausted, taints not tolerated, every device allocated (and to which claims), m
 constraints that cannot be met. An allocated claim: where, and for whom. A pod that fits: the \
 devices it would get.
 
+podgroup/NAME (scheduling.k8s.io/v1alpha2): runs devicelet scheduler's pod-group cycle offline \
+on what it reads and says what it would decide now: each member gated, bound, placed on a node \
+with its devices, or why not; with a topology key, each domain and why the group does or does \
+not fit there.
+
 Read-only. RBAC needed (get and list only): pods; deviceclasses, resourceslices, \
 resourceclaims (all namespaces), resourceclaimtemplates in resource.k8s.io; nodes; \
-devicetaintrules (resource.k8s.io/v1beta2, optional). Secrets are never read.";
+devicetaintrules (resource.k8s.io/v1beta2, optional); podgroups for podgroup/NAME. Secrets are \
+never read.";
 
 const SNAPSHOT_ABOUT: &str = "The cluster's DRA state as an AllocationScenario file.
 
@@ -572,9 +578,9 @@ pub struct ClusterArgs {
 /// `devicelet explain`.
 #[derive(Debug, Clone, Args)]
 pub struct ExplainArgs {
-    /// `pod/NAME` or `claim/NAME`.
+    /// `pod/NAME`, `claim/NAME` or `podgroup/NAME`.
     pub target: String,
-    /// Namespace of the pod or claim.
+    /// Namespace of the pod, claim or PodGroup.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
     /// Where the cluster is.

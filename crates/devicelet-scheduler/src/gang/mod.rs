@@ -12,9 +12,11 @@
 //!   bind, or fail them together;
 //! - [`barrier`]: the members' binding cycles meet after PreBind, so a short group binds nobody
 //!   (A-L5 fixed);
+//! - [`explain`]: the group cycle run offline for `devicelet explain podgroup/NAME`;
 //! - [`status`]: the `PodGroupScheduled` condition (W34, W35) and its message (A-L4 fixed).
 
 pub mod barrier;
+pub mod explain;
 pub mod run;
 pub mod search;
 pub mod status;

@@ -142,6 +142,22 @@ pub struct GroupOutcome {
     pub domain: Option<String>,
     /// Search states visited (for logs and the benchmark).
     pub states: usize,
+    /// With a topology key: how the group fared in each domain, in value order.
+    pub domains: Vec<DomainSummary>,
+}
+
+/// How the group fared in one topology domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainSummary {
+    /// The label's value.
+    pub value: String,
+    pub nodes: usize,
+    /// The most members placed at once there.
+    pub placed: usize,
+    /// Whether the whole group fits there.
+    pub fits: bool,
+    /// Why not, when it does not.
+    pub message: Option<String>,
 }
 
 impl GroupOutcome {
@@ -346,8 +362,10 @@ fn by_domain(
     }
     let total = domains.len();
     let mut results: Vec<(String, DomainResult)> = Vec::new();
+    let mut summaries = Vec::new();
     let mut states = 0;
     for (value, nodes) in domains {
+        let node_count = nodes.len();
         let r = search(
             engine,
             members,
@@ -364,6 +382,16 @@ fn by_domain(
             out.states = states;
             return out;
         }
+        summaries.push(DomainSummary {
+            value: value.clone(),
+            nodes: node_count,
+            placed: r.best_placed,
+            fits: r.sim.is_some(),
+            message: r
+                .sim
+                .is_none()
+                .then(|| failure_message(members, problem, needed, &r)),
+        });
         results.push((value, r));
     }
     let successes: Vec<usize> = (0..results.len())
@@ -391,6 +419,7 @@ fn by_domain(
         out.verdict = Verdict::Unschedulable(message);
         out.domain = None;
         out.states = states;
+        out.domains = summaries;
         return out;
     }
     let chosen = if successes.len() == 1 {
@@ -402,6 +431,7 @@ fn by_domain(
     let mut out = finish(members, problem, needed, r, Some(value.clone()));
     out.domain = Some(value);
     out.states = states;
+    out.domains = summaries;
     out
 }
 
@@ -474,6 +504,7 @@ fn unschedulable_all(members: &[MemberInput], message: String) -> GroupOutcome {
             .collect(),
         domain: None,
         states: 0,
+        domains: Vec::new(),
     }
 }
 
@@ -546,6 +577,7 @@ fn finish(
                 members: results,
                 domain,
                 states,
+                domains: Vec::new(),
             }
         }
         None => {
@@ -563,6 +595,7 @@ fn finish(
                     .collect(),
                 domain: None,
                 states,
+                domains: Vec::new(),
             }
         }
     }

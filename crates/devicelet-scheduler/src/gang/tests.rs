@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use devicelet_allocator::{
-    AllocateOptions, AllocatedIndex, CelFeatures, ClusterSnapshot, Features, SelectorCache,
-};
+use devicelet_allocator::AllocateOptions;
 use k8s_openapi::api::core::v1::{
     Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGroup, PodSpec,
 };
@@ -19,12 +17,11 @@ use k8s_openapi::api::resource::v1::{
     ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use typed_arena::Arena;
 
 use super::Policy;
 use super::search::{GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group};
 use crate::cache::ClusterCache;
-use crate::cycle::{CycleInputs, Engine};
+use crate::cycle::{CycleInputs, with_engine};
 
 const DRIVER: &str = "gpu.example.com";
 
@@ -204,31 +201,6 @@ impl Cluster {
         policy: Policy,
         topology: Option<&str>,
     ) -> super::search::GroupOutcome {
-        let inputs = self.cache.dra_inputs();
-        let selectors = Arc::new(SelectorCache::new(CelFeatures {
-            enable_consumable_capacity: true,
-            enable_list_type_attributes: true,
-        }));
-        let snapshot = Arc::new(ClusterSnapshot::new(
-            &inputs.classes,
-            &inputs.slices,
-            selectors,
-        ));
-        let index = AllocatedIndex::new(&snapshot, &self.cache.allocated_state(true));
-        let arena = Arena::new();
-        let options = AllocateOptions {
-            step_budget: None,
-            time_limit: None,
-            share_ids: None,
-        };
-        let mut engine = Engine::new(
-            snapshot,
-            index,
-            &arena,
-            Features::kubernetes_1_36_defaults(),
-            options,
-            "devicelet-scheduler",
-        );
         let members: Vec<MemberInput> = pods
             .iter()
             .map(|p| MemberInput {
@@ -245,7 +217,17 @@ impl Cluster {
             }),
             deadline: Instant::now() + Duration::from_secs(5),
         };
-        schedule_group(&mut engine, &members, &problem)
+        let options = AllocateOptions {
+            step_budget: None,
+            time_limit: None,
+            share_ids: None,
+        };
+        with_engine(
+            &mut self.cache,
+            options,
+            "devicelet-scheduler",
+            |engine, _| schedule_group(engine, &members, &problem),
+        )
     }
 }
 

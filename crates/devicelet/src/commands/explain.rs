@@ -1,10 +1,14 @@
-//! `devicelet explain pod/NAME | claim/NAME`: why a pod's DRA claims do not allocate on a live
-//! cluster, per candidate node and request, in the vocabulary of `devicelet allocate --explain`
-//! (issue 19, item 1). Read-only; the API part is `devicelet_kube::snapshot`, the reasoning
-//! `devicelet_kube::explain`.
+//! `devicelet explain pod/NAME | claim/NAME | podgroup/NAME`: why a pod's DRA claims do not
+//! allocate on a live cluster, per candidate node and request, in the vocabulary of `devicelet
+//! allocate --explain` (issue 19, item 1); for a PodGroup, what `devicelet scheduler`'s group
+//! cycle would decide now, per member and per topology domain (issue 37). Read-only; the API
+//! part is `devicelet_kube::snapshot`, the reasoning `devicelet_kube::explain` and
+//! `devicelet_scheduler::gang::explain`.
 
 use devicelet_kube::explain::{ClaimState, ExplainOptions, Report, Target, explain};
 use devicelet_kube::snapshot::read_state;
+
+use devicelet_scheduler::gang::explain::{GroupReport, explain_live};
 
 use crate::cli::ExplainArgs;
 use crate::commands::allocate::render_node_explanation;
@@ -14,6 +18,18 @@ use crate::output;
 /// Runs the command. Exit status 0 whenever the question could be answered, whatever the
 /// answer.
 pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
+    if let Some(name) = podgroup_target(&args.target) {
+        let client = devicelet_kube::connect(&source(&args.cluster)).await?;
+        let report = explain_live(
+            &client,
+            &args.namespace,
+            name,
+            args.timeout
+                .unwrap_or(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
+        )
+        .await?;
+        return output::print(args.output.output, &report, render_group);
+    }
     let target = Target::parse(&args.target, &args.namespace)?;
     let client = devicelet_kube::connect(&source(&args.cluster)).await?;
     let state = read_state(&client, Some(&args.namespace)).await?;
@@ -26,6 +42,54 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
         },
     )?;
     output::print(args.output.output, &report, render)
+}
+
+/// `podgroup/NAME` (`podgroups/NAME`, `pg/NAME`): the PodGroup's name.
+fn podgroup_target(target: &str) -> Option<&str> {
+    let (kind, name) = target.split_once('/')?;
+    let kind = kind.to_ascii_lowercase();
+    (matches!(kind.as_str(), "podgroup" | "podgroups" | "pg")
+        && !name.is_empty()
+        && !name.contains('/'))
+    .then_some(name)
+}
+
+/// The table form of a PodGroup's explanation: the group, each member, each domain, the verdict.
+pub fn render_group(r: &GroupReport) -> String {
+    let mut out = format!("podgroup {}: {}", r.group, r.policy);
+    if let Some(k) = &r.topology_key {
+        out.push_str(&format!(", topology key {k}"));
+    }
+    out.push_str(&format!(
+        ", {} member(s) scheduled
+",
+        r.scheduled
+    ));
+    for m in &r.members {
+        out.push_str(&format!("  {} [{}]", m.pod, m.state));
+        if let Some(o) = &m.outcome {
+            out.push_str(&format!(": {o}"));
+        }
+        out.push('\n');
+    }
+    for d in &r.domains {
+        out.push_str(&format!(
+            "domain {} ({} nodes): {} placed, {}",
+            d.domain,
+            d.nodes,
+            d.placed,
+            if d.fits { "fits" } else { "does not fit" }
+        ));
+        if let Some(m) = &d.message {
+            out.push_str(&format!(": {m}"));
+        }
+        out.push('\n');
+    }
+    if let Some(d) = &r.domain {
+        out.push_str(&format!("chosen domain: {d}\n"));
+    }
+    out.push_str(&format!("=> {} ({} search states)\n", r.verdict, r.states));
+    out
 }
 
 fn state_word(s: ClaimState) -> &'static str {
@@ -102,4 +166,18 @@ pub fn render(r: &Report) -> String {
     }
     out.push_str(&format!("=> {}\n", r.summary));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn podgroup_targets_are_recognised() {
+        assert_eq!(podgroup_target("podgroup/train"), Some("train"));
+        assert_eq!(podgroup_target("PG/train"), Some("train"));
+        assert_eq!(podgroup_target("pod/train"), None);
+        assert_eq!(podgroup_target("podgroup/"), None);
+        assert_eq!(podgroup_target("podgroup/a/b"), None);
+    }
 }
