@@ -131,6 +131,18 @@ impl Binder {
         started: Instant,
         barrier: Option<(Arc<GroupBarrier>, String)>,
     ) {
+        // Claims another member of the group allocates are waited for before a binding slot
+        // is taken: members holding every slot while the allocating one waits for a slot
+        // would stall until the wait's limit. A failure here shows again in PreBind.
+        for claim in &placement.claims {
+            let allocating = placement
+                .allocations
+                .iter()
+                .any(|(c, _)| c.metadata.uid == claim.metadata.uid);
+            if !allocating {
+                let _ = self.wait_for_shared_allocation(claim.clone()).await;
+            }
+        }
         // The semaphore is never closed; without a permit the binding would just not wait.
         let mut slot = self.slots.clone().acquire_owned().await.ok();
         let pod = qp.pod.clone();
@@ -325,7 +337,9 @@ impl Binder {
         let ns = current.metadata.namespace.clone().unwrap_or_default();
         let name = current.metadata.name.clone().unwrap_or_default();
         let deadline = Instant::now() + SHARED_CLAIM_WAIT;
-        let mut claim = current;
+        // As this scheduler knows it (the placement's copy may show the other member's
+        // allocation, which is not written yet).
+        let mut claim = self.shared.cache().claim(&ns, &name).unwrap_or(current);
         loop {
             let allocated = claim
                 .status

@@ -113,26 +113,12 @@ pub fn run_group_cycle(
     let policy = Policy::of(&group);
     let scheduled = cache.group_scheduled_count(&key);
     if let Policy::Gang { min_count } = policy
-        && cache.group_pod_count(&key) < min_count
+        && (cache.group_pod_count(&key) < min_count || members.len() + scheduled < min_count)
     {
-        // Members left since PreEnqueue passed: back to waiting for the quorum (W8).
-        drop(cache);
-        fail_members(
-            shared,
-            binder,
-            handle,
-            members,
-            BTreeSet::from([Plugin::GangScheduling]),
-            BTreeSet::new(),
-            "waiting for minCount pods from a gang to appear in scheduling queue",
-        );
-        return;
-    }
-    if let Policy::Gang { min_count } = policy
-        && members.len() + scheduled < min_count
-    {
-        // Some members are still gated (their claims are being created): no cycle can reach
-        // the quorum yet. They wait quietly; the next member let through pulls them back in.
+        // Members left since PreEnqueue let these through, or some are still gated (their
+        // claims are being created): no cycle can reach the quorum yet. As gated pods (W8)
+        // they wait quietly, without a condition or an event; a new member, or the next one
+        // let through, pulls them back in.
         drop(cache);
         debug!(podgroup = %group_name, ready = members.len(), scheduled, min_count, "pod group waits for gated members");
         let now = Instant::now();
