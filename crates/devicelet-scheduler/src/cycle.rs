@@ -162,6 +162,28 @@ pub fn with_engine<R>(
     f(&mut engine, cache)
 }
 
+/// The DRA Filter's answer per node for one pod shape, kept across the members of one
+/// pod-group cycle: a node whose devices nothing changed since answers the same, so identical
+/// members cost one allocator search per changed node instead of one per node. The pod-group
+/// search forgets a node when it places a member there, and everything when it backtracks or
+/// when an allocation reaches beyond one node.
+#[derive(Debug, Default)]
+pub struct NodeMemo {
+    outcomes: std::collections::HashMap<String, NodeOutcome>,
+}
+
+impl NodeMemo {
+    /// Forgets what is known of `node`.
+    pub fn forget(&mut self, node: &str) {
+        self.outcomes.remove(node);
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.outcomes.clear();
+    }
+}
+
 /// The allocator's long-lived inputs and the scheduling cycle's rotating start.
 pub struct Engine<'a> {
     snapshot: Arc<ClusterSnapshot<'a>>,
@@ -298,6 +320,18 @@ impl<'a> Engine<'a> {
     /// One cycle for `pod` that keeps up to `limit` feasible placements, the best first (the
     /// pod-group search takes the next one when the best leads nowhere).
     pub fn evaluate(&mut self, pod: &Pod, inputs: CycleInputs, limit: usize) -> Outcome {
+        self.evaluate_with(pod, inputs, limit, None)
+    }
+
+    /// [`Engine::evaluate`] with the DRA Filter's answers per node taken from, and kept in,
+    /// `memo` (see [`NodeMemo`]).
+    pub fn evaluate_with(
+        &mut self,
+        pod: &Pod,
+        inputs: CycleInputs,
+        limit: usize,
+        mut memo: Option<&mut NodeMemo>,
+    ) -> Outcome {
         let n = inputs.nodes.len();
         let mut fit = FitError {
             num_all_nodes: n,
@@ -410,13 +444,30 @@ impl<'a> Engine<'a> {
                 }
                 (claims, plan)
             });
-            match dra::filter_node(
-                state,
-                allocator.as_ref(),
-                claims,
-                &entry.node,
-                &self.options,
-            ) {
+            // The special claim of DRA-backed extended resources differs per node: not kept.
+            let memo_here = memo.as_deref_mut().filter(|_| via_dra.is_empty());
+            let outcome = match memo_here
+                .as_ref()
+                .and_then(|m| m.outcomes.get(entry.name()).cloned())
+            {
+                Some(known) => known,
+                None => {
+                    let outcome = dra::filter_node(
+                        state,
+                        allocator.as_ref(),
+                        claims,
+                        &entry.node,
+                        &self.options,
+                    );
+                    if let Some(m) = memo_here
+                        && !matches!(outcome, NodeOutcome::Error(_))
+                    {
+                        m.outcomes.insert(entry.name().to_owned(), outcome.clone());
+                    }
+                    outcome
+                }
+            };
+            match outcome {
                 NodeOutcome::Fits(results) => feasible.push((i, results, via_dra)),
                 NodeOutcome::Rejected {
                     rejection,

@@ -351,6 +351,7 @@ pub fn pre_filter(
 }
 
 /// The outcome of the DRA Filter on one node.
+#[derive(Clone, Debug)]
 pub enum NodeOutcome {
     /// The claims to allocate fit: one allocation per claim in `to_allocate` order.
     Fits(Vec<AllocationResult>),

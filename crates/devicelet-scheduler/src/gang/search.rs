@@ -38,7 +38,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
 
 use crate::cache::NodeEntry;
-use crate::cycle::{CycleInputs, Decision, Engine, Outcome, Placement};
+use crate::cycle::{CycleInputs, Decision, Engine, NodeMemo, Outcome, Placement};
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin};
@@ -230,6 +230,87 @@ impl Sim {
     fn placed_count(&self) -> usize {
         self.placed.iter().filter(|p| p.is_some()).count()
     }
+}
+
+/// The DRA answers per node and member shape (see [`NodeMemo`]), valid for the current state of
+/// the search only.
+struct Memos {
+    by_shape: HashMap<u64, NodeMemo>,
+    /// Off once an allocation reached beyond its own node (devices other nodes see).
+    enabled: bool,
+}
+
+impl Memos {
+    /// A member was placed on `node`: nothing else changed unless its allocations reach
+    /// beyond that node.
+    fn placed(&mut self, candidate: &Candidate) {
+        let node = candidate.placement.node.as_str();
+        let local = candidate
+            .placement
+            .allocating()
+            .map(|(_, a)| a)
+            .chain(
+                candidate
+                    .repacked
+                    .iter()
+                    .flat_map(|(_, v)| v.iter().map(|(_, a)| a)),
+            )
+            .all(|a| pinned_to(a, node));
+        if !local {
+            self.enabled = false;
+            self.by_shape.clear();
+            return;
+        }
+        for m in self.by_shape.values_mut() {
+            m.forget(node);
+        }
+    }
+
+    /// The search went back to an earlier state.
+    fn restored(&mut self) {
+        for m in self.by_shape.values_mut() {
+            m.clear();
+        }
+    }
+
+    /// The memo for member `j` in `sim`, when its answers can be reused: no claim it shares
+    /// with another member in this cycle, no DRA-backed extended resources.
+    fn for_member(
+        &mut self,
+        member: &MemberInput,
+        signature: u64,
+        sim: &Sim,
+    ) -> Option<&mut NodeMemo> {
+        if !self.enabled || member.inputs.extended.is_some() {
+            return None;
+        }
+        if let Ok(Some(state)) = &member.inputs.dra
+            && state.claims.iter().any(|c| {
+                sim.overlay
+                    .contains_key(c.claim.metadata.uid.as_deref().unwrap_or(""))
+            })
+        {
+            return None;
+        }
+        Some(self.by_shape.entry(signature).or_default())
+    }
+}
+
+/// Whether an allocation's node selector is exactly "the node named `node`" (node-local
+/// devices): nothing it holds is visible from another node.
+fn pinned_to(a: &AllocationResult, node: &str) -> bool {
+    let Some(sel) = &a.node_selector else {
+        return false;
+    };
+    let [term] = sel.node_selector_terms.as_slice() else {
+        return false;
+    };
+    term.match_expressions.as_ref().is_none_or(Vec::is_empty)
+        && term.match_fields.as_deref().is_some_and(|f| {
+            matches!(f, [r] if r.key == "metadata.name"
+                && r.operator == "In"
+                && r.values.as_deref().is_some_and(|v| v.len() == 1 && v[0] == node))
+        })
 }
 
 enum Failure {
@@ -641,6 +722,10 @@ fn search(
     let mut stack: Vec<Frame> = Vec::new();
     let mut visited: HashSet<u64> = HashSet::new();
     let mut fits_alone: Vec<Option<bool>> = vec![None; n];
+    let mut memos = Memos {
+        by_shape: HashMap::new(),
+        enabled: true,
+    };
     let mut sim = initial.clone();
     let mut j = 0;
     'search: loop {
@@ -654,11 +739,13 @@ fn search(
             return result;
         }
         result.states += 1;
-        let failed = match evaluate(engine, members, j, &sim, base_index) {
+        let memo = memos.for_member(&members[j], signatures[j], &sim);
+        let failed = match evaluate(engine, members, j, &sim, base_index, memo) {
             Ok(cands) if !cands.is_empty() => {
                 let mut rest: VecDeque<Candidate> = cands.into();
                 if let Some(first) = rest.pop_front() {
                     let before = sim.clone();
+                    memos.placed(&first);
                     sim = apply(engine, members, j, before.clone(), first);
                     stack.push(Frame { j, before, rest });
                     result.best_placed = result.best_placed.max(sim.placed_count());
@@ -700,7 +787,7 @@ fn search(
                     placed: vec![None; n],
                     ..initial.clone()
                 };
-                matches!(evaluate(engine, members, j, &empty, base_index), Ok(c) if !c.is_empty())
+                matches!(evaluate(engine, members, j, &empty, base_index, None), Ok(c) if !c.is_empty())
             });
             if !alone {
                 return result;
@@ -715,7 +802,9 @@ fn search(
                 result.timed_out = true;
                 return result;
             }
+            memos.restored();
             while let Some(next) = frame.rest.pop_front() {
+                memos.placed(&next);
                 let candidate = apply(engine, members, frame.j, frame.before.clone(), next);
                 let key = state_key(&candidate, frame.j + 1, signatures);
                 if visited.insert(key) {
@@ -784,11 +873,12 @@ fn evaluate(
     j: usize,
     sim: &Sim,
     base_index: &AllocatedIndex,
+    memo: Option<&mut NodeMemo>,
 ) -> Result<Vec<Candidate>, Failure> {
     let member = &members[j];
     let inputs = inputs_in(member, sim).map_err(Failure::Error)?;
     engine.set_index(sim.index.clone());
-    let outcome = engine.evaluate(&member.pod, inputs.clone(), ALTERNATIVES);
+    let outcome = engine.evaluate_with(&member.pod, inputs.clone(), ALTERNATIVES, memo);
     match outcome {
         Outcome::Feasible(placements) => Ok(placements
             .into_iter()
