@@ -551,3 +551,85 @@ func TestSchedulerGangPartitionsBesideKubeScheduler(t *testing.T) {
 		t.Fatalf("kube-scheduler bound one member of a gang of 2")
 	}
 }
+
+// The same all-or-nothing placement on devicelet nodes with the upstream DRA test driver:
+// 10 gangs of 8 on 6 nodes of 8 devices; 6 run whole (every member Running, its claim
+// prepared by the driver through devicelet), 4 wait with no member bound, and a deleted group
+// makes room for a waiting one, which runs.
+func TestSchedulerGangsOnDeviceletNodes(t *testing.T) {
+	ns := namespace(t, "gangs-nodes")
+	const nodes, devicesPerNode, groups, perGroup = 6, 8, 10, 8
+	for i := 0; i < nodes; i++ {
+		startTestDriver(t, startNode(t, fmt.Sprintf("gangnode-%d", i)), devicesPerNode)
+	}
+	deviceClass(t, "gangnode-gpu")
+	createTemplate(t, ns, "gpu", claimSpec("gangnode-gpu"))
+	podGroupRBAC(t)
+	startScheduler(t)
+	var names []string
+	for g := 0; g < groups; g++ {
+		names = append(names, fmt.Sprintf("n%d", g))
+		createPodGroup(t, ns, names[g], perGroup, "")
+	}
+	start := time.Now()
+	gangPods(t, ns, names, perGroup)
+	running := func() (map[string]int, map[string]int) {
+		list, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bound, run := map[string]int{}, map[string]int{}
+		for _, p := range list.Items {
+			g := *p.Spec.SchedulingGroup.PodGroupName
+			bound[g] += 0
+			if p.Spec.NodeName != "" {
+				bound[g]++
+			}
+			if p.Status.Phase == corev1.PodRunning {
+				run[g]++
+			}
+		}
+		return bound, run
+	}
+	partial := newPartialWatch()
+	wantWhole := nodes * devicesPerNode / perGroup
+	waitForEvery(t, 240*time.Second, 2*time.Second, "6 groups Running whole, 4 with nothing bound", func() (bool, string) {
+		bound, run := running()
+		partial.look(t, bound, perGroup)
+		whole, empty := 0, 0
+		for g, n := range bound {
+			if n == 0 {
+				empty++
+			} else if run[g] == perGroup {
+				whole++
+			}
+		}
+		return whole == wantWhole && empty == groups-wantWhole, fmt.Sprintf("bound %v, Running %v", bound, run)
+	})
+	t.Logf("%d gangs of %d on %d devicelet nodes x %d devices: %d Running whole after %v", groups, perGroup, nodes, devicesPerNode, wantWhole, time.Since(start))
+	bound, _ := running()
+	gone := ""
+	for g, n := range bound {
+		if n == perGroup {
+			gone = g
+			break
+		}
+	}
+	for i := 0; i < perGroup; i++ {
+		if err := controlPlane.admin.CoreV1().Pods(ns).Delete(ctx(t), fmt.Sprintf("%s-%d", gone, i), metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForEvery(t, 180*time.Second, 2*time.Second, "a waiting group Running after "+gone+" was deleted", func() (bool, string) {
+		bound, run := running()
+		partial.look(t, bound, perGroup)
+		whole := 0
+		for g := range bound {
+			if run[g] == perGroup {
+				whole++
+			}
+		}
+		_, stillThere := bound[gone]
+		return !stillThere && whole == wantWhole, fmt.Sprintf("bound %v, Running %v", bound, run)
+	})
+}

@@ -312,7 +312,15 @@ async fn a_taken_metrics_port_is_an_error_or_moves_to_a_free_port() {
     }
     let _hold = hold.expect("the default metrics port stayed taken for 30 s");
     let serve = root.serve(&[]).await;
-    let log = serve.log();
+    // The metrics endpoint may come up (and log its move) just after the control socket.
+    let mut log = serve.log();
+    for _ in 0..100 {
+        if log.contains("default metrics port taken") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = serve.log();
+    }
     let line = log
         .lines()
         .find(|l| l.contains("default metrics port taken"))
