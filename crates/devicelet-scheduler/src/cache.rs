@@ -26,8 +26,8 @@ use tracing::warn;
 
 use crate::gang::{GroupKey, group_of};
 
-use crate::filters::NodeUsage;
-use crate::filters::node_resources_fit::PodUsage;
+use crate::filters::node_resources_fit::{PodUsage, allocatable};
+use crate::filters::{NodeUsage, ResourceList};
 
 /// `namespace/name`.
 pub type ClaimKey = (String, String);
@@ -36,6 +36,8 @@ pub type ClaimKey = (String, String);
 #[derive(Clone, Debug)]
 pub struct NodeEntry {
     pub node: Arc<Node>,
+    /// The node's allocatable, parsed once per node update.
+    pub allocatable: Arc<ResourceList>,
     pub usage: Arc<NodeUsage>,
 }
 
@@ -155,13 +157,18 @@ impl ClusterCache {
     /// Adds or replaces a node.
     pub fn upsert_node(&mut self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
+        let allocatable = Arc::new(allocatable(&node));
         let node = Arc::new(node);
         match self.node_index.get(&name) {
-            Some(&i) => self.nodes[i].node = node,
+            Some(&i) => {
+                self.nodes[i].node = node;
+                self.nodes[i].allocatable = allocatable;
+            }
             None => {
                 let usage = self.orphan_usage.remove(&name).unwrap_or_default();
                 self.nodes.push(NodeEntry {
                     node,
+                    allocatable,
                     usage: Arc::new(usage),
                 });
                 self.reindex_nodes();

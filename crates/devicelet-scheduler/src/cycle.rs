@@ -422,7 +422,9 @@ impl<'a> Engine<'a> {
             let i = (self.next_start + k) % n;
             examined += 1;
             let entry = &inputs.nodes[i];
-            if let Some(r) = filters::filter_node(&facts, &entry.node, &entry.usage) {
+            if let Some(r) =
+                filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage)
+            {
                 fit.node_statuses.insert(entry.name().to_owned(), r);
                 continue;
             }
@@ -632,7 +634,7 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                least_allocated_score(&facts.requests, &entry.node, &entry.usage) + dra
+                least_allocated_score(&facts.requests, &entry.allocatable, &entry.usage) + dra
             })
             .collect()
     }

@@ -58,11 +58,18 @@ impl PodFacts {
 /// Runs every filter but DRA on one node, in the default profile's order; the first rejection
 /// is the node's status (as upstream, where a node's status is that of the first failing
 /// plugin).
-pub fn filter_node(facts: &PodFacts, node: &Node, usage: &NodeUsage) -> Option<Rejection> {
+pub fn filter_node(
+    facts: &PodFacts,
+    node: &Node,
+    allocatable: &ResourceList,
+    usage: &NodeUsage,
+) -> Option<Rejection> {
     node_unschedulable::filter(&facts.tolerations, node)
         .or_else(|| node_name::filter(facts.node_name.as_deref(), node))
         .or_else(|| taint_toleration::filter(&facts.tolerations, node))
         .or_else(|| node_affinity::filter(&facts.affinity, node))
         .or_else(|| node_ports::filter(&facts.host_ports, &usage.host_ports))
-        .or_else(|| node_resources_fit::filter(&facts.requests, &facts.dra_extended, node, usage))
+        .or_else(|| {
+            node_resources_fit::filter(&facts.requests, &facts.dra_extended, allocatable, usage)
+        })
 }

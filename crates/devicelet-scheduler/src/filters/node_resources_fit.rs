@@ -164,7 +164,9 @@ impl NodeUsage {
     }
 }
 
-pub(crate) fn allocatable(node: &Node) -> ResourceList {
+/// The node's allocatable, parsed (the cache keeps it per node: filters and scores look at it
+/// for every node of every attempt).
+pub fn allocatable(node: &Node) -> ResourceList {
     node.status
         .as_ref()
         .and_then(|s| s.allocatable.as_ref())
@@ -190,10 +192,9 @@ pub fn advertises(node: &Node, resource: &str) -> bool {
 pub fn filter(
     requests: &ResourceList,
     via_dra: &BTreeSet<String>,
-    node: &Node,
+    alloc: &ResourceList,
     usage: &NodeUsage,
 ) -> Option<Rejection> {
-    let alloc = allocatable(node);
     let mut reasons = Vec::new();
     let mut unresolvable = false;
     let max_pods = alloc.get("pods").copied().unwrap_or(0) / NANO;
@@ -232,8 +233,11 @@ pub fn filter(
 }
 
 /// The `LeastAllocated` score over cpu and memory, weight 1 each (0-100, S127).
-pub fn least_allocated_score(requests: &ResourceList, node: &Node, usage: &NodeUsage) -> i64 {
-    let alloc = allocatable(node);
+pub fn least_allocated_score(
+    requests: &ResourceList,
+    alloc: &ResourceList,
+    usage: &NodeUsage,
+) -> i64 {
     let pod = PodUsage {
         requests: requests.clone(),
         host_ports: Vec::new(),
@@ -328,11 +332,19 @@ mod tests {
             reqs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
         };
         let empty = NodeUsage::default();
-        assert!(filter(&facts(&[("cpu", NANO)]), &BTreeSet::new(), &node, &empty).is_none());
+        assert!(
+            filter(
+                &facts(&[("cpu", NANO)]),
+                &BTreeSet::new(),
+                &allocatable(&node),
+                &empty
+            )
+            .is_none()
+        );
         let r = filter(
             &facts(&[("cpu", 3 * NANO)]),
             &BTreeSet::new(),
-            &node,
+            &allocatable(&node),
             &empty,
         )
         .expect("too big");
@@ -341,8 +353,8 @@ mod tests {
         // S112: a DRA-backed extended resource the node does not advertise is DRA's to check.
         let fpga = facts(&[("example.com/fpga", NANO)]);
         let via_dra = BTreeSet::from(["example.com/fpga".to_owned()]);
-        assert!(filter(&fpga, &via_dra, &node, &empty).is_none());
-        assert!(filter(&fpga, &BTreeSet::new(), &node, &empty).is_some());
+        assert!(filter(&fpga, &via_dra, &allocatable(&node), &empty).is_none());
+        assert!(filter(&fpga, &BTreeSet::new(), &allocatable(&node), &empty).is_some());
         let mut used = NodeUsage::default();
         used.add(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
@@ -351,7 +363,7 @@ mod tests {
         let r = filter(
             &facts(&[("example.com/gpu", NANO)]),
             &BTreeSet::new(),
-            &node,
+            &allocatable(&node),
             &used,
         )
         .expect("full");

@@ -39,7 +39,7 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceCl
 
 use crate::cache::NodeEntry;
 use crate::cycle::{CycleInputs, Decision, Engine, NodeMemo, Outcome, Placement};
-use crate::filters::node_resources_fit::{PodUsage, allocatable};
+use crate::filters::node_resources_fit::PodUsage;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin};
 use crate::gang::Policy;
@@ -549,7 +549,7 @@ fn choose_domain(
         let (mut req_cpu, mut req_mem, mut cap_cpu, mut cap_mem) = (0i128, 0i128, 0i128, 0i128);
         // The simulated usage includes the proposed members already.
         for e in &sim.nodes {
-            let alloc = allocatable(&e.node);
+            let alloc = &e.allocatable;
             cap_cpu += alloc.get("cpu").copied().unwrap_or(0);
             cap_mem += alloc.get("memory").copied().unwrap_or(0);
             req_cpu += e.usage.non_zero_cpu;
@@ -942,7 +942,7 @@ fn repack(
         let Some(entry) = sim.nodes.iter().find(|e| e.name() == node_name) else {
             continue;
         };
-        if filters::filter_node(&facts, &entry.node, &entry.usage).is_some() {
+        if filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage).is_some() {
             continue;
         }
         if !state.unusable.is_empty()
