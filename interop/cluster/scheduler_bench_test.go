@@ -390,8 +390,15 @@ func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, p
 		idx, _ := strconv.Atoi(strings.TrimPrefix(list.Items[i].Name, "b"))
 		byIndex[idx] = &list.Items[i]
 	}
-	err = parallel(pods, 64, func(i int) error {
-		pod := byIndex[i]
+	ceilingBindOrdered(t, c, ns, set, driver, byIndex, byName)
+}
+
+// ceilingBindOrdered writes, for pod i of `pods`, what a scheduler writes to put it on device
+// i%10 of node i/10 of `set`, 64 writers at once.
+func ceilingBindOrdered(t *testing.T, c kubernetes.Interface, ns, set, driver string, pods []*corev1.Pod, byName map[string]*resourcev1.ResourceClaim) {
+	t.Helper()
+	err := parallel(len(pods), 64, func(i int) error {
+		pod := pods[i]
 		node := fmt.Sprintf("%s-%d", set, i/benchDevicesPerNode)
 		claim := byName[podClaimName(pod)].DeepCopy()
 		claim.Finalizers = append(claim.Finalizers, "resource.kubernetes.io/delete-protection")

@@ -18,7 +18,8 @@ package cluster
 //	GANG_BENCH_NODES    nodes per decider (default 80: 800 devices)
 //	GANG_BENCH_GROUPS   groups (default 100)
 //	GANG_BENCH_SIZE     pods per group (default 8)
-//	GANG_BENCH_ONLY     kube,devicelet subset
+//	GANG_BENCH_ONLY     ceiling,kube,devicelet subset (ceiling: a binder that decides nothing and
+//	                    writes what a scheduler writes, the API server's own ceiling)
 
 import (
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -122,7 +124,7 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 	if fit > groups {
 		fit = groups
 	}
-	only := map[string]bool{"kube": true, "devicelet": true}
+	only := map[string]bool{"kube": true, "devicelet": true, "ceiling": true}
 	if v := os.Getenv("GANG_BENCH_ONLY"); v != "" {
 		only = map[string]bool{}
 		for _, s := range strings.Split(v, ",") {
@@ -131,7 +133,7 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 	}
 	podGroupRBAC(t)
 	c := benchClient(t)
-	deciders := []string{"kube", "devicelet"}
+	deciders := []string{"ceiling", "kube", "devicelet"}
 	for _, d := range deciders {
 		if !only[d] {
 			continue
@@ -161,6 +163,13 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 		var text func() string
 		name := d
 		switch d {
+		case "ceiling":
+			// A binder that decides nothing: the groups that fit, one after another, each
+			// member written as a scheduler writes it (the API server's own ceiling).
+			ceilingGangs(t, c, ns, want)
+			r := watch.wait(t, "API server ceiling (binder deciding nothing)", started, 900*time.Second)
+			fmt.Fprintf(&table, "%-34s %8.1f %12v\n", r.name, r.rate, r.total.Round(time.Millisecond))
+			continue
 		case "kube":
 			url, p := startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true")
 			proc, name = p, "kube-scheduler v1.36.3"
@@ -207,4 +216,37 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 		proc.stop()
 	}
 	t.Log(table.String())
+}
+
+// ceilingGangs binds the first `want` pods of ns, group by group (g0's members, then g1's, ...),
+// each to the next free device of the node set, as the API server's ceiling for these writes.
+func ceilingGangs(t *testing.T, c kubernetes.Interface, ns string, want int) {
+	t.Helper()
+	list, err := c.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*resourcev1.ResourceClaim{}
+	for i := range claims.Items {
+		byName[claims.Items[i].Name] = &claims.Items[i]
+	}
+	pods := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pods = append(pods, &list.Items[i])
+	}
+	index := func(p *corev1.Pod) (int, int) {
+		var g, m int
+		fmt.Sscanf(p.Name, "g%d-%d", &g, &m)
+		return g, m
+	}
+	sort.Slice(pods, func(i, j int) bool {
+		gi, mi := index(pods[i])
+		gj, mj := index(pods[j])
+		return gi < gj || (gi == gj && mi < mj)
+	})
+	ceilingBindOrdered(t, c, ns, ns, ns+".example.com", pods[:want], byName)
 }
