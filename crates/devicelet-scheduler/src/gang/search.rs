@@ -506,7 +506,7 @@ fn by_domain(
     let chosen = if successes.len() == 1 {
         successes[0]
     } else {
-        choose_domain(members, problem, &results, &successes)
+        choose_domain(problem, &results, &successes)
     };
     let (value, r) = results.swap_remove(chosen);
     let mut out = finish(members, problem, needed, r, Some(value.clone()));
@@ -520,7 +520,6 @@ fn by_domain(
 /// normalised to 0-100 (W70) plus NodeResourcesFit's MostAllocated over cpu and memory of the
 /// domain's nodes with the proposed pods (W71). Ties go to the first domain in value order.
 fn choose_domain(
-    members: &[MemberInput],
     problem: &GroupProblem,
     results: &[(String, DomainResult)],
     successes: &[usize],
@@ -568,7 +567,6 @@ fn choose_domain(
             best = Some((total, i));
         }
     }
-    let _ = members;
     best.map_or(successes[0], |(_, i)| i)
 }
 
