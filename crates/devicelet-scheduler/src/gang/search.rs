@@ -273,8 +273,9 @@ impl Memos {
         }
     }
 
-    /// The memo for member `j` in `sim`, when its answers can be reused: no claim it shares
-    /// with another member in this cycle, no DRA-backed extended resources.
+    /// The memo for member `j` in `sim`, when its answers can be reused: every claim of it still
+    /// to allocate and none shared with another member in this cycle, no DRA-backed extended
+    /// resources.
     fn for_member(
         &mut self,
         member: &MemberInput,
@@ -284,11 +285,16 @@ impl Memos {
         if !self.enabled || member.inputs.extended.is_some() {
             return None;
         }
+        // A claim allocated already (its node differs from member to member, which the shape
+        // does not say) or shared with another member in this cycle makes the answers its own.
         if let Ok(Some(state)) = &member.inputs.dra
-            && state.claims.iter().any(|c| {
-                sim.overlay
-                    .contains_key(c.claim.metadata.uid.as_deref().unwrap_or(""))
-            })
+            && (!state.allocated_selectors.is_empty()
+                || !state.unusable.is_empty()
+                || state.to_allocate.len() != state.claims.len()
+                || state.claims.iter().any(|c| {
+                    sim.overlay
+                        .contains_key(c.claim.metadata.uid.as_deref().unwrap_or(""))
+                }))
         {
             return None;
         }

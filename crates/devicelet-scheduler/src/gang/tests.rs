@@ -564,3 +564,91 @@ fn w41_w52_a_pod_group_claim_is_allocated_once_and_reserved_for_the_group() {
     // A pod claim that is not the group's (another name) is reserved for the pod.
     assert!(crate::dra::group_consumer(&pods[0], "other", &c.cache).is_none());
 }
+
+#[test]
+fn members_of_one_shape_with_claims_allocated_on_different_nodes_go_to_their_own_nodes() {
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodResourceClaimStatus, PodStatus,
+    };
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+        ResourceClaimStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    // Template claims written by an earlier cycle whose binding failed: every member has the
+    // same spec, but its claim is on its own node (what the shape does not show).
+    let allocated = |name: &str, pod_uid: &str, node: &str, device: &str| {
+        let mut c = claim(name, exact(1, None));
+        c.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod_uid.trim_start_matches("uid-").into(),
+            uid: pod_uid.into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        c.status = Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(vec![DeviceRequestAllocationResult {
+                        request: "gpu".into(),
+                        driver: DRIVER.into(),
+                        pool: node.into(),
+                        device: device.into(),
+                        ..DeviceRequestAllocationResult::default()
+                    }]),
+                    config: None,
+                }),
+                node_selector: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_fields: Some(vec![NodeSelectorRequirement {
+                            key: "metadata.name".into(),
+                            operator: "In".into(),
+                            values: Some(vec![node.into()]),
+                        }]),
+                        match_expressions: None,
+                    }],
+                }),
+                ..AllocationResult::default()
+            }),
+            ..ResourceClaimStatus::default()
+        });
+        c
+    };
+    let mut c = Cluster::new(
+        vec![node("n1", "8", &[]), node("n2", "8", &[])],
+        vec![
+            slice("n1", vec![device("a", "big")], None),
+            slice("n2", vec![device("b", "big")], None),
+        ],
+        vec![
+            allocated("m1-gpu", "uid-m1", "n1", "a"),
+            allocated("m2-gpu", "uid-m2", "n2", "b"),
+        ],
+    );
+    let pods: Vec<Pod> = ["m1", "m2"]
+        .iter()
+        .map(|m| {
+            let mut p = member(m, "unused");
+            if let Some(spec) = p.spec.as_mut() {
+                spec.resource_claims = Some(vec![PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_template_name: Some("t".into()),
+                    ..PodResourceClaim::default()
+                }]);
+            }
+            p.status = Some(PodStatus {
+                resource_claim_statuses: Some(vec![PodResourceClaimStatus {
+                    name: "gpu".into(),
+                    resource_claim_name: Some(format!("{m}-gpu")),
+                }]),
+                ..PodStatus::default()
+            });
+            p
+        })
+        .collect();
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let nodes: Vec<String> = placed_devices(&out).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(nodes, vec!["n1".to_owned(), "n2".to_owned()]);
+}
