@@ -377,6 +377,18 @@ func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, p
 	if err != nil {
 		t.Fatal(err)
 	}
+	byIndex := make([]*corev1.Pod, pods)
+	for i := range list.Items {
+		idx, _ := strconv.Atoi(strings.TrimPrefix(list.Items[i].Name, "b"))
+		byIndex[idx] = &list.Items[i]
+	}
+	ceilingBindOrdered(t, c, ns, set, driver, byIndex)
+}
+
+// ceilingBindOrdered writes, for pod i of `pods` (all in ns), what a scheduler writes to put it
+// on device i%10 of node i/10 of `set`, 64 writers at once.
+func ceilingBindOrdered(t *testing.T, c kubernetes.Interface, ns, set, driver string, pods []*corev1.Pod) {
+	t.Helper()
 	claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -385,19 +397,7 @@ func ceilingBind(t *testing.T, c kubernetes.Interface, ns, set, driver string, p
 	for i := range claims.Items {
 		byName[claims.Items[i].Name] = &claims.Items[i]
 	}
-	byIndex := make([]*corev1.Pod, pods)
-	for i := range list.Items {
-		idx, _ := strconv.Atoi(strings.TrimPrefix(list.Items[i].Name, "b"))
-		byIndex[idx] = &list.Items[i]
-	}
-	ceilingBindOrdered(t, c, ns, set, driver, byIndex, byName)
-}
-
-// ceilingBindOrdered writes, for pod i of `pods`, what a scheduler writes to put it on device
-// i%10 of node i/10 of `set`, 64 writers at once.
-func ceilingBindOrdered(t *testing.T, c kubernetes.Interface, ns, set, driver string, pods []*corev1.Pod, byName map[string]*resourcev1.ResourceClaim) {
-	t.Helper()
-	err := parallel(len(pods), 64, func(i int) error {
+	err = parallel(len(pods), 64, func(i int) error {
 		pod := pods[i]
 		node := fmt.Sprintf("%s-%d", set, i/benchDevicesPerNode)
 		claim := byName[podClaimName(pod)].DeepCopy()

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -226,14 +225,6 @@ func ceilingGangs(t *testing.T, c kubernetes.Interface, ns string, want int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims, err := c.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byName := map[string]*resourcev1.ResourceClaim{}
-	for i := range claims.Items {
-		byName[claims.Items[i].Name] = &claims.Items[i]
-	}
 	pods := make([]*corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
 		pods = append(pods, &list.Items[i])
@@ -248,5 +239,5 @@ func ceilingGangs(t *testing.T, c kubernetes.Interface, ns string, want int) {
 		gj, mj := index(pods[j])
 		return gi < gj || (gi == gj && mi < mj)
 	})
-	ceilingBindOrdered(t, c, ns, ns, ns+".example.com", pods[:want], byName)
+	ceilingBindOrdered(t, c, ns, ns, ns+".example.com", pods[:want])
 }

@@ -204,6 +204,26 @@ pub struct DraState {
     pub to_allocate: Vec<usize>,
 }
 
+impl DraState {
+    /// Claim `i` is allocated as `allocation`: Filter requires its node selector, if any.
+    pub fn require_node_of(
+        &mut self,
+        i: usize,
+        allocation: &AllocationResult,
+    ) -> Result<(), (Rejection, Option<String>)> {
+        if let Some(sel) = &allocation.node_selector {
+            let compiled = CompiledNodeSelector::compile(sel).map_err(|e| {
+                (
+                    Rejection::unresolvable(Plugin::DynamicResources, e.to_string()),
+                    Some(e.to_string()),
+                )
+            })?;
+            self.allocated_selectors.push((i, compiled));
+        }
+        Ok(())
+    }
+}
+
 fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
     claim.status.as_ref().and_then(|s| s.allocation.as_ref())
 }
@@ -234,17 +254,7 @@ pub fn pre_filter(
             if binding_conditions::unusable(claim, binding_timeout, Timestamp::now()) {
                 state.unusable.push(i);
             }
-            if let Some(sel) = &a.node_selector {
-                match CompiledNodeSelector::compile(sel) {
-                    Ok(c) => state.allocated_selectors.push((i, c)),
-                    Err(e) => {
-                        return Err((
-                            Rejection::unresolvable(Plugin::DynamicResources, e.to_string()),
-                            Some(e.to_string()),
-                        ));
-                    }
-                }
-            }
+            state.require_node_of(i, a)?;
             continue;
         }
         let uid = claim.metadata.uid.clone().unwrap_or_default();
@@ -257,17 +267,7 @@ pub fn pre_filter(
             if group_consumer(pod, &name, cache).is_some()
                 && let Some(pending) = p.claim.status.as_ref().and_then(|s| s.allocation.clone())
             {
-                if let Some(sel) = &pending.node_selector {
-                    match CompiledNodeSelector::compile(sel) {
-                        Ok(c) => state.allocated_selectors.push((i, c)),
-                        Err(e) => {
-                            return Err((
-                                Rejection::unresolvable(Plugin::DynamicResources, e.to_string()),
-                                Some(e.to_string()),
-                            ));
-                        }
-                    }
-                }
+                state.require_node_of(i, &pending)?;
                 let mut shared = (**claim).clone();
                 shared
                     .status

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use devicelet_allocator::AllocatedIndex;
-use devicelet_allocator::nodesel::CompiledNodeSelector;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
 
@@ -847,7 +846,7 @@ fn inputs_in(member: &MemberInput, sim: &Sim) -> Result<CycleInputs, String> {
     inputs.nodes = sim.nodes.clone();
     if let Ok(Some(state)) = &mut inputs.dra {
         let mut still = Vec::with_capacity(state.to_allocate.len());
-        for &i in &state.to_allocate {
+        for i in std::mem::take(&mut state.to_allocate) {
             let claim = &state.claims[i].claim;
             let uid = claim.metadata.uid.as_deref().unwrap_or("");
             let Some(allocation) = sim.overlay.get(uid) else {
@@ -858,10 +857,9 @@ fn inputs_in(member: &MemberInput, sim: &Sim) -> Result<CycleInputs, String> {
             c.status
                 .get_or_insert_with(ResourceClaimStatus::default)
                 .allocation = Some(allocation.clone());
-            if let Some(sel) = &allocation.node_selector {
-                let compiled = CompiledNodeSelector::compile(sel).map_err(|e| e.to_string())?;
-                state.allocated_selectors.push((i, compiled));
-            }
+            state
+                .require_node_of(i, allocation)
+                .map_err(|(_, e)| e.unwrap_or_default())?;
             state.claims[i].claim = Arc::new(c);
         }
         state.to_allocate = still;
