@@ -120,9 +120,12 @@ NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit an
 DynamicResources, whose claims devicelet's DRA allocator allocates (it writes the finalizer, \
 status.allocation and status.reservedFor, then binds the pod). A pod that needs what this \
 scheduler does not implement (pod affinity, topology spread, PVC volumes) is not placed: its \
-PodScheduled condition and a FailedScheduling event name the field. It must be the only \
-scheduler allocating a driver's devices (docs/scheduler.md). Identity: the RBAC of \
-system:kube-scheduler plus get/update of its Lease in kube-system when --leader-elect.";
+PodScheduled condition and a FailedScheduling event name the field. Pods of a PodGroup \
+(scheduling.k8s.io/v1alpha2, spec.schedulingGroup) are placed together, all or nothing for a \
+gang, inside one topology domain when the group asks. It must be the only scheduler allocating \
+a driver's devices (docs/scheduler.md). Identity: the RBAC of system:kube-scheduler, plus \
+get/list/watch of podgroups and patch of podgroups/status, plus get/update of its Lease in \
+kube-system when --leader-elect.";
 
 const EXPLAIN_ABOUT: &str = "Why a pod's DRA claims do not allocate, on a live cluster.
 

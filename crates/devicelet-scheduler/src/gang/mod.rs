@@ -8,6 +8,7 @@
 //!   reserved for the group in [`crate::dra`] and [`crate::binder`];
 //! - [`search`]: the group cycle itself, all or nothing, with bounded backtracking over the
 //!   members' node and device choices (A-L1 / B-L5 fixed);
+//! - `memo`: which DRA answers the search may keep across members of one shape;
 //! - [`run`]: the group cycle in the scheduling loop: pull the members, search, reserve and
 //!   bind, or fail them together;
 //! - [`barrier`]: the members' binding cycles meet after PreBind, so a short group binds nobody
@@ -17,6 +18,7 @@
 
 pub mod barrier;
 pub mod explain;
+mod memo;
 pub mod run;
 pub mod search;
 pub mod status;

@@ -42,6 +42,7 @@ use crate::filters::node_resources_fit::PodUsage;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin};
 use crate::gang::Policy;
+use crate::gang::memo::Memos;
 
 /// Alternatives kept per member (the next best nodes) for backtracking.
 const ALTERNATIVES: usize = 8;
@@ -231,90 +232,33 @@ impl Sim {
     }
 }
 
-/// The DRA answers per node and member shape (see [`NodeMemo`]), valid for the current state of
-/// the search only.
-struct Memos {
-    by_shape: HashMap<u64, NodeMemo>,
-    /// Off once an allocation reached beyond its own node (devices other nodes see).
-    enabled: bool,
-}
-
-impl Memos {
-    /// A member was placed on `node`: nothing else changed unless its allocations reach
-    /// beyond that node.
-    fn placed(&mut self, candidate: &Candidate) {
-        let node = candidate.placement.node.as_str();
-        let local = candidate
-            .placement
-            .allocating()
-            .map(|(_, a)| a)
-            .chain(
-                candidate
-                    .repacked
-                    .iter()
-                    .flat_map(|(_, v)| v.iter().map(|(_, a)| a)),
-            )
-            .all(|a| pinned_to(a, node));
-        if !local {
-            self.enabled = false;
-            self.by_shape.clear();
-            return;
-        }
-        for m in self.by_shape.values_mut() {
-            m.forget(node);
-        }
-    }
-
-    /// The search went back to an earlier state.
-    fn restored(&mut self) {
-        for m in self.by_shape.values_mut() {
-            m.clear();
-        }
-    }
-
-    /// The memo for member `j` in `sim`, when its answers can be reused: every claim of it still
-    /// to allocate and none shared with another member in this cycle, no DRA-backed extended
-    /// resources.
-    fn for_member(
-        &mut self,
-        member: &MemberInput,
-        signature: u64,
-        sim: &Sim,
-    ) -> Option<&mut NodeMemo> {
-        if !self.enabled || member.inputs.extended.is_some() {
-            return None;
-        }
-        // A claim allocated already (its node differs from member to member, which the shape
-        // does not say) or shared with another member in this cycle makes the answers its own.
-        if let Ok(Some(state)) = &member.inputs.dra
-            && (!state.allocated_selectors.is_empty()
-                || !state.unusable.is_empty()
-                || state.to_allocate.len() != state.claims.len()
-                || state.claims.iter().any(|c| {
-                    sim.overlay
-                        .contains_key(c.claim.metadata.uid.as_deref().unwrap_or(""))
-                }))
-        {
-            return None;
-        }
-        Some(self.by_shape.entry(signature).or_default())
+impl Candidate {
+    /// Every allocation the candidate makes or changes: its own and the re-packed members'.
+    fn allocations(&self) -> impl Iterator<Item = &AllocationResult> {
+        self.placement.allocating().map(|(_, a)| a).chain(
+            self.repacked
+                .iter()
+                .flat_map(|(_, v)| v.iter().map(|(_, a)| a)),
+        )
     }
 }
 
-/// Whether an allocation's node selector is exactly "the node named `node`" (node-local
-/// devices): nothing it holds is visible from another node.
-fn pinned_to(a: &AllocationResult, node: &str) -> bool {
-    let Some(sel) = &a.node_selector else {
+/// Whether member `j`'s DRA answers in `sim` may be kept for its shape: every claim of it still
+/// to allocate (an allocated claim's node differs from member to member, which the shape does
+/// not say), none shared with another member in this cycle, no DRA-backed extended resources.
+fn memo_usable(member: &MemberInput, sim: &Sim) -> bool {
+    if member.inputs.extended.is_some() {
         return false;
+    }
+    let Ok(Some(state)) = &member.inputs.dra else {
+        return true;
     };
-    let [term] = sel.node_selector_terms.as_slice() else {
-        return false;
-    };
-    term.match_expressions.as_ref().is_none_or(Vec::is_empty)
-        && term.match_fields.as_deref().is_some_and(|f| {
-            matches!(f, [r] if r.key == "metadata.name"
-                && r.operator == "In"
-                && r.values.as_deref().is_some_and(|v| v.len() == 1 && v[0] == node))
+    state.allocated_selectors.is_empty()
+        && state.unusable.is_empty()
+        && state.to_allocate.len() == state.claims.len()
+        && !state.claims.iter().any(|c| {
+            sim.overlay
+                .contains_key(c.claim.metadata.uid.as_deref().unwrap_or(""))
         })
 }
 
@@ -725,10 +669,7 @@ fn search(
     let mut stack: Vec<Frame> = Vec::new();
     let mut visited: HashSet<u64> = HashSet::new();
     let mut fits_alone: Vec<Option<bool>> = vec![None; n];
-    let mut memos = Memos {
-        by_shape: HashMap::new(),
-        enabled: true,
-    };
+    let mut memos = Memos::new();
     let mut sim = initial.clone();
     let mut j = 0;
     'search: loop {
@@ -742,13 +683,17 @@ fn search(
             return result;
         }
         result.states += 1;
-        let memo = memos.for_member(&members[j], signatures[j], &sim);
+        let memo = if memo_usable(&members[j], &sim) {
+            memos.for_shape(signatures[j])
+        } else {
+            None
+        };
         let failed = match evaluate(engine, members, j, &sim, base_index, memo) {
             Ok(cands) if !cands.is_empty() => {
                 let mut rest: VecDeque<Candidate> = cands.into();
                 if let Some(first) = rest.pop_front() {
                     let before = sim.clone();
-                    memos.placed(&first);
+                    memos.placed(&first.placement.node, first.allocations());
                     sim = apply(engine, members, j, before.clone(), first);
                     stack.push(Frame { j, before, rest });
                     result.best_placed = result.best_placed.max(sim.placed_count());
@@ -807,7 +752,7 @@ fn search(
             }
             memos.restored();
             while let Some(next) = frame.rest.pop_front() {
-                memos.placed(&next);
+                memos.placed(&next.placement.node, next.allocations());
                 let candidate = apply(engine, members, frame.j, frame.before.clone(), next);
                 let key = state_key(&candidate, frame.j + 1, signatures);
                 if visited.insert(key) {
