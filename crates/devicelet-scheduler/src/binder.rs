@@ -625,18 +625,44 @@ impl Binder {
     /// S46: removes the pod's entry from `reservedFor` (strategic-merge delete directive with
     /// the claim's UID as precondition). Errors are only logged.
     async fn remove_reservation(&self, claim: &ResourceClaim, pod_uid: &str) {
+        if let Err(e) = self.delete_reservation(claim, pod_uid).await {
+            debug!(claim = %key(claim), error = %e, "removing the reservation failed");
+        }
+    }
+
+    /// W55: the PodGroup's entry removed from `reservedFor` (the patch of S46 with the
+    /// PodGroup's UID), so that a later cycle may deallocate the claim and allocate it anew.
+    pub async fn unreserve_pod_group(
+        &self,
+        claim: &ResourceClaim,
+        group_uid: &str,
+    ) -> Result<(), String> {
+        let t = Instant::now();
+        let r = self.delete_reservation(claim, group_uid).await;
+        self.shared
+            .metrics
+            .extension_point("PostFilter", r.is_ok(), t.elapsed());
+        r.map_err(|e| format!("unreserve claim {} for its PodGroup: {e}", key(claim)))
+    }
+
+    /// The entry with `uid` deleted from the claim's `reservedFor` (a strategic-merge delete
+    /// directive, with the claim's UID as precondition: no read of the latest claim needed).
+    async fn delete_reservation(
+        &self,
+        claim: &ResourceClaim,
+        uid: &str,
+    ) -> Result<(), kube::Error> {
         let api = self.claims_api(claim);
         let name = claim.metadata.name.clone().unwrap_or_default();
         let patch = json!({
             "metadata": { "uid": claim.metadata.uid },
-            "status": { "reservedFor": [{ "$patch": "delete", "uid": pod_uid }] }
+            "status": { "reservedFor": [{ "$patch": "delete", "uid": uid }] }
         });
-        if let Err(e) = api
+        let updated = api
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
-            debug!(claim = %key(claim), error = %e, "removing the reservation failed");
-        }
+            .await?;
+        self.shared.cache().assume_claim(updated);
+        Ok(())
     }
 
     /// Unreserve (S46): in-flight allocations dropped, written reservations removed, a

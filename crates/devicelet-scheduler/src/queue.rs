@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodExtendedResourceClaimStatus, PodResourceClaimStatus};
 
 use crate::framework::Plugin;
 
@@ -48,9 +48,10 @@ pub enum ClusterEvent {
     },
     ClassChanged,
     SliceChanged,
-    /// The pod itself changed (`status.resourceClaimStatuses`, gates, labels...).
+    /// The pod itself changed in a way scheduling can see (`change` says how).
     PodUpdated {
         uid: String,
+        change: PodChange,
     },
     /// A PodGroup was added or changed (W9 `PodGroup/Add`).
     PodGroupChanged {
@@ -64,17 +65,60 @@ pub enum ClusterEvent {
     },
 }
 
+/// What an update of a pending pod changed, as far as scheduling goes (upstream's
+/// `PodSchedulingPropertiesChange`). A status-only write changes none of it: the scheduler's
+/// own `PodScheduled=False` condition, written after each failure, must not requeue the pod it
+/// was written for (that would retry a waiting gang once per changed message).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodChange {
+    pub labels: bool,
+    /// Anything in `spec`: tolerations, requests, affinity, gates.
+    pub spec: bool,
+    /// `status.resourceClaimStatuses` or the extended-resource claim (DRA's
+    /// `UpdatePodGeneratedResourceClaim`).
+    pub claim_statuses: bool,
+}
+
+impl PodChange {
+    pub fn between(old: &Pod, new: &Pod) -> Self {
+        // A missing status and an empty one say the same.
+        fn claims(
+            p: &Pod,
+        ) -> (
+            Option<&Vec<PodResourceClaimStatus>>,
+            Option<&PodExtendedResourceClaimStatus>,
+        ) {
+            let s = p.status.as_ref();
+            (
+                s.and_then(|s| s.resource_claim_statuses.as_ref())
+                    .filter(|v| !v.is_empty()),
+                s.and_then(|s| s.extended_resource_claim_status.as_ref()),
+            )
+        }
+        PodChange {
+            labels: old.metadata.labels != new.metadata.labels,
+            spec: old.spec != new.spec,
+            claim_statuses: claims(old) != claims(new),
+        }
+    }
+
+    /// Whether any plugin could care.
+    pub fn any(self) -> bool {
+        self.labels || self.spec || self.claim_statuses
+    }
+}
+
 /// Whether `plugin`, having rejected a pod, wants it retried after `event` (the plugins'
 /// `EventsToRegister` with their QueueingHints).
 fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
     use ClusterEvent as E;
     match plugin {
         Plugin::SchedulingGates => {
-            matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+            matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         // A refused pod may be helped by its own update, or by a change of its PodGroup.
         Plugin::Unsupported => match event {
-            E::PodUpdated { uid } => *uid == pod.uid,
+            E::PodUpdated { uid, change } => *uid == pod.uid && change.any(),
             E::PodGroupChanged { namespace, name } => pod.is_in_group(namespace, name),
             _ => false,
         },
@@ -84,13 +128,18 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
             }
             _ => false,
         },
-        Plugin::NodeUnschedulable | Plugin::TaintToleration => {
+        Plugin::NodeUnschedulable => {
             matches!(event, E::NodeAdded | E::NodeChanged { taints: true, .. })
+        }
+        // Upstream also registers `Pod/UpdatePodToleration` for the pod itself.
+        Plugin::TaintToleration => {
+            matches!(event, E::NodeAdded | E::NodeChanged { taints: true, .. })
+                || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::NodeName => matches!(event, E::NodeAdded),
         Plugin::NodeAffinity => {
             matches!(event, E::NodeAdded | E::NodeChanged { labels: true, .. })
-                || matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+                || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::NodePorts => matches!(event, E::NodeAdded | E::AssignedPodDeleted),
         Plugin::NodeResourcesFit => {
@@ -103,7 +152,7 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
                     }
                     | E::AssignedPodDeleted
                     | E::ClassChanged
-            ) || matches!(event, E::PodUpdated { uid } if *uid == pod.uid)
+            ) || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::DynamicResources => match event {
             E::NodeAdded
@@ -134,7 +183,7 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
                         && (*created || *status_changed))
             }
             // S31: the pod's own claim statuses.
-            E::PodUpdated { uid } => *uid == pod.uid,
+            E::PodUpdated { uid, change } => *uid == pod.uid && change.claim_statuses,
         },
     }
 }
@@ -376,6 +425,7 @@ impl SchedulingQueue {
             self.add(pod, gate, now);
             return;
         };
+        let change = PodChange::between(&qp.pod, &pod);
         qp.pod = pod;
         match place {
             Place::Active | Place::Backoff => {
@@ -383,10 +433,12 @@ impl SchedulingQueue {
             }
             Place::InFlight => {
                 self.pods.insert(uid.clone(), (qp, place, since));
-                self.in_flight_events
-                    .entry(uid.clone())
-                    .or_default()
-                    .push(ClusterEvent::PodUpdated { uid });
+                if change.any() {
+                    self.in_flight_events
+                        .entry(uid.clone())
+                        .or_default()
+                        .push(ClusterEvent::PodUpdated { uid, change });
+                }
             }
             Place::Unschedulable if qp.gated => {
                 if apply_gate(&mut qp, gate) {
@@ -396,7 +448,10 @@ impl SchedulingQueue {
                 }
             }
             Place::Unschedulable => {
-                let event = ClusterEvent::PodUpdated { uid: uid.clone() };
+                let event = ClusterEvent::PodUpdated {
+                    uid: uid.clone(),
+                    change,
+                };
                 let wanted = qp.rejected_by.iter().any(|p| interested(*p, &event, &qp));
                 if wanted {
                     self.admit_after_event(qp, gate, since, now);
@@ -778,6 +833,46 @@ mod tests {
         assert_eq!(q.counts().backoff, 1);
         assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
         assert!(q.pop(t0 + Duration::from_millis(1001)).is_some());
+    }
+
+    #[test]
+    fn s31_the_schedulers_own_status_write_does_not_requeue_but_claim_statuses_do() {
+        use k8s_openapi::api::core::v1::{PodCondition, PodResourceClaimStatus, PodStatus};
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        q.add(pod("p", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.unschedulable(
+            qp,
+            BTreeSet::from([Plugin::DynamicResources, Plugin::NodeResourcesFit]),
+            BTreeSet::new(),
+            t0,
+        );
+        let mut written = (*pod("p", 0)).clone();
+        written.metadata.resource_version = Some("2".into());
+        written.status = Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                message: Some("0/6 nodes are available".into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        });
+        q.update(Arc::new(written.clone()), None, t0);
+        assert_eq!(
+            q.counts().unschedulable,
+            1,
+            "a status-only write is no event"
+        );
+        if let Some(status) = written.status.as_mut() {
+            status.resource_claim_statuses = Some(vec![PodResourceClaimStatus {
+                name: "gpu".into(),
+                resource_claim_name: Some("p-gpu".into()),
+            }]);
+        }
+        q.update(Arc::new(written), None, t0);
+        assert_eq!(q.counts().backoff, 1, "its generated claim is");
     }
 
     #[test]

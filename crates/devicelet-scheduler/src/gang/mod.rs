@@ -19,6 +19,7 @@
 pub mod barrier;
 pub mod explain;
 mod memo;
+pub(crate) mod post_filter;
 pub mod run;
 pub mod search;
 pub mod status;

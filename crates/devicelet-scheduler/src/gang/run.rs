@@ -14,13 +14,14 @@ use k8s_openapi::api::resource::v1::ResourceClaimStatus;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tokio::runtime::Handle;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::binder::Binder;
 use crate::cache::ClusterCache;
 use crate::cycle::{CycleInputs, Engine};
 use crate::framework::Plugin;
 use crate::gang::barrier::GroupBarrier;
+use crate::gang::post_filter::{self, PostFilterAction};
 use crate::gang::search::{
     GroupOutcome, GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group,
 };
@@ -186,7 +187,21 @@ pub fn run_group_cycle(
                 &group,
                 GroupCondition::Unschedulable(reason.clone()),
             );
-            let message = format!("pod group {group_name} is unschedulable: {reason}");
+            let action = {
+                let cache = shared.cache();
+                post_filter::choose(
+                    &group,
+                    &outcome.members,
+                    cache.group_scheduled_count(&key),
+                    &cache,
+                )
+            };
+            // The members' own messages say what their PostFilter did (W56); W55 is the group's.
+            let mut message = format!("pod group {group_name} is unschedulable: {reason}");
+            if let PostFilterAction::UnreservePodGroup { .. } = action {
+                message = format!("{message}. {}", action.message());
+            }
+            run_post_filter(binder, handle, action, &group_name);
             fail_members(
                 shared,
                 binder,
@@ -270,7 +285,9 @@ fn commit(
                     queue.done(&qp.uid);
                     to_bind.push((qp, placement));
                 }
-                MemberResult::NotPlaced { fit, claim_names } => {
+                MemberResult::NotPlaced {
+                    fit, claim_names, ..
+                } => {
                     failed.push((qp, fit, claim_names));
                 }
             }
@@ -301,6 +318,32 @@ fn commit(
             &message,
         );
     }
+}
+
+/// Writes what the PostFilter chose (W55, W56). The claim's update is the event that brings
+/// the members back; a failed write is tried again at the next failure.
+fn run_post_filter(binder: &Binder, handle: &Handle, action: PostFilterAction, group_name: &str) {
+    let binder = binder.clone();
+    let group_name = group_name.to_owned();
+    handle.spawn(async move {
+        let result = match &action {
+            PostFilterAction::Nothing => return,
+            PostFilterAction::Deallocate(claims) => {
+                let mut r = Ok(());
+                for claim in claims {
+                    r = r.and(binder.deallocate(claim).await);
+                }
+                r
+            }
+            PostFilterAction::UnreservePodGroup { claim, group_uid } => {
+                binder.unreserve_pod_group(claim, group_uid).await
+            }
+        };
+        match result {
+            Ok(()) => info!(podgroup = %group_name, "{}", action.message()),
+            Err(e) => warn!(podgroup = %group_name, error = %e, "pod group PostFilter failed"),
+        }
+    });
 }
 
 /// Every member in `members` fails with `message` and waits for an event `plugins` care about.

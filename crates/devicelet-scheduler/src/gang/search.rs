@@ -118,6 +118,8 @@ pub enum MemberResult {
     NotPlaced {
         fit: Option<FitError>,
         claim_names: BTreeSet<(String, String)>,
+        /// W56: an allocated claim, reserved by nobody else, that kept it off every node.
+        deallocate: Option<Arc<ResourceClaim>>,
     },
 }
 
@@ -201,8 +203,12 @@ impl GroupOutcome {
 
 /// A claim with its (simulated) allocation.
 type ClaimAllocation = (Arc<ResourceClaim>, AllocationResult);
-/// A member's rejection and its claims.
-type MemberFailure = (FitError, BTreeSet<(String, String)>);
+/// A member's rejection, its claims, and the claim its PostFilter would deallocate (S43).
+type MemberFailure = (
+    FitError,
+    BTreeSet<(String, String)>,
+    Option<Arc<ResourceClaim>>,
+);
 
 /// A candidate for one member: its placement, and when it came from re-packing a node, the
 /// new allocations of the members already there and the devices in use with them.
@@ -519,17 +525,26 @@ fn choose_domain(
     best.map_or(successes[0], |(_, i)| i)
 }
 
+fn not_placed(failure: Option<MemberFailure>) -> MemberResult {
+    match failure {
+        Some((fit, claim_names, deallocate)) => MemberResult::NotPlaced {
+            fit: Some(fit),
+            claim_names,
+            deallocate,
+        },
+        None => MemberResult::NotPlaced {
+            fit: None,
+            claim_names: BTreeSet::new(),
+            deallocate: None,
+        },
+    }
+}
+
 /// Every member fails with `message`, nothing searched.
 fn unschedulable_all(members: &[MemberInput], message: String) -> GroupOutcome {
     GroupOutcome {
         verdict: Verdict::Unschedulable(message),
-        members: members
-            .iter()
-            .map(|_| MemberResult::NotPlaced {
-                fit: None,
-                claim_names: BTreeSet::new(),
-            })
-            .collect(),
+        members: members.iter().map(|_| not_placed(None)).collect(),
         domain: None,
         states: 0,
         domains: Vec::new(),
@@ -592,12 +607,7 @@ fn finish(
                 .enumerate()
                 .map(|(j, p)| match p {
                     Some(p) => MemberResult::Placed(p.clone()),
-                    None => {
-                        let (fit, claim_names) = failures[j]
-                            .take()
-                            .map_or((None, BTreeSet::new()), |(f, c)| (Some(f), c));
-                        MemberResult::NotPlaced { fit, claim_names }
-                    }
+                    None => not_placed(failures[j].take()),
                 })
                 .collect();
             GroupOutcome {
@@ -614,12 +624,7 @@ fn finish(
             GroupOutcome {
                 verdict: Verdict::Unschedulable(message),
                 members: (0..members.len())
-                    .map(|j| {
-                        let (fit, claim_names) = failures[j]
-                            .take()
-                            .map_or((None, BTreeSet::new()), |(f, c)| (Some(f), c));
-                        MemberResult::NotPlaced { fit, claim_names }
-                    })
+                    .map(|j| not_placed(failures[j].take()))
                     .collect(),
                 domain: None,
                 states,
@@ -711,11 +716,11 @@ fn search(
             }
             Err(Failure::Unschedulable(f)) => Some(*f),
         };
-        if let Some((fit, claim_names)) = failed {
+        if let Some((fit, claim_names, deallocate)) = failed {
             if result.first_failure.is_none() {
                 result.first_failure = Some((j, fit.clone()));
             }
-            result.failures[j] = Some((fit, claim_names));
+            result.failures[j] = Some((fit, claim_names, deallocate));
             if sim.skipped < max_skips {
                 // Members beyond the quorum may stay unplaced (W22: they fail on their own).
                 let before = sim.clone();
@@ -842,10 +847,16 @@ fn evaluate(
             index: None,
         }]),
         Outcome::Decided(Decision::Unschedulable {
-            fit, claim_names, ..
+            fit,
+            claim_names,
+            deallocate,
         }) => match repack(engine, members, j, sim, &inputs, base_index) {
             Ok(Some(c)) => Ok(vec![c]),
-            Ok(None) => Err(Failure::Unschedulable(Box::new((fit, claim_names)))),
+            Ok(None) => Err(Failure::Unschedulable(Box::new((
+                fit,
+                claim_names,
+                deallocate,
+            )))),
             Err(e) => Err(Failure::Error(e)),
         },
     }

@@ -144,6 +144,43 @@ fn claim(name: &str, request: DeviceRequest) -> ResourceClaim {
     c
 }
 
+/// `name` allocated device `device` of node `node`'s pool, reserved by nobody.
+fn allocated_claim(name: &str, node: &str, device: &str) -> ResourceClaim {
+    use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+        ResourceClaimStatus,
+    };
+    let mut c = claim(name, exact(1, None));
+    c.status = Some(ResourceClaimStatus {
+        allocation: Some(AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(vec![DeviceRequestAllocationResult {
+                    request: "gpu".into(),
+                    driver: DRIVER.into(),
+                    pool: node.into(),
+                    device: device.into(),
+                    ..DeviceRequestAllocationResult::default()
+                }]),
+                config: None,
+            }),
+            node_selector: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".into(),
+                        operator: "In".into(),
+                        values: Some(vec![node.into()]),
+                    }]),
+                    match_expressions: None,
+                }],
+            }),
+            ..AllocationResult::default()
+        }),
+        ..ResourceClaimStatus::default()
+    });
+    c
+}
+
 fn member(name: &str, claim: &str) -> Pod {
     let mut p = Pod {
         spec: Some(PodSpec {
@@ -567,18 +604,12 @@ fn w41_w52_a_pod_group_claim_is_allocated_once_and_reserved_for_the_group() {
 
 #[test]
 fn members_of_one_shape_with_claims_allocated_on_different_nodes_go_to_their_own_nodes() {
-    use k8s_openapi::api::core::v1::{
-        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodResourceClaimStatus, PodStatus,
-    };
-    use k8s_openapi::api::resource::v1::{
-        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
-        ResourceClaimStatus,
-    };
+    use k8s_openapi::api::core::v1::{PodResourceClaimStatus, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     // Template claims written by an earlier cycle whose binding failed: every member has the
     // same spec, but its claim is on its own node (what the shape does not show).
     let allocated = |name: &str, pod_uid: &str, node: &str, device: &str| {
-        let mut c = claim(name, exact(1, None));
+        let mut c = allocated_claim(name, node, device);
         c.metadata.owner_references = Some(vec![OwnerReference {
             api_version: "v1".into(),
             kind: "Pod".into(),
@@ -587,32 +618,6 @@ fn members_of_one_shape_with_claims_allocated_on_different_nodes_go_to_their_own
             controller: Some(true),
             ..OwnerReference::default()
         }]);
-        c.status = Some(ResourceClaimStatus {
-            allocation: Some(AllocationResult {
-                devices: Some(DeviceAllocationResult {
-                    results: Some(vec![DeviceRequestAllocationResult {
-                        request: "gpu".into(),
-                        driver: DRIVER.into(),
-                        pool: node.into(),
-                        device: device.into(),
-                        ..DeviceRequestAllocationResult::default()
-                    }]),
-                    config: None,
-                }),
-                node_selector: Some(NodeSelector {
-                    node_selector_terms: vec![NodeSelectorTerm {
-                        match_fields: Some(vec![NodeSelectorRequirement {
-                            key: "metadata.name".into(),
-                            operator: "In".into(),
-                            values: Some(vec![node.into()]),
-                        }]),
-                        match_expressions: None,
-                    }],
-                }),
-                ..AllocationResult::default()
-            }),
-            ..ResourceClaimStatus::default()
-        });
         c
     };
     let mut c = Cluster::new(
@@ -651,4 +656,79 @@ fn members_of_one_shape_with_claims_allocated_on_different_nodes_go_to_their_own
     assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
     let nodes: Vec<String> = placed_devices(&out).into_iter().map(|(n, _)| n).collect();
     assert_eq!(nodes, vec!["n1".to_owned(), "n2".to_owned()]);
+}
+
+#[test]
+fn w55_w56_a_group_held_by_an_old_allocation_lets_it_go() {
+    use super::post_filter::{self, PostFilterAction};
+    use k8s_openapi::api::resource::v1::ResourceClaimConsumerReference;
+    use k8s_openapi::api::scheduling::v1alpha2::PodGroupResourceClaim;
+    // The PodGroup's claim was allocated on n1 in an earlier cycle, and n1 has since been
+    // cordoned: no member can run where the claim is.
+    let mut cordoned = node("n1", "8", &[]);
+    cordoned.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+        unschedulable: Some(true),
+        ..Default::default()
+    });
+    let cluster = |reserved: bool| {
+        let mut held = allocated_claim("g-gpu", "n1", "a");
+        if reserved && let Some(s) = held.status.as_mut() {
+            s.reserved_for = Some(vec![ResourceClaimConsumerReference {
+                api_group: Some("scheduling.k8s.io".into()),
+                resource: "podgroups".into(),
+                name: "g".into(),
+                uid: "uid-g".into(),
+            }]);
+        }
+        let mut c = Cluster::new(
+            vec![cordoned.clone(), node("n2", "8", &[])],
+            vec![
+                slice("n1", vec![device("a", "big")], None),
+                slice("n2", vec![device("b", "big")], None),
+            ],
+            vec![held],
+        );
+        let mut group = super::policy_tests::gang("g", 2);
+        group.metadata.uid = Some("uid-g".into());
+        group.spec.resource_claims = Some(vec![PodGroupResourceClaim {
+            name: "gpu".into(),
+            resource_claim_name: Some("g-gpu".into()),
+            resource_claim_template_name: None,
+        }]);
+        c.cache.upsert_pod_group(group.clone());
+        (c, group)
+    };
+    let pods = [member("m1", "g-gpu"), member("m2", "g-gpu")];
+
+    // W56: reserved by nobody, it is deallocated (once, though both members name it).
+    let (mut c, group) = cluster(false);
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert!(matches!(out.verdict, Verdict::Unschedulable(_)), "{out:?}");
+    match post_filter::choose(&group, &out.members, 0, &c.cache) {
+        PostFilterAction::Deallocate(claims) => {
+            let names: Vec<_> = claims.iter().map(|c| c.metadata.name.clone()).collect();
+            assert_eq!(names, vec![Some("g-gpu".to_owned())]);
+        }
+        other => panic!("want a deallocation, got {other:?}"),
+    }
+
+    // W55: still reserved for the PodGroup, which has no member assumed or bound: the entry
+    // goes (the next cycle deallocates).
+    let (mut c, group) = cluster(true);
+    let out = c.schedule(&pods, Policy::Gang { min_count: 2 }, None);
+    assert!(matches!(out.verdict, Verdict::Unschedulable(_)), "{out:?}");
+    let action = post_filter::choose(&group, &out.members, 0, &c.cache);
+    match &action {
+        PostFilterAction::UnreservePodGroup { claim, group_uid } => {
+            assert_eq!(claim.metadata.name.as_deref(), Some("g-gpu"));
+            assert_eq!(group_uid, "uid-g");
+        }
+        other => panic!("want the PodGroup unreserved, got {other:?}"),
+    }
+    assert_eq!(action.message(), "ResourceClaim unreserved for PodGroup");
+    // A member is running with it: the reservation stays.
+    assert!(matches!(
+        post_filter::choose(&group, &out.members, 1, &c.cache),
+        PostFilterAction::Nothing
+    ));
 }
