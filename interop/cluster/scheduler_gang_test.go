@@ -11,6 +11,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -299,7 +303,7 @@ func TestSchedulerGangTopologyRacks(t *testing.T) {
 	driverClass(t, "rack-gpu", "rack.example.com")
 	createTemplate(t, ns, "gpu", claimSpec("rack-gpu"))
 	podGroupRBAC(t)
-	startScheduler(t)
+	_, metricsAddr := startScheduler(t)
 	// Six members per group: one rack each, never split over two.
 	var names []string
 	for g := 0; g < 4; g++ {
@@ -369,6 +373,42 @@ func TestSchedulerGangTopologyRacks(t *testing.T) {
 			t.Fatalf("domain %s: %+v", d.Domain, d)
 		}
 	}
+	// The scheduler's own view, replayed offline: its /debug/snapshot holds the PodGroups and
+	// their members, and `devicelet allocate -f` on it reaches the same decision.
+	resp, err := http.Get("http://" + metricsAddr + "/debug/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	file := filepath.Join(t.TempDir(), "snapshot.json")
+	if err := os.WriteFile(file, snapshot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var replay struct {
+		PodGroups []struct {
+			Group     string `json:"group"`
+			Scheduled int    `json:"scheduled"`
+			Verdict   string `json:"verdict"`
+		} `json:"podGroups"`
+	}
+	out := devicelet(t, "allocate", "-f", file, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &replay); err != nil {
+		t.Fatalf("allocate -f on the scheduler's snapshot: %v\n%s", err, out)
+	}
+	verdicts := map[string]string{}
+	for _, g := range replay.PodGroups {
+		verdicts[strings.TrimPrefix(g.Group, ns+"/")] = fmt.Sprintf("%d scheduled: %s", g.Scheduled, g.Verdict)
+	}
+	for _, g := range names {
+		if !strings.HasPrefix(verdicts[g], "6 scheduled: nothing to schedule") {
+			t.Fatalf("replayed %s: %q (all: %v)", g, verdicts[g], verdicts)
+		}
+	}
+	if !strings.HasPrefix(verdicts["huge"], "0 scheduled: unschedulable: 0/4 placements are available") {
+		t.Fatalf("replayed huge: %q", verdicts["huge"])
+	}
+	t.Logf("devicelet allocate -f on the scheduler's /debug/snapshot:\n%s", devicelet(t, "allocate", "-f", file, "-o", "table"))
 }
 
 // A PodGroup claim (DRAWorkloadResourceClaims) shared by 300 members, more than the 256

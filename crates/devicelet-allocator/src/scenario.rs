@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{AllocationResult, DeviceClass, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -119,6 +120,19 @@ pub struct PodSpec {
     pub claims: Vec<String>,
 }
 
+/// `podGroups`: pod groups (KEP-4671) to replay with the scheduler's group cycle, all or
+/// nothing. The allocator itself does not read them (their members are not in `pods`): the
+/// caller that knows group scheduling does (`devicelet allocate -f`).
+#[derive(Clone, Debug, Default)]
+pub struct PodGroupsSpec {
+    /// `scheduling.k8s.io/v1alpha2` PodGroups, replayed in this order.
+    pub groups: Vec<PodGroup>,
+    /// Their members as Pod objects, pending and bound (`spec.nodeName`).
+    pub pods: Vec<Pod>,
+    /// The members' claims that are not in `allocated.claims`.
+    pub claims: Vec<ResourceClaim>,
+}
+
 /// The scenario (spec §5.1).
 #[derive(Clone, Debug, Default)]
 pub struct AllocationScenario {
@@ -139,6 +153,7 @@ pub struct AllocationScenario {
     pub mode: Mode,
     pub pods: Vec<PodSpec>,
     pub first_fit: bool,
+    pub pod_groups: PodGroupsSpec,
     /// The corpus' expected outcome, kept as raw JSON (not used by [`run_scenario`]).
     pub expect: Option<Value>,
 }
@@ -262,6 +277,24 @@ fn typed_list<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// A list of objects of other API groups than resource.k8s.io (no version rewriting).
+fn plain_list<T: serde::de::DeserializeOwned>(
+    obj: &mut serde_json::Map<String, Value>,
+    key: &str,
+    prefix: &str,
+) -> Result<Vec<T>, ScenarioError> {
+    let path = format!("{prefix}.{key}");
+    match obj.remove(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| typed(&format!("{path}[{i}]"), item))
+            .collect(),
+        Some(_) => Err(field_err(path, "must be a list")),
+    }
+}
+
 fn scenario_from_value(value: Value) -> Result<AllocationScenario, ScenarioError> {
     let Value::Object(mut obj) = value else {
         return Err(field_err("<root>", "a scenario must be an object"));
@@ -335,6 +368,22 @@ fn scenario_from_value(value: Value) -> Result<AllocationScenario, ScenarioError
         s.allocated.claims = typed_list(&mut a, "claims", "allocated")?;
         if let Some(st) = a.remove("state") {
             s.allocated.state = typed("allocated.state", st)?;
+        }
+    }
+    if let Some(v) = obj.remove("podGroups") {
+        let Value::Object(mut g) = v else {
+            return Err(field_err("podGroups", "must be an object"));
+        };
+        s.pod_groups.groups = plain_list(&mut g, "groups", "podGroups")?;
+        s.pod_groups.pods = plain_list(&mut g, "pods", "podGroups")?;
+        s.pod_groups.claims = typed_list(&mut g, "claims", "podGroups")?;
+        for (i, group) in s.pod_groups.groups.iter().enumerate() {
+            if group.metadata.name.as_deref().unwrap_or("").is_empty() {
+                return Err(field_err(
+                    format!("podGroups.groups[{i}].metadata.name"),
+                    "required",
+                ));
+            }
         }
     }
     s.expect = obj.remove("expect");

@@ -14,15 +14,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use devicelet_allocator::scenario::{
-    AllocatedSpec, AllocationScenario, Mode, PodSpec, SemanticsSpec,
+    AllocatedSpec, AllocationScenario, Mode, PodGroupsSpec, PodSpec, SemanticsSpec,
 };
 use devicelet_allocator::types::Features;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodStatus};
 use k8s_openapi::api::resource::v1::{
     DeviceClass, DeviceTaint, OpaqueDeviceConfiguration, ResourceClaim, ResourceClaimTemplate,
     ResourceSlice,
 };
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::api::{Api, ListParams};
@@ -90,6 +91,10 @@ pub struct ClusterState {
     pub taint_rules: Option<Vec<DeviceTaintRule>>,
     /// Pods with `spec.resourceClaims`, in the namespace (or every namespace).
     pub pods: Vec<Pod>,
+    /// PodGroups (`scheduling.k8s.io/v1alpha2`) whose members are to be replayed as groups;
+    /// `pods` then holds their members too, pending and bound. Only the scheduler's snapshot
+    /// fills it.
+    pub pod_groups: Vec<PodGroup>,
     /// Things the reader could not see, in words (e.g. other namespaces' claims).
     pub warnings: Vec<String>,
 }
@@ -362,6 +367,21 @@ fn slim_meta(meta: &ObjectMeta) -> ObjectMeta {
     }
 }
 
+/// [`slim_meta`] plus what a group replay checks: the controller owner (a template claim must
+/// be the pod's or its PodGroup's) and the creation time (members are tried oldest first).
+fn replay_meta(meta: &ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        owner_references: meta.owner_references.as_ref().map(|refs| {
+            refs.iter()
+                .filter(|r| r.controller == Some(true))
+                .cloned()
+                .collect()
+        }),
+        creation_timestamp: meta.creation_timestamp.clone(),
+        ..slim_meta(meta)
+    }
+}
+
 fn redact(opaque: &mut OpaqueDeviceConfiguration) {
     opaque.parameters = RawExtension(json!({ REDACTED: true }));
 }
@@ -548,7 +568,24 @@ fn scenario_claim(
 pub fn to_scenario(state: &ClusterState, options: &ScenarioOptions) -> AllocationScenario {
     let mut scenario = base_scenario(state, options);
     scenario.mode = Mode::Schedule;
-    let mut pods: Vec<&Pod> = state.pods.iter().filter(|p| is_pending(p)).collect();
+    let in_group = |p: &Pod| {
+        group_name(p).is_some_and(|(ns, name)| {
+            state.pod_groups.iter().any(|g| {
+                g.metadata.namespace.as_deref() == Some(ns)
+                    && g.metadata.name.as_deref() == Some(name)
+            })
+        })
+    };
+    if !state.pod_groups.is_empty() {
+        scenario.pod_groups = group_replay(state, &in_group, options.redact_config);
+        // The group cycle checks room for pods too: the nodes keep what it reads.
+        scenario.nodes = scheduling_nodes(&state.nodes);
+    }
+    let mut pods: Vec<&Pod> = state
+        .pods
+        .iter()
+        .filter(|p| is_pending(p) && !in_group(p))
+        .collect();
     pods.sort_by(|a, b| {
         let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
         t(a).cmp(&t(b))
@@ -603,6 +640,88 @@ pub fn to_scenario(state: &ClusterState, options: &ScenarioOptions) -> Allocatio
     scenario
 }
 
+/// The pod's PodGroup (`spec.schedulingGroup.podGroupName`), as (namespace, name).
+fn group_name(pod: &Pod) -> Option<(&str, &str)> {
+    let name = pod
+        .spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()?;
+    Some((pod.metadata.namespace.as_deref().unwrap_or(""), name))
+}
+
+/// `podGroups`: the groups, their members (pending and bound) and the members' claims not
+/// allocated yet, as the group replay reads them.
+fn group_replay(
+    state: &ClusterState,
+    in_group: &dyn Fn(&Pod) -> bool,
+    redact_config: bool,
+) -> PodGroupsSpec {
+    let members: Vec<&Pod> = state.pods.iter().filter(|p| in_group(p)).collect();
+    let mut seen = BTreeSet::new();
+    let mut claims = Vec::new();
+    for pod in &members {
+        for (_, pc) in pod_claims(state, pod) {
+            if let PodClaim::Exists(c) = pc
+                && !is_allocated(c)
+                && seen.insert(key(&c.metadata))
+            {
+                let mut slim = slim_claim(c, redact_config);
+                slim.metadata = replay_meta(&c.metadata);
+                claims.push(slim);
+            }
+        }
+    }
+    PodGroupsSpec {
+        groups: state
+            .pod_groups
+            .iter()
+            .map(|g| PodGroup {
+                metadata: replay_meta(&g.metadata),
+                spec: g.spec.clone(),
+                status: g.status.clone(),
+            })
+            .collect(),
+        pods: members
+            .into_iter()
+            .map(|p| Pod {
+                metadata: replay_meta(&p.metadata),
+                spec: p.spec.clone(),
+                status: p.status.as_ref().map(|s| PodStatus {
+                    phase: s.phase.clone(),
+                    resource_claim_statuses: s.resource_claim_statuses.clone(),
+                    extended_resource_claim_status: s.extended_resource_claim_status.clone(),
+                    ..PodStatus::default()
+                }),
+            })
+            .collect(),
+        claims,
+    }
+}
+
+/// Nodes as the scheduler's filters read them: [`effective_nodes`] plus taints,
+/// `unschedulable` and the allocatable resources.
+fn scheduling_nodes(nodes: &[Node]) -> Vec<Node> {
+    effective_nodes(nodes)
+        .into_iter()
+        .zip(nodes)
+        .map(|(mut slim, n)| {
+            slim.spec = n.spec.as_ref().map(|s| NodeSpec {
+                taints: s.taints.clone(),
+                unschedulable: s.unschedulable,
+                ..NodeSpec::default()
+            });
+            slim.status = n.status.as_ref().map(|s| NodeStatus {
+                allocatable: s.allocatable.clone(),
+                ..NodeStatus::default()
+            });
+            slim
+        })
+        .collect()
+}
+
 /// A scenario as the JSON `devicelet allocate -f` reads (write it as JSON or YAML).
 pub fn scenario_value(s: &AllocationScenario) -> Result<Value, serde_json::Error> {
     let mut v = json!({
@@ -628,6 +747,13 @@ pub fn scenario_value(s: &AllocationScenario) -> Result<Value, serde_json::Error
         }
         if let Some(b) = s.step_budget {
             o.insert("stepBudget".into(), json!(b));
+        }
+        let g = &s.pod_groups;
+        if !g.groups.is_empty() {
+            o.insert(
+                "podGroups".into(),
+                json!({ "groups": g.groups, "pods": g.pods, "claims": g.claims }),
+            );
         }
     }
     Ok(v)
@@ -748,6 +874,7 @@ status: {phase: Running}
 "#,
                 ),
             ],
+            pod_groups: Vec::new(),
             warnings: Vec::new(),
         }
     }

@@ -694,8 +694,44 @@ impl ClusterCache {
             nodes: self.nodes.iter().map(|e| (*e.node).clone()).collect(),
             taint_rules: Some(self.taint_rules.values().cloned().collect()),
             pods,
+            pod_groups: {
+                let mut keys: Vec<&GroupKey> = self.pod_groups.keys().collect();
+                keys.sort();
+                keys.into_iter()
+                    .map(|k| (*self.pod_groups[k]).clone())
+                    .collect()
+            },
             warnings: Vec::new(),
         }
+    }
+
+    /// The assumed and bound members of pod groups, as the pods a replay needs: name, UID,
+    /// group and node (they count toward the quorum and pin the topology domain; the cache
+    /// keeps no more of them).
+    pub fn scheduled_group_members(&self) -> Vec<Pod> {
+        let mut out: Vec<Pod> = self
+            .assigned
+            .iter()
+            .filter_map(|(uid, a)| {
+                let (_, group) = a.group.as_ref()?;
+                let mut pod = Pod {
+                    spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                        node_name: Some(a.node.clone()),
+                        scheduling_group: Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                            pod_group_name: Some(group.clone()),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Pod::default()
+                };
+                pod.metadata.namespace = Some(a.key.0.clone());
+                pod.metadata.name = Some(a.key.1.clone());
+                pod.metadata.uid = Some(uid.clone());
+                Some(pod)
+            })
+            .collect();
+        out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        out
     }
 
     /// Every claim this scheduler knows (watch, overlaid by its own writes).

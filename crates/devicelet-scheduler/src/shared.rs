@@ -44,7 +44,12 @@ impl Shared {
             .into_iter()
             .map(|p| (*p).clone())
             .collect();
-        let state = self.cache().cluster_state(pending);
+        let state = {
+            let cache = self.cache();
+            let mut pods = pending;
+            pods.extend(cache.scheduled_group_members());
+            cache.cluster_state(pods)
+        };
         let options = devicelet_kube::snapshot::ScenarioOptions {
             name: format!("{} live snapshot", self.name),
             redact_config: false,

@@ -18,7 +18,7 @@ use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use serde::Serialize;
 
 use crate::cache::ClusterCache;
-use crate::cycle::{CycleInputs, with_engine};
+use crate::cycle::{CycleInputs, Placement, with_engine};
 use crate::gang::search::{
     GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group,
 };
@@ -68,6 +68,43 @@ pub struct GroupReport {
     pub domains: Vec<DomainReport>,
     /// Search states visited.
     pub states: usize,
+}
+
+impl GroupReport {
+    /// The table form of a PodGroup's explanation: the group, each member, each domain, the verdict.
+    pub fn render(&self) -> String {
+        let r = self;
+        let mut out = format!("podgroup {}: {}", r.group, r.policy);
+        if let Some(k) = &r.topology_key {
+            out.push_str(&format!(", topology key {k}"));
+        }
+        out.push_str(&format!(", {} member(s) scheduled\n", r.scheduled));
+        for m in &r.members {
+            out.push_str(&format!("  {} [{}]", m.pod, m.state));
+            if let Some(o) = &m.outcome {
+                out.push_str(&format!(": {o}"));
+            }
+            out.push('\n');
+        }
+        for d in &r.domains {
+            out.push_str(&format!(
+                "domain {} ({} nodes): {} placed, {}",
+                d.domain,
+                d.nodes,
+                d.placed,
+                if d.fits { "fits" } else { "does not fit" }
+            ));
+            if let Some(m) = &d.message {
+                out.push_str(&format!(": {m}"));
+            }
+            out.push('\n');
+        }
+        if let Some(d) = &r.domain {
+            out.push_str(&format!("chosen domain: {d}\n"));
+        }
+        out.push_str(&format!("=> {} ({} search states)\n", r.verdict, r.states));
+        out
+    }
 }
 
 /// Why a group could not be explained.
@@ -122,7 +159,6 @@ pub fn explain_group(
     name: &str,
     time_limit: Duration,
 ) -> Result<GroupReport, GroupExplainError> {
-    let key = (namespace.to_owned(), name.to_owned());
     let group = groups
         .iter()
         .find(|g| {
@@ -130,6 +166,12 @@ pub fn explain_group(
                 && g.metadata.name.as_deref() == Some(name)
         })
         .ok_or_else(|| GroupExplainError::NotFound(format!("{namespace}/{name}")))?;
+    let mut cache = build_cache(state, groups, pods);
+    Ok(run_group_offline(&mut cache, group, pods, time_limit).0)
+}
+
+/// A cache holding `state`, the PodGroups and the pods.
+pub(crate) fn build_cache(state: &ClusterState, groups: &[PodGroup], pods: &[Pod]) -> ClusterCache {
     let mut cache = ClusterCache::new();
     for c in &state.device_classes {
         cache.upsert_class(c.clone());
@@ -155,6 +197,20 @@ pub fn explain_group(
             cache.upsert_pod(p);
         }
     }
+    cache
+}
+
+/// Runs `group`'s cycle on `cache` (its pending members among `pods`): the report, and the
+/// members it would place with their placements.
+pub(crate) fn run_group_offline(
+    cache: &mut ClusterCache,
+    group: &PodGroup,
+    pods: &[Pod],
+    time_limit: Duration,
+) -> (GroupReport, Vec<(Arc<Pod>, Placement)>) {
+    let namespace = group.metadata.namespace.as_deref().unwrap_or("");
+    let name = group.metadata.name.as_deref().unwrap_or("");
+    let key = (namespace.to_owned(), name.to_owned());
     let policy = Policy::of(group);
     let mut members: Vec<&Pod> = pods
         .iter()
@@ -169,6 +225,7 @@ pub fn explain_group(
                 .as_ref()
                 .map(|t| t.0)
                 .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
         })
     });
     let mut reports = Vec::new();
@@ -181,7 +238,7 @@ pub fn explain_group(
             .filter(|n| !n.is_empty());
         let state = if let Some(node) = bound {
             format!("bound to {node}")
-        } else if let Some((_, reason)) = crate::informer::pre_enqueue(p, &cache) {
+        } else if let Some((_, reason)) = crate::informer::pre_enqueue(p, cache) {
             format!("gated: {reason}")
         } else {
             pending.push(p);
@@ -212,17 +269,17 @@ pub fn explain_group(
     let refused = unsupported_fields(group);
     if !refused.is_empty() {
         report.verdict = format!("refused: {}", refused.join(", "));
-        return Ok(report);
+        return (report, Vec::new());
     }
     if pending.is_empty() {
         report.verdict = "nothing to schedule: no member is pending and let through".to_owned();
-        return Ok(report);
+        return (report, Vec::new());
     }
     let inputs: Vec<MemberInput> = pending
         .iter()
         .map(|p| MemberInput {
             pod: Arc::new((*p).clone()),
-            inputs: CycleInputs::read(p, &cache, Duration::from_secs(600)),
+            inputs: CycleInputs::read(p, cache, Duration::from_secs(600)),
         })
         .collect();
     let problem = GroupProblem {
@@ -238,7 +295,7 @@ pub fn explain_group(
         time_limit,
         Arc::new(devicelet_allocator::MonotonicClock::start()),
     );
-    let outcome = with_engine(&mut cache, options, "devicelet-scheduler", |engine, _| {
+    let outcome = with_engine(cache, options, "devicelet-scheduler", |engine, _| {
         schedule_group(engine, &inputs, &problem)
     });
     report.states = outcome.states;
@@ -282,5 +339,16 @@ pub fn explain_group(
             m.outcome = Some(outcome);
         }
     }
-    Ok(report)
+    let placed = match outcome.verdict {
+        Verdict::Placed => inputs
+            .into_iter()
+            .zip(outcome.members)
+            .filter_map(|(m, r)| match r {
+                MemberResult::Placed(p) => Some((m.pod, p)),
+                MemberResult::NotPlaced { .. } => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    (report, placed)
 }

@@ -20,6 +20,7 @@ pub mod barrier;
 pub mod explain;
 mod memo;
 pub(crate) mod post_filter;
+pub mod replay;
 pub mod run;
 pub mod search;
 pub mod status;
@@ -134,6 +135,24 @@ pub fn pre_enqueue(pod: &Pod, cache: &ClusterCache) -> Gate {
             )
         }),
     }
+}
+
+/// W22 in the cache: a placed member's new allocations in flight (its devices taken) and the
+/// member assumed on its node.
+pub(crate) fn assume_member(
+    cache: &mut crate::cache::ClusterCache,
+    pod: &Pod,
+    placement: &crate::cycle::Placement,
+) {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    for (claim, allocation) in placement.allocating() {
+        let mut c = claim.clone();
+        c.status
+            .get_or_insert_with(k8s_openapi::api::resource::v1::ResourceClaimStatus::default)
+            .allocation = Some(allocation.clone());
+        cache.add_pending(uid, c);
+    }
+    cache.assume_pod(pod, &placement.node);
 }
 
 #[cfg(test)]

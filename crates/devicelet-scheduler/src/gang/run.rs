@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::resource::v1::ResourceClaimStatus;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use k8s_openapi::jiff::Timestamp;
 use tokio::runtime::Handle;
@@ -274,14 +273,7 @@ fn commit(
         for (qp, result) in members.into_iter().zip(outcome.members) {
             match result {
                 MemberResult::Placed(placement) => {
-                    for (claim, allocation) in placement.allocating() {
-                        let mut c = claim.clone();
-                        c.status
-                            .get_or_insert_with(ResourceClaimStatus::default)
-                            .allocation = Some(allocation.clone());
-                        cache.add_pending(&qp.uid, c);
-                    }
-                    cache.assume_pod(&qp.pod, &placement.node);
+                    super::assume_member(&mut cache, &qp.pod, &placement);
                     queue.done(&qp.uid);
                     to_bind.push((qp, placement));
                 }

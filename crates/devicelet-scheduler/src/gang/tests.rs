@@ -732,3 +732,72 @@ fn w55_w56_a_group_held_by_an_old_allocation_lets_it_go() {
         PostFilterAction::Nothing
     ));
 }
+
+#[test]
+fn a_snapshot_with_pod_groups_replays_group_by_group() {
+    use devicelet_kube::snapshot::{ClusterState, ScenarioOptions, scenario_value, to_scenario};
+    // Two nodes with one device each: room for one group of two.
+    let mut pods = Vec::new();
+    let mut claims = Vec::new();
+    for (group, m) in [("g", "g-0"), ("g", "g-1"), ("h", "h-0"), ("h", "h-1")] {
+        let mut p = member(m, &format!("{m}-gpu"));
+        if let Some(spec) = p.spec.as_mut() {
+            spec.scheduling_group = Some(PodSchedulingGroup {
+                pod_group_name: Some(group.into()),
+            });
+        }
+        pods.push(p);
+        claims.push(claim(&format!("{m}-gpu"), exact(1, None)));
+    }
+    let mut class = DeviceClass {
+        spec: DeviceClassSpec {
+            selectors: selector(&format!("device.driver == \"{DRIVER}\"")),
+            ..DeviceClassSpec::default()
+        },
+        ..DeviceClass::default()
+    };
+    class.metadata.name = Some("gpu".into());
+    let state = ClusterState {
+        device_classes: vec![class],
+        resource_slices: vec![
+            slice("n1", vec![device("a", "big")], None),
+            slice("n2", vec![device("b", "big")], None),
+        ],
+        claims,
+        nodes: vec![node("n1", "8", &[]), node("n2", "8", &[])],
+        pods,
+        pod_groups: vec![
+            super::policy_tests::gang("g", 2),
+            super::policy_tests::gang("h", 2),
+        ],
+        ..ClusterState::default()
+    };
+    let scenario = to_scenario(
+        &state,
+        &ScenarioOptions {
+            name: "replay".into(),
+            redact_config: false,
+        },
+    );
+    assert!(
+        scenario.pods.is_empty(),
+        "members are the groups', not the allocator's"
+    );
+    // Through the file format and back.
+    let text = serde_json::to_string(&scenario_value(&scenario).expect("value")).expect("json");
+    let parsed = devicelet_allocator::scenario::parse_scenario(text.as_bytes()).expect("parses");
+    assert_eq!(parsed.pod_groups.groups.len(), 2);
+    assert_eq!(parsed.pod_groups.pods.len(), 4);
+    assert_eq!(parsed.pod_groups.claims.len(), 4);
+    let reports = super::replay::replay_groups(&parsed, Duration::from_secs(5));
+    let verdicts: Vec<(&str, &str)> = reports
+        .iter()
+        .map(|r| (r.group.as_str(), r.verdict.as_str()))
+        .collect();
+    assert_eq!(verdicts[0], ("ns/g", "would place 2 member(s)"));
+    assert_eq!(verdicts[1].0, "ns/h");
+    assert!(
+        verdicts[1].1.starts_with("unschedulable: "),
+        "h finds g's devices taken: {verdicts:?}"
+    );
+}

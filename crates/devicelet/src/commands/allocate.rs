@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::Context;
 use devicelet_allocator::explain::{Explanation, NodeExplanation};
 use devicelet_allocator::scenario::{
-    AllocationOutcome, RunOptions, SearchLimits, parse_scenario, render_outcome_table,
-    run_scenario_with, search_limits,
+    AllocationOutcome, AllocationScenario, RunOptions, SearchLimits, parse_scenario,
+    render_outcome_table, run_scenario_with, search_limits,
 };
 
 use crate::cli::{AllocateArgs, OutputFormat};
@@ -45,6 +45,9 @@ pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
     let scenario = parse_scenario(&bytes)
         .with_context(|| format!("scenario {} is not valid", file.display()))?;
     let (outcome, explanation) = run_scenario_with(&scenario, &options);
+    if !scenario.pod_groups.groups.is_empty() {
+        return print_with_groups(args.output.output, &scenario, &outcome, &options);
+    }
     match explanation.filter(|_| args.explain) {
         None => output::print(args.output.output, &outcome, render_outcome_table),
         Some(explanation) => print_explained(
@@ -54,6 +57,39 @@ pub fn run(args: AllocateArgs) -> anyhow::Result<()> {
             &search_limits(&scenario, &options),
         ),
     }
+}
+
+/// A scenario with `podGroups` (a scheduler's `/debug/snapshot`): the pods outside groups as
+/// the allocator places them, then each group's cycle replayed as `devicelet scheduler` runs
+/// it (`podGroups` in JSON/YAML; in the table, one block per group as `explain podgroup/NAME`
+/// prints it).
+fn print_with_groups(
+    format: OutputFormat,
+    scenario: &AllocationScenario,
+    outcome: &AllocationOutcome,
+    options: &RunOptions,
+) -> anyhow::Result<()> {
+    let limit = options
+        .time_limit
+        .unwrap_or(devicelet_scheduler::gang::run::GROUP_SEARCH_LIMIT);
+    let groups = devicelet_scheduler::gang::replay::replay_groups(scenario, limit);
+    if format == OutputFormat::Table {
+        let mut text = String::new();
+        if !outcome.pods.is_empty() {
+            text.push_str(&render_outcome_table(outcome));
+            text.push('\n');
+        }
+        for g in &groups {
+            text.push_str(&g.render());
+        }
+        print!("{text}");
+        return Ok(());
+    }
+    let mut value = serde_json::to_value(outcome)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("podGroups".into(), serde_json::to_value(&groups)?);
+    }
+    output::print(format, &value, |_| String::new())
 }
 
 /// `--batch DIR`: one compact outcome per line for every `*.json` file in DIR, in lexical

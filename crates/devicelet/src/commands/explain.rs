@@ -28,7 +28,7 @@ pub async fn run(args: ExplainArgs) -> anyhow::Result<()> {
                 .unwrap_or(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
         )
         .await?;
-        return output::print(args.output.output, &report, render_group);
+        return output::print(args.output.output, &report, GroupReport::render);
     }
     let target = Target::parse(&args.target, &args.namespace)?;
     let client = devicelet_kube::connect(&source(&args.cluster)).await?;
@@ -52,44 +52,6 @@ fn podgroup_target(target: &str) -> Option<&str> {
         && !name.is_empty()
         && !name.contains('/'))
     .then_some(name)
-}
-
-/// The table form of a PodGroup's explanation: the group, each member, each domain, the verdict.
-pub fn render_group(r: &GroupReport) -> String {
-    let mut out = format!("podgroup {}: {}", r.group, r.policy);
-    if let Some(k) = &r.topology_key {
-        out.push_str(&format!(", topology key {k}"));
-    }
-    out.push_str(&format!(
-        ", {} member(s) scheduled
-",
-        r.scheduled
-    ));
-    for m in &r.members {
-        out.push_str(&format!("  {} [{}]", m.pod, m.state));
-        if let Some(o) = &m.outcome {
-            out.push_str(&format!(": {o}"));
-        }
-        out.push('\n');
-    }
-    for d in &r.domains {
-        out.push_str(&format!(
-            "domain {} ({} nodes): {} placed, {}",
-            d.domain,
-            d.nodes,
-            d.placed,
-            if d.fits { "fits" } else { "does not fit" }
-        ));
-        if let Some(m) = &d.message {
-            out.push_str(&format!(": {m}"));
-        }
-        out.push('\n');
-    }
-    if let Some(d) = &r.domain {
-        out.push_str(&format!("chosen domain: {d}\n"));
-    }
-    out.push_str(&format!("=> {} ({} search states)\n", r.verdict, r.states));
-    out
 }
 
 fn state_word(s: ClaimState) -> &'static str {
