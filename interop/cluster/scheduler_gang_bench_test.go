@@ -20,6 +20,11 @@ package cluster
 //	GANG_BENCH_SIZE     pods per group (default 8)
 //	GANG_BENCH_ONLY     ceiling,kube,devicelet subset (ceiling: a binder that decides nothing and
 //	                    writes what a scheduler writes, the API server's own ceiling)
+//	GANG_BENCH_RACKS    R > 0: nodes labelled devicelet.dev/rack=rack-<i mod R>, every group
+//	                    with that topology key (all members inside one rack)
+//	GANG_BENCH_CLAIM    "pod" (default: one template claim per pod) or "group": one PodGroup
+//	                    claim per group (spec.resourceClaims, DRAWorkloadResourceClaims), one
+//	                    device shared by every member (no ceiling: its writes differ)
 
 import (
 	"fmt"
@@ -31,7 +36,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1alpha2 "k8s.io/api/scheduling/v1alpha2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
@@ -52,18 +59,40 @@ func cpuSeconds(t *testing.T, pid int) float64 {
 
 // benchGangPods creates groups g0..g<groups-1> of `size` members for `scheduler` in ns, members
 // interleaved, and waits for their claims.
-func benchGangPods(t *testing.T, c kubernetes.Interface, ns, set, scheduler string, groups, size int) {
+func benchGangPods(t *testing.T, c kubernetes.Interface, ns, set, scheduler string, groups, size int, topologyKey string, groupClaim bool) {
 	t.Helper()
 	var names []string
 	for g := 0; g < groups; g++ {
 		names = append(names, fmt.Sprintf("g%d", g))
-		createPodGroup(t, ns, names[g], int32(size), "")
+		pg := &schedulingv1alpha2.PodGroup{
+			ObjectMeta: metav1.ObjectMeta{Name: names[g], Namespace: ns},
+			Spec: schedulingv1alpha2.PodGroupSpec{
+				SchedulingPolicy: schedulingv1alpha2.PodGroupSchedulingPolicy{
+					Gang: &schedulingv1alpha2.GangSchedulingPolicy{MinCount: int32(size)},
+				},
+			},
+		}
+		if topologyKey != "" {
+			pg.Spec.SchedulingConstraints = &schedulingv1alpha2.PodGroupSchedulingConstraints{
+				Topology: []schedulingv1alpha2.TopologyConstraint{{Key: topologyKey}},
+			}
+		}
+		if groupClaim {
+			pg.Spec.ResourceClaims = []schedulingv1alpha2.PodGroupResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu")}}
+		}
+		if _, err := c.SchedulingV1alpha2().PodGroups(ns).Create(ctx(t), pg, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create PodGroup %s: %v", names[g], err)
+		}
 	}
 	err := parallel(groups*size, 32, func(i int) error {
 		g, m := i%groups, i/groups
 		spec := podSpec("", 0)
 		spec.SchedulerName = scheduler
 		usePodClaim(&spec, "gpu", "")
+		if groupClaim {
+			// The same entry as the PodGroup's: the group's one claim (W41).
+			spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("gpu")
+		}
 		spec.NodeSelector = map[string]string{"devicelet.dev/bench": set}
 		spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 		spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(names[g])}
@@ -119,11 +148,27 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 	nodes := envInt("GANG_BENCH_NODES", 80)
 	groups := envInt("GANG_BENCH_GROUPS", 100)
 	size := envInt("GANG_BENCH_SIZE", 8)
+	racks := envInt("GANG_BENCH_RACKS", 0)
+	groupClaim := os.Getenv("GANG_BENCH_CLAIM") == "group"
 	fit := nodes * benchDevicesPerNode / size
+	switch {
+	case groupClaim:
+		fit = nodes * benchDevicesPerNode
+	case racks > 0:
+		fit = racks * (nodes / racks * benchDevicesPerNode / size)
+	}
 	if fit > groups {
 		fit = groups
 	}
-	only := map[string]bool{"kube": true, "devicelet": true, "ceiling": true}
+	topologyKey, shape := "", "one template claim a pod"
+	if racks > 0 {
+		topologyKey = "devicelet.dev/rack"
+		shape += fmt.Sprintf(", %d racks (topology key %s)", racks, topologyKey)
+	}
+	if groupClaim {
+		shape = strings.Replace(shape, "one template claim a pod", "one PodGroup claim a group", 1)
+	}
+	only := map[string]bool{"kube": true, "devicelet": true, "ceiling": !groupClaim}
 	if v := os.Getenv("GANG_BENCH_ONLY"); v != "" {
 		only = map[string]bool{}
 		for _, s := range strings.Split(v, ",") {
@@ -139,16 +184,26 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 		}
 		set := "gang-" + d
 		benchNodes(t, c, set, set+".example.com", nodes)
+		if racks > 0 {
+			err := parallel(nodes, 32, func(i int) error {
+				patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"rack-%d"}}}`, topologyKey, i%racks)
+				_, err := c.CoreV1().Nodes().Patch(ctx(t), fmt.Sprintf("%s-%d", set, i), types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		driverClass(t, set, set+".example.com")
 		ns := namespace(t, set)
 		createTemplate(t, ns, "gpu", claimSpec(set))
 		started := time.Now()
-		benchGangPods(t, c, ns, set, set, groups, size)
+		benchGangPods(t, c, ns, set, set, groups, size, topologyKey, groupClaim)
 		t.Logf("%s: %d nodes, %d groups of %d with their claims created in %v", d, nodes, groups, size, time.Since(started))
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n%d nodes × %d devices, %d gangs of %d (one template claim a pod, members interleaved); %d groups can run:\n",
-		nodes, benchDevicesPerNode, groups, size, fit)
+	fmt.Fprintf(&table, "\n%d nodes × %d devices, %d gangs of %d (%s, members interleaved); %d groups can run:\n",
+		nodes, benchDevicesPerNode, groups, size, shape, fit)
 	fmt.Fprintf(&table, "%-34s %8s %12s %12s %12s %14s %14s %8s %6s %6s %12s\n", "decider", "pods/s", "start→last", "group p50", "group p99", "decision p50", "decision p99", "whole", "part", "twice", "CPU waiting")
 	for _, d := range deciders {
 		if !only[d] {
@@ -170,7 +225,7 @@ func TestSchedulerGangsBesideKubeScheduler(t *testing.T) {
 			fmt.Fprintf(&table, "%-34s %8.1f %12v\n", r.name, r.rate, r.total.Round(time.Millisecond))
 			continue
 		case "kube":
-			url, p := startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true")
+			url, p := startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true")
 			proc, name = p, "kube-scheduler v1.36.3"
 			text = func() string { return scrapeAsAdmin(t, url) }
 		case "devicelet":

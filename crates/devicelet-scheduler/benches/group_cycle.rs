@@ -98,11 +98,12 @@ fn main() {
             topology: None,
             deadline: Instant::now() + Duration::from_secs(3),
         };
+        let profile = devicelet_scheduler::config::Profile::named("bench");
         let options = AllocateOptions::with_time_limit(
             Duration::from_secs(10),
             Arc::new(MonotonicClock::start()),
         );
-        let (outcome, took) = with_engine(&mut cache, options, "bench", |engine, _| {
+        let (outcome, took) = with_engine(&mut cache, options, &profile, |engine, _| {
             let t = Instant::now();
             let outcome = schedule_group(engine, &members, &problem);
             (outcome, t.elapsed())

@@ -23,9 +23,10 @@ use k8s_openapi::api::resource::v1::{
 use typed_arena::Arena;
 
 use crate::cache::{ClusterCache, NodeEntry};
+use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
-use crate::filters::node_resources_fit::least_allocated_score;
+use crate::filters::node_resources_fit::fit_score;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
 
@@ -33,12 +34,16 @@ use crate::framework::{FitError, Plugin, Rejection};
 const MIN_FEASIBLE_NODES: usize = 100;
 const MIN_FEASIBLE_PERCENTAGE: usize = 5;
 
-/// How many feasible nodes to look for among `n` (S17, adaptive percentage).
-pub fn num_feasible_nodes_to_find(n: usize) -> usize {
+/// How many feasible nodes to look for among `n` (S17, W108): `percentage` of them (the
+/// profile's, else the configuration's; 0 or none: adaptive), at least 100.
+pub fn num_feasible_nodes_to_find(n: usize, percentage: Option<u32>) -> usize {
     if n < MIN_FEASIBLE_NODES {
         return n;
     }
-    let percentage = (50usize.saturating_sub(n / 125)).max(MIN_FEASIBLE_PERCENTAGE);
+    let percentage = match percentage {
+        Some(p) if p > 0 => p as usize,
+        _ => (50usize.saturating_sub(n / 125)).max(MIN_FEASIBLE_PERCENTAGE),
+    };
     (n * percentage / 100).max(MIN_FEASIBLE_NODES)
 }
 
@@ -137,7 +142,7 @@ impl CycleInputs {
 pub fn with_engine<R>(
     cache: &mut ClusterCache,
     options: AllocateOptions,
-    scheduler_name: &str,
+    profile: &Profile,
     f: impl FnOnce(&mut Engine<'_>, &ClusterCache) -> R,
 ) -> R {
     let features = Features::kubernetes_1_36_defaults();
@@ -158,7 +163,7 @@ pub fn with_engine<R>(
         &cache.allocated_state(features.consumable_capacity),
     );
     let arena = Arena::new();
-    let mut engine = Engine::new(snapshot, index, &arena, features, options, scheduler_name);
+    let mut engine = Engine::new(snapshot, index, &arena, features, options, profile);
     f(&mut engine, cache)
 }
 
@@ -193,7 +198,7 @@ pub struct Engine<'a> {
     features: Features,
     options: AllocateOptions,
     next_start: usize,
-    scheduler_name: String,
+    profile: Profile,
 }
 
 impl<'a> Engine<'a> {
@@ -204,7 +209,7 @@ impl<'a> Engine<'a> {
         arena: &'a Arena<ResourceClaim>,
         features: Features,
         options: AllocateOptions,
-        scheduler_name: &str,
+        profile: &Profile,
     ) -> Self {
         Engine {
             snapshot,
@@ -214,7 +219,7 @@ impl<'a> Engine<'a> {
             features,
             options,
             next_start: 0,
-            scheduler_name: scheduler_name.to_owned(),
+            profile: profile.clone(),
         }
     }
 
@@ -347,7 +352,7 @@ impl<'a> Engine<'a> {
         if !inputs.unsupported.is_empty() {
             fit.pre_filter = Some(Rejection::unresolvable(
                 Plugin::Unsupported,
-                filters::unsupported::message(&self.scheduler_name, &inputs.unsupported),
+                filters::unsupported::message(&self.profile.scheduler_name, &inputs.unsupported),
             ));
             return unschedulable(fit, None, BTreeSet::new());
         }
@@ -410,7 +415,12 @@ impl<'a> Engine<'a> {
             "extended-resources-{}",
             pod.metadata.uid.as_deref().unwrap_or("")
         );
-        let to_find = num_feasible_nodes_to_find(n);
+        // W108: without a score plugin the first feasible node is as good as any.
+        let to_find = if self.profile.weights.scores() {
+            num_feasible_nodes_to_find(n, self.profile.percentage_of_nodes_to_score)
+        } else {
+            1
+        };
         let mut feasible: Vec<(usize, Vec<AllocationResult>, BTreeSet<String>)> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
@@ -569,7 +579,8 @@ impl<'a> Engine<'a> {
     }
 
     /// The order in which to take the feasible nodes: at most `limit`, the best first. Scores
-    /// are LeastAllocated + the DRA score normalised to 0-100, weight 1 each (S129); the best
+    /// are the profile's (W110: NodeResourcesFit weight 1 and DynamicResources weight 2 by
+    /// default, S129); the best
     /// node's ties are broken at random (S19), the rest keep their examination order.
     fn rank(
         &self,
@@ -610,7 +621,8 @@ impl<'a> Engine<'a> {
         order
     }
 
-    /// Each feasible node's score: LeastAllocated + the DRA score normalised to 0-100.
+    /// Each feasible node's score (W110): NodeResourcesFit's strategy and the DRA score
+    /// normalised to 0-100, each times its weight.
     fn scores(
         &self,
         facts: &PodFacts,
@@ -634,7 +646,18 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                least_allocated_score(&facts.requests, &entry.allocatable, &entry.usage) + dra
+                let weights = &self.profile.weights;
+                let fit = if weights.node_resources_fit > 0 {
+                    fit_score(
+                        &self.profile.scoring,
+                        &facts.requests,
+                        &entry.allocatable,
+                        &entry.usage,
+                    )
+                } else {
+                    0
+                };
+                fit * weights.node_resources_fit + dra * weights.dynamic_resources
             })
             .collect()
     }
@@ -658,13 +681,13 @@ mod tests {
 
     #[test]
     fn s17_feasible_nodes_to_find() {
-        assert_eq!(num_feasible_nodes_to_find(50), 50);
-        assert_eq!(num_feasible_nodes_to_find(100), 100);
+        assert_eq!(num_feasible_nodes_to_find(50, None), 50);
+        assert_eq!(num_feasible_nodes_to_find(100, None), 100);
         // 500 nodes: 50 - 4 = 46 % → 230.
-        assert_eq!(num_feasible_nodes_to_find(500), 230);
+        assert_eq!(num_feasible_nodes_to_find(500, None), 230);
         // 5000 nodes: 50 - 40 = 10 % → 500.
-        assert_eq!(num_feasible_nodes_to_find(5000), 500);
+        assert_eq!(num_feasible_nodes_to_find(5000, None), 500);
         // 10000 nodes: max(5, 50 - 80) = 5 % → 500.
-        assert_eq!(num_feasible_nodes_to_find(10_000), 500);
+        assert_eq!(num_feasible_nodes_to_find(10_000, None), 500);
     }
 }

@@ -1,7 +1,8 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease (client-go `tools/leaderelection` with
-//! the `leases` lock; spec S153-S155): `kube-system/<scheduler name>`, so it never competes with
-//! kube-scheduler's own `kube-scheduler` Lease; lease duration 15 s, renew deadline 10 s, retry
-//! period 2 s; the holder identity is `<hostname>_<uuid>`.
+//! the `leases` lock; spec S153-S155, W130): by default `kube-system/<scheduler name>`, so it
+//! never competes with kube-scheduler's own `kube-scheduler` Lease; lease duration 15 s, renew
+//! deadline 10 s, retry period 2 s (all of it set by `leaderElection` in `--config`); the holder
+//! identity is `<hostname>_<uuid>`.
 //!
 //! A candidate takes the Lease when it is free or its holder has not renewed it for a lease
 //! duration; every write is conflict-checked on resourceVersion, so two candidates never both
@@ -26,6 +27,33 @@ pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 /// `retryPeriod`.
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
 
+/// Where the Lease is and its timing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub name: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    /// The defaults for scheduler `name`.
+    pub fn named(name: &str) -> Self {
+        LeaseSettings {
+            namespace: NAMESPACE.to_owned(),
+            name: name.to_owned(),
+            lease_duration: LEASE_DURATION,
+            renew_deadline: RENEW_DEADLINE,
+            retry_period: RETRY_PERIOD,
+        }
+    }
+
+    fn lease_seconds(&self) -> i32 {
+        i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+}
+
 /// Leadership as seen by the rest of the scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Leadership {
@@ -48,7 +76,7 @@ fn now() -> MicroTime {
 }
 
 /// Whether `lease` is free for `me` (no holder, ours, or not renewed for its duration).
-fn available(lease: &Lease, me: &str) -> bool {
+fn available(lease: &Lease, me: &str, default_duration: Duration) -> bool {
     let Some(spec) = lease.spec.as_ref() else {
         return true;
     };
@@ -59,7 +87,7 @@ fn available(lease: &Lease, me: &str) -> bool {
     let duration = spec
         .lease_duration_seconds
         .map(|s| Duration::from_secs(s.max(0) as u64))
-        .unwrap_or(LEASE_DURATION);
+        .unwrap_or(default_duration);
     let Some(renew) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
         return true;
     };
@@ -68,18 +96,23 @@ fn available(lease: &Lease, me: &str) -> bool {
 }
 
 /// One try to take or renew the Lease. `Ok(true)`: we hold it now.
-async fn try_acquire_or_renew(api: &Api<Lease>, name: &str, me: &str) -> Result<bool, kube::Error> {
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    settings: &LeaseSettings,
+    me: &str,
+) -> Result<bool, kube::Error> {
+    let name = settings.name.as_str();
     let current = api.get_opt(name).await?;
     let Some(mut lease) = current else {
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
-                namespace: Some(NAMESPACE.to_owned()),
+                namespace: Some(settings.namespace.clone()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
                 holder_identity: Some(me.to_owned()),
-                lease_duration_seconds: Some(LEASE_DURATION.as_secs() as i32),
+                lease_duration_seconds: Some(settings.lease_seconds()),
                 acquire_time: Some(now()),
                 renew_time: Some(now()),
                 lease_transitions: Some(0),
@@ -92,7 +125,7 @@ async fn try_acquire_or_renew(api: &Api<Lease>, name: &str, me: &str) -> Result<
             Err(e) => Err(e),
         };
     };
-    if !available(&lease, me) {
+    if !available(&lease, me, settings.lease_duration) {
         return Ok(false);
     }
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -101,7 +134,7 @@ async fn try_acquire_or_renew(api: &Api<Lease>, name: &str, me: &str) -> Result<
         spec.acquire_time = Some(now());
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
-    spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+    spec.lease_duration_seconds = Some(settings.lease_seconds());
     spec.renew_time = Some(now());
     match api.replace(name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(true),
@@ -110,20 +143,24 @@ async fn try_acquire_or_renew(api: &Api<Lease>, name: &str, me: &str) -> Result<
     }
 }
 
-/// Campaigns for and keeps the Lease `kube-system/<name>`, publishing the state on `state`.
-/// Returns after leadership is lost or `stop` turns true.
+/// Campaigns for and keeps the Lease, publishing the state on `state`. Returns after
+/// leadership is lost or `stop` turns true.
 pub async fn run(
     client: Client,
-    name: String,
+    settings: LeaseSettings,
     me: String,
     state: watch::Sender<Leadership>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, NAMESPACE);
+    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let name = format!("{}/{}", settings.namespace, settings.name);
     let mut leader_since_renew: Option<Instant> = None;
     loop {
-        let attempt =
-            tokio::time::timeout(RETRY_PERIOD, try_acquire_or_renew(&api, &name, &me)).await;
+        let attempt = tokio::time::timeout(
+            settings.retry_period,
+            try_acquire_or_renew(&api, &settings, &me),
+        )
+        .await;
         let held = match attempt {
             Ok(Ok(held)) => held,
             Ok(Err(e)) => {
@@ -134,12 +171,12 @@ pub async fn run(
         };
         match (held, leader_since_renew) {
             (true, None) => {
-                info!(lease = %format!("{NAMESPACE}/{name}"), identity = %me, "acquired the leader lease");
+                info!(lease = %name, identity = %me, "acquired the leader lease");
                 let _ = state.send(Leadership::Leader);
                 leader_since_renew = Some(Instant::now());
             }
             (true, Some(_)) => leader_since_renew = Some(Instant::now()),
-            (false, Some(last)) if last.elapsed() > RENEW_DEADLINE => {
+            (false, Some(last)) if last.elapsed() > settings.renew_deadline => {
                 warn!(lease = %name, "leader election lost: could not renew within the deadline");
                 let _ = state.send(Leadership::Lost);
                 return;
@@ -148,7 +185,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = stop.changed() => return,
-            _ = tokio::time::sleep(RETRY_PERIOD) => {}
+            _ = tokio::time::sleep(settings.retry_period) => {}
         }
     }
 }

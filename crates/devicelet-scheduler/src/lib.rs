@@ -25,6 +25,7 @@
 pub mod binder;
 pub mod binding_conditions;
 pub mod cache;
+pub mod config;
 pub mod cycle;
 pub mod dra;
 pub mod extended;

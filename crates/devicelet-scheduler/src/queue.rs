@@ -221,11 +221,17 @@ impl QueuedPod {
 
     /// The back-off after `attempts` attempts (S3): 1 s, 2 s, 4 s, 8 s, then 10 s.
     pub fn backoff(&self) -> Duration {
+        self.backoff_between(INITIAL_BACKOFF, MAX_BACKOFF)
+    }
+
+    /// The back-off doubling from `initial` up to `max` (`podInitialBackoffSeconds`,
+    /// `podMaxBackoffSeconds`).
+    pub fn backoff_between(&self, initial: Duration, max: Duration) -> Duration {
         if self.attempts == 0 {
             return Duration::ZERO;
         }
         let shift = (self.attempts - 1).min(16);
-        (INITIAL_BACKOFF * (1u32 << shift)).min(MAX_BACKOFF)
+        (initial * (1u32 << shift)).min(max)
     }
 }
 
@@ -314,6 +320,8 @@ pub struct SchedulingQueue {
     /// Pods handed to binding and not deleted since: a failed binding brings back only these.
     binding: HashSet<String>,
     seq: u64,
+    /// `podInitialBackoffSeconds`, `podMaxBackoffSeconds`; `None`: 1 s and 10 s.
+    backoff_limits: Option<(Duration, Duration)>,
 }
 
 impl std::fmt::Debug for SchedulingQueue {
@@ -367,10 +375,22 @@ impl SchedulingQueue {
         self.pods.insert(qp.uid.clone(), (qp, Place::Active, now));
     }
 
+    /// Sets the back-off's start and ceiling (S3).
+    pub fn set_backoff(&mut self, initial: Duration, max: Duration) {
+        self.backoff_limits = Some((initial, max));
+    }
+
+    fn backoff_of(&self, qp: &QueuedPod) -> Duration {
+        let (initial, max) = self
+            .backoff_limits
+            .unwrap_or((INITIAL_BACKOFF, MAX_BACKOFF));
+        qp.backoff_between(initial, max)
+    }
+
     fn push_backoff(&mut self, mut qp: QueuedPod, last_failure: Instant) {
         qp.seq = self.next_seq();
         self.backoff.push(BackoffEntry {
-            expiry: last_failure + qp.backoff(),
+            expiry: last_failure + self.backoff_of(&qp),
             seq: qp.seq,
             uid: qp.uid.clone(),
         });
@@ -385,7 +405,7 @@ impl SchedulingQueue {
 
     /// Moves a waiting pod to backoffQ if its back-off has not expired, else to activeQ.
     fn requeue(&mut self, qp: QueuedPod, last_failure: Instant, now: Instant) {
-        if last_failure + qp.backoff() > now {
+        if last_failure + self.backoff_of(&qp) > now {
             self.push_backoff(qp, last_failure);
         } else {
             self.push_active(qp, now);

@@ -19,8 +19,9 @@ use tracing::{debug, info, warn};
 use typed_arena::Arena;
 
 use crate::binder::Binder;
+use crate::config::Profile;
 use crate::cycle::{CycleInputs, Decision, Engine};
-use crate::leader::{self, Leadership};
+use crate::leader::{self, Leadership, LeaseSettings};
 use crate::metrics::{AttemptResult, SchedulerMetrics};
 use crate::queue::QueuedPod;
 use crate::report::FailureReason;
@@ -29,29 +30,32 @@ use crate::shared::Shared;
 /// Claims copied into one engine's arena before it is rebuilt (bounds its memory).
 const ARENA_LIMIT: usize = 4096;
 
-/// Settings of `devicelet scheduler`.
+/// Settings of `devicelet scheduler` (its flags, or `--config`).
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// The profile: pods whose `spec.schedulerName` is this, and nothing else.
-    pub name: String,
-    /// Run leader election on `kube-system/<name>`.
+    /// The profile: pods whose `spec.schedulerName` is its name, and nothing else; its scores
+    /// and DRA timeouts.
+    pub profile: Profile,
+    /// Run leader election on `lease`.
     pub leader_elect: bool,
+    pub lease: LeaseSettings,
     /// `/metrics` and `/healthz`.
     pub metrics_address: Option<SocketAddr>,
-    /// The DRA Filter timeout per node (S41; `None`: none).
-    pub filter_timeout: Option<Duration>,
     /// How long PreBind waits for a device's binding conditions (KEP-5007, S54).
     pub binding_timeout: Duration,
+    /// `podInitialBackoffSeconds`, `podMaxBackoffSeconds` (S3).
+    pub backoff: (Duration, Duration),
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            name: "devicelet-scheduler".to_owned(),
+            profile: Profile::named("devicelet-scheduler"),
             leader_elect: false,
+            lease: LeaseSettings::named("devicelet-scheduler"),
             metrics_address: None,
-            filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: crate::binding_conditions::DEFAULT_BINDING_TIMEOUT,
+            backoff: (crate::queue::INITIAL_BACKOFF, crate::queue::MAX_BACKOFF),
         }
     }
 }
@@ -80,12 +84,12 @@ pub async fn run(
     config: SchedulerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SchedulerError> {
-    let metrics = SchedulerMetrics::new(&config.name);
-    let shared = Arc::new(Shared::new(
-        &config.name,
-        metrics.clone(),
-        config.binding_timeout,
-    ));
+    let name = config.profile.scheduler_name.clone();
+    let metrics = SchedulerMetrics::new(&name);
+    let shared = Arc::new(Shared::new(&name, metrics.clone(), config.binding_timeout));
+    shared
+        .queue()
+        .set_backoff(config.backoff.0, config.backoff.1);
     if let Some(address) = config.metrics_address {
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -108,10 +112,10 @@ pub async fn run(
     let mut tasks = Vec::new();
     if config.leader_elect {
         let me = leader::identity();
-        info!(identity = %me, lease = %format!("{}/{}", leader::NAMESPACE, config.name), "campaigning for the leader lease");
+        info!(identity = %me, lease = %format!("{}/{}", config.lease.namespace, config.lease.name), "campaigning for the leader lease");
         tasks.push(tokio::spawn(leader::run(
             client.clone(),
-            config.name.clone(),
+            config.lease.clone(),
             me,
             leader_tx,
             stop_rx.clone(),
@@ -119,7 +123,7 @@ pub async fn run(
     }
     let watches = crate::informer::start(client.clone(), shared.clone(), stop_rx.clone()).await;
     tasks.extend(watches);
-    info!(scheduler = %config.name, nodes = shared.cache().node_count(), "caches synced");
+    info!(scheduler = %name, nodes = shared.cache().node_count(), "caches synced");
     {
         let shared = shared.clone();
         tasks.push(tokio::spawn(async move {
@@ -154,10 +158,10 @@ pub async fn run(
             binder.clone(),
             Handle::current(),
         );
-        let options = config.filter_timeout;
+        let profile = config.profile.clone();
         std::thread::Builder::new()
             .name("scheduling-loop".into())
-            .spawn(move || scheduling_loop(&shared, &binder, &handle, &stop, options))
+            .spawn(move || scheduling_loop(&shared, &binder, &handle, &stop, &profile))
             .map_err(SchedulerError::Thread)?
     };
     let result = tokio::select! {
@@ -206,8 +210,9 @@ fn scheduling_loop(
     binder: &Binder,
     handle: &Handle,
     stop: &AtomicBool,
-    filter_timeout: Option<Duration>,
+    profile: &Profile,
 ) {
+    let filter_timeout = profile.filter_timeout;
     let features = Features::kubernetes_1_36_defaults();
     let selectors = Arc::new(SelectorCache::new(CelFeatures {
         enable_consumable_capacity: features.consumable_capacity,
@@ -246,14 +251,7 @@ fn scheduling_loop(
             )
         };
         let index = AllocatedIndex::new(&snapshot, &state);
-        let mut engine = Engine::new(
-            snapshot,
-            index,
-            &arena,
-            features,
-            options.clone(),
-            &shared.name,
-        );
+        let mut engine = Engine::new(snapshot, index, &arena, features, options.clone(), profile);
         engine.set_next_start(next_start);
         debug!(
             slices = inputs.slices.len(),

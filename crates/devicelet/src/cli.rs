@@ -607,22 +607,34 @@ pub struct SchedulerArgs {
     /// Where the cluster is.
     #[command(flatten)]
     pub cluster: ClusterArgs,
+    /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1, YAML or JSON): profile
+    /// name, NodeResourcesFit scoringStrategy, score weights, DynamicResources args,
+    /// percentageOfNodesToScore, back-off, leaderElection. Fields devicelet does not implement
+    /// are refused with the field named. The flags below are shorthands for a config-less run
+    /// and cannot be combined with it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The scheduler's name: the pods whose spec.schedulerName is this, and the Lease's name.
-    #[arg(long, default_value = "devicelet-scheduler", value_name = "NAME")]
+    #[arg(
+        long,
+        default_value = "devicelet-scheduler",
+        value_name = "NAME",
+        conflicts_with = "config"
+    )]
     pub scheduler_name: String,
     /// Leader election on the Lease kube-system/NAME (15 s lease, 10 s renew deadline, 2 s
     /// retry): of several replicas one schedules.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "config")]
     pub leader_elect: bool,
     /// Serve /metrics and /healthz on HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_address: Option<SocketAddr>,
     /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION", conflicts_with = "config")]
     pub filter_timeout: Duration,
     /// How long a pod waits in binding for its devices' binding conditions (KEP-5007) before
     /// the binding fails and the claim is deallocated (kube-scheduler's bindingTimeout).
-    #[arg(long, value_parser = parse_duration, default_value = "10m", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_duration, default_value = "10m", value_name = "DURATION", conflicts_with = "config")]
     pub binding_timeout: Duration,
 }
 

@@ -1,6 +1,6 @@
 //! NodeResourcesFit (`pkg/scheduler/framework/plugins/noderesources/fit.go`,
 //! `k8s.io/component-helpers/resource` `PodRequests`, S106-S111) and its default
-//! `LeastAllocated` score (S127).
+//! scores: `LeastAllocated` (S127), `MostAllocated` and `RequestedToCapacityRatio` (W113).
 //!
 //! Quantities are kept in nano-units (`Quantity::nanos`), so cpu, memory and extended resources
 //! compare exactly whatever suffix they were written with.
@@ -11,6 +11,7 @@ use devicelet_quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
 use super::node_ports::HostPort;
+use crate::config::{ScoringStrategy, StrategyKind};
 use crate::framework::{Code, Plugin, Rejection};
 
 /// Resource name → amount in nano-units.
@@ -232,8 +233,11 @@ pub fn filter(
     })
 }
 
-/// The `LeastAllocated` score over cpu and memory, weight 1 each (0-100, S127).
-pub fn least_allocated_score(
+/// The score of the profile's `scoringStrategy` (W113, W114, W116), 0-100. Per resource of the
+/// strategy with allocatable > 0: requested = the node's + the pod's (cpu and memory with the
+/// non-zero defaults); an extended resource the pod does not request is left out.
+pub fn fit_score(
+    strategy: &ScoringStrategy,
     requests: &ResourceList,
     alloc: &ResourceList,
     usage: &NodeUsage,
@@ -243,22 +247,83 @@ pub fn least_allocated_score(
         host_ports: Vec::new(),
     };
     let (cpu, mem) = pod.non_zero();
-    let score = |capacity: i128, requested: i128| -> i128 {
-        if capacity <= 0 || requested > capacity {
-            0
-        } else {
-            (capacity - requested) * 100 / capacity
+    let mut score_sum: i128 = 0;
+    let mut weight_sum: i128 = 0;
+    for (name, weight) in &strategy.resources {
+        let (requested, capacity) = match name.as_str() {
+            "cpu" => (
+                usage.non_zero_cpu + cpu,
+                alloc.get("cpu").copied().unwrap_or(0),
+            ),
+            "memory" => (
+                usage.non_zero_memory + mem,
+                alloc.get("memory").copied().unwrap_or(0),
+            ),
+            other => {
+                let want = requests.get(other).copied().unwrap_or(0);
+                if want <= 0 {
+                    continue;
+                }
+                let used = usage.requested.get(other).copied().unwrap_or(0);
+                (used + want, alloc.get(other).copied().unwrap_or(0))
+            }
+        };
+        if capacity <= 0 {
+            continue;
         }
+        let weight = i128::from(*weight);
+        let score = match &strategy.kind {
+            StrategyKind::LeastAllocated if requested > capacity => 0,
+            StrategyKind::LeastAllocated => (capacity - requested) * 100 / capacity,
+            StrategyKind::MostAllocated => requested.min(capacity) * 100 / capacity,
+            StrategyKind::RequestedToCapacityRatio(shape) => {
+                let utilization = if requested > capacity {
+                    100
+                } else {
+                    requested * 100 / capacity
+                };
+                let s = broken_linear(shape, utilization);
+                // Only resources that score enter the mean.
+                if s <= 0 {
+                    continue;
+                }
+                s
+            }
+        };
+        score_sum += score * weight;
+        weight_sum += weight;
+    }
+    if weight_sum == 0 {
+        return 0;
+    }
+    match strategy.kind {
+        // The rounded mean (`math.Round`).
+        StrategyKind::RequestedToCapacityRatio(_) => {
+            ((score_sum * 2 + weight_sum) / (weight_sum * 2)) as i64
+        }
+        _ => (score_sum / weight_sum) as i64,
+    }
+}
+
+/// The shape's piecewise linear function at `utilization`, its 0-10 scores scaled to 0-100
+/// (`buildBrokenLinearFunction`).
+fn broken_linear(shape: &[(i64, i64)], utilization: i128) -> i128 {
+    let scaled = |s: i64| i128::from(s) * 100 / 10;
+    let Some(&(first_u, first_s)) = shape.first() else {
+        return 0;
     };
-    let c = score(
-        alloc.get("cpu").copied().unwrap_or(0),
-        usage.non_zero_cpu + cpu,
-    );
-    let m = score(
-        alloc.get("memory").copied().unwrap_or(0),
-        usage.non_zero_memory + mem,
-    );
-    ((c + m) / 2) as i64
+    if utilization <= i128::from(first_u) {
+        return scaled(first_s);
+    }
+    for w in shape.windows(2) {
+        let ((u0, s0), (u1, s1)) = (w[0], w[1]);
+        let (u0, u1) = (i128::from(u0), i128::from(u1));
+        if utilization <= u1 {
+            let (s0, s1) = (scaled(s0), scaled(s1));
+            return s0 + (s1 - s0) * (utilization - u0) / (u1 - u0);
+        }
+    }
+    shape.last().map_or(0, |&(_, s)| scaled(s))
 }
 
 #[cfg(test)]
@@ -377,5 +442,57 @@ mod tests {
             host_ports: vec![],
         });
         assert_eq!(used, NodeUsage::default());
+    }
+
+    #[test]
+    fn w113_w116_scoring_strategies() {
+        use crate::config::{ScoringStrategy, StrategyKind};
+        // 4 CPUs, 8 GPUs; 1 CPU and 6 GPUs in use; the pod asks 1 CPU and 1 GPU.
+        let gib = 1024 * 1024 * 1024 * NANO;
+        let alloc = ResourceList::from([
+            ("cpu".to_owned(), 4 * NANO),
+            ("memory".to_owned(), 16 * gib),
+            ("nvidia.com/gpu".to_owned(), 8 * NANO),
+        ]);
+        let usage = NodeUsage {
+            requested: ResourceList::from([("nvidia.com/gpu".to_owned(), 6 * NANO)]),
+            non_zero_cpu: NANO,
+            non_zero_memory: 0,
+            pods: 1,
+            host_ports: Vec::new(),
+        };
+        let pod = ResourceList::from([
+            ("cpu".to_owned(), NANO),
+            ("memory".to_owned(), 4 * gib),
+            ("nvidia.com/gpu".to_owned(), NANO),
+        ]);
+        let with = |kind: StrategyKind, resources: &[(&str, i64)]| ScoringStrategy {
+            kind,
+            resources: resources
+                .iter()
+                .map(|(n, w)| ((*n).to_owned(), *w))
+                .collect(),
+        };
+        // cpu 2/4, memory 4/16.
+        let least = with(StrategyKind::LeastAllocated, &[("cpu", 1), ("memory", 1)]);
+        assert_eq!(fit_score(&least, &pod, &alloc, &usage), (50 + 75) / 2);
+        let most = with(StrategyKind::MostAllocated, &[("cpu", 1), ("memory", 1)]);
+        assert_eq!(fit_score(&most, &pod, &alloc, &usage), (50 + 25) / 2);
+        // GPUs 7/8 = 87, weighted 3 beside cpu 50.
+        let gpus = with(
+            StrategyKind::MostAllocated,
+            &[("cpu", 1), ("nvidia.com/gpu", 3)],
+        );
+        assert_eq!(fit_score(&gpus, &pod, &alloc, &usage), (50 + 87 * 3) / 4);
+        // W116: a pod without GPUs leaves the GPU out (weight included).
+        let cpu_only = ResourceList::from([("cpu".to_owned(), NANO)]);
+        assert_eq!(fit_score(&gpus, &cpu_only, &alloc, &usage), 50);
+        // Bin packing by ratio: shape (0, 0) → (100, 10); cpu 50 % → 50, memory 25 % → 25,
+        // mean 37.5 rounded to 38.
+        let ratio = with(
+            StrategyKind::RequestedToCapacityRatio(vec![(0, 0), (100, 10)]),
+            &[("cpu", 1), ("memory", 1)],
+        );
+        assert_eq!(fit_score(&ratio, &pod, &alloc, &usage), 38);
     }
 }

@@ -295,7 +295,8 @@ pub(crate) fn run_group_offline(
         time_limit,
         Arc::new(devicelet_allocator::MonotonicClock::start()),
     );
-    let outcome = with_engine(cache, options, "devicelet-scheduler", |engine, _| {
+    let profile = crate::config::Profile::named("devicelet-scheduler");
+    let outcome = with_engine(cache, options, &profile, |engine, _| {
         schedule_group(engine, &inputs, &problem)
     });
     report.states = outcome.states;

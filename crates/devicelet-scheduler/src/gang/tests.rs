@@ -262,7 +262,7 @@ impl Cluster {
         with_engine(
             &mut self.cache,
             options,
-            "devicelet-scheduler",
+            &crate::config::Profile::named("devicelet-scheduler"),
             |engine, _| schedule_group(engine, &members, &problem),
         )
     }

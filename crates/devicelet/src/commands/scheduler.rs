@@ -1,10 +1,13 @@
 //! `devicelet scheduler`: the secondary scheduler of `devicelet_scheduler` in the foreground
 //! until SIGTERM/SIGINT (issue 25).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use devicelet_scheduler::SchedulerConfig;
+use devicelet_scheduler::config::{self, Profile};
+use devicelet_scheduler::leader::LeaseSettings;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::SchedulerArgs;
@@ -12,20 +15,34 @@ use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
-    // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
-    if args.binding_timeout < Duration::from_secs(1) {
-        anyhow::bail!("--binding-timeout must be at least 1s");
+    let (config, kubeconfig) = match &args.config {
+        Some(path) => from_file(path, args.metrics_address)?,
+        None => {
+            // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
+            if args.binding_timeout < Duration::from_secs(1) {
+                anyhow::bail!("--binding-timeout must be at least 1s");
+            }
+            let mut profile = Profile::named(&args.scheduler_name);
+            profile.filter_timeout =
+                (args.filter_timeout != Duration::ZERO).then_some(args.filter_timeout);
+            let config = SchedulerConfig {
+                lease: LeaseSettings::named(&args.scheduler_name),
+                profile,
+                leader_elect: args.leader_elect,
+                metrics_address: args.metrics_address,
+                binding_timeout: args.binding_timeout,
+                ..SchedulerConfig::default()
+            };
+            (config, None)
+        }
+    };
+    let mut cluster = args.cluster.clone();
+    if cluster.kubeconfig.is_none() {
+        cluster.kubeconfig = kubeconfig;
     }
-    let client = devicelet_kube::connect(&source(&args.cluster)).await?;
+    let client = devicelet_kube::connect(&source(&cluster)).await?;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
-    let config = SchedulerConfig {
-        name: args.scheduler_name,
-        leader_elect: args.leader_elect,
-        metrics_address: args.metrics_address,
-        filter_timeout: (args.filter_timeout != Duration::ZERO).then_some(args.filter_timeout),
-        binding_timeout: args.binding_timeout,
-    };
     let shutdown = async move {
         tokio::select! {
             _ = terminate.recv() => {}
@@ -35,4 +52,39 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     devicelet_scheduler::run(client, config, shutdown)
         .await
         .context("devicelet scheduler")
+}
+
+/// `--config FILE`: the scheduler's settings and the kubeconfig it names (`--kubeconfig` wins).
+fn from_file(
+    path: &Path,
+    metrics_address: Option<std::net::SocketAddr>,
+) -> anyhow::Result<(SchedulerConfig, Option<PathBuf>)> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("read config {}", path.display()))?;
+    let file = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
+    let profile = file
+        .profiles
+        .into_iter()
+        .next()
+        .context("config has no profile")?;
+    let le = file.leader_election;
+    let lease = LeaseSettings {
+        namespace: le.namespace,
+        // W130: a secondary scheduler's Lease is its own unless the file names one.
+        name: le.name.unwrap_or_else(|| profile.scheduler_name.clone()),
+        lease_duration: le.lease_duration,
+        renew_deadline: le.renew_deadline,
+        retry_period: le.retry_period,
+    };
+    let config = SchedulerConfig {
+        binding_timeout: profile
+            .binding_timeout
+            .unwrap_or(SchedulerConfig::default().binding_timeout),
+        profile,
+        leader_elect: le.leader_elect,
+        lease,
+        metrics_address,
+        backoff: (file.pod_initial_backoff, file.pod_max_backoff),
+    };
+    Ok((config, file.kubeconfig))
 }

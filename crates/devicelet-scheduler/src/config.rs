@@ -1,0 +1,1018 @@
+//! `devicelet scheduler --config FILE`: a KubeSchedulerConfiguration
+//! (`kubescheduler.config.k8s.io/v1`) as kube-scheduler reads it
+//! (`pkg/scheduler/apis/config/v1/types.go`, `defaults.go`, `validation/`; spec W127-W134).
+//!
+//! Every field of the v1 type is known. The ones this scheduler honours are applied; the
+//! others are refused with the field named, never silently dropped (a configuration that asks
+//! for preemption or pod affinity weights would otherwise be believed). Errors name the field
+//! as a path (`profiles[0].pluginConfig[1].args.scoringStrategy.type`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The configuration's `apiVersion`.
+pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Not YAML/JSON, or a field of the wrong type or unknown (serde's message names the path).
+    #[error("{0}")]
+    Syntax(String),
+    /// A field with a value kube-scheduler would refuse (its message).
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// A valid field this scheduler does not implement.
+    #[error("{field}: {message} (not supported by devicelet scheduler)")]
+    Unsupported { field: String, message: String },
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn unsupported(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Unsupported {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// How NodeResourcesFit scores a node (W113, W115).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScoringStrategy {
+    pub kind: StrategyKind,
+    /// (resource, weight 1..=100), in order.
+    pub resources: Vec<(String, i64)>,
+}
+
+/// `scoringStrategy.type`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StrategyKind {
+    LeastAllocated,
+    MostAllocated,
+    /// The shape's points: (utilization 0..=100, score 0..=10), utilization increasing.
+    RequestedToCapacityRatio(Vec<(i64, i64)>),
+}
+
+impl Default for ScoringStrategy {
+    fn default() -> Self {
+        ScoringStrategy {
+            kind: StrategyKind::LeastAllocated,
+            resources: vec![("cpu".to_owned(), 1), ("memory".to_owned(), 1)],
+        }
+    }
+}
+
+/// The score plugins this scheduler runs, with their weights (W112: NodeResourcesFit 1,
+/// DynamicResources 2 in 1.36.3). A weight of 0 means disabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScoreWeights {
+    pub node_resources_fit: i64,
+    pub dynamic_resources: i64,
+}
+
+impl ScoreWeights {
+    /// Whether any score plugin runs (W108: without one the first feasible node is taken).
+    pub fn scores(&self) -> bool {
+        self.node_resources_fit > 0 || self.dynamic_resources > 0
+    }
+}
+
+impl Default for ScoreWeights {
+    fn default() -> Self {
+        ScoreWeights {
+            node_resources_fit: 1,
+            dynamic_resources: 2,
+        }
+    }
+}
+
+/// One profile (W131): the pods whose `spec.schedulerName` is `scheduler_name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub scheduler_name: String,
+    /// The profile's `percentageOfNodesToScore`, else the global one (W108).
+    pub percentage_of_nodes_to_score: Option<u32>,
+    pub weights: ScoreWeights,
+    pub scoring: ScoringStrategy,
+    /// DynamicResourcesArgs `filterTimeout` (`None`: 0, no limit).
+    pub filter_timeout: Option<Duration>,
+    /// DynamicResourcesArgs `bindingTimeout`.
+    pub binding_timeout: Option<Duration>,
+}
+
+impl Profile {
+    /// The default profile's plugins and args under `scheduler_name`.
+    pub fn named(scheduler_name: &str) -> Self {
+        Profile {
+            scheduler_name: scheduler_name.to_owned(),
+            percentage_of_nodes_to_score: None,
+            weights: ScoreWeights::default(),
+            scoring: ScoringStrategy::default(),
+            filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
+            binding_timeout: None,
+        }
+    }
+}
+
+/// `leaderElection` (W130).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElection {
+    pub leader_elect: bool,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    pub namespace: String,
+    /// `None`: the profile's scheduler name (a secondary scheduler must not contend for
+    /// kube-scheduler's `kube-scheduler` Lease).
+    pub name: Option<String>,
+}
+
+/// A read and checked configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerConfiguration {
+    pub percentage_of_nodes_to_score: Option<u32>,
+    pub pod_initial_backoff: Duration,
+    pub pod_max_backoff: Duration,
+    pub kubeconfig: Option<PathBuf>,
+    pub qps: f32,
+    pub burst: u32,
+    pub leader_election: LeaderElection,
+    pub profiles: Vec<Profile>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawConfig {
+    api_version: Option<String>,
+    kind: Option<String>,
+    parallelism: Option<i64>,
+    percentage_of_nodes_to_score: Option<i64>,
+    pod_initial_backoff_seconds: Option<i64>,
+    pod_max_backoff_seconds: Option<i64>,
+    enable_profiling: Option<bool>,
+    enable_contention_profiling: Option<bool>,
+    delay_cache_until_active: Option<bool>,
+    client_connection: Option<RawClient>,
+    leader_election: Option<RawLeader>,
+    profiles: Option<Vec<RawProfile>>,
+    extenders: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawClient {
+    kubeconfig: Option<String>,
+    accept_content_types: Option<String>,
+    content_type: Option<String>,
+    qps: Option<f64>,
+    burst: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawLeader {
+    leader_elect: Option<bool>,
+    lease_duration: Option<String>,
+    renew_deadline: Option<String>,
+    retry_period: Option<String>,
+    resource_lock: Option<String>,
+    resource_name: Option<String>,
+    resource_namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawProfile {
+    scheduler_name: Option<String>,
+    percentage_of_nodes_to_score: Option<i64>,
+    plugins: Option<BTreeMap<String, RawPluginSet>>,
+    plugin_config: Option<Vec<RawPluginConfig>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPluginSet {
+    enabled: Option<Vec<RawPlugin>>,
+    disabled: Option<Vec<RawPlugin>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPlugin {
+    name: String,
+    weight: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPluginConfig {
+    name: String,
+    args: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawFitArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    ignored_resources: Option<Vec<String>>,
+    ignored_resource_groups: Option<Vec<String>>,
+    scoring_strategy: Option<RawStrategy>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawStrategy {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    resources: Option<Vec<RawPlugin>>,
+    requested_to_capacity_ratio: Option<RawRatio>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawRatio {
+    shape: Option<Vec<RawPoint>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPoint {
+    utilization: i64,
+    score: i64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawDraArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    filter_timeout: Option<String>,
+    binding_timeout: Option<String>,
+}
+
+/// The extension points of `plugins` (W132).
+const EXTENSION_POINTS: &[&str] = &[
+    "preEnqueue",
+    "queueSort",
+    "preFilter",
+    "filter",
+    "postFilter",
+    "preScore",
+    "score",
+    "reserve",
+    "permit",
+    "preBind",
+    "bind",
+    "postBind",
+    "multiPoint",
+    "placementGenerate",
+    "placementScore",
+];
+
+/// The in-tree plugins of the default profile and the workload gates (W112).
+const IN_TREE: &[&str] = &[
+    "SchedulingGates",
+    "PrioritySort",
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "DynamicResources",
+    "DefaultPreemption",
+    "NodeResourcesBalancedAllocation",
+    "ImageLocality",
+    "DefaultBinder",
+    "NodeDeclaredFeatures",
+    "GangScheduling",
+    "TopologyPlacementGenerator",
+    "PodGroupPodsCount",
+];
+
+/// Score plugins of the default profile this scheduler does not run: a configuration may
+/// disable them (a no-op here) but not enable or weigh them.
+const UNSCORED: &[&str] = &[
+    "TaintToleration",
+    "NodeAffinity",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "NodeResourcesBalancedAllocation",
+    "ImageLocality",
+    "VolumeBinding",
+    "PodGroupPodsCount",
+];
+
+/// Parses and checks a KubeSchedulerConfiguration (YAML or JSON).
+pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
+    let raw: RawConfig =
+        serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+    match raw.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        Some(other) => {
+            return Err(invalid(
+                "apiVersion",
+                format!("{other:?}: expected {API_VERSION:?}"),
+            ));
+        }
+        None => return Err(invalid("apiVersion", format!("required ({API_VERSION:?})"))),
+    }
+    if raw.kind.as_deref() != Some("KubeSchedulerConfiguration") {
+        return Err(invalid(
+            "kind",
+            format!(
+                "{:?}: expected \"KubeSchedulerConfiguration\"",
+                raw.kind.unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(p) = raw.parallelism
+        && p <= 0
+    {
+        return Err(invalid(
+            "parallelism",
+            "should be an integer value greater than zero",
+        ));
+    }
+    let _ = (raw.enable_profiling, raw.enable_contention_profiling);
+    if raw.delay_cache_until_active == Some(true) {
+        return Err(unsupported(
+            "delayCacheUntilActive",
+            "caches are filled before the Lease is won",
+        ));
+    }
+    if raw.extenders.as_ref().is_some_and(|e| !e.is_empty()) {
+        return Err(unsupported("extenders", "scheduler extenders"));
+    }
+    let percentage = percentage("percentageOfNodesToScore", raw.percentage_of_nodes_to_score)?;
+    let initial = raw.pod_initial_backoff_seconds.unwrap_or(1);
+    if initial <= 0 {
+        return Err(invalid(
+            "podInitialBackoffSeconds",
+            "must be greater than 0",
+        ));
+    }
+    let max = raw.pod_max_backoff_seconds.unwrap_or(10);
+    if max < initial {
+        return Err(invalid(
+            "podMaxBackoffSeconds",
+            "must be greater than or equal to PodInitialBackoffSeconds",
+        ));
+    }
+    let client = raw.client_connection.unwrap_or(RawClient {
+        kubeconfig: None,
+        accept_content_types: None,
+        content_type: None,
+        qps: None,
+        burst: None,
+    });
+    let _ = (client.accept_content_types, client.content_type);
+    let qps = client.qps.unwrap_or(50.0);
+    if qps < 0.0 {
+        return Err(invalid("clientConnection.qps", "must be zero or positive"));
+    }
+    let burst = client.burst.unwrap_or(100);
+    let burst = u32::try_from(burst)
+        .map_err(|_| invalid("clientConnection.burst", "must be zero or positive"))?;
+    let leader_election = leader_election(raw.leader_election)?;
+    let mut profiles = Vec::new();
+    let raw_profiles = raw.profiles.unwrap_or_default();
+    for (i, p) in raw_profiles.into_iter().enumerate() {
+        profiles.push(profile(i, p)?);
+    }
+    if profiles.is_empty() {
+        profiles.push(Profile::named("default-scheduler"));
+    }
+    for p in &mut profiles {
+        // W108: the profile's percentage, else the global one.
+        p.percentage_of_nodes_to_score = p.percentage_of_nodes_to_score.or(percentage);
+    }
+    for (i, p) in profiles.iter().enumerate() {
+        if profiles[..i]
+            .iter()
+            .any(|q| q.scheduler_name == p.scheduler_name)
+        {
+            return Err(invalid(
+                format!("profiles[{i}].schedulerName"),
+                format!("Duplicate value: {:?}", p.scheduler_name),
+            ));
+        }
+    }
+    if profiles.len() > 1 {
+        return Err(unsupported(
+            "profiles",
+            format!(
+                "{} profiles: one profile per process for now (run one devicelet scheduler per \
+                 schedulerName)",
+                profiles.len()
+            ),
+        ));
+    }
+    Ok(SchedulerConfiguration {
+        percentage_of_nodes_to_score: percentage,
+        pod_initial_backoff: Duration::from_secs(initial as u64),
+        pod_max_backoff: Duration::from_secs(max as u64),
+        kubeconfig: client
+            .kubeconfig
+            .filter(|k| !k.is_empty())
+            .map(PathBuf::from),
+        qps: qps as f32,
+        burst,
+        leader_election,
+        profiles,
+    })
+}
+
+fn percentage(field: &str, value: Option<i64>) -> Result<Option<u32>, ConfigError> {
+    match value {
+        None => Ok(None),
+        Some(v) if (0..=100).contains(&v) => Ok(Some(v as u32)),
+        Some(v) => Err(invalid(field, format!("{v}: not in valid range [0-100]"))),
+    }
+}
+
+fn duration(
+    field: &str,
+    value: Option<String>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(s) => go_duration(&s)
+            .ok_or_else(|| invalid(field, format!("{s:?}: not a duration (e.g. 15s, 1m30s)"))),
+    }
+}
+
+/// A Go duration (`metav1.Duration`): a sequence of decimal numbers with units ns, us (µs),
+/// ms, s, m, h, e.g. `1m30s`, `1.5h`; `0` alone is zero. Negative durations are refused.
+pub fn go_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total = 0f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&e| e > 0)?;
+        let value: f64 = rest[..end].parse().ok()?;
+        rest = &rest[end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        total += value * seconds;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
+fn leader_election(raw: Option<RawLeader>) -> Result<LeaderElection, ConfigError> {
+    let raw = raw.unwrap_or(RawLeader {
+        leader_elect: None,
+        lease_duration: None,
+        renew_deadline: None,
+        retry_period: None,
+        resource_lock: None,
+        resource_name: None,
+        resource_namespace: None,
+    });
+    if let Some(lock) = raw.resource_lock.as_deref()
+        && lock != "leases"
+    {
+        return Err(invalid(
+            "leaderElection.resourceLock",
+            "resourceLock value must be \"leases\"",
+        ));
+    }
+    let le = LeaderElection {
+        leader_elect: raw.leader_elect.unwrap_or(true),
+        lease_duration: duration(
+            "leaderElection.leaseDuration",
+            raw.lease_duration,
+            crate::leader::LEASE_DURATION,
+        )?,
+        renew_deadline: duration(
+            "leaderElection.renewDeadline",
+            raw.renew_deadline,
+            crate::leader::RENEW_DEADLINE,
+        )?,
+        retry_period: duration(
+            "leaderElection.retryPeriod",
+            raw.retry_period,
+            crate::leader::RETRY_PERIOD,
+        )?,
+        namespace: raw
+            .resource_namespace
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| crate::leader::NAMESPACE.to_owned()),
+        name: raw.resource_name.filter(|n| !n.is_empty()),
+    };
+    if le.leader_elect {
+        // client-go's leaderelection checks.
+        if le.lease_duration <= le.renew_deadline {
+            return Err(invalid(
+                "leaderElection.leaseDuration",
+                "must be greater than renewDeadline",
+            ));
+        }
+        if le.renew_deadline <= le.retry_period {
+            return Err(invalid(
+                "leaderElection.renewDeadline",
+                "must be greater than retryPeriod",
+            ));
+        }
+        if le.retry_period.is_zero() {
+            return Err(invalid(
+                "leaderElection.retryPeriod",
+                "must be greater than zero",
+            ));
+        }
+    }
+    Ok(le)
+}
+
+fn profile(i: usize, raw: RawProfile) -> Result<Profile, ConfigError> {
+    let at = |f: &str| format!("profiles[{i}].{f}");
+    let scheduler_name = raw
+        .scheduler_name
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "default-scheduler".to_owned());
+    let mut p = Profile::named(&scheduler_name);
+    p.percentage_of_nodes_to_score = percentage(
+        &at("percentageOfNodesToScore"),
+        raw.percentage_of_nodes_to_score,
+    )?;
+    for (point, set) in raw.plugins.unwrap_or_default() {
+        let field = at(&format!("plugins.{point}"));
+        if !EXTENSION_POINTS.contains(&point.as_str()) {
+            return Err(ConfigError::Syntax(format!(
+                "{field}: unknown extension point (one of {})",
+                EXTENSION_POINTS.join(", ")
+            )));
+        }
+        plugin_set(&field, &point, set, &mut p.weights)?;
+    }
+    let mut seen = Vec::new();
+    for (j, pc) in raw
+        .plugin_config
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        let field = at(&format!("pluginConfig[{j}]"));
+        if seen.contains(&pc.name) {
+            return Err(invalid(
+                format!("{field}.name"),
+                format!("Duplicate value: {:?}", pc.name),
+            ));
+        }
+        seen.push(pc.name.clone());
+        plugin_args(&field, pc, &mut p)?;
+    }
+    Ok(p)
+}
+
+/// W132 for one extension point. Only scoring can be changed: the filters are this
+/// scheduler's fixed pipeline.
+fn plugin_set(
+    field: &str,
+    point: &str,
+    set: RawPluginSet,
+    weights: &mut ScoreWeights,
+) -> Result<(), ConfigError> {
+    for (k, plugin) in set.disabled.iter().flatten().enumerate() {
+        let f = format!("{field}.disabled[{k}]");
+        let name = plugin.name.as_str();
+        if name != "*" && !IN_TREE.contains(&name) {
+            return Err(unsupported(&f, format!("unknown plugin {name:?}")));
+        }
+        match point {
+            "score" => match name {
+                "*" => {
+                    weights.node_resources_fit = 0;
+                    weights.dynamic_resources = 0;
+                }
+                "NodeResourcesFit" => weights.node_resources_fit = 0,
+                "DynamicResources" => weights.dynamic_resources = 0,
+                // Not run here: disabling it changes nothing.
+                _ => {}
+            },
+            _ => {
+                return Err(unsupported(
+                    &f,
+                    format!(
+                        "disabling {name} at {point}: this scheduler's {point} plugins are fixed"
+                    ),
+                ));
+            }
+        }
+    }
+    for (k, plugin) in set.enabled.iter().flatten().enumerate() {
+        let f = format!("{field}.enabled[{k}]");
+        let name = plugin.name.as_str();
+        if !IN_TREE.contains(&name) {
+            return Err(unsupported(
+                &f,
+                format!("unknown plugin {name:?} (out-of-tree plugins)"),
+            ));
+        }
+        if point != "score" {
+            return Err(unsupported(
+                &f,
+                format!("enabling {name} at {point}: this scheduler's {point} plugins are fixed"),
+            ));
+        }
+        let weight = match plugin.weight {
+            None | Some(0) => 1,
+            Some(w) if w > 0 => w,
+            Some(w) => {
+                return Err(invalid(
+                    format!("{f}.weight"),
+                    format!("{w}: must be positive"),
+                ));
+            }
+        };
+        match name {
+            "NodeResourcesFit" => weights.node_resources_fit = weight,
+            "DynamicResources" => weights.dynamic_resources = weight,
+            _ if UNSCORED.contains(&name) => {
+                return Err(unsupported(&f, format!("the {name} score")));
+            }
+            _ => {
+                return Err(invalid(&f, format!("{name} is not a score plugin")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// W133: the args of one plugin.
+fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), ConfigError> {
+    let args = pc.args.unwrap_or(Value::Object(Default::default()));
+    let decode = |what: &str| -> Result<Value, ConfigError> {
+        if let Some(kind) = args.get("kind").and_then(Value::as_str)
+            && kind != what
+        {
+            return Err(invalid(
+                format!("{field}.args"),
+                format!("has to match plugin args: {kind:?} is not {what:?}"),
+            ));
+        }
+        Ok(args.clone())
+    };
+    let syntax = |e: serde_json::Error| ConfigError::Syntax(format!("{field}.args: {e}"));
+    match pc.name.as_str() {
+        "NodeResourcesFit" => {
+            let raw: RawFitArgs =
+                serde_json::from_value(decode("NodeResourcesFitArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            if raw.ignored_resources.is_some_and(|v| !v.is_empty())
+                || raw.ignored_resource_groups.is_some_and(|v| !v.is_empty())
+            {
+                return Err(unsupported(
+                    format!("{field}.args.ignoredResources"),
+                    "ignored resources",
+                ));
+            }
+            if let Some(s) = raw.scoring_strategy {
+                p.scoring = strategy(&format!("{field}.args.scoringStrategy"), s)?;
+            }
+        }
+        "DynamicResources" => {
+            let raw: RawDraArgs =
+                serde_json::from_value(decode("DynamicResourcesArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            if let Some(t) = raw.filter_timeout {
+                let d = duration(
+                    &format!("{field}.args.filterTimeout"),
+                    Some(t),
+                    Duration::ZERO,
+                )?;
+                p.filter_timeout = (!d.is_zero()).then_some(d);
+            }
+            if let Some(t) = raw.binding_timeout {
+                let d = duration(
+                    &format!("{field}.args.bindingTimeout"),
+                    Some(t),
+                    Duration::ZERO,
+                )?;
+                if d < Duration::from_secs(1) {
+                    return Err(invalid(
+                        format!("{field}.args.bindingTimeout"),
+                        "must be at least 1 second",
+                    ));
+                }
+                p.binding_timeout = Some(d);
+            }
+        }
+        name if IN_TREE.contains(&name) => {
+            return Err(unsupported(
+                format!("{field}.args"),
+                format!("arguments of {name}"),
+            ));
+        }
+        // W127: args of out-of-tree plugins pass through; there are none here to use them.
+        name => {
+            return Err(unsupported(
+                format!("{field}.name"),
+                format!("unknown plugin {name:?} (out-of-tree plugins)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// W115: NodeResourcesFit's `scoringStrategy`.
+fn strategy(field: &str, raw: RawStrategy) -> Result<ScoringStrategy, ConfigError> {
+    let mut resources = Vec::new();
+    for (k, r) in raw.resources.unwrap_or_default().into_iter().enumerate() {
+        let weight = match r.weight {
+            None | Some(0) => 1,
+            Some(w) if (1..=100).contains(&w) => w,
+            Some(w) => {
+                return Err(invalid(
+                    format!("{field}.resources[{k}].weight"),
+                    format!("resource weight of {w} not in valid range (0, 100]"),
+                ));
+            }
+        };
+        resources.push((r.name, weight));
+    }
+    if resources.is_empty() {
+        resources = ScoringStrategy::default().resources;
+    }
+    let kind = match raw.kind.as_deref().unwrap_or("LeastAllocated") {
+        "LeastAllocated" | "MostAllocated" if raw.requested_to_capacity_ratio.is_some() => {
+            return Err(invalid(
+                format!("{field}.requestedToCapacityRatio"),
+                "must be nil when type is not RequestedToCapacityRatio",
+            ));
+        }
+        "LeastAllocated" => StrategyKind::LeastAllocated,
+        "MostAllocated" => StrategyKind::MostAllocated,
+        "RequestedToCapacityRatio" => {
+            let shape = raw
+                .requested_to_capacity_ratio
+                .ok_or_else(|| {
+                    invalid(
+                        format!("{field}.requestedToCapacityRatio"),
+                        "must be specified when type is RequestedToCapacityRatio",
+                    )
+                })?
+                .shape
+                .unwrap_or_default();
+            if shape.is_empty() {
+                return Err(invalid(
+                    format!("{field}.requestedToCapacityRatio.shape"),
+                    "at least one point must be specified",
+                ));
+            }
+            let mut points = Vec::new();
+            for (k, pt) in shape.iter().enumerate() {
+                let f = format!("{field}.requestedToCapacityRatio.shape[{k}]");
+                if !(0..=100).contains(&pt.utilization) {
+                    return Err(invalid(
+                        format!("{f}.utilization"),
+                        format!("{}: not in valid range [0, 100]", pt.utilization),
+                    ));
+                }
+                if k > 0 && pt.utilization <= shape[k - 1].utilization {
+                    return Err(invalid(
+                        format!("{f}.utilization"),
+                        "values must be sorted in increasing order",
+                    ));
+                }
+                if !(0..=10).contains(&pt.score) {
+                    return Err(invalid(
+                        format!("{f}.score"),
+                        format!("{}: not in valid range [0, 10]", pt.score),
+                    ));
+                }
+                points.push((pt.utilization, pt.score));
+            }
+            StrategyKind::RequestedToCapacityRatio(points)
+        }
+        other => {
+            return Err(invalid(
+                format!("{field}.type"),
+                format!(
+                    "{other:?}: supported values: \"LeastAllocated\", \"MostAllocated\", \
+                     \"RequestedToCapacityRatio\""
+                ),
+            ));
+        }
+    };
+    Ok(ScoringStrategy { kind, resources })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str =
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+
+    fn parse_with(body: &str) -> Result<SchedulerConfiguration, ConfigError> {
+        parse(&format!("{HEADER}{body}"))
+    }
+
+    #[test]
+    fn w128_w130_w131_defaults() {
+        let c = parse_with("").expect("empty config");
+        assert_eq!(c.pod_initial_backoff, Duration::from_secs(1));
+        assert_eq!(c.pod_max_backoff, Duration::from_secs(10));
+        assert_eq!((c.qps, c.burst), (50.0, 100));
+        assert!(c.leader_election.leader_elect);
+        assert_eq!(c.leader_election.namespace, "kube-system");
+        assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.profiles.len(), 1);
+        let p = &c.profiles[0];
+        assert_eq!(p.scheduler_name, "default-scheduler");
+        assert_eq!(p.weights, ScoreWeights::default());
+        assert_eq!(p.scoring, ScoringStrategy::default());
+        assert_eq!(p.filter_timeout, Some(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn a_most_allocated_profile_with_weights_and_dra_args() {
+        let c = parse_with(
+            r#"
+percentageOfNodesToScore: 30
+podInitialBackoffSeconds: 2
+podMaxBackoffSeconds: 20
+leaderElection:
+  leaderElect: true
+  resourceName: gpu-scheduler
+  leaseDuration: 30s
+  renewDeadline: 20s
+  retryPeriod: 4s
+profiles:
+- schedulerName: gpu-packer
+  plugins:
+    score:
+      disabled: [{name: NodeResourcesBalancedAllocation}, {name: ImageLocality}]
+      enabled: [{name: NodeResourcesFit, weight: 5}]
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: cpu, weight: 1}, {name: nvidia.com/gpu, weight: 3}]
+  - name: DynamicResources
+    args: {filterTimeout: 0s, bindingTimeout: 2m}
+"#,
+        )
+        .expect("valid");
+        assert_eq!(c.pod_initial_backoff, Duration::from_secs(2));
+        assert_eq!(c.leader_election.name.as_deref(), Some("gpu-scheduler"));
+        assert_eq!(c.leader_election.retry_period, Duration::from_secs(4));
+        let p = &c.profiles[0];
+        assert_eq!(p.scheduler_name, "gpu-packer");
+        assert_eq!(p.percentage_of_nodes_to_score, Some(30), "the global value");
+        assert_eq!(p.weights.node_resources_fit, 5);
+        assert_eq!(p.scoring.kind, StrategyKind::MostAllocated);
+        assert_eq!(
+            p.scoring.resources,
+            vec![("cpu".to_owned(), 1), ("nvidia.com/gpu".to_owned(), 3)]
+        );
+        assert_eq!(p.filter_timeout, None, "0 turns the limit off");
+        assert_eq!(p.binding_timeout, Some(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn w127_w133_bad_and_unsupported_fields_are_named() {
+        let cases = [
+            (
+                "percentageOfNodesToScore: 101\n",
+                "percentageOfNodesToScore: 101: not in valid range [0-100]",
+            ),
+            (
+                "podInitialBackoffSeconds: 0\n",
+                "podInitialBackoffSeconds: must be greater than 0",
+            ),
+            (
+                "podInitialBackoffSeconds: 5\npodMaxBackoffSeconds: 2\n",
+                "podMaxBackoffSeconds: must be greater than or equal to PodInitialBackoffSeconds",
+            ),
+            (
+                "parallelism: 0\n",
+                "parallelism: should be an integer value greater than zero",
+            ),
+            (
+                "leaderElection: {resourceLock: endpoints}\n",
+                "leaderElection.resourceLock: resourceLock value must be \"leases\"",
+            ),
+            (
+                "profiles: [{schedulerName: a}, {schedulerName: a}]\n",
+                "profiles[1].schedulerName: Duplicate value: \"a\"",
+            ),
+            (
+                "profiles: [{schedulerName: a}, {schedulerName: b}]\n",
+                "profiles: 2 profiles",
+            ),
+            (
+                "profiles: [{plugins: {score: {enabled: [{name: NodeResourcesFit, weight: -1}]}}}]\n",
+                "profiles[0].plugins.score.enabled[0].weight: -1: must be positive",
+            ),
+            (
+                "profiles: [{plugins: {score: {enabled: [{name: InterPodAffinity}]}}}]\n",
+                "profiles[0].plugins.score.enabled[0]: the InterPodAffinity score (not supported",
+            ),
+            (
+                "profiles: [{plugins: {filter: {disabled: [{name: NodePorts}]}}}]\n",
+                "profiles[0].plugins.filter.disabled[0]: disabling NodePorts at filter",
+            ),
+            (
+                "profiles: [{plugins: {score: {enabled: [{name: MyPlugin}]}}}]\n",
+                "unknown plugin \"MyPlugin\"",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: Fancy}}}]}]\n",
+                "profiles[0].pluginConfig[0].args.scoringStrategy.type: \"Fancy\"",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {resources: [{name: cpu, weight: 101}]}}}]}]\n",
+                "resource weight of 101 not in valid range (0, 100]",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: RequestedToCapacityRatio}}}]}]\n",
+                "must be specified when type is RequestedToCapacityRatio",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: RequestedToCapacityRatio, requestedToCapacityRatio: {shape: [{utilization: 50, score: 5}, {utilization: 20, score: 1}]}}}}]}]\n",
+                "values must be sorted in increasing order",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {kind: DynamicResourcesArgs}}]}]\n",
+                "has to match plugin args",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: DynamicResources, args: {bindingTimeout: 500ms}}]}]\n",
+                "bindingTimeout: must be at least 1 second",
+            ),
+            (
+                "profiles: [{pluginConfig: [{name: DefaultPreemption, args: {}}]}]\n",
+                "arguments of DefaultPreemption (not supported",
+            ),
+            (
+                "extenders: [{urlPrefix: http://x}]\n",
+                "extenders: scheduler extenders (not supported",
+            ),
+        ];
+        for (body, want) in cases {
+            let err = parse_with(body).expect_err(body).to_string();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+        // A misspelt field is named with its path, never dropped.
+        let err = parse_with("profiles: [{schedulerName: a, pluginConfg: []}]\n")
+            .expect_err("typo")
+            .to_string();
+        assert!(err.contains("pluginConfg"), "{err}");
+        let err = parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1beta3\nkind: KubeSchedulerConfiguration\n",
+        )
+        .expect_err("old version")
+        .to_string();
+        assert!(err.starts_with("apiVersion: "), "{err}");
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(go_duration("0"), Some(Duration::ZERO));
+        for bad in ["", "10", "s", "-1s", "1d", "1m x"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
+    }
+}
