@@ -23,6 +23,10 @@ use k8s_openapi::api::core::v1::{NodeStatus, Pod, PodResourceClaim, PodSchedulin
 use k8s_openapi::api::resource::v1::ResourceClaimStatus;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+/// The binary's allocator (`crates/devicelet/src/main.rs`), so the figure is the scheduler's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()

@@ -47,6 +47,10 @@ pub fn num_feasible_nodes_to_find(n: usize, percentage: Option<u32>) -> usize {
     (n * percentage / 100).max(MIN_FEASIBLE_NODES)
 }
 
+/// A node that passed the filters: its index, the DRA allocations there (one per claim to
+/// allocate), and the extended resources DRA serves there.
+type FeasibleNode = (usize, Arc<Vec<AllocationResult>>, BTreeSet<String>);
+
 /// Where the pod goes and what Reserve must record.
 #[derive(Clone, Debug)]
 pub struct Placement {
@@ -421,7 +425,7 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
-        let mut feasible: Vec<(usize, Vec<AllocationResult>, BTreeSet<String>)> = Vec::new();
+        let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
         let mut first_dra_failure: Option<(usize, BTreeSet<String>)> = None;
@@ -439,7 +443,7 @@ impl<'a> Engine<'a> {
                 continue;
             }
             let Some(state) = &state else {
-                feasible.push((i, Vec::new(), BTreeSet::new()));
+                feasible.push((i, Arc::new(Vec::new()), BTreeSet::new()));
                 continue;
             };
             let via_dra: BTreeSet<String> = facts
@@ -531,7 +535,7 @@ impl<'a> Engine<'a> {
         let mut placements = Vec::with_capacity(order.len());
         for k in order {
             let (node_index, results, via_dra) = &feasible[k];
-            let mut results = results.clone();
+            let mut results = (**results).clone();
             let extended = variants
                 .get(via_dra)
                 .and_then(|(claims, plan)| Some((claims.last().copied()?, plan.clone()?)))
@@ -586,7 +590,7 @@ impl<'a> Engine<'a> {
         &self,
         facts: &PodFacts,
         nodes: &[NodeEntry],
-        feasible: &[(usize, Vec<AllocationResult>, BTreeSet<String>)],
+        feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
         limit: usize,
     ) -> Vec<usize> {
@@ -627,7 +631,7 @@ impl<'a> Engine<'a> {
         &self,
         facts: &PodFacts,
         nodes: &[NodeEntry],
-        feasible: &[(usize, Vec<AllocationResult>, BTreeSet<String>)],
+        feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
     ) -> Vec<i64> {
         // The special claim has no prioritized lists: it adds nothing to the DRA score.

@@ -353,8 +353,9 @@ pub fn pre_filter(
 /// The outcome of the DRA Filter on one node.
 #[derive(Clone, Debug)]
 pub enum NodeOutcome {
-    /// The claims to allocate fit: one allocation per claim in `to_allocate` order.
-    Fits(Vec<AllocationResult>),
+    /// The claims to allocate fit: one allocation per claim in `to_allocate` order (shared:
+    /// a pod-group cycle hands one answer to many identical members).
+    Fits(Arc<Vec<AllocationResult>>),
     /// The node is rejected; `unavailable` lists claims whose allocation excludes the node.
     Rejected {
         rejection: Rejection,
@@ -394,7 +395,7 @@ pub fn filter_node<'a>(
         };
     }
     let Some(allocator) = allocator.filter(|_| !claims.is_empty()) else {
-        return NodeOutcome::Fits(Vec::new());
+        return NodeOutcome::Fits(Arc::new(Vec::new()));
     };
     let reject = |m: String| NodeOutcome::Rejected {
         rejection: Rejection::new(
@@ -405,7 +406,7 @@ pub fn filter_node<'a>(
         unavailable: Vec::new(),
     };
     match allocator.allocate(node, claims, options) {
-        Ok(Some(results)) if results.len() == claims.len() => NodeOutcome::Fits(results),
+        Ok(Some(results)) if results.len() == claims.len() => NodeOutcome::Fits(Arc::new(results)),
         Ok(_) => reject("cannot allocate all claims".into()),
         Err(e) if e.class == ErrorClass::Timeout => {
             reject("timed out trying to allocate devices".into())
