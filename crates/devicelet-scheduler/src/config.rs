@@ -71,10 +71,13 @@ impl Default for ScoringStrategy {
     }
 }
 
-/// The score plugins this scheduler runs, with their weights (W112: NodeResourcesFit 1,
-/// DynamicResources 2 in 1.36.3). A weight of 0 means disabled.
+/// The score plugins this scheduler runs, with their weights (W112: TaintToleration 3,
+/// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2 in 1.36.3). A weight of 0 means
+/// disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScoreWeights {
+    pub taint_toleration: i64,
+    pub node_affinity: i64,
     pub node_resources_fit: i64,
     pub dynamic_resources: i64,
 }
@@ -82,13 +85,18 @@ pub struct ScoreWeights {
 impl ScoreWeights {
     /// Whether any score plugin runs (W108: without one the first feasible node is taken).
     pub fn scores(&self) -> bool {
-        self.node_resources_fit > 0 || self.dynamic_resources > 0
+        self.taint_toleration > 0
+            || self.node_affinity > 0
+            || self.node_resources_fit > 0
+            || self.dynamic_resources > 0
     }
 }
 
 impl Default for ScoreWeights {
     fn default() -> Self {
         ScoreWeights {
+            taint_toleration: 3,
+            node_affinity: 2,
             node_resources_fit: 1,
             dynamic_resources: 2,
         }
@@ -309,8 +317,6 @@ const IN_TREE: &[&str] = &[
 /// Score plugins of the default profile this scheduler does not run: a configuration may
 /// disable them (a no-op here) but not enable or weigh them.
 const UNSCORED: &[&str] = &[
-    "TaintToleration",
-    "NodeAffinity",
     "PodTopologySpread",
     "InterPodAffinity",
     "NodeResourcesBalancedAllocation",
@@ -618,9 +624,15 @@ fn plugin_set(
         match point {
             "score" => match name {
                 "*" => {
-                    weights.node_resources_fit = 0;
-                    weights.dynamic_resources = 0;
+                    *weights = ScoreWeights {
+                        taint_toleration: 0,
+                        node_affinity: 0,
+                        node_resources_fit: 0,
+                        dynamic_resources: 0,
+                    };
                 }
+                "TaintToleration" => weights.taint_toleration = 0,
+                "NodeAffinity" => weights.node_affinity = 0,
                 "NodeResourcesFit" => weights.node_resources_fit = 0,
                 "DynamicResources" => weights.dynamic_resources = 0,
                 // Not run here: disabling it changes nothing.
@@ -662,6 +674,8 @@ fn plugin_set(
             }
         };
         match name {
+            "TaintToleration" => weights.taint_toleration = weight,
+            "NodeAffinity" => weights.node_affinity = weight,
             "NodeResourcesFit" => weights.node_resources_fit = weight,
             "DynamicResources" => weights.dynamic_resources = weight,
             _ if UNSCORED.contains(&name) => {

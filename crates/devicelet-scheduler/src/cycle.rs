@@ -27,6 +27,7 @@ use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
 use crate::filters::node_resources_fit::fit_score;
+use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
 
@@ -625,8 +626,9 @@ impl<'a> Engine<'a> {
         order
     }
 
-    /// Each feasible node's score (W110): NodeResourcesFit's strategy and the DRA score
-    /// normalised to 0-100, each times its weight.
+    /// Each feasible node's score (W110): TaintToleration, NodeAffinity (preferred terms),
+    /// NodeResourcesFit's strategy and the DRA score, each normalised to 0-100 and times its
+    /// weight.
     fn scores(
         &self,
         facts: &PodFacts,
@@ -640,6 +642,30 @@ impl<'a> Engine<'a> {
             .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
             .collect();
         let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
+        let weights = &self.profile.weights;
+        // W119: untolerated PreferNoSchedule taints, normalised reversed (none anywhere: 100).
+        let taints: Vec<i64> = if weights.taint_toleration > 0 {
+            feasible
+                .iter()
+                .map(|(i, _, _)| {
+                    taint_toleration::intolerable_preferences(&facts.tolerations, &nodes[*i].node)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let max_taints = taints.iter().copied().max().unwrap_or(0);
+        // W120: the preferred terms' weights, normalised to the best node (PreScore skips a pod
+        // without preferred terms).
+        let preferred: Vec<i64> = if weights.node_affinity > 0 && !facts.preferred.is_empty() {
+            feasible
+                .iter()
+                .map(|(i, _, _)| facts.preferred.score(&nodes[*i].node))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let max_preferred = preferred.iter().copied().max().unwrap_or(0);
         feasible
             .iter()
             .enumerate()
@@ -650,7 +676,15 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                let weights = &self.profile.weights;
+                let taint = match taints.get(k) {
+                    Some(_) if max_taints == 0 => 100,
+                    Some(&c) => 100 - 100 * c / max_taints,
+                    None => 0,
+                };
+                let affinity = match preferred.get(k) {
+                    Some(&s) if max_preferred > 0 => s * 100 / max_preferred,
+                    _ => 0,
+                };
                 let fit = if weights.node_resources_fit > 0 {
                     fit_score(
                         &self.profile.scoring,
@@ -661,7 +695,10 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                fit * weights.node_resources_fit + dra * weights.dynamic_resources
+                fit * weights.node_resources_fit
+                    + dra * weights.dynamic_resources
+                    + taint * weights.taint_toleration
+                    + affinity * weights.node_affinity
             })
             .collect()
     }
@@ -693,5 +730,109 @@ mod tests {
         assert_eq!(num_feasible_nodes_to_find(5000, None), 500);
         // 10000 nodes: max(5, 50 - 80) = 5 % → 500.
         assert_eq!(num_feasible_nodes_to_find(10_000, None), 500);
+    }
+
+    #[test]
+    fn w108_a_configured_percentage() {
+        // 1 000 nodes at 30 %: 300; at 5 %: 50, raised to the minimum of 100.
+        assert_eq!(num_feasible_nodes_to_find(1000, Some(30)), 300);
+        assert_eq!(num_feasible_nodes_to_find(1000, Some(5)), 100);
+        assert_eq!(
+            num_feasible_nodes_to_find(1000, Some(0)),
+            420,
+            "0 is adaptive"
+        );
+    }
+
+    #[test]
+    fn w119_w120_preferred_affinity_leads_and_prefer_no_schedule_taints_trail() {
+        use k8s_openapi::api::core::v1::{
+            Affinity, Node, NodeAffinity, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec,
+            NodeStatus, PodSpec, PreferredSchedulingTerm, Taint,
+        };
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let node = |name: &str, label: Option<&str>, taint: bool| {
+            let mut n = Node {
+                spec: taint.then(|| NodeSpec {
+                    taints: Some(vec![Taint {
+                        key: "spot".into(),
+                        effect: "PreferNoSchedule".into(),
+                        ..Taint::default()
+                    }]),
+                    ..NodeSpec::default()
+                }),
+                status: Some(NodeStatus {
+                    allocatable: Some(std::collections::BTreeMap::from([
+                        ("cpu".to_owned(), Quantity("8".into())),
+                        ("memory".to_owned(), Quantity("32Gi".into())),
+                        ("pods".to_owned(), Quantity("110".into())),
+                    ])),
+                    ..NodeStatus::default()
+                }),
+                ..Node::default()
+            };
+            n.metadata.name = Some(name.into());
+            n.metadata.labels =
+                label.map(|l| std::collections::BTreeMap::from([("gpu".to_owned(), l.to_owned())]));
+            n
+        };
+        let mut cache = ClusterCache::new();
+        cache.upsert_node(node("plain", None, false));
+        cache.upsert_node(node("spot", None, true));
+        cache.upsert_node(node("h100", Some("h100"), false));
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                affinity: Some(Affinity {
+                    node_affinity: Some(NodeAffinity {
+                        preferred_during_scheduling_ignored_during_execution: Some(vec![
+                            PreferredSchedulingTerm {
+                                weight: 10,
+                                preference: NodeSelectorTerm {
+                                    match_expressions: Some(vec![NodeSelectorRequirement {
+                                        key: "gpu".into(),
+                                        operator: "In".into(),
+                                        values: Some(vec!["h100".into()]),
+                                    }]),
+                                    match_fields: None,
+                                },
+                            },
+                        ]),
+                        ..NodeAffinity::default()
+                    }),
+                    ..Affinity::default()
+                }),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        pod.metadata.name = Some("p".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.uid = Some("uid-p".into());
+        let order = |profile: &Profile, cache: &mut ClusterCache| -> Vec<String> {
+            let options = AllocateOptions {
+                step_budget: None,
+                time_limit: None,
+                share_ids: None,
+            };
+            with_engine(cache, options, profile, |engine, cache| {
+                let inputs = CycleInputs::read(&pod, cache, Duration::from_secs(600));
+                match engine.evaluate(&pod, inputs, 3) {
+                    Outcome::Feasible(p) => p.into_iter().map(|p| p.node).collect(),
+                    Outcome::Decided(d) => panic!("{d:?}"),
+                }
+            })
+        };
+        let default = Profile::named("s");
+        assert_eq!(order(&default, &mut cache), ["h100", "plain", "spot"]);
+        // Both scores off: nothing tells the nodes apart but LeastAllocated (all equal), so
+        // the untainted-vs-tainted order is no longer guaranteed; the preferred node is not
+        // guaranteed first either.
+        let mut off = Profile::named("s");
+        off.weights.taint_toleration = 0;
+        off.weights.node_affinity = 0;
+        let first: std::collections::BTreeSet<String> = (0..30)
+            .map(|_| order(&off, &mut cache)[0].clone())
+            .collect();
+        assert!(first.len() > 1, "ties are broken at random: {first:?}");
     }
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 
 use crate::framework::Rejection;
-pub use node_affinity::RequiredNodeAffinity;
+pub use node_affinity::{PreferredNodeAffinity, RequiredNodeAffinity};
 pub use node_ports::HostPort;
 pub use node_resources_fit::{NodeUsage, ResourceList, pod_requests};
 
@@ -29,6 +29,7 @@ pub struct PodFacts {
     pub node_name: Option<String>,
     pub tolerations: Vec<Toleration>,
     pub affinity: RequiredNodeAffinity,
+    pub preferred: PreferredNodeAffinity,
     /// The pod's effective requests (S106).
     pub requests: ResourceList,
     /// Host ports the pod wants.
@@ -48,6 +49,7 @@ impl PodFacts {
                 .filter(|n| !n.is_empty()),
             tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
             affinity: RequiredNodeAffinity::of(pod),
+            preferred: PreferredNodeAffinity::of(pod),
             requests: pod_requests(pod),
             host_ports: node_ports::host_ports(pod),
             dra_extended: BTreeSet::new(),

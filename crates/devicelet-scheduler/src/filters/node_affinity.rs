@@ -1,12 +1,13 @@
 //! NodeAffinity (`pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go`, S104):
-//! `spec.nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution`, matched with the
+//! `spec.nodeSelector` and `requiredDuringSchedulingIgnoredDuringExecution` (the filter), and
+//! the preferred terms (the score, W120), matched with the
 //! allocator's compiled node selectors (the semantics of
 //! `k8s.io/component-helpers/scheduling/corev1/nodeaffinity`).
 
 use std::collections::BTreeMap;
 
 use devicelet_allocator::nodesel::CompiledNodeSelector;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeSelector, Pod};
 
 use crate::framework::{Plugin, Rejection};
 
@@ -53,6 +54,56 @@ impl RequiredNodeAffinity {
                 Some(None) => false,
                 Some(Some(sel)) => sel.matches(node),
             }
+    }
+}
+
+/// The pod's preferred node affinity terms (W120), compiled once per attempt: (weight, term).
+#[derive(Clone, Debug, Default)]
+pub struct PreferredNodeAffinity {
+    terms: Vec<(i64, CompiledNodeSelector)>,
+}
+
+impl PreferredNodeAffinity {
+    /// Reads `preferredDuringSchedulingIgnoredDuringExecution`; terms of weight 0, and terms
+    /// that do not compile (the API server validates them), count for nothing.
+    pub fn of(pod: &Pod) -> Self {
+        let terms = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .into_iter()
+            .flatten()
+            .filter(|t| t.weight != 0)
+            .filter_map(|t| {
+                let one = NodeSelector {
+                    node_selector_terms: vec![t.preference.clone()],
+                };
+                Some((
+                    i64::from(t.weight),
+                    CompiledNodeSelector::compile(&one).ok()?,
+                ))
+            })
+            .collect();
+        PreferredNodeAffinity { terms }
+    }
+
+    /// No terms: PreScore's Skip.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The raw score: the weights of the terms `node` matches.
+    pub fn score(&self, node: &Node) -> i64 {
+        self.terms
+            .iter()
+            .filter(|(_, term)| term.matches(node))
+            .map(|(w, _)| w)
+            .sum()
     }
 }
 

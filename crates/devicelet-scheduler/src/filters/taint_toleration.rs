@@ -1,6 +1,6 @@
 //! TaintToleration (`pkg/scheduler/framework/plugins/tainttoleration/taint_toleration.go`,
 //! `k8s.io/api/core/v1` `Toleration.ToleratesTaint`, S103). Only `NoSchedule` and `NoExecute`
-//! taints filter; `PreferNoSchedule` only scores.
+//! taints filter; `PreferNoSchedule` only scores (W119).
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
@@ -32,6 +32,28 @@ pub fn untolerated<'a>(tolerations: &[Toleration], node: &'a Node) -> Option<&'a
         .flatten()
         .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
         .find(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+}
+
+/// W119, the score's raw count: the node's `PreferNoSchedule` taints that none of the pod's
+/// tolerations with an empty or `PreferNoSchedule` effect tolerates.
+pub fn intolerable_preferences(tolerations: &[Toleration], node: &Node) -> i64 {
+    let counted: Vec<&Toleration> = tolerations
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.effect.as_deref(),
+                None | Some("") | Some("PreferNoSchedule")
+            )
+        })
+        .collect();
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|taint| taint.effect == "PreferNoSchedule")
+        .filter(|taint| !counted.iter().any(|t| tolerates(t, taint)))
+        .count() as i64
 }
 
 /// Rejects a node with an untolerated taint: `node(s) had untolerated taint {key: value}`.
