@@ -72,14 +72,15 @@ impl Default for ScoringStrategy {
 }
 
 /// The score plugins this scheduler runs, with their weights (W112: TaintToleration 3,
-/// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2 in 1.36.3). A weight of 0 means
-/// disabled.
+/// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2, NodeResourcesBalancedAllocation 1
+/// in 1.36.3). A weight of 0 means disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScoreWeights {
     pub taint_toleration: i64,
     pub node_affinity: i64,
     pub node_resources_fit: i64,
     pub dynamic_resources: i64,
+    pub balanced_allocation: i64,
 }
 
 impl ScoreWeights {
@@ -89,6 +90,7 @@ impl ScoreWeights {
             || self.node_affinity > 0
             || self.node_resources_fit > 0
             || self.dynamic_resources > 0
+            || self.balanced_allocation > 0
     }
 }
 
@@ -99,6 +101,7 @@ impl Default for ScoreWeights {
             node_affinity: 2,
             node_resources_fit: 1,
             dynamic_resources: 2,
+            balanced_allocation: 1,
         }
     }
 }
@@ -319,7 +322,6 @@ const IN_TREE: &[&str] = &[
 const UNSCORED: &[&str] = &[
     "PodTopologySpread",
     "InterPodAffinity",
-    "NodeResourcesBalancedAllocation",
     "ImageLocality",
     "VolumeBinding",
     "PodGroupPodsCount",
@@ -629,11 +631,13 @@ fn plugin_set(
                         node_affinity: 0,
                         node_resources_fit: 0,
                         dynamic_resources: 0,
+                        balanced_allocation: 0,
                     };
                 }
                 "TaintToleration" => weights.taint_toleration = 0,
                 "NodeAffinity" => weights.node_affinity = 0,
                 "NodeResourcesFit" => weights.node_resources_fit = 0,
+                "NodeResourcesBalancedAllocation" => weights.balanced_allocation = 0,
                 "DynamicResources" => weights.dynamic_resources = 0,
                 // Not run here: disabling it changes nothing.
                 _ => {}
@@ -677,6 +681,7 @@ fn plugin_set(
             "TaintToleration" => weights.taint_toleration = weight,
             "NodeAffinity" => weights.node_affinity = weight,
             "NodeResourcesFit" => weights.node_resources_fit = weight,
+            "NodeResourcesBalancedAllocation" => weights.balanced_allocation = weight,
             "DynamicResources" => weights.dynamic_resources = weight,
             _ if UNSCORED.contains(&name) => {
                 return Err(unsupported(&f, format!("the {name} score")));
@@ -913,6 +918,7 @@ profiles:
         assert_eq!(p.scheduler_name, "gpu-packer");
         assert_eq!(p.percentage_of_nodes_to_score, Some(30), "the global value");
         assert_eq!(p.weights.node_resources_fit, 5);
+        assert_eq!(p.weights.balanced_allocation, 0, "disabled");
         assert_eq!(p.scoring.kind, StrategyKind::MostAllocated);
         assert_eq!(
             p.scoring.resources,

@@ -26,7 +26,7 @@ use crate::cache::{ClusterCache, NodeEntry};
 use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
-use crate::filters::node_resources_fit::fit_score;
+use crate::filters::node_resources_fit::{balanced_allocation_score, fit_score};
 use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
@@ -627,8 +627,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Each feasible node's score (W110): TaintToleration, NodeAffinity (preferred terms),
-    /// NodeResourcesFit's strategy and the DRA score, each normalised to 0-100 and times its
-    /// weight.
+    /// NodeResourcesFit's strategy, the DRA score and BalancedAllocation, each 0-100 and times
+    /// its weight.
     fn scores(
         &self,
         facts: &PodFacts,
@@ -685,6 +685,13 @@ impl<'a> Engine<'a> {
                     Some(&s) if max_preferred > 0 => s * 100 / max_preferred,
                     _ => 0,
                 };
+                // Not normalised (W118); a best-effort pod is skipped.
+                let balanced = if weights.balanced_allocation > 0 {
+                    balanced_allocation_score(&facts.requests, &entry.allocatable, &entry.usage)
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
                 let fit = if weights.node_resources_fit > 0 {
                     fit_score(
                         &self.profile.scoring,
@@ -699,6 +706,7 @@ impl<'a> Engine<'a> {
                     + dra * weights.dynamic_resources
                     + taint * weights.taint_toleration
                     + affinity * weights.node_affinity
+                    + balanced * weights.balanced_allocation
             })
             .collect()
     }

@@ -305,6 +305,47 @@ pub fn fit_score(
     }
 }
 
+/// NodeResourcesBalancedAllocation (`balanced_allocation.go`, W118) over cpu and memory, with
+/// the actual requests (no non-zero defaults): `None` for a pod that requests neither (PreScore
+/// skips it, upstream #129138). The score moves from about 75 towards 100 when the pod evens
+/// out the node's cpu and memory fractions, towards 50 when it makes them uneven.
+pub fn balanced_allocation_score(
+    requests: &ResourceList,
+    alloc: &ResourceList,
+    usage: &NodeUsage,
+) -> Option<i64> {
+    const RESOURCES: [&str; 2] = ["cpu", "memory"];
+    if RESOURCES
+        .iter()
+        .all(|r| requests.get(*r).copied().unwrap_or(0) <= 0)
+    {
+        return None;
+    }
+    // (1 - the standard deviation of the fractions) × 100; two resources: |f1 - f2| / 2.
+    let balance = |with_pod: bool| -> i64 {
+        let fractions: Vec<f64> = RESOURCES
+            .iter()
+            .filter_map(|r| {
+                let capacity = alloc.get(*r).copied().unwrap_or(0);
+                if capacity <= 0 {
+                    return None;
+                }
+                let mut used = usage.requested.get(*r).copied().unwrap_or(0);
+                if with_pod {
+                    used += requests.get(*r).copied().unwrap_or(0);
+                }
+                Some((used as f64 / capacity as f64).min(1.0))
+            })
+            .collect();
+        let std = match fractions.as_slice() {
+            [a, b] => ((a - b) / 2.0).abs(),
+            _ => 0.0,
+        };
+        ((1.0 - std) * 100.0) as i64
+    };
+    Some(50 + (50 + balance(true) - balance(false)) / 2)
+}
+
 /// The shape's piecewise linear function at `utilization`, its 0-10 scores scaled to 0-100
 /// (`buildBrokenLinearFunction`).
 fn broken_linear(shape: &[(i64, i64)], utilization: i128) -> i128 {
@@ -494,5 +535,39 @@ mod tests {
             &[("cpu", 1), ("memory", 1)],
         );
         assert_eq!(fit_score(&ratio, &pod, &alloc, &usage), 38);
+    }
+
+    #[test]
+    fn w118_balanced_allocation() {
+        let gib = 1024 * 1024 * 1024 * NANO;
+        let alloc = ResourceList::from([
+            ("cpu".to_owned(), 4 * NANO),
+            ("memory".to_owned(), 16 * gib),
+        ]);
+        // The node at cpu 2/4 (0.5) and memory 4/16 (0.25): balance 87.
+        let usage = NodeUsage {
+            requested: ResourceList::from([
+                ("cpu".to_owned(), 2 * NANO),
+                ("memory".to_owned(), 4 * gib),
+            ]),
+            non_zero_cpu: 2 * NANO,
+            non_zero_memory: 4 * gib,
+            pods: 1,
+            host_ports: Vec::new(),
+        };
+        // A memory-heavy pod evens it out (0.5, 0.5: balance 100): 50 + (50 + 13) / 2 = 81.
+        let evening = ResourceList::from([("memory".to_owned(), 4 * gib)]);
+        assert_eq!(
+            balanced_allocation_score(&evening, &alloc, &usage),
+            Some(81)
+        );
+        // A cpu-heavy one makes it uneven (0.75, 0.25: balance 75): 50 + (50 - 12) / 2 = 69.
+        let uneven = ResourceList::from([("cpu".to_owned(), NANO)]);
+        assert_eq!(balanced_allocation_score(&uneven, &alloc, &usage), Some(69));
+        // Best effort: skipped.
+        assert_eq!(
+            balanced_allocation_score(&ResourceList::new(), &alloc, &usage),
+            None
+        );
     }
 }
