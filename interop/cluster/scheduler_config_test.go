@@ -131,3 +131,77 @@ func TestSchedulerConfigRefusedWithTheFieldNamed(t *testing.T) {
 		}
 	}
 }
+
+// Two profiles in one --config, one process: pods of both are placed from one cache, so no
+// device is given twice, and each profile scores as configured and is named in the metrics.
+func TestSchedulerConfigTwoProfilesOneProcess(t *testing.T) {
+	ns := namespace(t, "sched-profiles")
+	packNodes(t, "both", "both.example.com")
+	driverClass(t, "both-gpu", "both.example.com")
+	createTemplate(t, ns, "both", claimSpec("both-gpu"))
+	config := filepath.Join(t.TempDir(), "scheduler.yaml")
+	text := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: gpu-packer
+  pluginConfig:
+  - name: NodeResourcesFit
+    args: {scoringStrategy: {type: MostAllocated}}
+- schedulerName: gpu-spreader
+`
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, metricsAddr := startScheduler(t, "--config", config)
+	// Interleaved, all at once: 8 for each profile, 2 CPUs each (16 × 2 = the 4 nodes' 128
+	// CPUs / 4), 16 of the 32 devices.
+	err := parallel(16, 8, func(i int) error {
+		scheduler, prefix := "gpu-packer", "most-"
+		if i%2 == 1 {
+			scheduler, prefix = "gpu-spreader", "least-"
+		}
+		spec := podSpec("", 0)
+		spec.SchedulerName = scheduler
+		usePodClaim(&spec, "both", "")
+		spec.NodeSelector = map[string]string{"devicelet.dev/pack": "both"}
+		spec.Containers[0].Resources.Requests = corev1.ResourceList{"cpu": resource.MustParse("2"), "memory": resource.MustParse("4Gi")}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i/2), Namespace: ns}, Spec: spec}
+		_, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, spread := nodesUsed(t, ns, "most-", 8), nodesUsed(t, ns, "least-", 8)
+	t.Logf("one process, two profiles: gpu-packer %v, gpu-spreader %v", packed, spread)
+	if len(packed) >= len(spread) {
+		t.Fatalf("the MostAllocated profile used %d nodes, the default one %d", len(packed), len(spread))
+	}
+	claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			k := r.Pool + "/" + r.Device
+			if other, ok := seen[k]; ok {
+				t.Fatalf("device %s given to %s and %s", k, other, c.Name)
+			}
+			seen[k] = c.Name
+		}
+	}
+	if len(seen) != 16 {
+		t.Fatalf("%d devices allocated, want 16", len(seen))
+	}
+	metrics := scrape(t, metricsAddr)
+	for _, profile := range []string{"gpu-packer", "gpu-spreader"} {
+		if n := metricSum(metrics, "scheduler_schedule_attempts_total", `profile="`+profile+`"`); n < 8 {
+			t.Fatalf("scheduler_schedule_attempts_total for %s: %v, want at least 8", profile, n)
+		}
+	}
+}

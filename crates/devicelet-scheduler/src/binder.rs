@@ -202,7 +202,7 @@ impl Binder {
                 self.shared.cache().finish_binding(&uid);
                 self.shared.queue().binding_finished(&uid);
                 self.shared
-                    .metrics
+                    .metrics_of(&pod)
                     .attempt(crate::metrics::AttemptResult::Scheduled, started.elapsed());
                 self.shared.metrics.bound(qp.attempts, qp.initial.elapsed());
                 info!(pod = %pod_key, node = %placement.node, feasible = placement.feasible, "bound");
@@ -213,7 +213,7 @@ impl Binder {
                 self.unreserve(&pod, &placement, &reserved, created.as_ref())
                     .await;
                 self.shared
-                    .metrics
+                    .metrics_of(&pod)
                     .attempt(crate::metrics::AttemptResult::Error, started.elapsed());
                 let message = format!("running PreBind/Bind for node {}: {e}", placement.node);
                 let requeued = {

@@ -106,7 +106,9 @@ impl Default for ScoreWeights {
     }
 }
 
-/// One profile (W131): the pods whose `spec.schedulerName` is `scheduler_name`.
+/// One profile (W131): the pods whose `spec.schedulerName` is `scheduler_name`. One process
+/// serves every profile of its configuration from one cache and one queue, so two profiles never
+/// race for a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     pub scheduler_name: String,
@@ -411,6 +413,17 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
         // W108: the profile's percentage, else the global one.
         p.percentage_of_nodes_to_score = p.percentage_of_nodes_to_score.or(percentage);
     }
+    // One process allocates with one DRA Filter bound and one binding timeout.
+    for (i, p) in profiles.iter().enumerate().skip(1) {
+        let first = &profiles[0];
+        if (p.filter_timeout, p.binding_timeout) != (first.filter_timeout, first.binding_timeout) {
+            return Err(unsupported(
+                format!("profiles[{i}].pluginConfig"),
+                "DynamicResources args that differ from profiles[0]'s: one process has one \
+                 filterTimeout and one bindingTimeout",
+            ));
+        }
+    }
     for (i, p) in profiles.iter().enumerate() {
         if profiles[..i]
             .iter()
@@ -421,16 +434,6 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
                 format!("Duplicate value: {:?}", p.scheduler_name),
             ));
         }
-    }
-    if profiles.len() > 1 {
-        return Err(unsupported(
-            "profiles",
-            format!(
-                "{} profiles: one profile per process for now (run one devicelet scheduler per \
-                 schedulerName)",
-                profiles.len()
-            ),
-        ));
     }
     Ok(SchedulerConfiguration {
         percentage_of_nodes_to_score: percentage,
@@ -926,6 +929,14 @@ profiles:
         );
         assert_eq!(p.filter_timeout, None, "0 turns the limit off");
         assert_eq!(p.binding_timeout, Some(Duration::from_secs(120)));
+        // Two profiles, one process.
+        let two = parse_with("profiles: [{schedulerName: a}, {schedulerName: b}]\n").expect("two");
+        let names: Vec<&str> = two
+            .profiles
+            .iter()
+            .map(|p| p.scheduler_name.as_str())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
     }
 
     #[test]
@@ -956,8 +967,8 @@ profiles:
                 "profiles[1].schedulerName: Duplicate value: \"a\"",
             ),
             (
-                "profiles: [{schedulerName: a}, {schedulerName: b}]\n",
-                "profiles: 2 profiles",
+                "profiles: [{schedulerName: a}, {schedulerName: b, pluginConfig: [{name: DynamicResources, args: {filterTimeout: 1s}}]}]\n",
+                "profiles[1].pluginConfig: DynamicResources args that differ",
             ),
             (
                 "profiles: [{plugins: {score: {enabled: [{name: NodeResourcesFit, weight: -1}]}}}]\n",

@@ -168,7 +168,14 @@ pub fn with_engine<R>(
         &cache.allocated_state(features.consumable_capacity),
     );
     let arena = Arena::new();
-    let mut engine = Engine::new(snapshot, index, &arena, features, options, profile);
+    let mut engine = Engine::new(
+        snapshot,
+        index,
+        &arena,
+        features,
+        options,
+        std::slice::from_ref(profile),
+    );
     f(&mut engine, cache)
 }
 
@@ -203,7 +210,8 @@ pub struct Engine<'a> {
     features: Features,
     options: AllocateOptions,
     next_start: usize,
-    profile: Profile,
+    /// At least one; a pod is scored by the profile its `schedulerName` names.
+    profiles: Vec<Profile>,
 }
 
 impl<'a> Engine<'a> {
@@ -214,7 +222,7 @@ impl<'a> Engine<'a> {
         arena: &'a Arena<ResourceClaim>,
         features: Features,
         options: AllocateOptions,
-        profile: &Profile,
+        profiles: &[Profile],
     ) -> Self {
         Engine {
             snapshot,
@@ -224,7 +232,11 @@ impl<'a> Engine<'a> {
             features,
             options,
             next_start: 0,
-            profile: profile.clone(),
+            profiles: if profiles.is_empty() {
+                vec![Profile::named("devicelet-scheduler")]
+            } else {
+                profiles.to_vec()
+            },
         }
     }
 
@@ -307,6 +319,15 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The profile `pod` names (`spec.schedulerName`), else the first.
+    fn profile_of(&self, pod: &Pod) -> &Profile {
+        let name = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
+        self.profiles
+            .iter()
+            .find(|p| Some(p.scheduler_name.as_str()) == name)
+            .unwrap_or(&self.profiles[0])
+    }
+
     fn allocator(&self) -> Allocator<'a> {
         Allocator::with_index(
             self.snapshot.clone(),
@@ -357,7 +378,10 @@ impl<'a> Engine<'a> {
         if !inputs.unsupported.is_empty() {
             fit.pre_filter = Some(Rejection::unresolvable(
                 Plugin::Unsupported,
-                filters::unsupported::message(&self.profile.scheduler_name, &inputs.unsupported),
+                filters::unsupported::message(
+                    &self.profile_of(pod).scheduler_name,
+                    &inputs.unsupported,
+                ),
             ));
             return unschedulable(fit, None, BTreeSet::new());
         }
@@ -421,8 +445,9 @@ impl<'a> Engine<'a> {
             pod.metadata.uid.as_deref().unwrap_or("")
         );
         // W108: without a score plugin the first feasible node is as good as any.
-        let to_find = if self.profile.weights.scores() {
-            num_feasible_nodes_to_find(n, self.profile.percentage_of_nodes_to_score)
+        let profile = self.profile_of(pod);
+        let to_find = if profile.weights.scores() {
+            num_feasible_nodes_to_find(n, profile.percentage_of_nodes_to_score)
         } else {
             1
         };
@@ -531,7 +556,14 @@ impl<'a> Engine<'a> {
         }
         // The best node first (ties at random, S19), then the rest best first for callers
         // that want alternatives (the pod-group search).
-        let order = self.rank(&facts, &inputs.nodes, &feasible, &to_allocate, limit);
+        let order = self.rank(
+            self.profile_of(pod),
+            &facts,
+            &inputs.nodes,
+            &feasible,
+            &to_allocate,
+            limit,
+        );
         let feasible_count = feasible.len();
         let mut placements = Vec::with_capacity(order.len());
         for k in order {
@@ -589,6 +621,7 @@ impl<'a> Engine<'a> {
     /// node's ties are broken at random (S19), the rest keep their examination order.
     fn rank(
         &self,
+        profile: &Profile,
         facts: &PodFacts,
         nodes: &[NodeEntry],
         feasible: &[FeasibleNode],
@@ -598,7 +631,7 @@ impl<'a> Engine<'a> {
         if feasible.len() == 1 {
             return vec![0];
         }
-        let totals = self.scores(facts, nodes, feasible, claims);
+        let totals = Self::scores(profile, facts, nodes, feasible, claims);
         let mut best: Option<(i64, usize)> = None;
         let mut ties = 0u32;
         for (k, &total) in totals.iter().enumerate() {
@@ -630,7 +663,7 @@ impl<'a> Engine<'a> {
     /// NodeResourcesFit's strategy, the DRA score and BalancedAllocation, each 0-100 and times
     /// its weight.
     fn scores(
-        &self,
+        profile: &Profile,
         facts: &PodFacts,
         nodes: &[NodeEntry],
         feasible: &[FeasibleNode],
@@ -642,7 +675,7 @@ impl<'a> Engine<'a> {
             .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
             .collect();
         let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
-        let weights = &self.profile.weights;
+        let weights = &profile.weights;
         // W119: untolerated PreferNoSchedule taints, normalised reversed (none anywhere: 100).
         let taints: Vec<i64> = if weights.taint_toleration > 0 {
             feasible
@@ -694,7 +727,7 @@ impl<'a> Engine<'a> {
                 };
                 let fit = if weights.node_resources_fit > 0 {
                     fit_score(
-                        &self.profile.scoring,
+                        &profile.scoring,
                         &facts.requests,
                         &entry.allocatable,
                         &entry.usage,

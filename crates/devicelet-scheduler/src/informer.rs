@@ -51,7 +51,7 @@ pub fn pre_enqueue(pod: &Pod, cache: &ClusterCache) -> Gate {
 
 /// Whether `pod` is one this scheduler must place: ours, not bound, not finished, not being
 /// deleted.
-pub fn is_ours_and_pending(pod: &Pod, scheduler_name: &str) -> bool {
+pub fn is_ours_and_pending(pod: &Pod, profiles: &[String]) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
@@ -61,7 +61,7 @@ pub fn is_ours_and_pending(pod: &Pod, scheduler_name: &str) -> bool {
         .unwrap_or("default-scheduler");
     let bound = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    name == scheduler_name
+    profiles.iter().any(|p| p == name)
         && !bound
         && pod.metadata.deletion_timestamp.is_none()
         && !matches!(phase, Some("Succeeded" | "Failed"))
@@ -173,7 +173,7 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
                 }
                 freed = was && !cache.is_assigned(&uid);
                 let mut queue = shared.queue();
-                if is_ours_and_pending(&pod, &shared.name) && !cache.is_assigned(&uid) {
+                if is_ours_and_pending(&pod, &shared.profiles) && !cache.is_assigned(&uid) {
                     let gate = pre_enqueue(&pod, &cache);
                     let known = queue.contains(&uid);
                     queue.update(Arc::new(pod), gate, Instant::now());

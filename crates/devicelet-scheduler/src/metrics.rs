@@ -226,6 +226,14 @@ impl SchedulerMetrics {
         }
     }
 
+    /// The same metrics, labelled with profile `profile`.
+    pub fn for_profile(&self, profile: &str) -> Self {
+        SchedulerMetrics {
+            inner: self.inner.clone(),
+            profile: profile.to_owned(),
+        }
+    }
+
     /// One scheduling attempt ended.
     pub fn attempt(&self, result: AttemptResult, duration: Duration) {
         let labels = ResultLabels {

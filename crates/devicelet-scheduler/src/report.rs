@@ -116,13 +116,20 @@ impl Reporter {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        // Each profile records as itself (upstream: one recorder per profile).
+        let component = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(&self.name);
         let mut event = pod_event(
             pod,
             type_,
             reason,
             &truncate_note(note),
-            &self.name,
-            &self.name,
+            component,
+            component,
             None,
         );
         // What the scheduler's events.k8s.io recorder adds: the action and a micro-time.

@@ -33,9 +33,10 @@ const ARENA_LIMIT: usize = 4096;
 /// Settings of `devicelet scheduler` (its flags, or `--config`).
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// The profile: pods whose `spec.schedulerName` is its name, and nothing else; its scores
-    /// and DRA timeouts.
-    pub profile: Profile,
+    /// The profiles (at least one): the pods whose `spec.schedulerName` names one of them, and
+    /// nothing else; their scores and DRA timeouts (the same in every profile). The first
+    /// names the scheduler (metrics, snapshot, the Lease by default).
+    pub profiles: Vec<Profile>,
     /// Run leader election on `lease`.
     pub leader_elect: bool,
     pub lease: LeaseSettings,
@@ -50,7 +51,7 @@ pub struct SchedulerConfig {
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            profile: Profile::named("devicelet-scheduler"),
+            profiles: vec![Profile::named("devicelet-scheduler")],
             leader_elect: false,
             lease: LeaseSettings::named("devicelet-scheduler"),
             metrics_address: None,
@@ -81,12 +82,21 @@ pub enum SchedulerError {
 /// Runs the scheduler until `shutdown` resolves (or the leader Lease is lost).
 pub async fn run(
     client: Client,
-    config: SchedulerConfig,
+    mut config: SchedulerConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), SchedulerError> {
-    let name = config.profile.scheduler_name.clone();
+    if config.profiles.is_empty() {
+        config.profiles.push(Profile::named("devicelet-scheduler"));
+    }
+    let name = config.profiles[0].scheduler_name.clone();
     let metrics = SchedulerMetrics::new(&name);
-    let shared = Arc::new(Shared::new(&name, metrics.clone(), config.binding_timeout));
+    let mut shared = Shared::new(&name, metrics.clone(), config.binding_timeout);
+    shared.profiles = config
+        .profiles
+        .iter()
+        .map(|p| p.scheduler_name.clone())
+        .collect();
+    let shared = Arc::new(shared);
     shared
         .queue()
         .set_backoff(config.backoff.0, config.backoff.1);
@@ -158,10 +168,10 @@ pub async fn run(
             binder.clone(),
             Handle::current(),
         );
-        let profile = config.profile.clone();
+        let profiles = config.profiles.clone();
         std::thread::Builder::new()
             .name("scheduling-loop".into())
-            .spawn(move || scheduling_loop(&shared, &binder, &handle, &stop, &profile))
+            .spawn(move || scheduling_loop(&shared, &binder, &handle, &stop, &profiles))
             .map_err(SchedulerError::Thread)?
     };
     let result = tokio::select! {
@@ -210,9 +220,10 @@ fn scheduling_loop(
     binder: &Binder,
     handle: &Handle,
     stop: &AtomicBool,
-    profile: &Profile,
+    profiles: &[Profile],
 ) {
-    let filter_timeout = profile.filter_timeout;
+    // The same in every profile (the configuration checks it).
+    let filter_timeout = profiles.first().and_then(|p| p.filter_timeout);
     let features = Features::kubernetes_1_36_defaults();
     let selectors = Arc::new(SelectorCache::new(CelFeatures {
         enable_consumable_capacity: features.consumable_capacity,
@@ -251,7 +262,7 @@ fn scheduling_loop(
             )
         };
         let index = AllocatedIndex::new(&snapshot, &state);
-        let mut engine = Engine::new(snapshot, index, &arena, features, options.clone(), profile);
+        let mut engine = Engine::new(snapshot, index, &arena, features, options.clone(), profiles);
         engine.set_next_start(next_start);
         debug!(
             slices = inputs.slices.len(),
@@ -338,7 +349,7 @@ fn handle_decision(
             claim_names,
         } => {
             shared
-                .metrics
+                .metrics_of(&pod)
                 .attempt(AttemptResult::Unschedulable, started.elapsed());
             let message = fit.message();
             let plugins: Vec<&str> = fit.plugins().iter().map(|p| p.name()).collect();
@@ -362,7 +373,7 @@ fn handle_decision(
         }
         Decision::Error(e) => {
             shared
-                .metrics
+                .metrics_of(&pod)
                 .attempt(AttemptResult::Error, started.elapsed());
             shared.queue().error(qp, Instant::now());
             let binder = binder.clone();

@@ -15,8 +15,10 @@ pub struct Shared {
     queue: Mutex<SchedulingQueue>,
     wake: Condvar,
     pub metrics: SchedulerMetrics,
-    /// The scheduler's name (profile).
+    /// The scheduler's name: its first profile's (the Lease's and the snapshot's name).
     pub name: String,
+    /// Every profile's name: the pods whose `spec.schedulerName` is one of these are ours.
+    pub profiles: Vec<String>,
     /// How long a claim may wait for its binding conditions (KEP-5007, S39, S54).
     pub binding_timeout: Duration,
 }
@@ -31,6 +33,21 @@ impl Shared {
             wake: Condvar::new(),
             metrics,
             name: name.to_owned(),
+            profiles: vec![name.to_owned()],
+        }
+    }
+
+    /// The metrics labelled with `pod`'s profile.
+    pub fn metrics_of(&self, pod: &k8s_openapi::api::core::v1::Pod) -> SchedulerMetrics {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(&self.name);
+        if name == self.name {
+            self.metrics.clone()
+        } else {
+            self.metrics.for_profile(name)
         }
     }
 

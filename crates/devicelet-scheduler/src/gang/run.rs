@@ -156,11 +156,10 @@ pub fn run_group_cycle(
     let algorithm = searched.elapsed();
     shared.metrics.algorithm(algorithm);
     debug!(podgroup = %group_name, members = members.len(), states = outcome.states, placed = outcome.placed(), ?algorithm, "pod group cycle");
+    let metrics = shared.metrics_of(&members[0].pod);
     match &outcome.verdict {
         Verdict::Placed => {
-            shared
-                .metrics
-                .podgroup_attempt(AttemptResult::Scheduled, started.elapsed(), algorithm);
+            metrics.podgroup_attempt(AttemptResult::Scheduled, started.elapsed(), algorithm);
             write_condition(binder, handle, &group, GroupCondition::Scheduled);
             commit(
                 shared,
@@ -174,11 +173,7 @@ pub fn run_group_cycle(
             );
         }
         Verdict::Unschedulable(reason) => {
-            shared.metrics.podgroup_attempt(
-                AttemptResult::Unschedulable,
-                started.elapsed(),
-                algorithm,
-            );
+            metrics.podgroup_attempt(AttemptResult::Unschedulable, started.elapsed(), algorithm);
             info!(podgroup = %group_name, members = members.len(), %reason, "pod group unschedulable");
             write_condition(
                 binder,
@@ -212,9 +207,7 @@ pub fn run_group_cycle(
             );
         }
         Verdict::Error(e) => {
-            shared
-                .metrics
-                .podgroup_attempt(AttemptResult::Error, started.elapsed(), algorithm);
+            metrics.podgroup_attempt(AttemptResult::Error, started.elapsed(), algorithm);
             write_condition(
                 binder,
                 handle,

@@ -27,7 +27,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
                 (args.filter_timeout != Duration::ZERO).then_some(args.filter_timeout);
             let config = SchedulerConfig {
                 lease: LeaseSettings::named(&args.scheduler_name),
-                profile,
+                profiles: vec![profile],
                 leader_elect: args.leader_elect,
                 metrics_address: args.metrics_address,
                 binding_timeout: args.binding_timeout,
@@ -62,25 +62,25 @@ fn from_file(
     let text =
         std::fs::read_to_string(path).with_context(|| format!("read config {}", path.display()))?;
     let file = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
-    let profile = file
+    let first = file
         .profiles
-        .into_iter()
-        .next()
-        .context("config has no profile")?;
+        .first()
+        .context("config has no profile")?
+        .clone();
     let le = file.leader_election;
     let lease = LeaseSettings {
         namespace: le.namespace,
         // W130: a secondary scheduler's Lease is its own unless the file names one.
-        name: le.name.unwrap_or_else(|| profile.scheduler_name.clone()),
+        name: le.name.unwrap_or_else(|| first.scheduler_name.clone()),
         lease_duration: le.lease_duration,
         renew_deadline: le.renew_deadline,
         retry_period: le.retry_period,
     };
     let config = SchedulerConfig {
-        binding_timeout: profile
+        binding_timeout: first
             .binding_timeout
             .unwrap_or(SchedulerConfig::default().binding_timeout),
-        profile,
+        profiles: file.profiles,
         leader_elect: le.leader_elect,
         lease,
         metrics_address,
