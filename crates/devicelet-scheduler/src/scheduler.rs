@@ -131,7 +131,20 @@ pub async fn run(
             stop_rx.clone(),
         )));
     }
-    let watches = crate::informer::start(client.clone(), shared.clone(), stop_rx.clone()).await;
+    // SIGTERM is honoured while the caches fill (an unreachable API server must not keep a
+    // rollout waiting for the whole grace period).
+    tokio::pin!(shutdown);
+    let watches = tokio::select! {
+        w = crate::informer::start(client.clone(), shared.clone(), stop_rx.clone()) => w,
+        _ = &mut shutdown => {
+            info!("stopped before the caches synced");
+            let _ = stop_tx.send(true);
+            for t in tasks {
+                t.abort();
+            }
+            return Ok(());
+        }
+    };
     tasks.extend(watches);
     info!(scheduler = %name, nodes = shared.cache().node_count(), "caches synced");
     {
@@ -144,7 +157,6 @@ pub async fn run(
             }
         }));
     }
-    tokio::pin!(shutdown);
     // Wait for leadership (or shutdown).
     loop {
         if *leader_rx.borrow() == Leadership::Leader {

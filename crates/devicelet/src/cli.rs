@@ -573,7 +573,8 @@ pub struct AllocateArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ClusterArgs {
     /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, then the in-cluster service
-    /// account). Read-only access is enough: get and list.
+    /// account). `snapshot` and `explain` only read (get and list); `scheduler` also writes
+    /// claims, bindings, events and its Lease (docs/scheduler.md, Identity).
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 }
@@ -626,9 +627,9 @@ pub struct SchedulerArgs {
     /// retry): of several replicas one schedules.
     #[arg(long, conflicts_with = "config")]
     pub leader_elect: bool,
-    /// Serve /metrics and /healthz on HOST:PORT.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub metrics_address: Option<SocketAddr>,
+    /// Serve /metrics, /healthz and /debug/snapshot on HOST:PORT (`off`, the default: none).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_address)]
+    pub metrics_address: Option<MetricsAddress>,
     /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION", conflicts_with = "config")]
     pub filter_timeout: Duration,

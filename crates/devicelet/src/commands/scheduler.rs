@@ -10,13 +10,13 @@ use devicelet_scheduler::config::{self, Profile};
 use devicelet_scheduler::leader::LeaseSettings;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::SchedulerArgs;
+use crate::cli::{MetricsAddress, SchedulerArgs};
 use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     let (config, kubeconfig) = match &args.config {
-        Some(path) => from_file(path, args.metrics_address)?,
+        Some(path) => from_file(path, metrics_address(args.metrics_address))?,
         None => {
             // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
             if args.binding_timeout < Duration::from_secs(1) {
@@ -29,7 +29,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
                 lease: LeaseSettings::named(&args.scheduler_name),
                 profiles: vec![profile],
                 leader_elect: args.leader_elect,
-                metrics_address: args.metrics_address,
+                metrics_address: metrics_address(args.metrics_address),
                 binding_timeout: args.binding_timeout,
                 ..SchedulerConfig::default()
             };
@@ -87,4 +87,12 @@ fn from_file(
         backoff: (file.pod_initial_backoff, file.pod_max_backoff),
     };
     Ok((config, file.kubeconfig))
+}
+
+/// `--metrics-address`: `off` (or absent) serves nothing.
+fn metrics_address(flag: Option<MetricsAddress>) -> Option<std::net::SocketAddr> {
+    match flag {
+        Some(MetricsAddress::At(address)) => Some(address),
+        Some(MetricsAddress::Off) | None => None,
+    }
 }

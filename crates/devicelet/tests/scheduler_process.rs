@@ -1,0 +1,59 @@
+//! `devicelet scheduler` as a process (issue 39): SIGTERM stops it while its caches cannot fill
+//! (an unreachable API server must not keep a rollout waiting for the whole grace period), and
+//! `--metrics-address off` is accepted as `serve` accepts it.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Root;
+
+#[tokio::test]
+async fn sigterm_stops_a_scheduler_whose_api_server_is_unreachable() {
+    let root = Root::new();
+    // A port bound and released: nothing answers there.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let kubeconfig = root.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: \
+             https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  \
+             user:\n    token: t\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\n"
+        ),
+    )
+    .unwrap();
+    let mut proc = root.spawn(
+        "scheduler",
+        &[
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--metrics-address",
+            "off",
+        ],
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        proc.child.try_wait().unwrap().is_none(),
+        "the scheduler exited on its own:\n{}",
+        proc.log()
+    );
+    let log = proc.log.clone();
+    let asked = Instant::now();
+    let code = proc.terminate().await;
+    let took = asked.elapsed();
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        took < Duration::from_secs(3),
+        "SIGTERM before the caches synced took {took:?}:\n{log}"
+    );
+    assert!(log.contains("stopped before the caches synced"), "{log}");
+}
