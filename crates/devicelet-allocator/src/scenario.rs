@@ -257,6 +257,25 @@ fn typed_list<T: serde::de::DeserializeOwned>(
     key: &str,
     prefix: &str,
 ) -> Result<Vec<T>, ScenarioError> {
+    list(obj, key, prefix, normalise_api_version)
+}
+
+/// A list of objects of other API groups than resource.k8s.io (no version rewriting).
+fn plain_list<T: serde::de::DeserializeOwned>(
+    obj: &mut serde_json::Map<String, Value>,
+    key: &str,
+    prefix: &str,
+) -> Result<Vec<T>, ScenarioError> {
+    list(obj, key, prefix, |_, _| Ok(()))
+}
+
+/// The list under `key`, each item passed through `prepare` and typed; errors name the item.
+fn list<T: serde::de::DeserializeOwned>(
+    obj: &mut serde_json::Map<String, Value>,
+    key: &str,
+    prefix: &str,
+    prepare: fn(&str, &mut Value) -> Result<(), ScenarioError>,
+) -> Result<Vec<T>, ScenarioError> {
     let path_base = if prefix.is_empty() {
         key.to_string()
     } else {
@@ -269,29 +288,11 @@ fn typed_list<T: serde::de::DeserializeOwned>(
             .enumerate()
             .map(|(i, mut item)| {
                 let path = format!("{path_base}[{i}]");
-                normalise_api_version(&path, &mut item)?;
+                prepare(&path, &mut item)?;
                 typed(&path, item)
             })
             .collect(),
         Some(_) => Err(field_err(path_base, "must be a list")),
-    }
-}
-
-/// A list of objects of other API groups than resource.k8s.io (no version rewriting).
-fn plain_list<T: serde::de::DeserializeOwned>(
-    obj: &mut serde_json::Map<String, Value>,
-    key: &str,
-    prefix: &str,
-) -> Result<Vec<T>, ScenarioError> {
-    let path = format!("{prefix}.{key}");
-    match obj.remove(key) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .enumerate()
-            .map(|(i, item)| typed(&format!("{path}[{i}]"), item))
-            .collect(),
-        Some(_) => Err(field_err(path, "must be a list")),
     }
 }
 

@@ -640,15 +640,17 @@ pub fn to_scenario(state: &ClusterState, options: &ScenarioOptions) -> Allocatio
     scenario
 }
 
-/// The pod's PodGroup (`spec.schedulingGroup.podGroupName`), as (namespace, name).
-fn group_name(pod: &Pod) -> Option<(&str, &str)> {
+/// The pod's PodGroup (`spec.schedulingGroup.podGroupName`, KEP-4671 W4), as (namespace,
+/// name); an empty name is no group.
+pub fn group_name(pod: &Pod) -> Option<(&str, &str)> {
     let name = pod
         .spec
         .as_ref()?
         .scheduling_group
         .as_ref()?
         .pod_group_name
-        .as_deref()?;
+        .as_deref()
+        .filter(|n| !n.is_empty())?;
     Some((pod.metadata.namespace.as_deref().unwrap_or(""), name))
 }
 

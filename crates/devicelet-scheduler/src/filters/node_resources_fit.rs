@@ -121,15 +121,14 @@ impl PodUsage {
     }
 
     pub(crate) fn non_zero(&self) -> (i128, i128) {
-        let get = |k: &str, d: i128| {
-            self.requests
-                .get(k)
-                .copied()
-                .filter(|v| *v != 0)
-                .unwrap_or(d)
-        };
-        (get("cpu", DEFAULT_CPU), get("memory", DEFAULT_MEMORY))
+        non_zero(&self.requests)
     }
+}
+
+/// cpu and memory of `requests`, with the scoring defaults for what they leave out.
+fn non_zero(requests: &ResourceList) -> (i128, i128) {
+    let get = |k: &str, d: i128| requests.get(k).copied().filter(|v| *v != 0).unwrap_or(d);
+    (get("cpu", DEFAULT_CPU), get("memory", DEFAULT_MEMORY))
 }
 
 impl NodeUsage {
@@ -242,11 +241,7 @@ pub fn fit_score(
     alloc: &ResourceList,
     usage: &NodeUsage,
 ) -> i64 {
-    let pod = PodUsage {
-        requests: requests.clone(),
-        host_ports: Vec::new(),
-    };
-    let (cpu, mem) = pod.non_zero();
+    let (cpu, mem) = non_zero(requests);
     let mut score_sum: i128 = 0;
     let mut weight_sum: i128 = 0;
     for (name, weight) in &strategy.resources {

@@ -39,18 +39,7 @@ pub type GroupKey = (String, String);
 
 /// The group `pod` belongs to (W4), if any.
 pub fn group_of(pod: &Pod) -> Option<GroupKey> {
-    let name = pod
-        .spec
-        .as_ref()?
-        .scheduling_group
-        .as_ref()?
-        .pod_group_name
-        .as_ref()
-        .filter(|n| !n.is_empty())?;
-    Some((
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        name.clone(),
-    ))
+    devicelet_kube::snapshot::group_name(pod).map(|(ns, name)| (ns.to_owned(), name.to_owned()))
 }
 
 /// A group's scheduling policy (W2).
