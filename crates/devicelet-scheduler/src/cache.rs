@@ -17,6 +17,7 @@ use std::sync::Arc;
 use devicelet_allocator::AllocatedState;
 use devicelet_kube::snapshot::{ClusterState, effective_classes, effective_slices};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice,
 };
@@ -68,6 +69,8 @@ pub struct PendingAllocation {
 
 #[derive(Clone, Debug)]
 struct AssignedPod {
+    /// The pod as last seen (preemption reads its priority, start time, labels and deletion).
+    pod: Arc<Pod>,
     /// (namespace, name): a relist finds pods deleted while the watch was down by name.
     key: (String, String),
     node: String,
@@ -106,6 +109,36 @@ pub struct ClusterCache {
     group_sizes: HashMap<GroupKey, usize>,
     /// Assumed or assigned members per group (W7 `ScheduledPodsCount`).
     group_scheduled: HashMap<GroupKey, usize>,
+    /// Pending pods nominated to a node by preemption (W92), by UID.
+    nominated: HashMap<String, Nomination>,
+    /// PodDisruptionBudgets by (namespace, name) (preemption reprieves their pods first, W83).
+    pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+}
+
+/// A pending pod's claim on a node while its preemption victims terminate (W92).
+#[derive(Clone, Debug)]
+pub struct Nomination {
+    /// (namespace, name), for relists.
+    pub key: (String, String),
+    pub node: String,
+    pub priority: i32,
+    pub usage: PodUsage,
+}
+
+/// An assumed or bound pod as preemption sees it.
+#[derive(Clone, Debug)]
+pub struct PodOnNode {
+    pub uid: String,
+    pub pod: Arc<Pod>,
+    pub usage: PodUsage,
+    /// Assumed by this scheduler and still binding (never a victim).
+    pub assumed: bool,
+}
+
+/// A pod's priority (`spec.priority`, resolved by admission from its PriorityClass; 0 when
+/// unset, as `corev1helpers.PodPriority`).
+pub fn priority_of(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
 fn key_of(claim: &ResourceClaim) -> ClaimKey {
@@ -226,16 +259,39 @@ impl ClusterCache {
         self.track_member(&uid, pod);
         match is_assigned(pod) {
             Some(node) => {
-                if let Some(old) = self.assigned.get(&uid)
+                self.nominated.remove(&uid);
+                if let Some(old) = self.assigned.get_mut(&uid)
                     && old.node == node
                     && !old.assumed
                 {
+                    // Same usage; labels, start time and deletion may have changed.
+                    old.pod = Arc::new(pod.clone());
                     return;
                 }
                 self.forget_pod(&uid);
                 self.assign(uid, pod, node, false);
             }
             None => {
+                // A nomination written by this or an earlier leader (W92).
+                match pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.nominated_node_name.as_deref())
+                    .filter(|n| !n.is_empty())
+                {
+                    Some(node)
+                        if pod
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref())
+                            .is_none_or(str::is_empty) =>
+                    {
+                        self.nominate(pod, node)
+                    }
+                    _ => {
+                        self.nominated.remove(&uid);
+                    }
+                }
                 // Finished, or not bound: an assumed pod stays assumed until its binding
                 // finishes (the watch may lag behind the bind).
                 if self.assigned.get(&uid).is_some_and(|a| !a.assumed) {
@@ -248,6 +304,7 @@ impl ClusterCache {
     /// A pod is gone.
     pub fn remove_pod(&mut self, uid: &str) -> Option<String> {
         self.untrack_member(uid);
+        self.nominated.remove(uid);
         self.forget_pod(uid)
     }
 
@@ -261,6 +318,7 @@ impl ClusterCache {
         self.assigned.insert(
             uid,
             AssignedPod {
+                pod: Arc::new(pod.clone()),
                 key: pod_key(pod),
                 node: node.to_owned(),
                 usage,
@@ -306,6 +364,7 @@ impl ClusterCache {
         for uid in &gone_members {
             self.untrack_member(uid);
         }
+        self.nominated.retain(|_, n| names.contains(&n.key));
         let gone: Vec<String> = self
             .assigned
             .iter()
@@ -321,6 +380,7 @@ impl ClusterCache {
     /// Assumes `pod` on `node` (S20): its usage counts there before the bind lands.
     pub fn assume_pod(&mut self, pod: &Pod, node: &str) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.nominated.remove(&uid);
         self.forget_pod(&uid);
         self.assign(uid, pod, node, true);
     }
@@ -353,6 +413,101 @@ impl ClusterCache {
         self.assigned.get(uid).map(|a| a.node.as_str())
     }
 
+    /// Every assumed or bound pod, by node (preemption's potential victims, W82).
+    pub fn pods_by_node(&self) -> HashMap<String, Vec<PodOnNode>> {
+        let mut out: HashMap<String, Vec<PodOnNode>> = HashMap::new();
+        for (uid, a) in &self.assigned {
+            out.entry(a.node.clone()).or_default().push(PodOnNode {
+                uid: uid.clone(),
+                pod: a.pod.clone(),
+                usage: a.usage.clone(),
+                assumed: a.assumed,
+            });
+        }
+        out
+    }
+
+    // ---- nominations (W92) ---------------------------------------------------------------
+
+    /// Nominates pending `pod` to `node`: its usage counts there for pods of lower priority
+    /// until it is bound, deleted, or nominated elsewhere.
+    pub fn nominate(&mut self, pod: &Pod, node: &str) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.nominated.insert(
+            uid,
+            Nomination {
+                key: pod_key(pod),
+                node: node.to_owned(),
+                priority: priority_of(pod),
+                usage: PodUsage::of(pod),
+            },
+        );
+    }
+
+    /// The pods nominated to `node` with a priority below `priority`, as far as the cache knows
+    /// them (namespace, name, UID), for preemption to clear (W89).
+    pub fn lower_nominations(&self, node: &str, priority: i32) -> Vec<Pod> {
+        self.nominated
+            .iter()
+            .filter(|(_, n)| n.node == node && n.priority < priority)
+            .map(|(uid, n)| {
+                let mut p = Pod::default();
+                p.metadata.namespace = Some(n.key.0.clone());
+                p.metadata.name = Some(n.key.1.clone());
+                p.metadata.uid = Some(uid.clone());
+                p
+            })
+            .collect()
+    }
+
+    /// Clears a pod's nomination.
+    pub fn clear_nomination(&mut self, uid: &str) {
+        self.nominated.remove(uid);
+    }
+
+    /// The node a pending pod is nominated to.
+    pub fn nomination(&self, uid: &str) -> Option<&Nomination> {
+        self.nominated.get(uid)
+    }
+
+    /// The nodes as a cycle for `pod` sees them: each node's usage includes the pods nominated
+    /// there with a priority at least `pod`'s (W92; upstream `addGENominatedPods`).
+    pub fn node_entries_for(&self, pod: &Pod) -> Vec<NodeEntry> {
+        let mut nodes = self.nodes.clone();
+        if self.nominated.is_empty() {
+            return nodes;
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let priority = priority_of(pod);
+        for (other, n) in &self.nominated {
+            if other == uid || n.priority < priority {
+                continue;
+            }
+            if let Some(&i) = self.node_index.get(&n.node) {
+                Arc::make_mut(&mut nodes[i].usage).add(&n.usage);
+            }
+        }
+        nodes
+    }
+
+    // ---- PodDisruptionBudgets ------------------------------------------------------------
+
+    /// Adds or replaces a PodDisruptionBudget.
+    pub fn upsert_pdb(&mut self, pdb: PodDisruptionBudget) {
+        let key = pod_key_of_meta(&pdb.metadata);
+        self.pdbs.insert(key, Arc::new(pdb));
+    }
+
+    /// Removes a PodDisruptionBudget.
+    pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
+        self.pdbs.remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// Every PodDisruptionBudget.
+    pub fn pdbs(&self) -> Vec<Arc<PodDisruptionBudget>> {
+        self.pdbs.values().cloned().collect()
+    }
+
     // ---- pod groups ----------------------------------------------------------------------
 
     /// Adds or replaces a PodGroup.
@@ -373,6 +528,11 @@ impl ClusterCache {
     /// Keeps only the PodGroups a relist returned.
     pub fn retain_pod_groups(&mut self, names: &HashSet<(String, String)>) {
         self.pod_groups.retain(|k, _| names.contains(k));
+    }
+
+    /// A relist of PodDisruptionBudgets ended with `names`.
+    pub fn retain_pdbs(&mut self, names: &HashSet<(String, String)>) {
+        self.pdbs.retain(|k, _| names.contains(k));
     }
 
     /// A PodGroup by namespace and name.
@@ -637,22 +797,35 @@ impl ClusterCache {
     /// Every device in use: allocated claims (watch and assumed) and in-flight allocations.
     pub fn allocated_state(&self, consumable_capacity: bool) -> AllocatedState {
         let mut state = AllocatedState::default();
-        let mut add = |claim: &ResourceClaim| {
-            for r in results(claim) {
-                if let Err(e) = state.add_result(r, consumable_capacity) {
-                    warn!(claim = ?claim.metadata.name, error = %e, "bad consumed capacity in an allocation");
-                }
-            }
-        };
+        self.for_each_effective_claim(|claim| {
+            add_claim_results(&mut state, claim, consumable_capacity)
+        });
+        state
+    }
+
+    /// Every claim that holds devices, as the DRA plugin counts them: the watched claim or this
+    /// scheduler's newer write of it, and in-flight allocations not yet written (preemption
+    /// leaves out the claims its victims would free).
+    pub fn allocated_claims(&self) -> Vec<Arc<ResourceClaim>> {
+        let mut out = Vec::new();
+        self.for_each_effective_claim_arc(|c| out.push(c.clone()));
+        out
+    }
+
+    fn for_each_effective_claim(&self, mut f: impl FnMut(&ResourceClaim)) {
+        self.for_each_effective_claim_arc(|c| f(c));
+    }
+
+    fn for_each_effective_claim_arc(&self, mut f: impl FnMut(&Arc<ResourceClaim>)) {
         for (key, claim) in &self.claims {
             match self.assumed_claims.get(key) {
-                Some(a) if resource_version(a) > resource_version(claim) => add(a),
-                _ => add(claim),
+                Some(a) if resource_version(a) > resource_version(claim) => f(a),
+                _ => f(claim),
             }
         }
         for (key, claim) in &self.assumed_claims {
             if !self.claims.contains_key(key) {
-                add(claim);
+                f(claim);
             }
         }
         for p in self.pending.values() {
@@ -665,10 +838,9 @@ impl ClusterCache {
                 )
                 .is_some_and(|c| allocation(&c).is_some());
             if !written {
-                add(&p.claim);
+                f(&p.claim);
             }
         }
-        state
     }
 
     /// The cluster as this scheduler sees it, in the form `devicelet snapshot` reads from the
@@ -749,6 +921,20 @@ impl ClusterCache {
     }
 }
 
+/// Adds `claim`'s allocated devices to `state` (the scheduler's counting,
+/// [`AllocatedState::add_result`]).
+pub fn add_claim_results(
+    state: &mut AllocatedState,
+    claim: &ResourceClaim,
+    consumable_capacity: bool,
+) {
+    for r in results(claim) {
+        if let Err(e) = state.add_result(r, consumable_capacity) {
+            warn!(claim = ?claim.metadata.name, error = %e, "bad consumed capacity in an allocation");
+        }
+    }
+}
+
 fn decrement(map: &mut HashMap<GroupKey, usize>, key: &GroupKey) {
     if let Some(n) = map.get_mut(key) {
         *n = n.saturating_sub(1);
@@ -760,9 +946,15 @@ fn decrement(map: &mut HashMap<GroupKey, usize>, key: &GroupKey) {
 
 /// A pod's (namespace, name), as relists report them.
 pub fn pod_key(pod: &Pod) -> (String, String) {
+    pod_key_of_meta(&pod.metadata)
+}
+
+fn pod_key_of_meta(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> (String, String) {
     (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
     )
 }
 

@@ -133,7 +133,7 @@ impl CycleInputs {
                 .find(|c| extended::is_special_claim_of(c, pod))
         });
         CycleInputs {
-            nodes: cache.node_entries(),
+            nodes: cache.node_entries_for(pod),
             dra: dra::pre_filter(pod, cache, binding_timeout),
             unsupported: filters::unsupported::unsupported_fields(pod),
             extended,
@@ -275,6 +275,47 @@ impl<'a> Engine<'a> {
     /// Replaces the devices in use (the pod-group search undoes its simulation with this).
     pub fn set_index(&mut self, index: AllocatedIndex) {
         self.index = index;
+    }
+
+    /// The devices in use as `state` says, indexed against this engine's snapshot (preemption
+    /// simulates with the victims' devices left out).
+    pub fn index_of(&self, state: &devicelet_allocator::AllocatedState) -> AllocatedIndex {
+        AllocatedIndex::new(&self.snapshot, state)
+    }
+
+    /// Whether `pod` passes every filter on the one node `entry`, with `index` as the devices in
+    /// use (preemption's dry run on one node, W82); if not, the reasons. The engine's own index
+    /// and rotating start are left as they were.
+    pub fn fits_on(
+        &mut self,
+        pod: &Pod,
+        inputs: &CycleInputs,
+        entry: NodeEntry,
+        index: AllocatedIndex,
+    ) -> Result<(), Vec<String>> {
+        let one = CycleInputs {
+            nodes: vec![entry],
+            dra: inputs.dra.clone(),
+            unsupported: inputs.unsupported.clone(),
+            extended: inputs.extended.clone(),
+            leftover_special: inputs.leftover_special.clone(),
+        };
+        let saved_index = std::mem::replace(&mut self.index, index);
+        let saved_start = std::mem::replace(&mut self.next_start, 0);
+        let outcome = self.evaluate(pod, one, 1);
+        self.index = saved_index;
+        self.next_start = saved_start;
+        match outcome {
+            Outcome::Feasible(_) | Outcome::Decided(Decision::Place(_)) => Ok(()),
+            Outcome::Decided(Decision::Unschedulable { fit, .. }) => Err(fit
+                .node_statuses
+                .into_values()
+                .next()
+                .or(fit.pre_filter)
+                .map(|r| r.reasons)
+                .unwrap_or_default()),
+            Outcome::Decided(Decision::Error(e)) => Err(vec![e]),
+        }
     }
 
     /// Counts `allocation`'s devices as in use in `index`.

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
@@ -434,6 +435,20 @@ pub async fn start(
                     name: key.1,
                 },
             );
+        }
+    );
+    // Preemption reprieves the pods these protect (W83); a change requeues nothing.
+    spawn_watch!(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        "poddisruptionbudgets",
+        false,
+        |s: &Shared, c: Change<PodDisruptionBudget>| match c {
+            Change::Upsert(k) => s.cache().upsert_pdb(k),
+            Change::Delete(k) => {
+                let (ns, name) = name_of(&k);
+                s.cache().remove_pdb(&ns, &name);
+            }
+            Change::Relisted(names) => s.cache().retain_pdbs(&names),
         }
     );
     // Pods last: their PreEnqueue looks at claims, which should be listed by then.

@@ -15,6 +15,7 @@
 //! - [`gang`]: pod groups (the Workload API's PodGroup): PreEnqueue, the all-or-nothing group
 //!   cycle with backtracking over the members' node and device choices, the members' binding
 //!   rendezvous, the `PodGroupScheduled` condition;
+//! - [`preemption`]: DefaultPreemption, with the devices of victims' claims freed;
 //! - [`binder`]: the binding cycle (claim writes, `pods/binding`, Unreserve) in its own task;
 //! - [`binding_conditions`]: KEP-5007's wait for devices that need more than an allocation;
 //! - [`informer`], [`leader`], [`metrics`], [`report`]: watches, leader election, Prometheus
@@ -35,9 +36,12 @@ pub mod gang;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod preemption;
 pub mod queue;
 pub mod report;
 pub mod scheduler;
 pub mod shared;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use scheduler::{SchedulerConfig, SchedulerError, run};

@@ -82,6 +82,8 @@ struct Inner {
     podgroup_attempt_duration: HistogramFamily<ResultLabels>,
     podgroup_algorithm_duration: Histogram,
     unschedulable: Family<PluginLabels, Gauge>,
+    preemption_attempts: Counter,
+    preemption_victims: Histogram,
     leader: Gauge,
     healthy: AtomicBool,
 }
@@ -198,6 +200,18 @@ impl SchedulerMetrics {
             "[ALPHA] Pod group scheduling algorithm latency in seconds",
             podgroup_algorithm_duration.clone(),
         );
+        let preemption_attempts = Counter::default();
+        registry.register(
+            "scheduler_preemption_attempts",
+            "[STABLE] Total preemption attempts in the cluster till now",
+            preemption_attempts.clone(),
+        );
+        let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
+        registry.register(
+            "scheduler_preemption_victims",
+            "[STABLE] Number of selected preemption victims",
+            preemption_victims.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "devicelet_scheduler_is_leader",
@@ -219,6 +233,8 @@ impl SchedulerMetrics {
                 podgroup_attempt_duration,
                 podgroup_algorithm_duration,
                 unschedulable,
+                preemption_attempts,
+                preemption_victims,
                 leader,
                 healthy: AtomicBool::new(true),
             }),
@@ -232,6 +248,16 @@ impl SchedulerMetrics {
             inner: self.inner.clone(),
             profile: profile.to_owned(),
         }
+    }
+
+    /// DefaultPreemption ran for a pod (W77).
+    pub fn preemption_attempt(&self) {
+        self.inner.preemption_attempts.inc();
+    }
+
+    /// Preemption chose `victims` pods to evict (W90).
+    pub fn preemption_victims(&self, victims: usize) {
+        self.inner.preemption_victims.observe(victims as f64);
     }
 
     /// One scheduling attempt ended.

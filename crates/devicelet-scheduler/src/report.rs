@@ -111,18 +111,71 @@ impl Reporter {
             .await;
     }
 
-    /// Any event about `pod`.
-    pub async fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        // Each profile records as itself (upstream: one recorder per profile).
-        let component = pod
-            .spec
+    /// A victim of preemption (W88): `Preempted by pod <uid> on node <node>`, recorded by the
+    /// preemptor's profile, with the preemptor as related object.
+    pub async fn preempted(&self, victim: &Pod, preemptor: &Pod, node: &str) {
+        let note = format!(
+            "Preempted by pod {} on node {node}",
+            preemptor.metadata.uid.as_deref().unwrap_or("")
+        );
+        let related = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Pod".to_owned()),
+            name: preemptor.metadata.name.clone(),
+            namespace: preemptor.metadata.namespace.clone(),
+            uid: preemptor.metadata.uid.clone(),
+            ..Default::default()
+        };
+        self.write_event(
+            victim,
+            self.component_of(preemptor),
+            "Normal",
+            "Preempted",
+            "Preempting",
+            &note,
+            Some(related),
+        )
+        .await;
+    }
+
+    /// The scheduler name `pod` names (each profile records as itself, as upstream's one
+    /// recorder per profile), else this scheduler's.
+    fn component_of<'a>(&'a self, pod: &'a Pod) -> &'a str {
+        pod.spec
             .as_ref()
             .and_then(|s| s.scheduler_name.as_deref())
             .filter(|n| !n.is_empty())
-            .unwrap_or(&self.name);
+            .unwrap_or(&self.name)
+    }
+
+    /// Any event about `pod`.
+    pub async fn event(&self, pod: &Pod, type_: &str, reason: &str, action: &str, note: &str) {
+        self.write_event(
+            pod,
+            self.component_of(pod),
+            type_,
+            reason,
+            action,
+            note,
+            None,
+        )
+        .await;
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write_event(
+        &self,
+        pod: &Pod,
+        component: &str,
+        type_: &str,
+        reason: &str,
+        action: &str,
+        note: &str,
+        related: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    ) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let mut event = pod_event(
             pod,
             type_,
@@ -134,6 +187,7 @@ impl Reporter {
         );
         // What the scheduler's events.k8s.io recorder adds: the action and a micro-time.
         event.action = Some(action.to_owned());
+        event.related = related;
         event.event_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             debug!(pod = %format!("{ns}/{pod_name}"), error = %e, reason, "event not written");

@@ -23,6 +23,7 @@ use crate::config::Profile;
 use crate::cycle::{CycleInputs, Decision, Engine};
 use crate::leader::{self, Leadership, LeaseSettings};
 use crate::metrics::{AttemptResult, SchedulerMetrics};
+use crate::preemption::{self, PreemptionInputs, Verdict, actuate};
 use crate::queue::QueuedPod;
 use crate::report::FailureReason;
 use crate::shared::Shared;
@@ -321,19 +322,50 @@ fn scheduling_loop(
             drop(cache);
             let decision = engine.schedule(&pod, cycle_inputs);
             shared.metrics.algorithm(started.elapsed());
-            handle_decision(shared, binder, handle, qp, decision, started);
+            let verdict = match &decision {
+                Decision::Unschedulable { fit, .. } => Some(post_filter_preemption(
+                    shared,
+                    &mut engine,
+                    &pod,
+                    fit,
+                    features.consumable_capacity,
+                )),
+                _ => None,
+            };
+            handle_decision(shared, binder, handle, qp, decision, verdict, started);
         }
         next_start = engine.next_start();
     }
 }
 
-/// Reserve and hand over to binding, or record the failure.
+/// DefaultPreemption after a failed cycle (W77): a dry run on the cache as it is now. The
+/// DRA PostFilter's claim deallocation, decided in the cycle, runs beside it (W104).
+fn post_filter_preemption(
+    shared: &Shared,
+    engine: &mut Engine<'_>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    fit: &crate::framework::FitError,
+    consumable_capacity: bool,
+) -> Verdict {
+    shared.metrics_of(pod).preemption_attempt();
+    let (cycle, inputs) = {
+        let cache = shared.cache();
+        (
+            CycleInputs::read(pod, &cache, shared.binding_timeout),
+            PreemptionInputs::read(&cache, pod, consumable_capacity),
+        )
+    };
+    preemption::preempt(engine, pod, &cycle, fit, &inputs)
+}
+
+/// Reserve and hand over to binding, or record the failure (with what preemption decided).
 fn handle_decision(
     shared: &Arc<Shared>,
     binder: &Binder,
     handle: &Handle,
     qp: QueuedPod,
     decision: Decision,
+    preemption: Option<Verdict>,
     started: Instant,
 ) {
     let pod = qp.pod.clone();
@@ -356,22 +388,80 @@ fn handle_decision(
             handle.spawn(binder.clone().bind(qp, placement, started));
         }
         Decision::Unschedulable {
-            fit,
+            mut fit,
             deallocate,
             claim_names,
         } => {
             shared
                 .metrics_of(&pod)
                 .attempt(AttemptResult::Unschedulable, started.elapsed());
+            let mut nominate = None;
+            let mut clear_nomination = false;
+            match preemption {
+                // W87: a nomination ends PostFilter with success, and no PostFilter message.
+                Some(Verdict::Nominate(candidate)) => {
+                    fit.post_filter_msg = None;
+                    nominate = Some(candidate);
+                }
+                // W77: an unschedulable PostFilter's reasons follow the DRA plugin's.
+                Some(Verdict::Fail {
+                    message,
+                    clear_nomination: clear,
+                }) => {
+                    fit.post_filter_msg = Some(match fit.post_filter_msg.take() {
+                        Some(dra) => format!("{dra}, {message}"),
+                        None => message,
+                    });
+                    clear_nomination = clear;
+                }
+                None => {}
+            }
             let message = fit.message();
             let plugins: Vec<&str> = fit.plugins().iter().map(|p| p.name()).collect();
             debug!(pod = ?pod.metadata.name, ?plugins, %message, "unschedulable");
+            let mut lower = Vec::new();
+            {
+                let mut cache = shared.cache();
+                if let Some(c) = &nominate {
+                    // Counted on its node at once (W92); the victims' deletion follows.
+                    lower = cache.lower_nominations(&c.node, crate::cache::priority_of(&pod));
+                    for p in &lower {
+                        cache.clear_nomination(p.metadata.uid.as_deref().unwrap_or(""));
+                    }
+                    cache.nominate(&pod, &c.node);
+                    shared.metrics_of(&pod).preemption_victims(c.victims.len());
+                } else if clear_nomination {
+                    cache.clear_nomination(&uid);
+                }
+            }
             {
                 let mut queue = shared.queue();
                 queue.unschedulable(qp, fit.plugins(), claim_names, Instant::now());
             }
             let binder = binder.clone();
+            let had_nomination = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .is_some_and(|n| !n.is_empty());
             handle.spawn(async move {
+                if let Some(candidate) = nominate {
+                    let node = candidate.node.clone();
+                    let client = binder.client().clone();
+                    let reporter = binder.reporter().clone();
+                    match actuate::actuate(client, reporter, (*pod).clone(), candidate, lower).await
+                    {
+                        Ok(n) => debug!(pod = ?pod.metadata.name, %node, victims = n, "preemption"),
+                        Err(e) => {
+                            warn!(pod = ?pod.metadata.name, %node, error = %e, "preemption failed")
+                        }
+                    }
+                } else if clear_nomination
+                    && had_nomination
+                    && let Err(e) = actuate::set_nomination(binder.client(), &pod, None).await
+                {
+                    debug!(error = %e, "nomination not cleared");
+                }
                 if let Some(claim) = deallocate
                     && let Err(e) = binder.deallocate(&claim).await
                 {

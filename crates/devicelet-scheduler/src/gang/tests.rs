@@ -7,14 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devicelet_allocator::AllocateOptions;
-use k8s_openapi::api::core::v1::{
-    Node, NodeStatus, Pod, PodResourceClaim, PodSchedulingGroup, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim, PodSchedulingGroup, PodSpec};
 use k8s_openapi::api::resource::v1::{
-    CELDeviceSelector, Counter, CounterSet, Device, DeviceAttribute, DeviceClaim, DeviceClass,
-    DeviceClassSpec, DeviceCounterConsumption, DeviceRequest, DeviceSelector, DeviceSubRequest,
-    ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool, ResourceSlice,
-    ResourceSliceSpec,
+    Counter, CounterSet, DeviceClass, DeviceClassSpec, DeviceCounterConsumption, ResourceClaim,
+    ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -22,164 +18,7 @@ use super::Policy;
 use super::search::{GroupProblem, MemberInput, MemberResult, Topology, Verdict, schedule_group};
 use crate::cache::ClusterCache;
 use crate::cycle::{CycleInputs, with_engine};
-
-const DRIVER: &str = "gpu.example.com";
-
-fn node(name: &str, cpu: &str, labels: &[(&str, &str)]) -> Node {
-    let mut n = Node {
-        status: Some(NodeStatus {
-            allocatable: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity(cpu.to_owned())),
-                ("memory".to_owned(), Quantity("64Gi".to_owned())),
-                ("pods".to_owned(), Quantity("110".to_owned())),
-            ])),
-            ..NodeStatus::default()
-        }),
-        ..Node::default()
-    };
-    n.metadata.name = Some(name.into());
-    n.metadata.labels = Some(
-        labels
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    );
-    n
-}
-
-fn device(name: &str, size: &str) -> Device {
-    Device {
-        name: name.into(),
-        attributes: Some(BTreeMap::from([(
-            "size".to_owned(),
-            DeviceAttribute {
-                string: Some(size.into()),
-                ..DeviceAttribute::default()
-            },
-        )])),
-        ..Device::default()
-    }
-}
-
-fn slice(node: &str, devices: Vec<Device>, counters: Option<Vec<CounterSet>>) -> ResourceSlice {
-    let mut s = ResourceSlice {
-        spec: ResourceSliceSpec {
-            driver: DRIVER.into(),
-            node_name: Some(node.into()),
-            pool: ResourcePool {
-                name: node.into(),
-                generation: 0,
-                resource_slice_count: 1,
-            },
-            devices: Some(devices),
-            shared_counters: counters,
-            ..ResourceSliceSpec::default()
-        },
-        ..ResourceSlice::default()
-    };
-    s.metadata.name = Some(format!("{node}-slice"));
-    s
-}
-
-fn selector(expression: &str) -> Option<Vec<DeviceSelector>> {
-    Some(vec![DeviceSelector {
-        cel: Some(CELDeviceSelector {
-            expression: expression.into(),
-        }),
-    }])
-}
-
-fn exact(count: i64, size: Option<&str>) -> DeviceRequest {
-    DeviceRequest {
-        name: "gpu".into(),
-        exactly: Some(ExactDeviceRequest {
-            device_class_name: "gpu".into(),
-            count: Some(count),
-            allocation_mode: Some("ExactCount".into()),
-            selectors: size.and_then(|s| {
-                selector(&format!("device.attributes[\"{DRIVER}\"].size == \"{s}\""))
-            }),
-            ..ExactDeviceRequest::default()
-        }),
-        ..DeviceRequest::default()
-    }
-}
-
-fn first_available(sizes: &[&str]) -> DeviceRequest {
-    DeviceRequest {
-        name: "gpu".into(),
-        first_available: Some(
-            sizes
-                .iter()
-                .map(|s| DeviceSubRequest {
-                    name: (*s).into(),
-                    device_class_name: "gpu".into(),
-                    allocation_mode: Some("ExactCount".into()),
-                    count: Some(1),
-                    selectors: selector(&format!(
-                        "device.attributes[\"{DRIVER}\"].size == \"{s}\""
-                    )),
-                    ..DeviceSubRequest::default()
-                })
-                .collect(),
-        ),
-        ..DeviceRequest::default()
-    }
-}
-
-fn claim(name: &str, request: DeviceRequest) -> ResourceClaim {
-    let mut c = ResourceClaim {
-        spec: ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![request]),
-                ..DeviceClaim::default()
-            }),
-        },
-        ..ResourceClaim::default()
-    };
-    c.metadata.name = Some(name.into());
-    c.metadata.namespace = Some("ns".into());
-    c.metadata.uid = Some(format!("uid-{name}"));
-    c.metadata.resource_version = Some("1".into());
-    c
-}
-
-/// `name` allocated device `device` of node `node`'s pool, reserved by nobody.
-fn allocated_claim(name: &str, node: &str, device: &str) -> ResourceClaim {
-    use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
-    use k8s_openapi::api::resource::v1::{
-        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
-        ResourceClaimStatus,
-    };
-    let mut c = claim(name, exact(1, None));
-    c.status = Some(ResourceClaimStatus {
-        allocation: Some(AllocationResult {
-            devices: Some(DeviceAllocationResult {
-                results: Some(vec![DeviceRequestAllocationResult {
-                    request: "gpu".into(),
-                    driver: DRIVER.into(),
-                    pool: node.into(),
-                    device: device.into(),
-                    ..DeviceRequestAllocationResult::default()
-                }]),
-                config: None,
-            }),
-            node_selector: Some(NodeSelector {
-                node_selector_terms: vec![NodeSelectorTerm {
-                    match_fields: Some(vec![NodeSelectorRequirement {
-                        key: "metadata.name".into(),
-                        operator: "In".into(),
-                        values: Some(vec![node.into()]),
-                    }]),
-                    match_expressions: None,
-                }],
-            }),
-            ..AllocationResult::default()
-        }),
-        ..ResourceClaimStatus::default()
-    });
-    c
-}
+use crate::testing::*;
 
 fn member(name: &str, claim: &str) -> Pod {
     let mut p = Pod {
@@ -209,26 +48,9 @@ struct Cluster {
 
 impl Cluster {
     fn new(nodes: Vec<Node>, slices: Vec<ResourceSlice>, claims: Vec<ResourceClaim>) -> Self {
-        let mut cache = ClusterCache::new();
-        let mut class = DeviceClass {
-            spec: DeviceClassSpec {
-                selectors: selector(&format!("device.driver == \"{DRIVER}\"")),
-                ..DeviceClassSpec::default()
-            },
-            ..DeviceClass::default()
-        };
-        class.metadata.name = Some("gpu".into());
-        cache.upsert_class(class);
-        for n in nodes {
-            cache.upsert_node(n);
+        Cluster {
+            cache: cache_with(nodes, slices, claims),
         }
-        for s in slices {
-            cache.upsert_slice(s);
-        }
-        for c in claims {
-            cache.upsert_claim(c);
-        }
-        Cluster { cache }
     }
 
     /// Runs the group cycle for `pods` in this order.

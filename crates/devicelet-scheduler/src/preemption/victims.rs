@@ -1,0 +1,197 @@
+//! The victims on one node (`default_preemption.go` → `SelectVictimsOnNode`, W82-W84): remove
+//! every lower-priority unit, check the pod fits, then add units back, most important first and
+//! PDB-protected ones before the rest, keeping each one the pod still fits beside.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use super::{Candidate, PreemptionInputs, pdb, unit_group};
+use crate::cache::{NodeEntry, PodOnNode, priority_of};
+use crate::cycle::{CycleInputs, Engine};
+use crate::gang::group_of;
+
+/// What is evicted together: one pod, or every pod of a PodGroup with `disruptionMode:
+/// PodGroup` (on any node).
+#[derive(Clone, Debug)]
+pub struct Unit {
+    /// (node, pod).
+    pub pods: Vec<(String, PodOnNode)>,
+    pub priority: i32,
+    /// A PodGroup unit.
+    pub group: bool,
+}
+
+impl Unit {
+    /// The earliest start of its pods.
+    fn start(&self) -> Timestamp {
+        self.pods
+            .iter()
+            .map(|(_, p)| start_of(&p.pod))
+            .min()
+            .unwrap_or(Timestamp::MAX)
+    }
+}
+
+/// A pod's `status.startTime`. A pod not started counts as started last (upstream takes the
+/// time of the call, so two such pods compare by when they were looked at; here they tie).
+pub fn start_of(pod: &Pod) -> Timestamp {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(Timestamp::MAX, |t| t.0)
+}
+
+/// The units with a pod on `node` and a priority below `priority`. Pods still binding are
+/// never victims (their placement is not final), nor a group with such a member.
+pub(super) fn units_on(node: &str, priority: i32, inputs: &PreemptionInputs) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut groups_seen = HashSet::new();
+    for p in inputs.pods_by_node.get(node).into_iter().flatten() {
+        if p.assumed {
+            continue;
+        }
+        match unit_group(&p.pod, inputs) {
+            None => {
+                let pod_priority = priority_of(&p.pod);
+                if pod_priority < priority {
+                    units.push(Unit {
+                        pods: vec![(node.to_owned(), p.clone())],
+                        priority: pod_priority,
+                        group: false,
+                    });
+                }
+            }
+            Some((key, group_priority)) => {
+                if !groups_seen.insert(key.clone()) {
+                    continue;
+                }
+                let members: Vec<(String, PodOnNode)> = inputs
+                    .pods_by_node
+                    .iter()
+                    .flat_map(|(n, pods)| pods.iter().map(move |p| (n, p)))
+                    .filter(|(_, m)| group_of(&m.pod).as_ref() == Some(&key))
+                    .map(|(n, m)| (n.clone(), m.clone()))
+                    .collect();
+                if members.iter().any(|(_, m)| m.assumed) {
+                    continue;
+                }
+                // The group's own priority, else its most important member's: a pod is never
+                // evicted for a preemptor of lower priority than itself.
+                let unit_priority = group_priority.unwrap_or_else(|| {
+                    members
+                        .iter()
+                        .map(|(_, m)| priority_of(&m.pod))
+                        .max()
+                        .unwrap_or(0)
+                });
+                if unit_priority < priority {
+                    units.push(Unit {
+                        pods: members,
+                        priority: unit_priority,
+                        group: true,
+                    });
+                }
+            }
+        }
+    }
+    units
+}
+
+/// Whether `pod` fits on `entry` once `units` are gone (pods elsewhere count only through the
+/// devices their claims free).
+fn fits_without(
+    engine: &mut Engine<'_>,
+    pod: &Pod,
+    cycle: &CycleInputs,
+    entry: &NodeEntry,
+    units: &[&Unit],
+    inputs: &PreemptionInputs,
+) -> Result<(), Vec<String>> {
+    let node = entry.name();
+    let mut usage = (*entry.usage).clone();
+    let mut removed: HashSet<&str> = HashSet::new();
+    for unit in units {
+        for (n, p) in &unit.pods {
+            if n == node {
+                usage.remove(&p.usage);
+            }
+            removed.insert(p.uid.as_str());
+        }
+    }
+    let index = engine.index_of(&inputs.state_without(&removed));
+    let entry = NodeEntry {
+        node: entry.node.clone(),
+        allocatable: entry.allocatable.clone(),
+        usage: Arc::new(usage),
+    };
+    engine.fits_on(pod, cycle, entry, index)
+}
+
+/// The fewest and least important units to evict from `entry` for `pod` to fit (W82, W83):
+/// the candidate, or the reason the node is none.
+pub(super) fn select(
+    engine: &mut Engine<'_>,
+    pod: &Pod,
+    cycle: &CycleInputs,
+    entry: &NodeEntry,
+    mut units: Vec<Unit>,
+    inputs: &PreemptionInputs,
+) -> Result<Candidate, String> {
+    if units.is_empty() {
+        return Err("No preemption victims found for incoming pod".to_owned());
+    }
+    let all: Vec<&Unit> = units.iter().collect();
+    fits_without(engine, pod, cycle, entry, &all, inputs).map_err(|r| r.join(", "))?;
+    // Most important first: higher priority, a group before a pod, earlier start, more pods.
+    units.sort_by_cached_key(|u| {
+        (
+            std::cmp::Reverse(u.priority),
+            !u.group,
+            u.start(),
+            std::cmp::Reverse(u.pods.len()),
+        )
+    });
+    let (violating, other) = pdb::split_by_violation(
+        units,
+        |u| u.pods.iter().map(|(_, p)| &*p.pod).collect(),
+        &inputs.pdbs,
+    );
+    let violating_count = violating.len();
+    // Every unit starts evicted; each one the pod still fits beside is reprieved.
+    let ordered: Vec<Unit> = violating.into_iter().chain(other).collect();
+    let mut evicted: Vec<bool> = vec![true; ordered.len()];
+    for k in 0..ordered.len() {
+        evicted[k] = false;
+        let still: Vec<&Unit> = ordered
+            .iter()
+            .zip(&evicted)
+            .filter(|(_, e)| **e)
+            .map(|(u, _)| u)
+            .collect();
+        if fits_without(engine, pod, cycle, entry, &still, inputs).is_err() {
+            evicted[k] = true;
+        }
+    }
+    let pdb_violations = evicted[..violating_count].iter().filter(|e| **e).count();
+    let mut victims: Vec<Arc<Pod>> = ordered
+        .iter()
+        .zip(&evicted)
+        .filter(|(_, e)| **e)
+        .flat_map(|(u, _)| u.pods.iter().map(|(_, p)| p.pod.clone()))
+        .collect();
+    if victims.is_empty() {
+        return Err(format!(
+            "expected at least one victim pod on node {:?}",
+            entry.name()
+        ));
+    }
+    victims.sort_by_cached_key(|p| (std::cmp::Reverse(priority_of(p)), start_of(p)));
+    Ok(Candidate {
+        node: entry.name().to_owned(),
+        victims,
+        pdb_violations,
+    })
+}

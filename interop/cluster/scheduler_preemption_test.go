@@ -1,0 +1,119 @@
+package cluster
+
+// DefaultPreemption that frees devices (spec workloads.md W107, the fix of D-L1): on a devicelet
+// node whose two GPUs are held by low-priority pods, a high-priority pod asking for a GPU evicts
+// one of them (DisruptionTarget, delete, Preempted event), is nominated, and runs once the
+// victim's claim is gone. kube-scheduler 1.36.3 cannot do this: every DRA rejection is
+// UnschedulableAndUnresolvable. A pod with preemptionPolicy Never waits instead.
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func priorityClass(t *testing.T, name string, value int32, policy *corev1.PreemptionPolicy) {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value, PreemptionPolicy: policy}
+	if _, err := controlPlane.admin.SchedulingV1().PriorityClasses().Create(ctx(t), pc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = controlPlane.admin.SchedulingV1().PriorityClasses().Delete(ctx(t), name, metav1.DeleteOptions{})
+	})
+}
+
+func TestSchedulerPreemptionFreesAGPU(t *testing.T) {
+	ns := namespace(t, "sched-preempt")
+	n := startNode(t, "preempt-a")
+	startTestDriver(t, n, 2)
+	deviceClass(t, "preempt-gpu")
+	createTemplate(t, ns, "gpu", claimSpec("preempt-gpu"))
+	never := corev1.PreemptNever
+	priorityClass(t, "preempt-low", 10, nil)
+	priorityClass(t, "preempt-high", 1000, nil)
+	// The policy comes from the class (admission refuses it in a pod that names a class).
+	priorityClass(t, "preempt-polite", 1000, &never)
+	_, metrics := startScheduler(t)
+	withPriority := func(class string) func(*corev1.PodSpec) {
+		return func(s *corev1.PodSpec) {
+			s.PriorityClassName = class
+			// Quick termination: the victim's claim is released when its pod is gone.
+			s.TerminationGracePeriodSeconds = ptr.To(int64(1))
+		}
+	}
+	for i := 0; i < 2; i++ {
+		schedPod(t, ns, fmt.Sprintf("low-%d", i), "gpu", "", withPriority("preempt-low"))
+		waitForPodRunning(t, ns, fmt.Sprintf("low-%d", i))
+	}
+	start := time.Now()
+	schedPod(t, ns, "high", "gpu", "", withPriority("preempt-high"))
+	high := waitForPodRunning(t, ns, "high")
+	t.Logf("high-priority pod running %v after its creation, on %s", time.Since(start).Round(time.Millisecond), high.Spec.NodeName)
+
+	pods, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Name, "low-") && p.DeletionTimestamp == nil {
+			left++
+		}
+	}
+	if left != 1 {
+		t.Errorf("%d low-priority pods left, want 1 (one victim is enough)", left)
+	}
+	events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var preempted []string
+	for _, e := range events.Items {
+		if e.Reason == "Preempted" {
+			preempted = append(preempted, e.InvolvedObject.Name+": "+e.Message)
+			want := fmt.Sprintf("Preempted by pod %s on node %s", high.UID, high.Spec.NodeName)
+			if e.Message != want || e.Related == nil || e.Related.Name != "high" {
+				t.Errorf("Preempted event %q (related %v), want %q related to the preemptor", e.Message, e.Related, want)
+			}
+		}
+	}
+	if len(preempted) != 1 {
+		t.Errorf("Preempted events: %v, want one", preempted)
+	}
+	text := scrape(t, metrics)
+	if !strings.Contains(text, "scheduler_preemption_attempts_total") || !strings.Contains(text, "scheduler_preemption_victims_count 1") {
+		t.Errorf("metrics lack the preemption series:\n%s", grepLines(text, "preemption"))
+	}
+
+	// preemptionPolicy Never: it waits, and says why.
+	schedPod(t, ns, "polite", "gpu", "", withPriority("preempt-polite"))
+	waitFor(t, 30*time.Second, "polite pod unschedulable", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "polite", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := podScheduledCondition(p)
+		if c == nil {
+			return false, "no condition"
+		}
+		return strings.Contains(c.Message, "preemption: not eligible due to preemptionPolicy=Never."), c.Message
+	})
+}
+
+// grepLines keeps the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
