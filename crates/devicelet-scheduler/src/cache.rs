@@ -111,6 +111,9 @@ pub struct ClusterCache {
     group_scheduled: HashMap<GroupKey, usize>,
     /// Pending pods nominated to a node by preemption (W92), by UID.
     nominated: HashMap<String, Nomination>,
+    /// How many assumed or bound pods have each priority (preemption without a pod of lower
+    /// priority anywhere has nothing to look at).
+    priorities: BTreeMap<i32, usize>,
     /// PodDisruptionBudgets by (namespace, name) (preemption reprieves their pods first, W83).
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
 }
@@ -311,6 +314,7 @@ impl ClusterCache {
     fn assign(&mut self, uid: String, pod: &Pod, node: &str, assumed: bool) {
         let usage = PodUsage::of(pod);
         self.usage_mut(node).add(&usage);
+        *self.priorities.entry(priority_of(pod)).or_default() += 1;
         let group = group_of(pod);
         if let Some(g) = &group {
             *self.group_scheduled.entry(g.clone()).or_default() += 1;
@@ -402,6 +406,13 @@ impl ClusterCache {
     fn forget_pod(&mut self, uid: &str) -> Option<String> {
         let old = self.assigned.remove(uid)?;
         self.usage_mut(&old.node).remove(&old.usage);
+        let priority = priority_of(&old.pod);
+        if let Some(n) = self.priorities.get_mut(&priority) {
+            *n -= 1;
+            if *n == 0 {
+                self.priorities.remove(&priority);
+            }
+        }
         if let Some(g) = &old.group {
             decrement(&mut self.group_scheduled, g);
         }
@@ -425,6 +436,11 @@ impl ClusterCache {
             });
         }
         out
+    }
+
+    /// The lowest priority of an assumed or bound pod.
+    pub fn lowest_priority(&self) -> Option<i32> {
+        self.priorities.keys().next().copied()
     }
 
     // ---- nominations (W92) ---------------------------------------------------------------

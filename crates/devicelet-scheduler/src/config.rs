@@ -120,6 +120,24 @@ pub struct Profile {
     pub filter_timeout: Option<Duration>,
     /// DynamicResourcesArgs `bindingTimeout`.
     pub binding_timeout: Option<Duration>,
+    /// DefaultPreemption's args; `None` when `plugins.postFilter` disables it.
+    pub preemption: Option<PreemptionArgs>,
+}
+
+/// DefaultPreemptionArgs (W81): how many candidate nodes the dry run looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionArgs {
+    pub min_candidate_nodes_percentage: u32,
+    pub min_candidate_nodes_absolute: u32,
+}
+
+impl Default for PreemptionArgs {
+    fn default() -> Self {
+        PreemptionArgs {
+            min_candidate_nodes_percentage: 10,
+            min_candidate_nodes_absolute: 100,
+        }
+    }
 }
 
 impl Profile {
@@ -132,6 +150,7 @@ impl Profile {
             scoring: ScoringStrategy::default(),
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: None,
+            preemption: Some(PreemptionArgs::default()),
         }
     }
 }
@@ -271,6 +290,15 @@ struct RawDraArgs {
     kind: Option<String>,
     filter_timeout: Option<String>,
     binding_timeout: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPreemptionArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    min_candidate_nodes_percentage: Option<i64>,
+    min_candidate_nodes_absolute: Option<i64>,
 }
 
 /// The extension points of `plugins` (W132).
@@ -590,7 +618,7 @@ fn profile(i: usize, raw: RawProfile) -> Result<Profile, ConfigError> {
                 EXTENSION_POINTS.join(", ")
             )));
         }
-        plugin_set(&field, &point, set, &mut p.weights)?;
+        plugin_set(&field, &point, set, &mut p)?;
     }
     let mut seen = Vec::new();
     for (j, pc) in raw
@@ -618,8 +646,9 @@ fn plugin_set(
     field: &str,
     point: &str,
     set: RawPluginSet,
-    weights: &mut ScoreWeights,
+    profile: &mut Profile,
 ) -> Result<(), ConfigError> {
+    let weights = &mut profile.weights;
     for (k, plugin) in set.disabled.iter().flatten().enumerate() {
         let f = format!("{field}.disabled[{k}]");
         let name = plugin.name.as_str();
@@ -645,6 +674,9 @@ fn plugin_set(
                 // Not run here: disabling it changes nothing.
                 _ => {}
             },
+            // DefaultPreemption is the one PostFilter that can be switched off (the DRA
+            // plugin's runs with its filters).
+            "postFilter" if matches!(name, "*" | "DefaultPreemption") => profile.preemption = None,
             _ => {
                 return Err(unsupported(
                     &f,
@@ -663,6 +695,12 @@ fn plugin_set(
                 &f,
                 format!("unknown plugin {name:?} (out-of-tree plugins)"),
             ));
+        }
+        if point == "postFilter" && name == "DefaultPreemption" {
+            profile
+                .preemption
+                .get_or_insert_with(PreemptionArgs::default);
+            continue;
         }
         if point != "score" {
             return Err(unsupported(
@@ -754,6 +792,43 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                     ));
                 }
                 p.binding_timeout = Some(d);
+            }
+        }
+        "DefaultPreemption" => {
+            let raw: RawPreemptionArgs =
+                serde_json::from_value(decode("DefaultPreemptionArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            let defaults = PreemptionArgs::default();
+            let percentage = raw
+                .min_candidate_nodes_percentage
+                .unwrap_or(defaults.min_candidate_nodes_percentage.into());
+            let absolute = raw
+                .min_candidate_nodes_absolute
+                .unwrap_or(defaults.min_candidate_nodes_absolute.into());
+            if !(0..=100).contains(&percentage) {
+                return Err(invalid(
+                    format!("{field}.args.minCandidateNodesPercentage"),
+                    format!("{percentage}: not in valid range [0, 100]"),
+                ));
+            }
+            let absolute = u32::try_from(absolute).map_err(|_| {
+                invalid(
+                    format!("{field}.args.minCandidateNodesAbsolute"),
+                    format!("{absolute}: not in valid range [0, inf)"),
+                )
+            })?;
+            if percentage == 0 && absolute == 0 {
+                return Err(invalid(
+                    format!("{field}.args"),
+                    "both minCandidateNodesPercentage and minCandidateNodesAbsolute cannot be zero",
+                ));
+            }
+            // Args for a plugin the profile disabled are kept for nothing, as upstream.
+            if p.preemption.is_some() {
+                p.preemption = Some(PreemptionArgs {
+                    min_candidate_nodes_percentage: percentage as u32,
+                    min_candidate_nodes_absolute: absolute,
+                });
             }
         }
         name if IN_TREE.contains(&name) => {
@@ -882,6 +957,31 @@ mod tests {
         assert_eq!(p.weights, ScoreWeights::default());
         assert_eq!(p.scoring, ScoringStrategy::default());
         assert_eq!(p.filter_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(p.preemption, Some(PreemptionArgs::default()));
+    }
+
+    #[test]
+    fn w81_default_preemption_args_and_switching_it_off() {
+        let c = parse_with(
+            "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: DefaultPreemption\n    args: {minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 5}\n- schedulerName: b\n  plugins:\n    postFilter:\n      disabled: [{name: DefaultPreemption}]\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.profiles[0].preemption,
+            Some(PreemptionArgs {
+                min_candidate_nodes_percentage: 0,
+                min_candidate_nodes_absolute: 5
+            })
+        );
+        assert_eq!(c.profiles[1].preemption, None);
+        let both_zero = parse_with(
+            "profiles: [{pluginConfig: [{name: DefaultPreemption, args: {minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}}]}]\n",
+        )
+        .expect_err("both zero");
+        assert!(
+            both_zero.to_string().contains("cannot be zero"),
+            "{both_zero}"
+        );
     }
 
     #[test]
@@ -1011,8 +1111,8 @@ profiles:
                 "bindingTimeout: must be at least 1 second",
             ),
             (
-                "profiles: [{pluginConfig: [{name: DefaultPreemption, args: {}}]}]\n",
-                "arguments of DefaultPreemption (not supported",
+                "profiles: [{pluginConfig: [{name: DefaultPreemption, args: {minCandidateNodesPercentage: 101}}]}]\n",
+                "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: 101: not in valid range [0, 100]",
             ),
             (
                 "extenders: [{urlPrefix: http://x}]\n",

@@ -361,7 +361,7 @@ impl<'a> Engine<'a> {
     }
 
     /// The profile `pod` names (`spec.schedulerName`), else the first.
-    fn profile_of(&self, pod: &Pod) -> &Profile {
+    pub fn profile_of(&self, pod: &Pod) -> &Profile {
         let name = pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref());
         self.profiles
             .iter()

@@ -322,12 +322,14 @@ fn scheduling_loop(
             drop(cache);
             let decision = engine.schedule(&pod, cycle_inputs);
             shared.metrics.algorithm(started.elapsed());
-            let verdict = match &decision {
-                Decision::Unschedulable { fit, .. } => Some(post_filter_preemption(
+            let preemption = engine.profile_of(&pod).preemption;
+            let verdict = match (&decision, preemption) {
+                (Decision::Unschedulable { fit, .. }, Some(args)) => Some(post_filter_preemption(
                     shared,
                     &mut engine,
                     &pod,
                     fit,
+                    args,
                     features.consumable_capacity,
                 )),
                 _ => None,
@@ -345,17 +347,28 @@ fn post_filter_preemption(
     engine: &mut Engine<'_>,
     pod: &k8s_openapi::api::core::v1::Pod,
     fit: &crate::framework::FitError,
+    args: crate::config::PreemptionArgs,
     consumable_capacity: bool,
 ) -> Verdict {
     shared.metrics_of(pod).preemption_attempt();
     let (cycle, inputs) = {
         let cache = shared.cache();
+        let priority = crate::cache::priority_of(pod);
+        if cache
+            .lowest_priority()
+            .is_none_or(|lowest| lowest >= priority)
+            && cache
+                .nomination(pod.metadata.uid.as_deref().unwrap_or(""))
+                .is_none()
+        {
+            return preemption::without_victims(pod, fit);
+        }
         (
             CycleInputs::read(pod, &cache, shared.binding_timeout),
             PreemptionInputs::read(&cache, pod, consumable_capacity),
         )
     };
-    preemption::preempt(engine, pod, &cycle, fit, &inputs)
+    preemption::preempt(engine, pod, &cycle, fit, &inputs, args)
 }
 
 /// Reserve and hand over to binding, or record the failure (with what preemption decided).

@@ -27,16 +27,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::cache::{ClusterCache, PodOnNode, add_claim_results, priority_of};
+use crate::config::PreemptionArgs;
 use crate::cycle::{CycleInputs, Engine};
 use crate::framework::{Code, FitError, Plugin};
 use crate::gang::{GroupKey, group_of};
 
 pub use victims::Unit;
-
-/// `minCandidateNodesPercentage` and `minCandidateNodesAbsolute`, DefaultPreemptionArgs'
-/// defaults (W81).
-const MIN_CANDIDATE_PERCENTAGE: usize = 10;
-const MIN_CANDIDATE_ABSOLUTE: usize = 100;
 
 /// What the dry run reads from the cache, under its lock.
 #[derive(Clone, Debug)]
@@ -181,13 +177,15 @@ fn not_eligible(pod: &Pod, fit: &FitError, inputs: &PreemptionInputs) -> Option<
     terminating.then_some("not eligible due to a terminating pod on the nominated node.")
 }
 
-/// DefaultPreemption for `pod`, which `fit` says fits no node. `cycle` is what its cycle read.
+/// DefaultPreemption for `pod`, which `fit` says fits no node. `cycle` is what its cycle read;
+/// `args` say how many candidates to look for (W81).
 pub fn preempt(
     engine: &mut Engine<'_>,
     pod: &Pod,
     cycle: &CycleInputs,
     fit: &FitError,
     inputs: &PreemptionInputs,
+    args: PreemptionArgs,
 ) -> Verdict {
     if let Some(why) = not_eligible(pod, fit, inputs) {
         return Verdict::Fail {
@@ -205,16 +203,9 @@ pub fn preempt(
     let potential: Vec<usize> = (0..n)
         .filter(|&i| might_help(fit, cycle.nodes[i].name()))
         .collect();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    let not_helpful = n - potential.len();
-    if not_helpful > 0 {
-        reasons.insert(
-            "Preemption is not helpful for scheduling".to_owned(),
-            not_helpful,
-        );
-    }
-    let wanted = (potential.len() * MIN_CANDIDATE_PERCENTAGE / 100)
-        .max(MIN_CANDIDATE_ABSOLUTE)
+    let mut reasons = not_helpful(n, potential.len());
+    let wanted = (potential.len() * args.min_candidate_nodes_percentage as usize / 100)
+        .max(args.min_candidate_nodes_absolute as usize)
         .min(potential.len());
     let offset = if potential.is_empty() {
         0
@@ -239,20 +230,64 @@ pub fn preempt(
     non_violating.extend(violating);
     match pick_one(non_violating) {
         Some(c) => Verdict::Nominate(c),
-        None => {
-            let mut parts: Vec<String> = reasons
-                .iter()
-                .map(|(reason, count)| format!("{count} {reason}"))
-                .collect();
-            parts.sort();
-            Verdict::Fail {
-                message: format!(
-                    "preemption: 0/{n} nodes are available: {}.",
-                    parts.join(", ")
-                ),
-                clear_nomination: potential.is_empty(),
-            }
-        }
+        None => failed(n, &reasons, potential.is_empty()),
+    }
+}
+
+/// DefaultPreemption for `pod` when no assumed or bound pod has a lower priority (the cache
+/// knows without a dry run): what [`preempt`] would answer, without reading the cluster.
+pub fn without_victims(pod: &Pod, fit: &FitError) -> Verdict {
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.as_deref())
+        == Some("Never")
+    {
+        return Verdict::Fail {
+            message: "preemption: not eligible due to preemptionPolicy=Never.".to_owned(),
+            clear_nomination: false,
+        };
+    }
+    let n = fit.num_all_nodes;
+    let potential = fit
+        .node_statuses
+        .keys()
+        .filter(|node| might_help(fit, node))
+        .count();
+    let mut reasons = not_helpful(n, potential);
+    if potential > 0 {
+        reasons.insert(NO_VICTIMS.to_owned(), potential);
+    }
+    failed(n, &reasons, potential == 0)
+}
+
+const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+/// The histogram of why preemption cannot help, started with the nodes it cannot help at all.
+fn not_helpful(n: usize, potential: usize) -> BTreeMap<String, usize> {
+    let mut reasons = BTreeMap::new();
+    if n > potential {
+        reasons.insert(
+            "Preemption is not helpful for scheduling".to_owned(),
+            n - potential,
+        );
+    }
+    reasons
+}
+
+/// No candidate (W80): `preemption: 0/N nodes are available: <count> <reason>, ….`
+fn failed(n: usize, reasons: &BTreeMap<String, usize>, clear_nomination: bool) -> Verdict {
+    let mut parts: Vec<String> = reasons
+        .iter()
+        .map(|(reason, count)| format!("{count} {reason}"))
+        .collect();
+    parts.sort();
+    Verdict::Fail {
+        message: format!(
+            "preemption: 0/{n} nodes are available: {}.",
+            parts.join(", ")
+        ),
+        clear_nomination,
     }
 }
 

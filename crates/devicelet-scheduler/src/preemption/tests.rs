@@ -100,7 +100,14 @@ fn preempt_for(cache: &mut ClusterCache, preemptor: &Pod) -> (FitError, Verdict)
         };
         let cycle = CycleInputs::read(preemptor, cache, timeout);
         let inputs = PreemptionInputs::read(cache, preemptor, true);
-        let verdict = preempt(engine, preemptor, &cycle, &fit, &inputs);
+        let verdict = preempt(
+            engine,
+            preemptor,
+            &cycle,
+            &fit,
+            &inputs,
+            crate::config::PreemptionArgs::default(),
+        );
         (fit, verdict)
     })
 }
@@ -147,7 +154,14 @@ fn w82_no_lower_priority_pod_no_candidate_and_the_message_counts_why() {
     );
     cache.upsert_pod(&pod("a", 100, "4", Some("n1"), None));
     cache.upsert_pod(&pod("b", 100, "4", Some("n2"), None));
-    let (_, verdict) = preempt_for(&mut cache, &pod("p", 100, "2", None, None));
+    let p = pod("p", 100, "2", None, None);
+    let (fit, verdict) = preempt_for(&mut cache, &p);
+    // The shortcut taken when the cache holds no pod of lower priority says the same.
+    assert_eq!(cache.lowest_priority(), Some(100));
+    assert_eq!(
+        format!("{:?}", without_victims(&p, &fit)),
+        format!("{verdict:?}")
+    );
     match verdict {
         Verdict::Fail {
             message,

@@ -141,7 +141,7 @@ pub(super) fn select(
     inputs: &PreemptionInputs,
 ) -> Result<Candidate, String> {
     if units.is_empty() {
-        return Err("No preemption victims found for incoming pod".to_owned());
+        return Err(super::NO_VICTIMS.to_owned());
     }
     let all: Vec<&Unit> = units.iter().collect();
     fits_without(engine, pod, cycle, entry, &all, inputs).map_err(|r| r.join(", "))?;
