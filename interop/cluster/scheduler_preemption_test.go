@@ -61,10 +61,11 @@ func TestSchedulerPreemptionFreesAGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	left := 0
+	left, survivor := 0, ""
 	for _, p := range pods.Items {
 		if strings.HasPrefix(p.Name, "low-") && p.DeletionTimestamp == nil {
 			left++
+			survivor = p.Name
 		}
 	}
 	if left != 1 {
@@ -90,6 +91,35 @@ func TestSchedulerPreemptionFreesAGPU(t *testing.T) {
 	text := scrape(t, metrics)
 	if !strings.Contains(text, "scheduler_preemption_attempts_total") || !strings.Contains(text, "scheduler_preemption_victims_count 1") {
 		t.Errorf("metrics lack the preemption series:\n%s", grepLines(text, "preemption"))
+	}
+
+	// kube-scheduler 1.36.3 on the same node, for a pod above both: no preemption for devices
+	// (W102), though evicting the surviving low-priority pod would free a GPU.
+	kube := podSpec("", 0)
+	usePodClaim(&kube, "gpu", "")
+	kube.PriorityClassName = "preempt-high"
+	if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-high", Namespace: ns}, Spec: kube}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "kube-scheduler's verdict", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "kube-high", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("kube-scheduler bound kube-high to %s", p.Spec.NodeName)
+		}
+		c := podScheduledCondition(p)
+		if c == nil {
+			return false, "no condition"
+		}
+		return strings.Contains(c.Message, "Preemption is not helpful for scheduling"), c.Message
+	})
+	if p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), survivor, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("%s gone or being deleted (%v): kube-scheduler preempted it?", survivor, err)
+	}
+	if err := controlPlane.admin.CoreV1().Pods(ns).Delete(ctx(t), "kube-high", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 
 	// preemptionPolicy Never: it waits, and says why.
