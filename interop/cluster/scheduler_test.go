@@ -73,14 +73,17 @@ func startSchedulerWith(t *testing.T, kubeconfig string, extra ...string) (*proc
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-address", addr}, extra...)
 	p := startProcess(t, "devicelet scheduler", args...)
-	waitFor(t, 30*time.Second, "scheduler /healthz", func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200, resp.Status
-	})
+	// Live first, then ready: /readyz answers 200 once the caches have synced.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		waitFor(t, 30*time.Second, "scheduler "+path, func() (bool, string) {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200, resp.Status
+		})
+	}
 	return p, addr
 }
 

@@ -86,6 +86,8 @@ struct Inner {
     preemption_victims: Histogram,
     leader: Gauge,
     healthy: AtomicBool,
+    /// The caches have synced and the process is not shutting down (`/readyz`).
+    ready: AtomicBool,
 }
 
 /// One cloneable handle; clones share every series.
@@ -237,6 +239,7 @@ impl SchedulerMetrics {
                 preemption_victims,
                 leader,
                 healthy: AtomicBool::new(true),
+                ready: AtomicBool::new(false),
             }),
             profile: profile.to_owned(),
         }
@@ -374,6 +377,17 @@ impl SchedulerMetrics {
         self.inner.healthy.store(healthy, Ordering::Relaxed);
     }
 
+    /// `/readyz` answers ok (caches synced) or not (before the sync, and once shutting down),
+    /// as kube-scheduler's `sched-handler-sync` and `shutdown` checks.
+    pub fn set_ready(&self, ready: bool) {
+        self.inner.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether `/readyz` answers ok.
+    pub fn ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Relaxed)
+    }
+
     /// Whether `/healthz` answers ok.
     pub fn healthy(&self) -> bool {
         self.inner.healthy.load(Ordering::Relaxed)
@@ -392,7 +406,7 @@ impl SchedulerMetrics {
 /// Produces the `/debug/snapshot` document.
 pub type SnapshotFn = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
-/// Serves `/metrics`, `/healthz` and `/debug/snapshot` (the scheduler's view as an
+/// Serves `/metrics`, `/healthz`, `/readyz` and `/debug/snapshot` (the scheduler's view as an
 /// AllocationScenario) on `listener` until the task is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -432,6 +446,25 @@ pub async fn serve(
                             [(header::CONTENT_TYPE, "text/plain")],
                             e.to_string(),
                         ),
+                    }
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get({
+                let m = metrics.clone();
+                move || {
+                    let ready = m.ready();
+                    async move {
+                        if ready {
+                            (StatusCode::OK, "ok")
+                        } else {
+                            (
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "not ready: caches not synced, or shutting down",
+                            )
+                        }
                     }
                 }
             }),

@@ -148,6 +148,7 @@ pub async fn run(
     };
     tasks.extend(watches);
     info!(scheduler = %name, nodes = shared.cache().node_count(), "caches synced");
+    metrics.set_ready(true);
     {
         let shared = shared.clone();
         tasks.push(tokio::spawn(async move {
@@ -165,6 +166,7 @@ pub async fn run(
         }
         tokio::select! {
             _ = &mut shutdown => {
+                metrics.set_ready(false);
                 let _ = stop_tx.send(true);
                 return Ok(());
             }
@@ -197,6 +199,7 @@ pub async fn run(
         } => Err(SchedulerError::LeadershipLost),
     };
     metrics.set_leader(false);
+    metrics.set_ready(false);
     if result.is_err() {
         metrics.set_healthy(false);
     }
