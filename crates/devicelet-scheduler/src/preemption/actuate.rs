@@ -13,25 +13,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::Candidate;
+use super::inputs::Candidate;
+pub use super::inputs::{PREEMPTION_BY_SCHEDULER, has_disruption_target};
 use crate::report::Reporter;
-
-/// The condition reason preemption writes on its victims.
-pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
-
-/// Whether `pod` carries `DisruptionTarget=True` written by a scheduler's preemption.
-pub fn has_disruption_target(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "DisruptionTarget"
-                && c.status == "True"
-                && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
-        })
-}
 
 fn pods(client: &Client, pod: &Pod) -> (Api<Pod>, String) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");

@@ -15,120 +15,22 @@
 //! the outcome.
 
 pub mod actuate;
+mod inputs;
 pub mod pdb;
 mod victims;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::BTreeMap;
 
-use devicelet_allocator::AllocatedState;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::ResourceClaim;
 
-use crate::cache::{ClusterCache, PodOnNode, add_claim_results, priority_of};
+use crate::cache::priority_of;
 use crate::config::PreemptionArgs;
 use crate::cycle::{CycleInputs, Engine};
 use crate::framework::{Code, FitError, Plugin};
-use crate::gang::{GroupKey, group_of};
 
+pub use inputs::{Candidate, PreemptionInputs};
+use inputs::{NO_VICTIMS, has_disruption_target};
 pub use victims::Unit;
-
-/// What the dry run reads from the cache, under its lock.
-#[derive(Clone, Debug)]
-pub struct PreemptionInputs {
-    /// Assumed and bound pods by node.
-    pub pods_by_node: HashMap<String, Vec<PodOnNode>>,
-    /// Claims holding devices, each with the pod UIDs that may free it (`None`: a consumer that
-    /// is not a pod, or no consumer: never freed by preemption).
-    pub claims: Vec<(Arc<ResourceClaim>, Option<Vec<String>>)>,
-    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
-    /// Groups whose members are evicted only together (`disruptionMode: PodGroup`), with the
-    /// group's priority when it names one.
-    pub group_units: HashMap<GroupKey, Option<i32>>,
-    /// The node the preemptor is already nominated to.
-    pub nominated_node: Option<String>,
-    pub consumable_capacity: bool,
-}
-
-impl PreemptionInputs {
-    /// Reads what preemption for `pod` needs.
-    pub fn read(cache: &ClusterCache, pod: &Pod, consumable_capacity: bool) -> Self {
-        let claims = cache
-            .allocated_claims()
-            .into_iter()
-            .map(|c| {
-                let consumers = c.status.as_ref().and_then(|s| s.reserved_for.as_ref());
-                let pods: Option<Vec<String>> = consumers.filter(|r| !r.is_empty()).and_then(|r| {
-                    r.iter()
-                        .map(|r| {
-                            (r.resource == "pods"
-                                && r.api_group.as_deref().unwrap_or("").is_empty())
-                            .then(|| r.uid.clone())
-                        })
-                        .collect()
-                });
-                (c, pods)
-            })
-            .collect();
-        let group_units = cache
-            .pod_groups()
-            .into_iter()
-            .filter_map(|g| {
-                let spec = &g.spec;
-                (spec.disruption_mode.as_deref() == Some("PodGroup")).then(|| {
-                    (
-                        (
-                            g.metadata.namespace.clone().unwrap_or_default(),
-                            g.metadata.name.clone().unwrap_or_default(),
-                        ),
-                        spec.priority,
-                    )
-                })
-            })
-            .collect();
-        PreemptionInputs {
-            pods_by_node: cache.pods_by_node(),
-            claims,
-            pdbs: cache.pdbs(),
-            group_units,
-            nominated_node: cache
-                .nomination(pod.metadata.uid.as_deref().unwrap_or(""))
-                .map(|n| n.node.clone())
-                .or_else(|| {
-                    pod.status
-                        .as_ref()
-                        .and_then(|s| s.nominated_node_name.clone())
-                        .filter(|n| !n.is_empty())
-                }),
-            consumable_capacity,
-        }
-    }
-
-    /// The devices in use when the pods in `removed` are gone: every claim but those all of
-    /// whose consumers are in `removed`.
-    fn state_without(&self, removed: &HashSet<&str>) -> AllocatedState {
-        let mut state = AllocatedState::default();
-        for (claim, consumers) in &self.claims {
-            let freed = consumers
-                .as_ref()
-                .is_some_and(|c| c.iter().all(|uid| removed.contains(uid.as_str())));
-            if !freed {
-                add_claim_results(&mut state, claim, self.consumable_capacity);
-            }
-        }
-        state
-    }
-}
-
-/// The node chosen and the pods to evict there (and, for groups evicted as a unit, elsewhere).
-#[derive(Clone, Debug)]
-pub struct Candidate {
-    pub node: String,
-    /// The victims, most important first.
-    pub victims: Vec<Arc<Pod>>,
-    pub pdb_violations: usize,
-}
 
 /// The outcome of DefaultPreemption for one pod.
 #[derive(Debug)]
@@ -172,7 +74,7 @@ fn not_eligible(pod: &Pod, fit: &FitError, inputs: &PreemptionInputs) -> Option<
         .any(|p| {
             priority_of(&p.pod) < priority
                 && p.pod.metadata.deletion_timestamp.is_some()
-                && actuate::has_disruption_target(&p.pod)
+                && has_disruption_target(&p.pod)
         });
     terminating.then_some("not eligible due to a terminating pod on the nominated node.")
 }
@@ -261,8 +163,6 @@ pub fn without_victims(pod: &Pod, fit: &FitError) -> Verdict {
     failed(n, &reasons, potential == 0)
 }
 
-const NO_VICTIMS: &str = "No preemption victims found for incoming pod";
-
 /// The histogram of why preemption cannot help, started with the nodes it cannot help at all.
 fn not_helpful(n: usize, potential: usize) -> BTreeMap<String, usize> {
     let mut reasons = BTreeMap::new();
@@ -324,13 +224,6 @@ fn pick_one(candidates: Vec<Candidate>) -> Option<Candidate> {
         )
     };
     candidates.into_iter().min_by_key(key)
-}
-
-/// The group a pod is evicted with, when its PodGroup asks for that (D-L3).
-fn unit_group(pod: &Pod, inputs: &PreemptionInputs) -> Option<(GroupKey, Option<i32>)> {
-    let key = group_of(pod)?;
-    let priority = *inputs.group_units.get(&key)?;
-    Some((key, priority))
 }
 
 #[cfg(test)]

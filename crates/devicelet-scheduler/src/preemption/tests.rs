@@ -12,11 +12,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::policy::v1::{
     PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
 };
-use k8s_openapi::api::resource::v1::ResourceClaimConsumerReference;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 
 use super::*;
+use crate::cache::ClusterCache;
 use crate::cycle::{Decision, with_engine};
 use crate::testing::*;
 

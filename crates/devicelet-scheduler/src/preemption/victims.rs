@@ -8,7 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Candidate, PreemptionInputs, pdb, unit_group};
+use super::inputs::{Candidate, NO_VICTIMS, PreemptionInputs, unit_group};
+use super::pdb;
 use crate::cache::{NodeEntry, PodOnNode, priority_of};
 use crate::cycle::{CycleInputs, Engine};
 use crate::gang::group_of;
@@ -141,7 +142,7 @@ pub(super) fn select(
     inputs: &PreemptionInputs,
 ) -> Result<Candidate, String> {
     if units.is_empty() {
-        return Err(super::NO_VICTIMS.to_owned());
+        return Err(NO_VICTIMS.to_owned());
     }
     let all: Vec<&Unit> = units.iter().collect();
     fits_without(engine, pod, cycle, entry, &all, inputs).map_err(|r| r.join(", "))?;
