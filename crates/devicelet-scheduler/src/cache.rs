@@ -275,25 +275,25 @@ impl ClusterCache {
                 self.assign(uid, pod, node, false);
             }
             None => {
-                // A nomination written by this or an earlier leader (W92).
-                match pod
+                // A nomination written by this or an earlier leader (W92). One this scheduler
+                // made stays until the pod binds, finishes or is deleted, or preemption clears
+                // it: the status write that carries it may land after other updates.
+                let finished = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.phase.as_deref())
+                    .is_some_and(|p| matches!(p, "Succeeded" | "Failed"));
+                let written = pod
                     .status
                     .as_ref()
                     .and_then(|s| s.nominated_node_name.as_deref())
-                    .filter(|n| !n.is_empty())
-                {
-                    Some(node)
-                        if pod
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.node_name.as_deref())
-                            .is_none_or(str::is_empty) =>
-                    {
-                        self.nominate(pod, node)
-                    }
-                    _ => {
+                    .filter(|n| !n.is_empty());
+                match written {
+                    _ if finished => {
                         self.nominated.remove(&uid);
                     }
+                    Some(node) => self.nominate(pod, node),
+                    None => {}
                 }
                 // Finished, or not bound: an assumed pod stays assumed until its binding
                 // finishes (the watch may lag behind the bind).

@@ -368,6 +368,17 @@ fn w92_a_nominated_pod_of_higher_priority_holds_its_node_for_lower_ones() {
     assert_eq!(cache.node_entries_for(&low)[0].usage.pods, 1);
     let higher = pod("higher", 200, "2", None, None);
     assert_eq!(cache.node_entries_for(&higher)[0].usage.pods, 0);
+    // An update that does not carry the nomination yet keeps it; one read back from
+    // status.nominatedNodeName makes one.
+    cache.upsert_pod(&high);
+    assert_eq!(
+        cache.nomination("uid-high").map(|n| n.node.as_str()),
+        Some("n1")
+    );
+    let mut other = pod("other", 100, "1", None, None);
+    other.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
+    cache.upsert_pod(&other);
+    assert_eq!(cache.node_entries_for(&low)[0].usage.pods, 2);
     // Bound: the nomination is gone.
     cache.upsert_pod(&pod("high", 100, "3", Some("n1"), None));
     assert!(cache.nomination("uid-high").is_none());
