@@ -1,0 +1,174 @@
+package cluster
+
+// deploy/scheduler's RBAC is exactly enough (issue 39): devicelet scheduler runs under the
+// ServiceAccount that deploy/scheduler/rbac.yaml binds, with nothing else, through a token from
+// the TokenRequest API, with leader election on the Lease its Role allows. Its caches must sync
+// (every watch listed), it must bind a pod with a claim (claim and binding writes, events) and
+// preempt (condition patch, delete, nomination); a forbidden answer anywhere fails the test.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+)
+
+// deployObjects decodes the YAML documents of deploy/scheduler/FILE.
+func deployObjects(t *testing.T, file string) []runtime.Object {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "scheduler", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []runtime.Object
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// applyDeployRBAC creates the namespace, ServiceAccount, roles and bindings of deploy/scheduler.
+func applyDeployRBAC(t *testing.T) {
+	t.Helper()
+	c := controlPlane.admin
+	bg := context.Background()
+	for _, obj := range append(deployObjects(t, "namespace.yaml"), deployObjects(t, "rbac.yaml")...) {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			_, err = c.CoreV1().Namespaces().Create(ctx(t), o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(bg, o.Name, metav1.DeleteOptions{}) })
+		case *corev1.ServiceAccount:
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = c.RbacV1().ClusterRoles().Create(ctx(t), o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(bg, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.ClusterRoleBinding:
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx(t), o, metav1.CreateOptions{})
+			t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(bg, o.Name, metav1.DeleteOptions{}) })
+		case *rbacv1.Role:
+			_, err = c.RbacV1().Roles(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = c.RbacV1().RoleBindings(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("unexpected object %T in deploy/scheduler", obj)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// serviceAccountKubeconfig writes a kubeconfig for the control plane that authenticates with a
+// token of ServiceAccount ns/name only.
+func serviceAccountKubeconfig(t *testing.T, ns, name string) string {
+	t.Helper()
+	tr, err := controlPlane.admin.CoreV1().ServiceAccounts(ns).CreateToken(ctx(t), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	config, err := clientcmd.LoadFromFile(filepath.Join(controlPlane.state, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, auth := range config.AuthInfos {
+		auth.ClientCertificate, auth.ClientKey = "", ""
+		auth.ClientCertificateData, auth.ClientKeyData = nil, nil
+		auth.Token = tr.Status.Token
+	}
+	path := filepath.Join(t.TempDir(), "sa.kubeconfig")
+	if err := clientcmd.WriteToFile(*config, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSchedulerRunsWithTheDeployRBACOnly(t *testing.T) {
+	applyDeployRBAC(t)
+	ns := namespace(t, "sched-deploy")
+	apiNodeFor(t, "deploy-0", 1, "deploy.example.com")
+	driverClass(t, "deploy-gpu", "deploy.example.com")
+	createTemplate(t, ns, "gpu", claimSpec("deploy-gpu"))
+	priorityClass(t, "deploy-low", 10, nil)
+	priorityClass(t, "deploy-high", 1000, nil)
+	config := filepath.Join(t.TempDir(), "scheduler.yaml")
+	text := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceNamespace: devicelet-system
+  resourceName: devicelet-scheduler
+  leaseDuration: 4s
+  renewDeadline: 3s
+  retryPeriod: 1s
+profiles:
+- schedulerName: ` + schedulerName + "\n"
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// /readyz needs every watch listed: a missing list or watch verb stops here.
+	proc, _ := startSchedulerWith(t, serviceAccountKubeconfig(t, "devicelet-system", "devicelet-scheduler"), "--config", config)
+	priority := func(class string) func(*corev1.PodSpec) {
+		return func(s *corev1.PodSpec) { s.PriorityClassName = class }
+	}
+	schedPod(t, ns, "low", "gpu", "", priority("deploy-low"))
+	waitForBound(t, ns, "low", 60*time.Second)
+	schedPod(t, ns, "high", "gpu", "", priority("deploy-high"))
+	// An API-only node has no kubelet: the victim stays terminating, the preemptor nominated.
+	waitFor(t, 60*time.Second, "low preempted and high nominated", func() (bool, string) {
+		low, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "low", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		high, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "high", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return low.DeletionTimestamp != nil && high.Status.NominatedNodeName == "deploy-0",
+			fmt.Sprintf("low deleting: %v, high nominated to %q", low.DeletionTimestamp != nil, high.Status.NominatedNodeName)
+	})
+	lease, err := controlPlane.admin.CoordinationV1().Leases("devicelet-system").Get(ctx(t), "devicelet-scheduler", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Errorf("no Lease held in devicelet-system: %v %v", lease, err)
+	}
+	// Events are best effort (a refused one is only logged at debug level): look for them.
+	waitFor(t, 30*time.Second, "Scheduled and Preempted events on low", func() (bool, string) {
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		seen := map[string]bool{}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "low" {
+				seen[e.Reason] = true
+			}
+		}
+		return seen["Scheduled"] && seen["Preempted"], fmt.Sprint(seen)
+	})
+	out := proc.output.String()
+	if strings.Contains(strings.ToLower(out), "forbidden") {
+		t.Errorf("the scheduler was refused something under deploy/scheduler's RBAC:\n%s", grepLines(strings.ToLower(out), "forbidden"))
+	}
+}
