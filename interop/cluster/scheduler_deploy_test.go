@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // deployObjects decodes the YAML documents of deploy/scheduler/FILE.
@@ -57,7 +61,14 @@ func applyDeployRBAC(t *testing.T) {
 		switch o := obj.(type) {
 		case *corev1.Namespace:
 			_, err = c.CoreV1().Namespaces().Create(ctx(t), o, metav1.CreateOptions{})
-			t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(bg, o.Name, metav1.DeleteOptions{}) })
+			// Gone before the next test applies the same files again.
+			t.Cleanup(func() {
+				_ = c.CoreV1().Namespaces().Delete(bg, o.Name, metav1.DeleteOptions{})
+				waitFor(t, 60*time.Second, "namespace "+o.Name+" deleted", func() (bool, string) {
+					_, err := c.CoreV1().Namespaces().Get(bg, o.Name, metav1.GetOptions{})
+					return apierrors.IsNotFound(err), fmt.Sprint(err)
+				})
+			})
 		case *corev1.ServiceAccount:
 			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx(t), o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
@@ -170,5 +181,76 @@ profiles:
 	out := proc.output.String()
 	if strings.Contains(strings.ToLower(out), "forbidden") {
 		t.Errorf("the scheduler was refused something under deploy/scheduler's RBAC:\n%s", grepLines(strings.ToLower(out), "forbidden"))
+	}
+}
+
+// kustomizeBuild builds deploy/DIR as `kubectl apply -k` would and decodes the objects.
+func kustomizeBuild(t *testing.T, dir string) []runtime.Object {
+	t.Helper()
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join("..", "..", "deploy", dir))
+	if err != nil {
+		t.Fatalf("kustomize build deploy/%s: %v", dir, err)
+	}
+	var out []runtime.Object
+	for _, r := range m.Resources() {
+		data, err := r.AsYAML()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(data, nil, nil)
+		if err != nil {
+			t.Fatalf("deploy/%s: %s: %v", dir, r.CurId(), err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// Both kustomizations build; the API server accepts every object (server-side dry run); the
+// Deployment is what docs/scheduler.md promises; each ConfigMap holds a configuration with the
+// profiles it names, and the scheduler starts with it.
+func TestDeployKustomizationsBuildAndValidate(t *testing.T) {
+	applyDeployRBAC(t)
+	c := controlPlane.admin
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	for dir, profiles := range map[string][]string{"scheduler": {"devicelet-scheduler"}, "scheduler-two-profiles": {"devicelet-scheduler", "gpu-packer"}} {
+		for _, obj := range kustomizeBuild(t, dir) {
+			var err error
+			switch o := obj.(type) {
+			case *appsv1.Deployment:
+				_, err = c.AppsV1().Deployments(o.Namespace).Create(ctx(t), o, dry)
+				pod := o.Spec.Template.Spec
+				sc := pod.Containers[0].SecurityContext
+				if *o.Spec.Replicas != 2 || pod.Containers[0].ReadinessProbe.HTTPGet.Path != "/readyz" ||
+					pod.Containers[0].LivenessProbe.HTTPGet.Path != "/healthz" || sc == nil ||
+					!*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || pod.ServiceAccountName != "devicelet-scheduler" {
+					t.Errorf("deploy/%s: Deployment is not as documented: %+v", dir, o.Spec)
+				}
+			case *policyv1.PodDisruptionBudget:
+				_, err = c.PolicyV1().PodDisruptionBudgets(o.Namespace).Create(ctx(t), o, dry)
+			case *corev1.ConfigMap:
+				_, err = c.CoreV1().ConfigMaps(o.Namespace).Create(ctx(t), o, dry)
+				text := o.Data["scheduler.yaml"]
+				for _, p := range profiles {
+					if !strings.Contains(text, "schedulerName: "+p) {
+						t.Errorf("deploy/%s: configuration lacks profile %s:\n%s", dir, p, text)
+					}
+				}
+				// The scheduler reads it: started against this control plane, it becomes ready.
+				file := filepath.Join(t.TempDir(), "scheduler.yaml")
+				text = strings.Replace(text, "leaderElect: true", "leaderElect: false", 1)
+				if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				startScheduler(t, "--config", file)
+			case *corev1.Namespace, *corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+				// Created for real by applyDeployRBAC from the same files.
+			default:
+				t.Errorf("deploy/%s: unexpected %T", dir, obj)
+			}
+			if err != nil {
+				t.Errorf("deploy/%s: the API server refuses %T: %v", dir, obj, err)
+			}
+		}
 	}
 }
