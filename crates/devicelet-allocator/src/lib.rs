@@ -26,7 +26,7 @@ pub mod types;
 pub mod workloads;
 
 pub use allocator::{
-    ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClusterSnapshot, Stats,
+    ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClassTotals, ClusterSnapshot, Stats,
 };
 pub use quantity::{Quantity, QuantityError, QuantityFormat};
 pub use selector::{CelFeatures, SelectorCache};

@@ -9,7 +9,7 @@
 //! lifetime is invariant), so each pod's claims to allocate are copied into an arena that is
 //! dropped with the snapshot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ use crate::cache::{ClusterCache, NodeEntry};
 use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
-use crate::filters::node_resources_fit::{balanced_allocation_score, fit_score};
+use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_score, fit_score};
 use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
@@ -176,6 +176,10 @@ pub fn with_engine<R>(
         options,
         std::slice::from_ref(profile),
     );
+    engine.set_device_resources(device_resources(
+        std::slice::from_ref(profile),
+        cache.classes(),
+    ));
     f(&mut engine, cache)
 }
 
@@ -212,6 +216,64 @@ pub struct Engine<'a> {
     next_start: usize,
     /// At least one; a pod is scored by the profile its `schedulerName` names.
     profiles: Vec<Profile>,
+    /// The extended resources of the profiles' scoring strategies that a DeviceClass backs,
+    /// with that class (W117; see [`device_resources`]).
+    device_resources: HashMap<String, String>,
+}
+
+/// Of the resources the profiles' NodeResourcesFit strategies score, those a DeviceClass backs
+/// (its `extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>`), with the class.
+pub fn device_resources(
+    profiles: &[Profile],
+    classes: &BTreeMap<String, k8s_openapi::api::resource::v1::DeviceClass>,
+) -> HashMap<String, String> {
+    profiles
+        .iter()
+        .flat_map(|p| p.scoring.resources.iter())
+        .filter_map(|(name, _)| Some((name.clone(), extended::class_for(classes, name)?)))
+        .collect()
+}
+
+/// How many devices of `class` the allocations `results` of `claims` (in that order) take.
+fn devices_of_class(claims: &[&ResourceClaim], results: &[AllocationResult], class: &str) -> i128 {
+    let mut n = 0;
+    for (claim, result) in claims.iter().zip(results) {
+        let requests = claim
+            .spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.requests.as_deref())
+            .unwrap_or(&[]);
+        for r in result
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+        {
+            let (name, sub) = match r.request.split_once('/') {
+                Some((name, sub)) => (name, Some(sub)),
+                None => (r.request.as_str(), None),
+            };
+            let Some(request) = requests.iter().find(|q| q.name == name) else {
+                continue;
+            };
+            let request_class = match sub {
+                Some(sub) => request
+                    .first_available
+                    .iter()
+                    .flatten()
+                    .find(|s| s.name == sub)
+                    .map(|s| s.device_class_name.as_str()),
+                None => request
+                    .exactly
+                    .as_ref()
+                    .map(|e| e.device_class_name.as_str()),
+            };
+            if request_class == Some(class) {
+                n += 1;
+            }
+        }
+    }
+    n
 }
 
 impl<'a> Engine<'a> {
@@ -237,7 +299,63 @@ impl<'a> Engine<'a> {
             } else {
                 profiles.to_vec()
             },
+            device_resources: HashMap::new(),
         }
+    }
+
+    /// Sets the DRA-backed extended resources the profiles score ([`device_resources`] of the
+    /// classes this engine's snapshot was built from).
+    pub fn set_device_resources(&mut self, resources: HashMap<String, String>) {
+        self.device_resources = resources;
+    }
+
+    /// Per feasible node, the DRA-backed resources of `profile`'s strategy there (W117).
+    fn device_use(
+        &self,
+        profile: &Profile,
+        nodes: &[NodeEntry],
+        feasible: &[FeasibleNode],
+        claims: &[&ResourceClaim],
+    ) -> Vec<Vec<(String, DeviceUse)>> {
+        if profile.weights.node_resources_fit == 0 || self.device_resources.is_empty() {
+            return Vec::new();
+        }
+        let wanted: Vec<(&str, &str)> = profile
+            .scoring
+            .resources
+            .iter()
+            .filter_map(|(name, _)| {
+                let class = self.device_resources.get(name)?;
+                Some((name.as_str(), class.as_str()))
+            })
+            .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let allocator = self.allocator();
+        feasible
+            .iter()
+            .map(|(i, results, _)| {
+                let node = &nodes[*i].node;
+                wanted
+                    .iter()
+                    .filter_map(|(name, class)| {
+                        let t = allocator.class_totals(node, class).ok()?;
+                        (t.capacity > 0).then(|| {
+                            let pod = devices_of_class(claims, results, class);
+                            (
+                                (*name).to_owned(),
+                                DeviceUse {
+                                    capacity: i128::from(t.capacity) * NANO,
+                                    allocated: i128::from(t.allocated) * NANO,
+                                    pod: pod * NANO,
+                                },
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// Counts more devices as in use (the cache's allocation log since the last cycle).
@@ -672,7 +790,8 @@ impl<'a> Engine<'a> {
         if feasible.len() == 1 {
             return vec![0];
         }
-        let totals = Self::scores(profile, facts, nodes, feasible, claims);
+        let devices = self.device_use(profile, nodes, feasible, claims);
+        let totals = Self::scores(profile, facts, nodes, feasible, claims, &devices);
         let mut best: Option<(i64, usize)> = None;
         let mut ties = 0u32;
         for (k, &total) in totals.iter().enumerate() {
@@ -709,6 +828,7 @@ impl<'a> Engine<'a> {
         nodes: &[NodeEntry],
         feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
+        devices: &[Vec<(String, DeviceUse)>],
     ) -> Vec<i64> {
         // The special claim has no prioritized lists: it adds nothing to the DRA score.
         let dra_scores: Vec<i64> = feasible
@@ -767,11 +887,13 @@ impl<'a> Engine<'a> {
                     0
                 };
                 let fit = if weights.node_resources_fit > 0 {
+                    let here = devices.get(k).map_or(&[][..], Vec::as_slice);
                     fit_score(
                         &profile.scoring,
                         &facts.requests,
                         &entry.allocatable,
                         &entry.usage,
+                        |name| here.iter().find(|(n, _)| n == name).map(|(_, d)| *d),
                     )
                 } else {
                     0
@@ -916,5 +1038,80 @@ mod tests {
             .map(|_| order(&off, &mut cache)[0].clone())
             .collect();
         assert!(first.len() > 1, "ties are broken at random: {first:?}");
+    }
+
+    #[test]
+    fn w117_gpus_are_packed_by_most_allocated_over_the_device_class() {
+        use crate::config::{ScoringStrategy, StrategyKind};
+        use crate::testing::*;
+        use k8s_openapi::api::core::v1::{PodResourceClaim, PodSpec};
+        let gpus = |n: &str| {
+            slice(
+                n,
+                (0..4).map(|i| device(&format!("gpu-{i}"), "big")).collect(),
+                None,
+            )
+        };
+        // n1 has 1 GPU in use, n2 has 2, n3 none.
+        let mut cache = cache_with(
+            vec![
+                node("n1", "8", &[]),
+                node("n2", "8", &[]),
+                node("n3", "8", &[]),
+            ],
+            vec![gpus("n1"), gpus("n2"), gpus("n3")],
+            vec![
+                allocated_claim("a", "n1", "gpu-0"),
+                allocated_claim("b", "n2", "gpu-0"),
+                allocated_claim("c", "n2", "gpu-1"),
+                claim("want", exact(1, None)),
+            ],
+        );
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                resource_claims: Some(vec![PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_name: Some("want".into()),
+                    ..PodResourceClaim::default()
+                }]),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        };
+        pod.metadata.name = Some("p".into());
+        pod.metadata.namespace = Some("ns".into());
+        pod.metadata.uid = Some("uid-p".into());
+        let order = |kind: StrategyKind, cache: &mut ClusterCache| -> Vec<String> {
+            let mut profile = Profile::named("s");
+            profile.scoring = ScoringStrategy {
+                kind,
+                resources: vec![("deviceclass.resource.kubernetes.io/gpu".to_owned(), 1)],
+            };
+            // Only NodeResourcesFit decides.
+            profile.weights.dynamic_resources = 0;
+            profile.weights.balanced_allocation = 0;
+            let options = AllocateOptions {
+                step_budget: None,
+                time_limit: None,
+                share_ids: None,
+            };
+            with_engine(cache, options, &profile, |engine, cache| {
+                let inputs = CycleInputs::read(&pod, cache, Duration::from_secs(600));
+                match engine.evaluate(&pod, inputs, 3) {
+                    Outcome::Feasible(p) => p.into_iter().map(|p| p.node).collect(),
+                    Outcome::Decided(d) => panic!("{d:?}"),
+                }
+            })
+        };
+        // Packed: the fullest node first (3/4, then 2/4, then 1/4 with the pod's GPU).
+        assert_eq!(
+            order(StrategyKind::MostAllocated, &mut cache),
+            ["n2", "n1", "n3"]
+        );
+        // Spread: the emptiest first.
+        assert_eq!(
+            order(StrategyKind::LeastAllocated, &mut cache),
+            ["n3", "n1", "n2"]
+        );
     }
 }

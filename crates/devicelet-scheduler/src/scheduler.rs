@@ -279,6 +279,10 @@ fn scheduling_loop(
         };
         let index = AllocatedIndex::new(&snapshot, &state);
         let mut engine = Engine::new(snapshot, index, &arena, features, options.clone(), profiles);
+        engine.set_device_resources(crate::cycle::device_resources(
+            profiles,
+            shared.cache().classes(),
+        ));
         engine.set_next_start(next_start);
         debug!(
             slices = inputs.slices.len(),

@@ -35,6 +35,7 @@ mod setup;
 mod snapshot;
 mod state;
 mod taints;
+mod totals;
 
 use std::sync::atomic::Ordering;
 
@@ -53,6 +54,7 @@ use search::{Location, Search, Stop};
 pub use snapshot::ClusterSnapshot;
 pub use state::{Allocator, Stats};
 pub(crate) use taints::taint_blocks;
+pub use totals::ClassTotals;
 
 impl<'a> Allocator<'a> {
     /// Allocates all claims together on `node` (Go: `Allocate`).

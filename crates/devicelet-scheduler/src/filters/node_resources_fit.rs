@@ -17,7 +17,7 @@ use crate::framework::{Code, Plugin, Rejection};
 /// Resource name → amount in nano-units.
 pub type ResourceList = BTreeMap<String, i128>;
 
-const NANO: i128 = 1_000_000_000;
+pub(crate) const NANO: i128 = 1_000_000_000;
 /// Non-zero defaults used for scoring only (`schedutil.DefaultMilliCPURequest`,
 /// `DefaultMemoryRequest`): 100 mCPU and 200 MiB.
 const DEFAULT_CPU: i128 = NANO / 10;
@@ -232,14 +232,28 @@ pub fn filter(
     })
 }
 
-/// The score of the profile's `scoringStrategy` (W113, W114, W116), 0-100. Per resource of the
-/// strategy with allocatable > 0: requested = the node's + the pod's (cpu and memory with the
-/// non-zero defaults); an extended resource the pod does not request is left out.
+/// A DRA-backed extended resource on one node (W117), in the nano-units of a [`ResourceList`]:
+/// the devices of its class there, those in use, and what the pod takes of them through its
+/// claims (devicelet's device bin-packing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceUse {
+    pub capacity: i128,
+    pub allocated: i128,
+    pub pod: i128,
+}
+
+/// The score of the profile's `scoringStrategy` (W113, W114, W116, W117), 0-100. Per resource
+/// of the strategy with allocatable > 0: requested = the node's + the pod's (cpu and memory with
+/// the non-zero defaults); an extended resource the pod does not request is left out. An
+/// extended resource the node does not advertise counts through `devices` when a DeviceClass
+/// backs it: its devices on the node, those in use, plus what the pod asks (its extended
+/// request and, beyond upstream, the devices of that class its claims get there).
 pub fn fit_score(
     strategy: &ScoringStrategy,
     requests: &ResourceList,
     alloc: &ResourceList,
     usage: &NodeUsage,
+    devices: impl Fn(&str) -> Option<DeviceUse>,
 ) -> i64 {
     let (cpu, mem) = non_zero(requests);
     let mut score_sum: i128 = 0;
@@ -255,12 +269,22 @@ pub fn fit_score(
                 alloc.get("memory").copied().unwrap_or(0),
             ),
             other => {
+                let capacity = alloc.get(other).copied().unwrap_or(0);
                 let want = requests.get(other).copied().unwrap_or(0);
-                if want <= 0 {
-                    continue;
+                if capacity > 0 {
+                    if want <= 0 {
+                        continue;
+                    }
+                    let used = usage.requested.get(other).copied().unwrap_or(0);
+                    (used + want, capacity)
+                } else {
+                    let Some(d) = devices(other) else { continue };
+                    let want = want + d.pod;
+                    if want <= 0 {
+                        continue;
+                    }
+                    (d.allocated + want, d.capacity)
                 }
-                let used = usage.requested.get(other).copied().unwrap_or(0);
-                (used + want, alloc.get(other).copied().unwrap_or(0))
             }
         };
         if capacity <= 0 {
@@ -481,6 +505,37 @@ mod tests {
     }
 
     #[test]
+    fn w117_a_dra_backed_resource_scores_through_the_devices_of_its_class() {
+        use crate::config::{ScoringStrategy, StrategyKind};
+        let alloc = ResourceList::from([("cpu".to_owned(), 4 * NANO)]);
+        let usage = NodeUsage::default();
+        let class = "deviceclass.resource.kubernetes.io/gpu";
+        let most = ScoringStrategy {
+            kind: StrategyKind::MostAllocated,
+            resources: vec![(class.to_owned(), 1)],
+        };
+        // 8 GPUs, 6 in use, the pod's claim takes 1: 7/8.
+        let devices = |pod: i128| {
+            move |name: &str| {
+                (name == class).then_some(DeviceUse {
+                    capacity: 8 * NANO,
+                    allocated: 6 * NANO,
+                    pod: pod * NANO,
+                })
+            }
+        };
+        let none = ResourceList::new();
+        assert_eq!(fit_score(&most, &none, &alloc, &usage, devices(1)), 87);
+        // Nothing of that class for this pod: the resource adds no score and no weight (W116).
+        assert_eq!(fit_score(&most, &none, &alloc, &usage, devices(0)), 0);
+        // An extended-resource request of it counts as upstream's does.
+        let asks = ResourceList::from([(class.to_owned(), NANO)]);
+        assert_eq!(fit_score(&most, &asks, &alloc, &usage, devices(0)), 87);
+        // A node without such devices: nothing.
+        assert_eq!(fit_score(&most, &asks, &alloc, &usage, |_| None), 0);
+    }
+
+    #[test]
     fn w113_w116_scoring_strategies() {
         use crate::config::{ScoringStrategy, StrategyKind};
         // 4 CPUs, 8 GPUs; 1 CPU and 6 GPUs in use; the pod asks 1 CPU and 1 GPU.
@@ -511,25 +566,34 @@ mod tests {
         };
         // cpu 2/4, memory 4/16.
         let least = with(StrategyKind::LeastAllocated, &[("cpu", 1), ("memory", 1)]);
-        assert_eq!(fit_score(&least, &pod, &alloc, &usage), (50 + 75) / 2);
+        assert_eq!(
+            fit_score(&least, &pod, &alloc, &usage, |_| None),
+            (50 + 75) / 2
+        );
         let most = with(StrategyKind::MostAllocated, &[("cpu", 1), ("memory", 1)]);
-        assert_eq!(fit_score(&most, &pod, &alloc, &usage), (50 + 25) / 2);
+        assert_eq!(
+            fit_score(&most, &pod, &alloc, &usage, |_| None),
+            (50 + 25) / 2
+        );
         // GPUs 7/8 = 87, weighted 3 beside cpu 50.
         let gpus = with(
             StrategyKind::MostAllocated,
             &[("cpu", 1), ("nvidia.com/gpu", 3)],
         );
-        assert_eq!(fit_score(&gpus, &pod, &alloc, &usage), (50 + 87 * 3) / 4);
+        assert_eq!(
+            fit_score(&gpus, &pod, &alloc, &usage, |_| None),
+            (50 + 87 * 3) / 4
+        );
         // W116: a pod without GPUs leaves the GPU out (weight included).
         let cpu_only = ResourceList::from([("cpu".to_owned(), NANO)]);
-        assert_eq!(fit_score(&gpus, &cpu_only, &alloc, &usage), 50);
+        assert_eq!(fit_score(&gpus, &cpu_only, &alloc, &usage, |_| None), 50);
         // Bin packing by ratio: shape (0, 0) → (100, 10); cpu 50 % → 50, memory 25 % → 25,
         // mean 37.5 rounded to 38.
         let ratio = with(
             StrategyKind::RequestedToCapacityRatio(vec![(0, 0), (100, 10)]),
             &[("cpu", 1), ("memory", 1)],
         );
-        assert_eq!(fit_score(&ratio, &pod, &alloc, &usage), 38);
+        assert_eq!(fit_score(&ratio, &pod, &alloc, &usage, |_| None), 38);
     }
 
     #[test]
