@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // packNodes makes 4 API nodes × 8 devices of `driver`, labelled devicelet.dev/pack=set.
@@ -203,5 +204,84 @@ profiles:
 		if n := metricSum(metrics, "scheduler_schedule_attempts_total", `profile="`+profile+`"`); n < 8 {
 			t.Fatalf("scheduler_schedule_attempts_total for %s: %v, want at least 8", profile, n)
 		}
+	}
+}
+
+// Device bin-packing (spec W117 and devicelet's extension): a MostAllocated profile scoring the
+// implicit extended resource of a DeviceClass packs pods that get their GPU through a claim
+// and request no cpu or memory, one at a time, onto one node; the same pods under the default
+// profile spread. kube-scheduler 1.36.3 scores a DRA-backed resource only for pods that request
+// it as an extended resource (W116), so claims are never packed there.
+func TestSchedulerConfigPacksGPUClaimsByDeviceClass(t *testing.T) {
+	ns := namespace(t, "sched-devpack")
+	packNodes(t, "devpack", "devpack.example.com")
+	driverClass(t, "devpack-gpu", "devpack.example.com")
+	createTemplate(t, ns, "devpack", claimSpec("devpack-gpu"))
+	config := filepath.Join(t.TempDir(), "scheduler.yaml")
+	text := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: device-packer
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources: [{name: deviceclass.resource.kubernetes.io/devpack-gpu, weight: 1}]
+- schedulerName: device-spreader
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: LeastAllocated
+        resources: [{name: deviceclass.resource.kubernetes.io/devpack-gpu, weight: 1}]
+`
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startScheduler(t, "--config", config)
+	pods := func(prefix, scheduler string) map[string]int {
+		for i := 0; i < 8; i++ {
+			spec := podSpec("", 0)
+			spec.SchedulerName = scheduler
+			usePodClaim(&spec, "devpack", "")
+			spec.NodeSelector = map[string]string{"devicelet.dev/pack": "devpack"}
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i), Namespace: ns}, Spec: spec}
+			if _, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			nodesUsed(t, ns, prefix, i+1)
+		}
+		return nodesUsed(t, ns, prefix, 8)
+	}
+	packed := pods("pack-", "device-packer")
+	// The packer's 8 GPUs are in use now; delete its pods so both profiles start from the same
+	// empty nodes.
+	for i := 0; i < 8; i++ {
+		if err := controlPlane.admin.CoreV1().Pods(ns).Delete(ctx(t), fmt.Sprintf("pack-%d", i), metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 60*time.Second, "the packer's claims deallocated", func() (bool, string) {
+		claims, err := controlPlane.admin.ResourceV1().ResourceClaims(ns).List(ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := 0
+		for _, c := range claims.Items {
+			if c.Status.Allocation != nil {
+				left++
+			}
+		}
+		return left == 0, fmt.Sprintf("%d claims still allocated", left)
+	})
+	spread := pods("spread-", "device-spreader")
+	t.Logf("one GPU claim per pod, no cpu or memory requests: MostAllocated over the class %v, LeastAllocated %v", packed, spread)
+	if len(packed) != 1 {
+		t.Fatalf("MostAllocated over the device class spread 8 GPU claims over %d nodes: %v", len(packed), packed)
+	}
+	if len(spread) != 4 {
+		t.Fatalf("LeastAllocated over the device class put 8 GPU claims on %d of 4 nodes: %v", len(spread), spread)
 	}
 }
