@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
@@ -416,7 +417,16 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		apiNode(t, fmt.Sprintf("race-%d", i), devicesPerNode)
 	}
 	driverClass(t, "race-gpu", "sched.example.com")
-	createTemplate(t, ns, "gpu", claimSpec("race-gpu"))
+	// Opaque driver configuration: /debug/snapshot must not show it (it may hold credentials).
+	withConfig := claimSpec("race-gpu")
+	withConfig.Devices.Config = []resourcev1.DeviceClaimConfiguration{{
+		Requests: []string{"gpu"},
+		DeviceConfiguration: resourcev1.DeviceConfiguration{Opaque: &resourcev1.OpaqueDeviceConfiguration{
+			Driver:     "sched.example.com",
+			Parameters: runtime.RawExtension{Raw: []byte(`{"token":"race-s3cr3t"}`)},
+		}},
+	}}
+	createTemplate(t, ns, "gpu", withConfig)
 	createTemplate(t, ns, "h100", resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{
 		request("gpu", "race-gpu", 1, `device.attributes["sched.example.com"].model == "h100"`),
 	}}})
@@ -489,6 +499,13 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "race-s3cr3t") || !strings.Contains(string(body), "devicelet.dev/redacted") {
+		t.Errorf("/debug/snapshot shows the claims' opaque configuration instead of redacting it")
+	}
 	var scenario struct {
 		Kind      string `json:"kind"`
 		Allocated struct {
@@ -498,7 +515,7 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"pods"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&scenario); err != nil {
+	if err := json.Unmarshal(body, &scenario); err != nil {
 		t.Fatalf("/debug/snapshot: %v", err)
 	}
 	allocatedHere := 0

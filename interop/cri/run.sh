@@ -62,6 +62,18 @@ for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.1; done
 containerd --version
 bash interop/cri/image.sh "$sock" "$work/images.tar"
 
+# devicelet's own image (deploy/image/build.sh), when DEVICELET_IMAGE names its archive:
+# imported like any OCI archive and run as its non-root user; `devicelet demo` must pass inside.
+if [ -n "${DEVICELET_IMAGE:-}" ]; then
+  ctr --address "$sock" --namespace k8s.io images import "$DEVICELET_IMAGE" >/dev/null
+  image_out="$(timeout 300 ctr --address "$sock" --namespace k8s.io run --rm \
+    devicelet.local/devicelet:dev devicelet-image-check /usr/local/bin/devicelet demo 2>&1)" || {
+    echo "devicelet image: demo failed in the container:"; echo "$image_out"; exit 1; }
+  echo "$image_out" | tail -3
+  echo "devicelet image: $(ctr --address "$sock" --namespace k8s.io run --rm \
+    devicelet.local/devicelet:dev devicelet-image-version /usr/local/bin/devicelet --version 2>&1)"
+fi
+
 export DEVICELET_CRI_ENDPOINT="unix://$sock"
 status=0
 cargo test --locked -p devicelet --test cri "$@" -- --nocapture --test-threads 3 || status=$?

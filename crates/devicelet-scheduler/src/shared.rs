@@ -52,8 +52,9 @@ impl Shared {
     }
 
     /// The scheduler's view as an AllocationScenario (`GET /debug/snapshot`): what
-    /// `devicelet snapshot` writes from the API, from this scheduler's watches, with the
-    /// claims it wrote and the allocations still in flight; `devicelet allocate -f` replays it.
+    /// `devicelet snapshot --redact-config` writes from the API, from this scheduler's watches,
+    /// with the claims it wrote and the allocations still in flight; `devicelet allocate -f`
+    /// replays it.
     pub fn snapshot(&self) -> Result<String, String> {
         let pending: Vec<k8s_openapi::api::core::v1::Pod> = self
             .queue()
@@ -69,7 +70,8 @@ impl Shared {
         };
         let options = devicelet_kube::snapshot::ScenarioOptions {
             name: format!("{} live snapshot", self.name),
-            redact_config: false,
+            // Served over the network: opaque driver configuration may hold credentials.
+            redact_config: true,
         };
         let scenario = devicelet_kube::snapshot::to_scenario(&state, &options);
         devicelet_kube::snapshot::scenario_value(&scenario)

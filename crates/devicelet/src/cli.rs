@@ -627,7 +627,9 @@ pub struct SchedulerArgs {
     /// retry): of several replicas one schedules.
     #[arg(long, conflicts_with = "config")]
     pub leader_elect: bool,
-    /// Serve /metrics, /healthz and /debug/snapshot on HOST:PORT (`off`, the default: none).
+    /// Serve /metrics, /healthz, /readyz and /debug/snapshot (opaque driver configuration
+    /// redacted) on HOST:PORT, plain HTTP (`off`, the default: none). Keep it on loopback or
+    /// behind a NetworkPolicy: the snapshot shows every claim, pod and node it holds.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_address)]
     pub metrics_address: Option<MetricsAddress>,
     /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
