@@ -18,7 +18,8 @@ target=x86_64-unknown-linux-gnu
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --profile dist -p devicelet \
   --target "$target" --target-dir target/static
 bin="target/static/$target/dist/devicelet"
-if ldd "$bin" >/dev/null 2>&1; then
+# A static(-pie) binary has no program interpreter.
+if readelf -l "$bin" | grep -q 'program interpreter'; then
   echo "build.sh: $bin is dynamically linked" >&2
   exit 1
 fi
