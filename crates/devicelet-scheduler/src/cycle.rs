@@ -401,6 +401,15 @@ impl<'a> Engine<'a> {
         AllocatedIndex::new(&self.snapshot, state)
     }
 
+    /// Takes `result`'s device back from `index` (see [`AllocatedIndex::remove_exclusive`]).
+    pub fn remove_from(
+        &self,
+        index: &mut AllocatedIndex,
+        result: &DeviceRequestAllocationResult,
+    ) -> bool {
+        index.remove_exclusive(&self.snapshot, result, self.features.consumable_capacity)
+    }
+
     /// Whether `pod` passes every filter on the one node `entry`, with `index` as the devices in
     /// use (preemption's dry run on one node, W82); if not, the reasons. The engine's own index
     /// and rotating start are left as they were.

@@ -35,6 +35,12 @@ pub(super) struct GidSet {
 }
 
 impl GidSet {
+    fn remove(&mut self, gid: u32) {
+        if let Some(w) = self.words.get_mut((gid / 64) as usize) {
+            *w &= !(1 << (gid % 64));
+        }
+    }
+
     fn insert(&mut self, gid: u32) {
         let w = (gid / 64) as usize;
         if w >= self.words.len() {
@@ -77,6 +83,32 @@ impl AllocatedIndex {
         index
     }
 
+    /// Takes back one exclusive allocation result (a preemption victim's claim): the device is
+    /// free again. `false`, and nothing changed, for a result this cannot take back exactly (a
+    /// share of a device: other shares may remain); the caller then rebuilds the index from a
+    /// state without it. Admin-access results and unknown devices count nothing, so there is
+    /// nothing to take back.
+    pub fn remove_exclusive(
+        &mut self,
+        snap: &ClusterSnapshot<'_>,
+        result: &DeviceRequestAllocationResult,
+        consumable_capacity: bool,
+    ) -> bool {
+        if result.admin_access == Some(true) {
+            return true;
+        }
+        if result.share_id.is_some() && consumable_capacity {
+            return false;
+        }
+        if let Some(g) = snap.gid(&result.driver, &result.pool, &result.device) {
+            self.exclusive.remove(g);
+            if !self.capacity.contains_key(&g) {
+                self.any.remove(g);
+            }
+        }
+        true
+    }
+
     /// Adds one allocation result exactly like [`AllocatedState::add_result`] does.
     pub fn add_result(
         &mut self,
@@ -110,5 +142,54 @@ impl AllocatedIndex {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::selector::{CelFeatures, SelectorCache};
+    use crate::workloads::Workload;
+
+    fn result(device: &str, share: Option<&str>) -> DeviceRequestAllocationResult {
+        DeviceRequestAllocationResult {
+            request: "req-0".into(),
+            driver: "test-driver.cdi.k8s.io".into(),
+            pool: "node-0".into(),
+            device: device.into(),
+            share_id: share.map(str::to_owned),
+            ..DeviceRequestAllocationResult::default()
+        }
+    }
+
+    #[test]
+    fn an_exclusive_result_is_taken_back_and_a_share_is_refused() {
+        let w = Workload::steady_state(1, 2, 0);
+        let snap = ClusterSnapshot::new(
+            &w.classes,
+            &w.slices,
+            Arc::new(SelectorCache::new(CelFeatures {
+                enable_consumable_capacity: true,
+                enable_list_type_attributes: false,
+            })),
+        );
+        let mut index = AllocatedIndex::default();
+        for d in ["instance-0", "instance-1"] {
+            index.add_result(&snap, &result(d, None), true).unwrap();
+        }
+        let g0 = snap
+            .gid("test-driver.cdi.k8s.io", "node-0", "instance-0")
+            .unwrap();
+        let g1 = snap
+            .gid("test-driver.cdi.k8s.io", "node-0", "instance-1")
+            .unwrap();
+        assert!(index.remove_exclusive(&snap, &result("instance-0", None), true));
+        assert!(!index.any.contains(g0) && !index.exclusive.contains(g0));
+        assert!(index.any.contains(g1) && index.exclusive.contains(g1));
+        // A share: other shares may remain, so the caller rebuilds instead.
+        assert!(!index.remove_exclusive(&snap, &result("instance-1", Some("s")), true));
+        assert!(index.any.contains(g1));
     }
 }

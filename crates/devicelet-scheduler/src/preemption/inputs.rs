@@ -41,6 +41,10 @@ pub struct PreemptionInputs {
     /// Claims holding devices, each with the pod UIDs that may free it (`None`: a consumer that
     /// is not a pod, or no consumer: never freed by preemption).
     pub claims: Vec<(Arc<ResourceClaim>, Option<Vec<String>>)>,
+    /// Per pod UID, the indices in `claims` of the claims it may free.
+    pub claims_of: HashMap<String, Vec<usize>>,
+    /// Every device in use (all of `claims`).
+    pub base: AllocatedState,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Groups whose members are evicted only together (`disruptionMode: PodGroup`), with the
     /// group's priority when it names one.
@@ -53,7 +57,7 @@ pub struct PreemptionInputs {
 impl PreemptionInputs {
     /// Reads what preemption for `pod` needs.
     pub fn read(cache: &ClusterCache, pod: &Pod, consumable_capacity: bool) -> Self {
-        let claims = cache
+        let claims: Vec<(Arc<ResourceClaim>, Option<Vec<String>>)> = cache
             .allocated_claims()
             .into_iter()
             .map(|c| {
@@ -86,9 +90,19 @@ impl PreemptionInputs {
                 })
             })
             .collect();
+        let mut claims_of: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut base = AllocatedState::default();
+        for (i, (claim, consumers)) in claims.iter().enumerate() {
+            add_claim_results(&mut base, claim, consumable_capacity);
+            for uid in consumers.iter().flatten() {
+                claims_of.entry(uid.clone()).or_default().push(i);
+            }
+        }
         PreemptionInputs {
             pods_by_node: cache.pods_by_node(),
             claims,
+            claims_of,
+            base,
             pdbs: cache.pdbs(),
             group_units,
             nominated_node: cache
@@ -104,15 +118,29 @@ impl PreemptionInputs {
         }
     }
 
-    /// The devices in use when the pods in `removed` are gone: every claim but those all of
-    /// whose consumers are in `removed`.
-    pub(super) fn state_without(&self, removed: &HashSet<&str>) -> AllocatedState {
+    /// The claims whose consumers are all in `removed` (their devices are free once those
+    /// pods are gone), as indices into `claims`.
+    pub(super) fn freed_by(&self, removed: &HashSet<&str>) -> Vec<usize> {
+        let mut freed: Vec<usize> = removed
+            .iter()
+            .flat_map(|uid| self.claims_of.get(*uid).into_iter().flatten().copied())
+            .filter(|&i| {
+                self.claims[i]
+                    .1
+                    .as_ref()
+                    .is_some_and(|c| c.iter().all(|uid| removed.contains(uid.as_str())))
+            })
+            .collect();
+        freed.sort_unstable();
+        freed.dedup();
+        freed
+    }
+
+    /// The devices in use without the claims `freed` (indices into `claims`).
+    pub(super) fn state_without(&self, freed: &[usize]) -> AllocatedState {
         let mut state = AllocatedState::default();
-        for (claim, consumers) in &self.claims {
-            let freed = consumers
-                .as_ref()
-                .is_some_and(|c| c.iter().all(|uid| removed.contains(uid.as_str())));
-            if !freed {
+        for (i, (claim, _)) in self.claims.iter().enumerate() {
+            if freed.binary_search(&i).is_err() {
                 add_claim_results(&mut state, claim, self.consumable_capacity);
             }
         }

@@ -115,6 +115,8 @@ pub fn preempt(
         fastrand::usize(0..potential.len())
     };
     let priority = priority_of(pod);
+    // Every device in use, indexed once; each dry run takes its victims' devices back from it.
+    let base = engine.index_of(&inputs.base);
     let mut non_violating = Vec::new();
     let mut violating = Vec::new();
     for k in 0..potential.len() {
@@ -123,7 +125,7 @@ pub fn preempt(
         }
         let entry = &cycle.nodes[potential[(offset + k) % potential.len()]];
         let units = victims::units_on(entry.name(), priority, inputs);
-        match victims::select(engine, pod, cycle, entry, units, inputs) {
+        match victims::select(engine, pod, cycle, entry, units, inputs, &base) {
             Ok(c) if c.pdb_violations == 0 => non_violating.push(c),
             Ok(c) => violating.push(c),
             Err(reason) => *reasons.entry(reason).or_default() += 1,

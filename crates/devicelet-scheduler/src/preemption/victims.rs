@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use devicelet_allocator::AllocatedIndex;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
@@ -110,6 +111,7 @@ fn fits_without(
     entry: &NodeEntry,
     units: &[&Unit],
     inputs: &PreemptionInputs,
+    base: &AllocatedIndex,
 ) -> Result<(), Vec<String>> {
     let node = entry.name();
     let mut usage = (*entry.usage).clone();
@@ -122,7 +124,24 @@ fn fits_without(
             removed.insert(p.uid.as_str());
         }
     }
-    let index = engine.index_of(&inputs.state_without(&removed));
+    // The devices in use less the freed claims': taken back from the index of everything in
+    // use, or, for a share of a device, rebuilt without those claims.
+    let freed = inputs.freed_by(&removed);
+    let mut index = base.clone();
+    let exact = freed.iter().all(|&i| {
+        inputs.claims[i]
+            .0
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .into_iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .all(|r| engine.remove_from(&mut index, r))
+    });
+    if !exact {
+        index = engine.index_of(&inputs.state_without(&freed));
+    }
     let entry = NodeEntry {
         node: entry.node.clone(),
         allocatable: entry.allocatable.clone(),
@@ -140,12 +159,13 @@ pub(super) fn select(
     entry: &NodeEntry,
     mut units: Vec<Unit>,
     inputs: &PreemptionInputs,
+    base: &AllocatedIndex,
 ) -> Result<Candidate, String> {
     if units.is_empty() {
         return Err(NO_VICTIMS.to_owned());
     }
     let all: Vec<&Unit> = units.iter().collect();
-    fits_without(engine, pod, cycle, entry, &all, inputs).map_err(|r| r.join(", "))?;
+    fits_without(engine, pod, cycle, entry, &all, inputs, base).map_err(|r| r.join(", "))?;
     // Most important first: higher priority, a group before a pod, earlier start, more pods.
     units.sort_by_cached_key(|u| {
         (
@@ -172,7 +192,7 @@ pub(super) fn select(
             .filter(|(_, e)| **e)
             .map(|(u, _)| u)
             .collect();
-        if fits_without(engine, pod, cycle, entry, &still, inputs).is_err() {
+        if fits_without(engine, pod, cycle, entry, &still, inputs, base).is_err() {
             evicted[k] = true;
         }
     }
