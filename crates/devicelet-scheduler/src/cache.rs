@@ -126,6 +126,9 @@ pub struct Nomination {
     pub node: String,
     pub priority: i32,
     pub usage: PodUsage,
+    /// The devices the preemption dry run found for it there, held from pods of lower
+    /// priority (none for a nomination read back from the pod's status).
+    pub devices: Vec<DeviceRequestAllocationResult>,
 }
 
 /// An assumed or bound pod as preemption sees it.
@@ -448,7 +451,24 @@ impl ClusterCache {
     /// Nominates pending `pod` to `node`: its usage counts there for pods of lower priority
     /// until it is bound, deleted, or nominated elsewhere.
     pub fn nominate(&mut self, pod: &Pod, node: &str) {
+        self.nominate_holding(pod, node, Vec::new());
+    }
+
+    /// [`ClusterCache::nominate`], holding `devices` for it too (what preemption found for it
+    /// on `node`; kept when the same nomination is read back from the pod's status).
+    pub fn nominate_holding(
+        &mut self,
+        pod: &Pod,
+        node: &str,
+        mut devices: Vec<DeviceRequestAllocationResult>,
+    ) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if devices.is_empty()
+            && let Some(old) = self.nominated.get_mut(&uid)
+            && old.node == node
+        {
+            devices = std::mem::take(&mut old.devices);
+        }
         self.nominated.insert(
             uid,
             Nomination {
@@ -456,8 +476,24 @@ impl ClusterCache {
                 node: node.to_owned(),
                 priority: priority_of(pod),
                 usage: PodUsage::of(pod),
+                devices,
             },
         );
+    }
+
+    /// The devices held for pods nominated by preemption with a priority at least `pod`'s
+    /// (W92, devices included): in use for `pod`.
+    pub fn held_devices_for(&self, pod: &Pod) -> Vec<DeviceRequestAllocationResult> {
+        if self.nominated.is_empty() {
+            return Vec::new();
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let priority = priority_of(pod);
+        self.nominated
+            .iter()
+            .filter(|(other, n)| *other != uid && n.priority >= priority)
+            .flat_map(|(_, n)| n.devices.iter().cloned())
+            .collect()
     }
 
     /// The pods nominated to `node` with a priority below `priority`, as far as the cache knows

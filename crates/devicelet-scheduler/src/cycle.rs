@@ -120,6 +120,9 @@ pub struct CycleInputs {
     pub extended: Option<ExtendedPlan>,
     /// A special claim left from an earlier attempt (PostFilter deletes it).
     pub leftover_special: Option<Arc<ResourceClaim>>,
+    /// Devices held for pods of at least this pod's priority nominated by preemption while
+    /// their victims terminate (W92): in use for this pod.
+    pub held: Vec<DeviceRequestAllocationResult>,
 }
 
 impl CycleInputs {
@@ -138,6 +141,7 @@ impl CycleInputs {
             unsupported: filters::unsupported::unsupported_fields(pod),
             extended,
             leftover_special,
+            held: cache.held_devices_for(pod),
         }
     }
 }
@@ -411,29 +415,37 @@ impl<'a> Engine<'a> {
     }
 
     /// Whether `pod` passes every filter on the one node `entry`, with `index` as the devices in
-    /// use (preemption's dry run on one node, W82); if not, the reasons. The engine's own index
-    /// and rotating start are left as they were.
+    /// use (preemption's dry run on one node, W82): the devices it would get there, or why
+    /// not. The engine's own index and rotating start are left as they were.
     pub fn fits_on(
         &mut self,
         pod: &Pod,
         inputs: &CycleInputs,
         entry: NodeEntry,
         index: AllocatedIndex,
-    ) -> Result<(), Vec<String>> {
+    ) -> Result<Vec<DeviceRequestAllocationResult>, Vec<String>> {
         let one = CycleInputs {
             nodes: vec![entry],
             dra: inputs.dra.clone(),
             unsupported: inputs.unsupported.clone(),
             extended: inputs.extended.clone(),
             leftover_special: inputs.leftover_special.clone(),
+            held: inputs.held.clone(),
         };
         let saved_index = std::mem::replace(&mut self.index, index);
         let saved_start = std::mem::replace(&mut self.next_start, 0);
         let outcome = self.evaluate(pod, one, 1);
         self.index = saved_index;
         self.next_start = saved_start;
+        let devices = |p: &Placement| -> Vec<DeviceRequestAllocationResult> {
+            p.allocating()
+                .flat_map(|(_, a)| a.devices.iter().flat_map(|d| d.results.iter().flatten()))
+                .cloned()
+                .collect()
+        };
         match outcome {
-            Outcome::Feasible(_) | Outcome::Decided(Decision::Place(_)) => Ok(()),
+            Outcome::Feasible(p) => Ok(p.first().map(devices).unwrap_or_default()),
+            Outcome::Decided(Decision::Place(p)) => Ok(devices(&p)),
             Outcome::Decided(Decision::Unschedulable { fit, .. }) => Err(fit
                 .node_statuses
                 .into_values()
@@ -497,11 +509,22 @@ impl<'a> Engine<'a> {
     }
 
     fn allocator(&self) -> Allocator<'a> {
+        self.allocator_holding(&[])
+    }
+
+    /// An allocator over the devices in use plus `held` (devices nominated pods wait for).
+    fn allocator_holding(&self, held: &[DeviceRequestAllocationResult]) -> Allocator<'a> {
+        let mut index = self.index.clone();
+        for r in held {
+            if let Err(e) = index.add_result(&self.snapshot, r, self.features.consumable_capacity) {
+                tracing::warn!(error = %e, "bad consumed capacity in a held device");
+            }
+        }
         Allocator::with_index(
             self.snapshot.clone(),
             self.features,
             Semantics::Fixed,
-            Arc::new(self.index.clone()),
+            Arc::new(index),
         )
     }
 
@@ -600,8 +623,8 @@ impl<'a> Engine<'a> {
             .map(|c| &*self.arena.alloc((**c).clone()))
             .collect();
         self.arena_claims += to_allocate.len();
-        let allocator =
-            (!to_allocate.is_empty() || inputs.extended.is_some()).then(|| self.allocator());
+        let allocator = (!to_allocate.is_empty() || inputs.extended.is_some())
+            .then(|| self.allocator_holding(&inputs.held));
         // Per set of resources a node leaves to DRA, the claims to allocate there: the user
         // claims and the special claim with those resources' requests (S63).
         let mut variants: BTreeMap<

@@ -448,7 +448,7 @@ fn handle_decision(
                     for p in &lower {
                         cache.clear_nomination(p.metadata.uid.as_deref().unwrap_or(""));
                     }
-                    cache.nominate(&pod, &c.node);
+                    cache.nominate_holding(&pod, &c.node, c.devices.clone());
                     shared.metrics_of(&pod).preemption_victims(c.victims.len());
                 } else if clear_nomination {
                     cache.clear_nomination(&uid);

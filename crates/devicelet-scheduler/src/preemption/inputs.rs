@@ -152,6 +152,8 @@ impl PreemptionInputs {
 #[derive(Clone, Debug)]
 pub struct Candidate {
     pub node: String,
+    /// The devices the preemptor would get there once the victims are gone (held for it).
+    pub devices: Vec<k8s_openapi::api::resource::v1::DeviceRequestAllocationResult>,
     /// The victims, most important first.
     pub victims: Vec<Arc<Pod>>,
     pub pdb_violations: usize,

@@ -298,13 +298,46 @@ fn w107_a_gpu_held_by_a_lower_priority_pod_is_freed_by_evicting_it() {
     cache.upsert_pod(&pod("low", 10, "1", Some("n1"), Some("low-claim")));
     cache.upsert_pod(&pod("mid", 10, "1", Some("n2"), Some("shared-claim")));
     cache.upsert_pod(&pod("vip", 100, "1", Some("n2"), Some("shared-claim")));
-    let (fit, verdict) = preempt_for(&mut cache, &pod("p", 50, "1", None, Some("want")));
+    let p = pod("p", 50, "1", None, Some("want"));
+    let (fit, verdict) = preempt_for(&mut cache, &p);
     assert!(
         fit.message().contains("cannot allocate all claims"),
         "{}",
         fit.message()
     );
     assert_eq!(victims(&verdict), ("n1".to_owned(), vec!["low".to_owned()]));
+    // W92 for devices: once the victim and its claim are gone, the GPU is held for the
+    // preemptor; a pod of lower priority does not get it, the preemptor does.
+    let Verdict::Nominate(c) = verdict else {
+        unreachable!()
+    };
+    assert_eq!(c.devices.len(), 1);
+    cache.nominate_holding(&p, &c.node, c.devices);
+    cache.remove_pod("uid-low");
+    cache.remove_claim("ns", "low-claim");
+    cache.upsert_claim(claim("other-claim", exact(1, None)));
+    let other = pod("other", 20, "1", None, Some("other-claim"));
+    let options = || AllocateOptions {
+        step_budget: None,
+        time_limit: None,
+        share_ids: None,
+    };
+    let profile = crate::config::Profile::named("devicelet-scheduler");
+    let timeout = Duration::from_secs(600);
+    let decided = with_engine(&mut cache, options(), &profile, |engine, cache| {
+        engine.schedule(&other, CycleInputs::read(&other, cache, timeout))
+    });
+    assert!(
+        matches!(decided, Decision::Unschedulable { .. }),
+        "a lower-priority pod took the held GPU: {decided:?}"
+    );
+    let decided = with_engine(&mut cache, options(), &profile, |engine, cache| {
+        engine.schedule(&p, CycleInputs::read(&p, cache, timeout))
+    });
+    assert!(
+        matches!(&decided, Decision::Place(pl) if pl.node == "n1"),
+        "{decided:?}"
+    );
 }
 
 #[test]

@@ -112,7 +112,7 @@ fn fits_without(
     units: &[&Unit],
     inputs: &PreemptionInputs,
     base: &AllocatedIndex,
-) -> Result<(), Vec<String>> {
+) -> Result<Vec<k8s_openapi::api::resource::v1::DeviceRequestAllocationResult>, Vec<String>> {
     let node = entry.name();
     let mut usage = (*entry.usage).clone();
     let mut removed: HashSet<&str> = HashSet::new();
@@ -165,7 +165,8 @@ pub(super) fn select(
         return Err(NO_VICTIMS.to_owned());
     }
     let all: Vec<&Unit> = units.iter().collect();
-    fits_without(engine, pod, cycle, entry, &all, inputs, base).map_err(|r| r.join(", "))?;
+    let mut devices =
+        fits_without(engine, pod, cycle, entry, &all, inputs, base).map_err(|r| r.join(", "))?;
     // Most important first: higher priority, a group before a pod, earlier start, more pods.
     units.sort_by_cached_key(|u| {
         (
@@ -192,8 +193,9 @@ pub(super) fn select(
             .filter(|(_, e)| **e)
             .map(|(u, _)| u)
             .collect();
-        if fits_without(engine, pod, cycle, entry, &still, inputs, base).is_err() {
-            evicted[k] = true;
+        match fits_without(engine, pod, cycle, entry, &still, inputs, base) {
+            Ok(d) => devices = d,
+            Err(_) => evicted[k] = true,
         }
     }
     let pdb_violations = evicted[..violating_count].iter().filter(|e| **e).count();
@@ -212,6 +214,7 @@ pub(super) fn select(
     victims.sort_by_cached_key(|p| (std::cmp::Reverse(priority_of(p)), start_of(p)));
     Ok(Candidate {
         node: entry.name().to_owned(),
+        devices,
         victims,
         pdb_violations,
     })
