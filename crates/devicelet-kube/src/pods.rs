@@ -595,7 +595,7 @@ impl<N: NodeCore, W: PodWrites> PodWorker<N, W> {
             Ok(stages) => {
                 self.waiting.remove(&uid);
                 let starting = self.starting.remove(&uid);
-                info!(pod = %name, pod_uid = %uid, admission_ms = took.as_secs_f64() * 1e3, "pod admitted");
+                info!(pod = %name, pod_uid = %uid, admission_ms = devicelet_metrics::log_ms(took), "pod admitted");
                 let record = StartupRecord {
                     pod: name,
                     seen: starting.map_or(started, |s| s.seen).into_std(),

@@ -109,7 +109,7 @@ impl StartupRecord {
             metrics.pod_start_stage(stage, took);
         }
         metrics.pod_started(t.total, t.own);
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let ms = devicelet_metrics::log_ms;
         let [wait, get, driver, plugin, checkpoint, admission, status] =
             t.stages.map(|(_, d)| ms(d));
         debug!(target: "devicelet_kube::startup", pod = %self.pod, pod_uid = %uid,

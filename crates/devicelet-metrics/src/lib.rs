@@ -1426,3 +1426,22 @@ mod tests {
         }
     }
 }
+
+/// A duration as milliseconds for a log field, rounded to the microsecond: `0.61`, not the
+/// float noise of `0.6095090000000001`.
+pub fn log_ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+#[cfg(test)]
+mod log_ms_tests {
+    #[test]
+    fn log_fields_carry_no_float_noise() {
+        let d = std::time::Duration::from_nanos(609_509);
+        assert_eq!(super::log_ms(d).to_string(), "0.61");
+        assert_eq!(
+            super::log_ms(std::time::Duration::from_millis(3)).to_string(),
+            "3"
+        );
+    }
+}

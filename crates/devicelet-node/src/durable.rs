@@ -198,8 +198,8 @@ impl DurableState {
                     pods = pods.len(),
                     containers = recovered.state.entry_count(),
                     replayed = recovered.records_replayed,
-                    read_ms,
-                    ms = durable.open_ms,
+                    read_ms = (read_ms * 1e3).round() / 1e3,
+                    ms = (durable.open_ms * 1e3).round() / 1e3,
                     "device state restored"
                 );
                 let store = Arc::new(store);

@@ -3,6 +3,7 @@
 //! reserved for the pod; in cluster mode claims are read from the API server and only checked.
 //! Then the [`ClaimCache`] prepares them through the drivers.
 
+use devicelet_metrics::log_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -233,10 +234,10 @@ impl DraNode {
         };
         // prepare_ms: claim GETs (fetch_ms), the drivers' NodePrepareResources (driver_ms) and
         // the checkpoint writes (checkpoint_ms).
-        info!(pod_uid = %uid, prepare_ms = started.elapsed().as_secs_f64() * 1e3,
-              fetch_ms = timings.claim_get.as_secs_f64() * 1e3,
-              driver_ms = timings.driver.as_secs_f64() * 1e3,
-              checkpoint_ms = timings.checkpoint.as_secs_f64() * 1e3,
+        info!(pod_uid = %uid, prepare_ms = log_ms(started.elapsed()),
+              fetch_ms = log_ms(timings.claim_get),
+              driver_ms = log_ms(timings.driver),
+              checkpoint_ms = log_ms(timings.checkpoint),
               "claims from the API server prepared");
         Ok((resolved, timings))
     }

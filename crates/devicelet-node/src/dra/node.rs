@@ -32,6 +32,9 @@ pub struct DraNode {
     pub(super) admission: tokio::sync::Mutex<()>,
     /// Removed pods whose claims are not unprepared yet.
     pub(super) pending: Mutex<BTreeSet<String>>,
+    /// Per pending pod, the unprepare error last logged at warning level and when: a driver
+    /// that stays away is reported when its error changes or once a minute, not every retry.
+    pub(super) unprepare_warned: Mutex<HashMap<String, (String, std::time::Instant)>>,
     /// Where claims come from.
     pub(super) origin: ClaimOrigin,
     /// Cluster mode after a reboot: pods whose claims are to be prepared again.
@@ -103,6 +106,7 @@ impl DraNode {
             admission: tokio::sync::Mutex::new(()),
             reprepare: Mutex::new(reprepare),
             pending: Mutex::new(pending),
+            unprepare_warned: Mutex::default(),
             origin,
         }))
     }

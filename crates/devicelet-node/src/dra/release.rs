@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::node::{DraNode, lock};
 use super::{ClaimOrigin, DraNodeError};
+
+/// How often an unchanged unprepare failure of one pod is logged at warning level.
+const UNPREPARE_WARN_EVERY: Duration = Duration::from_secs(60);
 
 impl DraNode {
     /// The pod is gone: unprepare its claims from cached information (works when the claim
@@ -106,8 +109,22 @@ impl DraNode {
         match self.release_pod_locked(uid).await {
             Ok(()) => {
                 lock(&self.pending).remove(uid);
+                lock(&self.unprepare_warned).remove(uid);
             }
-            Err(e) => warn!(pod_uid = %uid, error = %e, "unprepare still failing; will retry"),
+            Err(e) => {
+                let text = e.to_string();
+                let now = std::time::Instant::now();
+                let mut warned = lock(&self.unprepare_warned);
+                let repeat = warned.get(uid).is_some_and(|(last, at)| {
+                    *last == text && now.duration_since(*at) < UNPREPARE_WARN_EVERY
+                });
+                if repeat {
+                    debug!(pod_uid = %uid, error = %text, "unprepare still failing; will retry");
+                } else {
+                    warn!(pod_uid = %uid, error = %text, "unprepare still failing; will retry (same error logged at debug level for a minute)");
+                    warned.insert(uid.to_owned(), (text, now));
+                }
+            }
         }
     }
 

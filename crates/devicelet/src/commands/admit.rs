@@ -2,6 +2,7 @@
 //! generates `metadata.uid` when missing, and asks the daemon to admit it
 //! (`POST /v1/pods`). A rejection exits 1 with the reason on stderr.
 
+use serde::Deserialize;
 use std::io::Read;
 use std::path::Path;
 
@@ -41,9 +42,23 @@ pub async fn run(root_dir: &Path, args: AdmitArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Parses a single Pod from YAML or JSON and checks `kind`.
+/// Parses a single Pod from YAML or JSON and checks `kind`. Empty YAML documents (a leading
+/// or trailing `---`) are allowed; a second Pod is not (`apply` takes several).
 pub fn parse_pod(text: &str) -> anyhow::Result<Pod> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text).context("not valid YAML or JSON")?;
+    let mut documents = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_yaml::Value::deserialize(document).context("not valid YAML or JSON")?;
+        if !value.is_null() {
+            documents.push(value);
+        }
+    }
+    if documents.len() > 1 {
+        bail!(
+            "{} YAML documents: admit takes one pod (apply -f takes several)",
+            documents.len()
+        );
+    }
+    let value = documents.pop().unwrap_or(serde_yaml::Value::Null);
     let kind = value
         .get("kind")
         .and_then(serde_yaml::Value::as_str)
@@ -204,6 +219,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+        // Issue 40: a leading or trailing `---` is fine; a second pod is refused with a hint.
+        let one = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n---\n";
+        assert_eq!(parse_pod(one).unwrap().metadata.name.as_deref(), Some("p"));
+        let two = format!("{one}apiVersion: v1\nkind: Pod\nmetadata: {{name: q}}\n");
+        assert!(format!("{:#}", parse_pod(&two).unwrap_err()).contains("2 YAML documents"));
     }
 
     #[test]
