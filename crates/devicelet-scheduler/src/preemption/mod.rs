@@ -8,7 +8,9 @@
 //!   PodGroup or shared with a pod that stays are never freed;
 //! - a member of a PodGroup with `disruptionMode: PodGroup` is evicted only with all of its
 //!   group, as one unit (D-L3);
-//! - the last tie between candidates goes to the smallest node name, not map order (D-L6).
+//! - the last tie between candidates goes to the smallest node name, not map order (D-L6);
+//! - the devices the dry run found for a nominated pod are held from pods of lower priority
+//!   while its victims terminate, as its cpu and memory are (W92).
 //!
 //! The dry run is pure: the cluster as read under the cache lock ([`PreemptionInputs`]) and the
 //! scheduling [`Engine`] to run the filters and the allocator on one node. [`actuate`] writes
@@ -55,11 +57,20 @@ fn might_help(fit: &FitError, node: &str) -> bool {
     })
 }
 
-/// W79: not eligible while it waits for victims that are already terminating on its node.
+/// W79: a pod whose PriorityClass says `preemptionPolicy: Never` never preempts.
+fn never_preempts(pod: &Pod) -> Option<&'static str> {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.as_deref());
+    (policy == Some("Never")).then_some("not eligible due to preemptionPolicy=Never.")
+}
+
+/// W79: not eligible with `preemptionPolicy: Never`, or while it waits for victims that are
+/// already terminating on its nominated node.
 fn not_eligible(pod: &Pod, fit: &FitError, inputs: &PreemptionInputs) -> Option<&'static str> {
-    let spec = pod.spec.as_ref();
-    if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
-        return Some("not eligible due to preemptionPolicy=Never.");
+    if let Some(why) = never_preempts(pod) {
+        return Some(why);
     }
     let node = inputs.nominated_node.as_deref()?;
     if fit.node_statuses.contains_key(node) && !might_help(fit, node) {
@@ -141,14 +152,9 @@ pub fn preempt(
 /// DefaultPreemption for `pod` when no assumed or bound pod has a lower priority (the cache
 /// knows without a dry run): what [`preempt`] would answer, without reading the cluster.
 pub fn without_victims(pod: &Pod, fit: &FitError) -> Verdict {
-    if pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.preemption_policy.as_deref())
-        == Some("Never")
-    {
+    if let Some(why) = never_preempts(pod) {
         return Verdict::Fail {
-            message: "preemption: not eligible due to preemptionPolicy=Never.".to_owned(),
+            message: format!("preemption: {why}"),
             clear_nomination: false,
         };
     }
