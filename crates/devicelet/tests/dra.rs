@@ -482,6 +482,12 @@ async fn b12_driver_gone_at_unprepare_is_retried_until_it_returns() {
     let (code, _, err) = node.run(&["remove", "pod-g"]).await;
     assert_eq!(code, 1);
     assert!(err.contains("not registered"), "{err}");
+    // Issue 40: said as a removal whose unprepare waits, not as an admission failure.
+    assert!(
+        err.contains("pod pod-g removed, but its DRA claims are not unprepared yet")
+            && !err.contains("AdmissionError"),
+        "{err}"
+    );
     let dra = node.dra().await;
     assert_eq!(dra["pendingUnprepare"][0], "pod-g", "{dra}");
     // Not released while unprepare is pending (B19): still reserved, file still there.

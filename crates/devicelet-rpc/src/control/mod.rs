@@ -230,6 +230,15 @@ async fn remove_pod(State(state): State<ControlState>, UrlPath(uid): UrlPath<Str
     }
     match state.pods.remove_with_claims(&uid).await {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        // Not an admission failure (issue 40): the pod and its devices are gone, its claims
+        // wait for their driver.
+        Err(PodError::Claims(err)) => error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "pod {uid} removed, but its DRA claims are not unprepared yet; devicelet retries \
+                 in the background until the driver answers: {err}"
+            ),
+        ),
         Err(err) => pod_error(&err),
     }
 }
