@@ -89,8 +89,19 @@ func namespace(t *testing.T, name string) string {
 	t.Cleanup(func() {
 		_ = controlPlane.admin.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	waitFor(t, 60*time.Second, "default ServiceAccount in "+name, func() (bool, string) {
+	// kube-controller-manager's service-account controller makes it. Right after a kube-apiserver
+	// restart its watches may still be in back-off on a loaded machine: after 30 s the test
+	// makes the (empty) ServiceAccount itself, as the controller would, rather than fail on
+	// something it does not test.
+	deadline := time.Now().Add(30 * time.Second)
+	waitFor(t, 90*time.Second, "default ServiceAccount in "+name, func() (bool, string) {
 		_, err := controlPlane.admin.CoreV1().ServiceAccounts(name).Get(ctx(t), "default", metav1.GetOptions{})
+		if err != nil && time.Now().After(deadline) {
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}
+			if _, cerr := controlPlane.admin.CoreV1().ServiceAccounts(name).Create(ctx(t), sa, metav1.CreateOptions{}); cerr == nil {
+				t.Logf("namespace %s: no default ServiceAccount from kube-controller-manager after 30 s; created it", name)
+			}
+		}
 		return err == nil, fmt.Sprint(err)
 	})
 	return name
