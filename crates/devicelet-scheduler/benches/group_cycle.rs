@@ -7,21 +7,20 @@
 //!     cargo bench -p devicelet-scheduler --bench group_cycle
 //!     GROUP_BENCH_NODES=500 GROUP_BENCH_DEVICES=10 GROUP_BENCH_GROUPS=100 GROUP_BENCH_SIZE=50 cargo bench ...
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devicelet_allocator::workloads::Workload;
 use devicelet_allocator::{AllocateOptions, MonotonicClock};
-use devicelet_scheduler::cache::ClusterCache;
 use devicelet_scheduler::cycle::{CycleInputs, with_engine};
 use devicelet_scheduler::gang::Policy;
 use devicelet_scheduler::gang::search::{
     GroupProblem, MemberInput, MemberResult, Verdict, schedule_group,
 };
-use k8s_openapi::api::core::v1::{NodeStatus, Pod, PodResourceClaim, PodSchedulingGroup, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSchedulingGroup, PodSpec};
 use k8s_openapi::api::resource::v1::ResourceClaimStatus;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// The binary's allocator (`crates/devicelet/src/main.rs`), so the figure is the scheduler's.
 #[global_allocator]
@@ -40,25 +39,7 @@ fn main() {
     let groups = env("GROUP_BENCH_GROUPS", 100);
     let size = env("GROUP_BENCH_SIZE", 8);
     let w = Workload::steady_state(nodes, devices, 0);
-    let mut cache = ClusterCache::new();
-    for c in &w.classes {
-        cache.upsert_class(c.clone());
-    }
-    for s in &w.slices {
-        cache.upsert_slice(s.clone());
-    }
-    for n in &w.nodes {
-        let mut n = n.clone();
-        n.status = Some(NodeStatus {
-            allocatable: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("32".into())),
-                ("memory".to_owned(), Quantity("128Gi".into())),
-                ("pods".to_owned(), Quantity("1000".into())),
-            ])),
-            ..NodeStatus::default()
-        });
-        cache.upsert_node(n);
-    }
+    let mut cache = common::cache_of(&w);
     let mut decisions = Vec::with_capacity(groups);
     let mut placed_groups = 0;
     for g in 0..groups {

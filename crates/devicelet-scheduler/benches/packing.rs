@@ -6,18 +6,18 @@
 //!     cargo bench -p devicelet-scheduler --bench packing
 //!     PACKING_NODES=200 PACKING_FILL=90 cargo bench -p devicelet-scheduler --bench packing
 
-use std::collections::{BTreeMap, HashMap};
+mod common;
+
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use devicelet_allocator::workloads::Workload;
 use devicelet_allocator::{AllocateOptions, MonotonicClock};
-use devicelet_scheduler::cache::ClusterCache;
 use devicelet_scheduler::config::{Profile, ScoringStrategy, StrategyKind};
 use devicelet_scheduler::cycle::{CycleInputs, Decision, with_engine};
-use k8s_openapi::api::core::v1::{NodeStatus, Pod, PodResourceClaim, PodSpec};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSpec};
 use k8s_openapi::api::resource::v1::ResourceClaimStatus;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -52,25 +52,7 @@ fn job_sizes(n: usize) -> Vec<i64> {
 /// with every GPU still free and the jobs placed.
 fn fill_cluster(nodes: usize, fill: usize, sizes: &[i64], profile: &Profile) -> (usize, usize) {
     let w = Workload::steady_state(nodes, DEVICES, 0);
-    let mut cache = ClusterCache::new();
-    for c in &w.classes {
-        cache.upsert_class(c.clone());
-    }
-    for s in &w.slices {
-        cache.upsert_slice(s.clone());
-    }
-    for n in &w.nodes {
-        let mut n = n.clone();
-        n.status = Some(NodeStatus {
-            allocatable: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("32".into())),
-                ("memory".to_owned(), Quantity("128Gi".into())),
-                ("pods".to_owned(), Quantity("1000".into())),
-            ])),
-            ..NodeStatus::default()
-        });
-        cache.upsert_node(n);
-    }
+    let mut cache = common::cache_of(&w);
     let total = nodes * DEVICES;
     let mut used = 0usize;
     let mut per_node: HashMap<String, usize> = HashMap::new();

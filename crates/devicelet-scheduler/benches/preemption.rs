@@ -7,22 +7,21 @@
 //!     cargo bench -p devicelet-scheduler --bench preemption
 //!     PREEMPTION_NODES=500 cargo bench -p devicelet-scheduler --bench preemption
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use devicelet_allocator::workloads::Workload;
 use devicelet_allocator::{AllocateOptions, MonotonicClock};
-use devicelet_scheduler::cache::ClusterCache;
 use devicelet_scheduler::config::{PreemptionArgs, Profile};
 use devicelet_scheduler::cycle::{CycleInputs, Decision, with_engine};
 use devicelet_scheduler::preemption::{PreemptionInputs, Verdict, preempt};
-use k8s_openapi::api::core::v1::{NodeStatus, Pod, PodResourceClaim, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodResourceClaim, PodSpec, PodStatus};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
     ResourceClaimConsumerReference, ResourceClaimStatus,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -59,25 +58,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let w = Workload::steady_state(nodes, DEVICES, 0);
-    let mut cache = ClusterCache::new();
-    for c in &w.classes {
-        cache.upsert_class(c.clone());
-    }
-    for s in &w.slices {
-        cache.upsert_slice(s.clone());
-    }
-    for n in &w.nodes {
-        let mut n = n.clone();
-        n.status = Some(NodeStatus {
-            allocatable: Some(BTreeMap::from([
-                ("cpu".to_owned(), Quantity("32".into())),
-                ("memory".to_owned(), Quantity("128Gi".into())),
-                ("pods".to_owned(), Quantity("1000".into())),
-            ])),
-            ..NodeStatus::default()
-        });
-        cache.upsert_node(n);
-    }
+    let mut cache = common::cache_of(&w);
     // Every device held by a priority-0 pod of its own.
     for n in &w.nodes {
         let node = n.metadata.name.clone().unwrap_or_default();
