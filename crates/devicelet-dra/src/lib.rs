@@ -10,7 +10,8 @@
 //!   the wire) is `devicelet_rpc::GrpcDraDialer`.
 //! - [`ClaimCache`]: prepare/unprepare of a pod's claims, reference-counted by pod UID, batched
 //!   per driver, persisted in `R/dra_manager_state` (kubelet format) before success is reported.
-//! - [`ClaimSource`] / [`InMemoryClaimSource`]: where claims are read from.
+//! - [`ClaimSource`] / [`InMemoryClaimSource`]: where claims are read from; [`SliceSource`]:
+//!   where the node's published ResourceSlices are listed in cluster mode.
 //! - [`pod`]: claim name resolution and per-container claim/request references.
 //! - `fake` (feature `test-utils`): in-process fake driver and object builders for tests and
 //!   benches.
@@ -61,4 +62,4 @@ pub use client::{
 };
 pub use error::{DraError, RpcCode, RpcError, VersionError};
 pub use registry::{DRA_RPC_TIMEOUT, DraPluginInstance, DraPluginRegistry, choose_service};
-pub use source::{ClaimSource, ClaimSourceError, InMemoryClaimSource};
+pub use source::{ClaimSource, ClaimSourceError, InMemoryClaimSource, SliceSource};

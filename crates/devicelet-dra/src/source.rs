@@ -4,13 +4,15 @@
 //! dra-kubelet.md §2 B2.1) and never writes them; the local flow (`devicelet apply`, admit with
 //! claims) also reserves and allocates, so the trait has a status update. [`InMemoryClaimSource`]
 //! is the local store; a real API server client can implement the same trait later.
+//! [`SliceSource`] lists the ResourceSlices published for the node (`devicelet get slices` in
+//! cluster mode, where drivers publish to the API server).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus, ResourceSlice};
 
 /// Why a claim source call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,6 +61,12 @@ pub trait ClaimSource: Send + Sync + 'static {
         name: &str,
         status: ResourceClaimStatus,
     ) -> BoxFuture<'static, Result<ResourceClaim, ClaimSourceError>>;
+}
+
+/// Lists the ResourceSlices published for this node, wherever drivers publish them.
+pub trait SliceSource: Send + Sync + 'static {
+    /// Every ResourceSlice whose `spec.nodeName` is this node; the error says why not.
+    fn node_slices(&self) -> BoxFuture<'static, Result<Vec<ResourceSlice>, String>>;
 }
 
 /// Claims kept in memory, keyed by namespace/name; cheap to clone (shared).

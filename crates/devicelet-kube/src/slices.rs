@@ -62,15 +62,38 @@ impl KubeSlices {
     }
 }
 
-impl SliceApi for KubeSlices {
-    async fn drivers_with_slices(&self) -> Result<BTreeSet<String>, ClusterError> {
+impl KubeSlices {
+    /// Every ResourceSlice of this node (selected by `spec.nodeName`).
+    pub async fn list(&self) -> Result<Vec<ResourceSlice>, ClusterError> {
         let params = ListParams::default().fields(&format!("spec.nodeName={}", self.node));
         let list = with_deadline(
             format!("list ResourceSlices of node {}", self.node),
             self.api.list(&params),
         )
         .await?;
-        Ok(list.items.into_iter().map(|s| s.spec.driver).collect())
+        Ok(list.items)
+    }
+}
+
+/// `devicelet get slices` in cluster mode: what the drivers published for this node.
+#[cfg(feature = "node")]
+impl devicelet_dra::SliceSource for KubeSlices {
+    fn node_slices(
+        &self,
+    ) -> futures::future::BoxFuture<'static, Result<Vec<ResourceSlice>, String>> {
+        let this = self.clone();
+        Box::pin(async move { this.list().await.map_err(|e| e.to_string()) })
+    }
+}
+
+impl SliceApi for KubeSlices {
+    async fn drivers_with_slices(&self) -> Result<BTreeSet<String>, ClusterError> {
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .map(|s| s.spec.driver)
+            .collect())
     }
 
     async fn wipe(&self, driver: &str) -> Result<(), ClusterError> {

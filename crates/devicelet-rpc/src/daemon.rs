@@ -114,6 +114,9 @@ pub struct DaemonConfig {
     /// Cluster mode: pods come from the API server; the control API refuses local pod
     /// changes.
     pub pods_from_api_server: bool,
+    /// Cluster mode: where `GET /v1/resourceslices` lists what the drivers published for the
+    /// node (the API server); `None`: the slices published to the node itself.
+    pub dra_slices: Option<crate::control::dra::SliceLister>,
 }
 
 impl DaemonConfig {
@@ -134,6 +137,7 @@ impl DaemonConfig {
             runtime: None,
             take_over: false,
             pods_from_api_server: false,
+            dra_slices: None,
         }
     }
 }
@@ -437,6 +441,7 @@ impl Daemon {
             pods: pods.clone(),
             runtime: runtime.clone(),
             pods_from_api_server: config.pods_from_api_server,
+            cluster_slices: config.dra_slices.clone(),
         });
         let mut rx = shutdown_rx.clone();
         let socket = paths.control_socket.clone();

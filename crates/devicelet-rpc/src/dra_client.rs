@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tracing::debug;
 
 use devicelet_dra::{
     ClaimPrepareResult, ClaimRef, DeviceHealthReport, DraError, DraPluginClient, DraPluginDialer,
@@ -247,7 +248,11 @@ impl DraPluginClient for GrpcDraClient {
                     );
                     call_with_deadline(deadline, c.node_prepare_resources(req))
                         .await
-                        .map(|r| from_v1_response(r.into_inner()))
+                        .map(|r| {
+                            // The driver's raw answer (CDI ids, device metadata) for `-v`.
+                            debug!(answer = ?r.get_ref(), "NodePrepareResources answered");
+                            from_v1_response(r.into_inner())
+                        })
                 }
                 DraService::V1Beta1 => {
                     let mut c =
@@ -260,7 +265,10 @@ impl DraPluginClient for GrpcDraClient {
                     );
                     call_with_deadline(deadline, c.node_prepare_resources(req))
                         .await
-                        .map(|r| from_v1beta1_response(r.into_inner()))
+                        .map(|r| {
+                            debug!(answer = ?r.get_ref(), "NodePrepareResources answered");
+                            from_v1beta1_response(r.into_inner())
+                        })
                 }
             };
             result.map_err(|s| {
@@ -290,6 +298,7 @@ impl DraPluginClient for GrpcDraClient {
                     call_with_deadline(deadline, c.node_unprepare_resources(req))
                         .await
                         .map(|r| {
+                            debug!(answer = ?r.get_ref(), "NodeUnprepareResources answered");
                             r.into_inner()
                                 .claims
                                 .into_iter()
@@ -309,6 +318,7 @@ impl DraPluginClient for GrpcDraClient {
                     call_with_deadline(deadline, c.node_unprepare_resources(req))
                         .await
                         .map(|r| {
+                            debug!(answer = ?r.get_ref(), "NodeUnprepareResources answered");
                             r.into_inner()
                                 .claims
                                 .into_iter()

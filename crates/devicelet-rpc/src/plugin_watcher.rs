@@ -497,6 +497,25 @@ impl Reported {
     }
 }
 
+/// A plugin in a private mount namespace whose `/var/lib/kubelet` directories are bind mounts
+/// of this root's (docs/drivers.md, for drivers that hard-code the kubelet's paths) reports its
+/// endpoint as it sees it. When that path does not exist here but the same path under this
+/// root (the registration directory's parent) does, the root's path is the one meant.
+fn endpoint_on_this_root(endpoint: PathBuf, registration_socket: &Path) -> PathBuf {
+    const KUBELET_ROOT: &str = "/var/lib/kubelet";
+    if endpoint.exists() {
+        return endpoint;
+    }
+    let (Ok(rest), Some(root)) = (
+        endpoint.strip_prefix(KUBELET_ROOT),
+        registration_socket.parent().and_then(Path::parent),
+    ) else {
+        return endpoint;
+    };
+    let mapped = root.join(rest);
+    if mapped.exists() { mapped } else { endpoint }
+}
+
 async fn register_socket(
     path: &Path,
     identity: SocketIdentity,
@@ -532,7 +551,7 @@ async fn register_socket(
     let endpoint = if info.endpoint.is_empty() {
         path.to_path_buf()
     } else {
-        PathBuf::from(&info.endpoint)
+        endpoint_on_this_root(PathBuf::from(&info.endpoint), path)
     };
     if let Err(e) = handler.validate(&info.name, &endpoint, &info.supported_versions) {
         let error = format!("RegisterPlugin error -- plugin validation failed with err: {e}");
@@ -577,4 +596,27 @@ async fn notify_status(
         tokio::time::timeout(NOTIFY_TIMEOUT, client.notify_registration_status(status)).await,
         Ok(Ok(_))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endpoint_seen_through_a_bind_mount_is_found_under_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let registration = root.path().join("plugins_registry/d-reg.sock");
+        let socket = root.path().join("plugins/d/dra.sock");
+        std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+        std::fs::write(&socket, b"").unwrap();
+        let seen = PathBuf::from("/var/lib/kubelet/plugins/d/dra.sock");
+        if seen.exists() {
+            return; // a real kubelet's driver of that name: the path is used as given
+        }
+        assert_eq!(endpoint_on_this_root(seen, &registration), socket);
+        // Missing under the root too, or not under the kubelet's root: as given.
+        let other = PathBuf::from("/var/lib/kubelet/plugins/e/dra.sock");
+        assert_eq!(endpoint_on_this_root(other.clone(), &registration), other);
+        assert_eq!(endpoint_on_this_root(socket.clone(), &registration), socket);
+    }
 }

@@ -18,6 +18,9 @@ use std::time::Duration;
 /// backlog makes a Unix connect wait; it is still a live listener).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// `/proc/net/unix` flag `__SO_ACCEPTCON`: the socket listens.
+const ACCEPTCON: u32 = 0x0001_0000;
+
 /// A live process serving one of the root's sockets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketHolder {
@@ -91,8 +94,43 @@ fn holder_process(socket: &Path, proc: &Path) -> Option<ProcessInfo> {
     if inodes.is_empty() {
         return None;
     }
+    socket_owners(proc, &inodes)
+        .into_iter()
+        .next()
+        .map(|(_, process)| process)
+}
+
+/// Every process (other than this one) listening on a Unix socket bound under `dir`, with
+/// the socket: plugins, drivers and agents that serve a root (`devicelet dev-cluster down`
+/// stops what was started against its nodes). Sockets bound with relative paths are not seen.
+pub fn listeners_under(dir: &Path) -> Vec<(PathBuf, ProcessInfo)> {
+    let proc = Path::new("/proc");
+    let Ok(table) = std::fs::read_to_string(proc.join("net/unix")) else {
+        return Vec::new();
+    };
+    let sockets = listening_under(&table, dir);
+    let inodes: Vec<u64> = sockets.iter().map(|(inode, _)| *inode).collect();
+    socket_owners(proc, &inodes)
+        .into_iter()
+        .filter_map(|(inode, process)| {
+            let (_, path) = sockets.iter().find(|(i, _)| *i == inode)?;
+            Some((path.clone(), process))
+        })
+        .collect()
+}
+
+/// The processes under `proc` holding one of the socket `inodes`, each with the inode it holds
+/// (the first such fd per process).
+fn socket_owners(proc: &Path, inodes: &[u64]) -> Vec<(u64, ProcessInfo)> {
+    let mut owners = Vec::new();
+    if inodes.is_empty() {
+        return owners;
+    }
     let own = std::process::id();
-    for entry in std::fs::read_dir(proc).ok()?.flatten() {
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return owners;
+    };
+    for entry in entries.flatten() {
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -106,30 +144,30 @@ fn holder_process(socket: &Path, proc: &Path) -> Option<ProcessInfo> {
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
             continue;
         };
-        for fd in fds.flatten() {
-            let Ok(target) = std::fs::read_link(fd.path()) else {
-                continue;
-            };
+        let held = fds.flatten().find_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
             let target = target.to_string_lossy();
-            if inodes
+            inodes
                 .iter()
-                .any(|inode| target == format!("socket:[{inode}]"))
-            {
-                return Some(ProcessInfo {
+                .copied()
+                .find(|inode| target == format!("socket:[{inode}]"))
+        });
+        if let Some(inode) = held {
+            owners.push((
+                inode,
+                ProcessInfo {
                     pid,
                     command: command_line(&entry.path()),
-                });
-            }
+                },
+            ));
         }
     }
-    None
+    owners
 }
 
 /// Inodes of the listening sockets bound at `socket` in a `/proc/net/unix` table. A socket
 /// bound with a relative path is listed relative: it matches when `socket` ends with it.
 fn listening_inodes(table: &str, socket: &Path) -> Vec<u64> {
-    // Flags __SO_ACCEPTCON: the socket listens.
-    const ACCEPTCON: u32 = 0x0001_0000;
     let wanted = socket.to_string_lossy();
     table
         .lines()
@@ -144,6 +182,22 @@ fn listening_inodes(table: &str, socket: &Path) -> Vec<u64> {
             let same = *path == wanted
                 || (!path.starts_with('/') && wanted.ends_with(&format!("/{path}")));
             (listening && same).then_some(inode)
+        })
+        .collect()
+}
+
+/// Listening sockets of a `/proc/net/unix` table bound at an absolute path under `dir`.
+fn listening_under(table: &str, dir: &Path) -> Vec<(u64, PathBuf)> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
+            let inode = fields.get(6)?.parse::<u64>().ok()?;
+            let path = Path::new(fields.get(7)?);
+            (flags & ACCEPTCON != 0 && path.is_absolute() && path.starts_with(dir))
+                .then(|| (inode, path.to_path_buf()))
         })
         .collect()
 }
@@ -185,6 +239,20 @@ Num       RefCount Protocol Flags    Type St Inode Path
         let relative = Path::new("/home/u/rel/pod-resources/kubelet.sock");
         assert_eq!(listening_inodes(TABLE, relative), vec![5151]);
         assert!(listening_inodes(TABLE, Path::new("/other.sock")).is_empty());
+    }
+
+    #[test]
+    fn listening_sockets_under_a_directory() {
+        let under = listening_under(TABLE, Path::new("/var/lib/kubelet"));
+        assert_eq!(
+            under,
+            vec![(
+                4242,
+                PathBuf::from("/var/lib/kubelet/device-plugins/kubelet.sock")
+            )]
+        );
+        // A prefix of a name is not a parent directory.
+        assert!(listening_under(TABLE, Path::new("/var/lib/kube")).is_empty());
     }
 
     #[tokio::test]

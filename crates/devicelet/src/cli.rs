@@ -78,6 +78,10 @@ pub enum Command {
     /// are allocated by devicelet's allocator.
     #[command(long_about = SCHEDULER_ABOUT)]
     Scheduler(SchedulerArgs),
+    /// A real control plane on loopback from your own Kubernetes server binaries, with N
+    /// devicelet nodes under node identities: run an unmodified DRA driver or device plugin.
+    #[command(long_about = DEV_CLUSTER_ABOUT)]
+    DevCluster(DevClusterArgs),
     /// Replay a sequence of pod admissions and removals through the resource managers
     /// (Topology, CPU, Memory Manager) of a KubeletConfiguration, offline; prints each decision
     /// and the state files as JSON.
@@ -110,6 +114,19 @@ driver prepares (CDI files written, then removed), and a second node configured 
 machine (examples/kubelet/gpu-node.yaml) whose pod gets its GPU, exclusive CPUs and memory on \
 one NUMA node. Then it stops everything and removes the root (--keep keeps it, to look at the \
 files: the kubelet's checkpoints, devicelet's journal).";
+
+const DEV_CLUSTER_ABOUT: &str = "A real Kubernetes control plane on loopback with N devicelet \
+nodes, for running unmodified DRA drivers and device plugins on one machine.
+
+`up` starts etcd, kube-apiserver (Node and RBAC authorization, NodeRestriction), \
+kube-controller-manager and a scheduler (devicelet's, as default-scheduler, or kube-scheduler) \
+from the Kubernetes server binaries you have (--bin-dir, else PATH, else the cache of \
+interop/cluster/build.sh; devicelet downloads nothing), then N `devicelet serve` nodes in \
+cluster mode, each under its own identity system:node:NAME, and waits until they are Ready. \
+It prints the admin kubeconfig and the exact flags for a kubelet-plugin-helper driver on a \
+node. Everything lives under one directory; `down` stops every process (and the drivers \
+serving the nodes' sockets), unmounts what is left and removes all but the logs; `status` \
+shows what runs. See docs/drivers.md.";
 
 const SCHEDULER_ABOUT: &str = "A secondary Kubernetes scheduler, in the foreground until \
 SIGTERM/SIGINT.
@@ -380,6 +397,10 @@ pub enum GetWhat {
     Pods(GetPodsArgs),
     /// DRA: registered drivers, published slices, cached claims, pending unprepares.
     Dra(OutputArgs),
+    /// The ResourceSlices the node's DRA drivers published (local mode: to the node; cluster
+    /// mode: to the API server, read with the node's identity): pools, devices, attributes,
+    /// capacity and counters. `-o yaml|json`: the objects as the API server has them.
+    Slices(OutputArgs),
 }
 
 /// `devicelet get pods`.
@@ -639,6 +660,75 @@ pub struct SchedulerArgs {
     /// the binding fails and the claim is deallocated (kube-scheduler's bindingTimeout).
     #[arg(long, value_parser = parse_duration, default_value = "10m", value_name = "DURATION", conflicts_with = "config")]
     pub binding_timeout: Duration,
+}
+
+/// `devicelet dev-cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct DevClusterArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub what: DevClusterWhat,
+}
+
+/// `devicelet dev-cluster` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum DevClusterWhat {
+    /// Start a control plane and N devicelet nodes (refused while one runs in the directory).
+    Up(DevClusterUpArgs),
+    /// Stop every process of the cluster and the drivers serving its nodes; keep the logs.
+    Down {
+        /// The cluster's directory [default: DEVICELET_DEV_CLUSTER_DIR, else
+        /// /tmp/devicelet-dev-UID].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// Which processes run, the API server's readiness, each node's Ready condition.
+    Status {
+        /// The cluster's directory [default: DEVICELET_DEV_CLUSTER_DIR, else
+        /// /tmp/devicelet-dev-UID].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Output selection.
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+/// `devicelet dev-cluster up`.
+#[derive(Debug, Clone, Args)]
+pub struct DevClusterUpArgs {
+    /// The cluster's directory (state, certificates, etcd data, node roots, logs) [default:
+    /// DEVICELET_DEV_CLUSTER_DIR, else /tmp/devicelet-dev-UID]. Keep it short: the nodes'
+    /// Unix sockets live under it.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// How many devicelet nodes (dev-node-1 .. dev-node-N).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub nodes: usize,
+    /// Where etcd, kube-apiserver, kube-controller-manager (and kube-scheduler) are [default:
+    /// PATH, then interop/cluster/build.sh's cache].
+    #[arg(long, value_name = "DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Which scheduler places pods: devicelet's own (`devicelet scheduler`, named
+    /// default-scheduler) or kube-scheduler.
+    #[arg(long, value_enum, default_value_t = DevClusterScheduler::Devicelet)]
+    pub scheduler: DevClusterScheduler,
+    /// Give up (and stop what was started) when the nodes are not Ready by then.
+    #[arg(long, value_parser = parse_duration, default_value = "2m", value_name = "DURATION")]
+    pub timeout: Duration,
+    /// One more argument for every node's `devicelet serve` (repeat it: `--serve-arg=--runtime
+    /// --serve-arg=cri`).
+    #[arg(long = "serve-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub serve_args: Vec<String>,
+}
+
+/// The scheduler of a dev cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DevClusterScheduler {
+    /// `devicelet scheduler`.
+    Devicelet,
+    /// The kube-scheduler binary next to kube-apiserver.
+    KubeScheduler,
 }
 
 /// `devicelet snapshot`.

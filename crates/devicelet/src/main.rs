@@ -6,6 +6,7 @@ mod cli;
 mod cluster;
 mod commands;
 mod demo;
+mod dev_cluster;
 #[cfg(test)]
 mod doc_commands;
 mod example_driver;
@@ -54,6 +55,9 @@ async fn main() -> std::process::ExitCode {
         | Command::Explain(_)
         | Command::Snapshot(_)
         | Command::Resources(_) => "warn",
+        // `up` polls /readyz, which answers 500 until the API server is ready: kube's client
+        // would log each as an error.
+        Command::DevCluster(_) => "warn,kube_client=off",
     };
     let level = if cli.verbose > 0 {
         "debug"
@@ -87,6 +91,7 @@ async fn main() -> std::process::ExitCode {
         Command::Snapshot(args) => commands::snapshot::run(args).await,
         Command::Scheduler(args) => commands::scheduler::run(args).await,
         Command::Resources(args) => commands::resources::run(args).await,
+        Command::DevCluster(args) => dev_cluster::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -308,6 +308,38 @@ async fn dra_local_flow_named_and_template_claims_cdi_files_valid() {
     );
 }
 
+/// `get slices` shows what the driver published to the node: every device, by pool.
+#[tokio::test]
+async fn get_slices_lists_the_driver_s_devices() {
+    let node = Node::start(&[]).await;
+    let json: Value =
+        serde_json::from_str(&node.ok(&["get", "slices", "-o", "json"]).await).unwrap();
+    assert_eq!(json["kind"], "ResourceSliceList");
+    let items = json["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{json}");
+    assert_eq!(items[0]["spec"]["driver"], DRIVER);
+    let devices: Vec<&str> = items[0]["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        devices.len() >= 2 && devices.iter().all(|d| d.starts_with("gpu-")),
+        "{devices:?}"
+    );
+    let table = node.ok(&["get", "slices"]).await;
+    assert!(table.starts_with("DRIVER"), "{table}");
+    for device in &devices {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(DRIVER) && l.contains(device)),
+            "{device} in\n{table}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn dra_allocation_failure_explains_and_leaves_nothing_allocated() {
     let node = Node::start(&[]).await;

@@ -18,7 +18,8 @@
 //!   hands the pod to the runtime, and `remove` and `sync-pods` stop containers (within the
 //!   pod's grace period) before their devices are freed.
 //! - DRA (when enabled, [`devicelet_node::dra`], routes in [`dra`]): `GET /v1/dra`, `POST|GET /v1/draobjects` (`apply`),
-//!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET|DELETE
+//!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET /v1/resourceslices` (what
+//!   the drivers published for the node; in cluster mode read from the API server), `GET|DELETE
 //!   /v1/resourceclaims/{namespace}/{name}`
 //! - `GET /healthz` → `ok`
 //!
@@ -66,6 +67,8 @@ pub struct ControlState {
     /// `sync-pods` are refused (a local admission would take devices the scheduler believes
     /// are free; a local removal would free devices of a pod the API server still runs).
     pub pods_from_api_server: bool,
+    /// Cluster mode: where `GET /v1/resourceslices` lists the node's slices.
+    pub cluster_slices: Option<dra::SliceLister>,
 }
 
 /// The answer to a local pod change in cluster mode.
@@ -81,7 +84,9 @@ fn pods_come_from_api_server(action: &str) -> Response {
 
 /// The control API router.
 pub fn router(state: ControlState) -> Router {
-    let dra = state.pods.dra().map_or_else(Router::new, dra::router);
+    let dra = state.pods.dra().map_or_else(Router::new, |node| {
+        dra::router(node, state.cluster_slices.clone())
+    });
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/resources", get(get_resources))

@@ -1,11 +1,13 @@
-//! `devicelet get resources`: asks the running daemon over the control socket
-//! (`GET /v1/resources`) and prints the inventory.
+//! `devicelet get resources|pods|dra|slices`: asks the running daemon over the control socket
+//! (`GET /v1/resources`, `/v1/pods`, `/v1/dra`, `/v1/resourceslices`) and prints the answer.
 
 use std::path::Path;
 
 use anyhow::Context;
 use devicelet_devicemanager::ResourcesSnapshot;
+use devicelet_rpc::control::dra::ResourceSliceList;
 use devicelet_rpc::{ControlClient, RootPaths};
+use k8s_openapi::api::resource::v1::{DeviceAttribute, ResourceSlice};
 
 use std::io::Write;
 use std::time::Duration;
@@ -27,6 +29,17 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
             output::print(args.output.output, &pods, |list| {
                 crate::commands::admit::pods_table(&list.pods)
             })
+        }
+        GetWhat::Slices(out) => {
+            let mut list: ResourceSliceList = client
+                .get_json("/v1/resourceslices")
+                .await
+                .context("get slices")?;
+            // As kubectl: the server's field ownership is noise here.
+            for slice in &mut list.items {
+                slice.metadata.managed_fields = None;
+            }
+            output::print(out.output, &list, |l| slices_table(&l.items))
         }
         GetWhat::Dra(out) => {
             let dra: devicelet_node::dra::DraSnapshot =
@@ -68,6 +81,108 @@ pub async fn run(root_dir: &Path, args: GetArgs) -> anyhow::Result<()> {
                 output::render_table(&["KIND", "NAME", "DETAIL"], &rows)
             })
         }
+    }
+}
+
+/// One row per device (and per shared counter set): driver, pool with its generation, slice,
+/// device, attributes, then capacity and the counters it consumes.
+fn slices_table(slices: &[ResourceSlice]) -> String {
+    if slices.is_empty() {
+        return "No ResourceSlices: no DRA driver has published any for this node.\n".into();
+    }
+    let mut rows = Vec::new();
+    for slice in slices {
+        let spec = &slice.spec;
+        let pool = format!("{} (gen {})", spec.pool.name, spec.pool.generation);
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        let row = |device: String, attributes: String, capacity: String| {
+            vec![
+                spec.driver.clone(),
+                pool.clone(),
+                name.clone(),
+                device,
+                attributes,
+                capacity,
+            ]
+        };
+        for set in spec.shared_counters.iter().flatten() {
+            let counters = set
+                .counters
+                .iter()
+                .map(|(k, c)| format!("{k}={}", c.value.0))
+                .collect::<Vec<_>>()
+                .join(",");
+            rows.push(row(
+                format!("counters {}", set.name),
+                String::new(),
+                counters,
+            ));
+        }
+        for device in spec.devices.iter().flatten() {
+            let attributes = device
+                .attributes
+                .iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", attribute_text(v)))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut capacity: Vec<String> = device
+                .capacity
+                .iter()
+                .flatten()
+                .map(|(k, c)| format!("{k}={}", c.value.0))
+                .collect();
+            capacity.extend(device.consumes_counters.iter().flatten().map(|use_| {
+                let counters = use_
+                    .counters
+                    .iter()
+                    .map(|(k, c)| format!("{k}={}", c.value.0))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                format!("uses {}:{counters}", use_.counter_set)
+            }));
+            rows.push(row(device.name.clone(), attributes, capacity.join(",")));
+        }
+        if spec.devices.as_ref().is_none_or(Vec::is_empty) && spec.shared_counters.is_none() {
+            rows.push(row("(none)".into(), String::new(), String::new()));
+        }
+    }
+    output::render_table(
+        &[
+            "DRIVER",
+            "POOL",
+            "SLICE",
+            "DEVICE",
+            "ATTRIBUTES",
+            "CAPACITY",
+        ],
+        &rows,
+    )
+}
+
+/// An attribute's value as text: the one field that is set (lists joined by `|`).
+fn attribute_text(a: &DeviceAttribute) -> String {
+    fn join<T: ToString>(v: &[T]) -> String {
+        v.iter().map(T::to_string).collect::<Vec<_>>().join("|")
+    }
+    if let Some(v) = &a.string {
+        v.clone()
+    } else if let Some(v) = a.int {
+        v.to_string()
+    } else if let Some(v) = a.bool {
+        v.to_string()
+    } else if let Some(v) = &a.version {
+        v.clone()
+    } else if let Some(v) = &a.strings {
+        join(v)
+    } else if let Some(v) = &a.ints {
+        join(v)
+    } else if let Some(v) = &a.bools {
+        join(v)
+    } else if let Some(v) = &a.versions {
+        join(v)
+    } else {
+        String::new()
     }
 }
 

@@ -86,6 +86,9 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
             };
             config.dra_claims = ClaimOrigin::Api(Arc::new(ApiClaimSource::new(client.clone())));
             config.pods_from_api_server = true;
+            config.dra_slices = Some(devicelet_rpc::control::dra::SliceLister(Arc::new(
+                devicelet_kube::slices::KubeSlices::new(client.clone(), &node_name),
+            )));
             Some(client)
         }
         None => None,
