@@ -194,13 +194,20 @@ fn down(dir: &Path) -> anyhow::Result<()> {
             foreign.push(p);
         }
     }
-    let mut left = procs::stop(&foreign, STOP_GRACE);
+    let mut left = stopped(procs::stop(&foreign, STOP_GRACE));
+    // The nodes together, then the rest one at a time in reverse start order: the API server
+    // must be gone before etcd, or it spends its shutdown retrying etcd.
     let mut ours: Vec<Process> = state.processes.clone();
     ours.reverse();
-    for p in ours.iter().filter(|p| p.alive()) {
-        say(&format!("stopping {} (pid {})", p.name, p.pid));
+    let (nodes, control_plane): (Vec<Process>, Vec<Process>) =
+        ours.into_iter().partition(|p| p.name.starts_with("node "));
+    let tiers = std::iter::once(nodes).chain(control_plane.into_iter().map(|p| vec![p]));
+    for tier in tiers {
+        for p in tier.iter().filter(|p| p.alive()) {
+            say(&format!("stopping {} (pid {})", p.name, p.pid));
+        }
+        left.extend(stopped(procs::stop(&tier, STOP_GRACE)));
     }
-    left.extend(procs::stop(&ours, STOP_GRACE));
 
     let mut mounts = procs::mounts_under(dir);
     // Deepest first: a mount inside another must go before it.
@@ -232,6 +239,19 @@ fn down(dir: &Path) -> anyhow::Result<()> {
         dir.join("logs").display()
     ));
     Ok(())
+}
+
+/// Says which processes needed SIGKILL; returns those still alive.
+fn stopped(result: procs::Stopped) -> Vec<Process> {
+    for p in &result.killed {
+        say(&format!(
+            "{} (pid {}) did not stop within {}s of SIGTERM: killed",
+            p.name,
+            p.pid,
+            STOP_GRACE.as_secs()
+        ));
+    }
+    result.left
 }
 
 /// Prints a line; a closed stdout (`down | head`) must not stop a `down` half way.

@@ -94,10 +94,18 @@ pub fn spawn(
     ))
 }
 
-/// Stops `processes` (in order): SIGTERM to each one's process group, then waits up to
-/// `grace` for all of them, then SIGKILL to what is left. Returns those still alive after the
-/// SIGKILL (none, unless the kernel is slow to reap).
-pub fn stop(processes: &[Process], grace: Duration) -> Vec<Process> {
+/// What [`stop`] did.
+#[derive(Debug, Default)]
+pub struct Stopped {
+    /// Those that outlived the grace period and got SIGKILL.
+    pub killed: Vec<Process>,
+    /// Those still alive even after SIGKILL (none, unless the kernel is slow to reap).
+    pub left: Vec<Process>,
+}
+
+/// Stops `processes`: SIGTERM to each one (its process group when it leads one), then waits up
+/// to `grace` for all of them, then SIGKILL to what is left.
+pub fn stop(processes: &[Process], grace: Duration) -> Stopped {
     let live: Vec<&Process> = processes.iter().filter(|p| p.alive()).collect();
     for p in &live {
         signal(p, Signal::TERM);
@@ -108,11 +116,10 @@ pub fn stop(processes: &[Process], grace: Duration) -> Vec<Process> {
         signal(p, Signal::KILL);
     }
     wait_gone(&stubborn, Duration::from_secs(5));
-    stubborn
-        .into_iter()
-        .filter(|p| p.alive())
-        .cloned()
-        .collect()
+    Stopped {
+        left: stubborn.iter().copied().filter(|p| p.alive()).cloned().collect(),
+        killed: stubborn.into_iter().cloned().collect(),
+    }
 }
 
 fn signal(process: &Process, signal: Signal) {
@@ -301,7 +308,8 @@ mod tests {
         };
         assert!(!recycled.alive());
         let reaper = std::thread::spawn(move || child.wait());
-        assert!(stop(std::slice::from_ref(&p), Duration::from_secs(5)).is_empty());
+        let stopped = stop(std::slice::from_ref(&p), Duration::from_secs(5));
+        assert!(stopped.killed.is_empty() && stopped.left.is_empty(), "{stopped:?}");
         reaper.join().unwrap().unwrap();
         assert!(!p.alive());
     }

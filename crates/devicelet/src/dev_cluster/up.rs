@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use devicelet_kube::{Client, ClusterSource};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -160,7 +160,9 @@ pub async fn up(dir: &Path, args: &DevClusterUpArgs) -> anyhow::Result<()> {
             eprintln!("dev cluster failed to start; stopping what was started");
             let mut own = launch.state.processes.clone();
             own.reverse();
-            procs::stop(&own, STOP_GRACE);
+            for p in own {
+                let _ = procs::stop(&[p], STOP_GRACE);
+            }
             for (_, child) in &mut launch.children {
                 let _ = child.wait();
             }
@@ -456,6 +458,18 @@ async fn start(
                 } else {
                     Err(format!("{ready} of {want} Ready"))
                 }
+            }
+        })
+        .await?;
+    // The ServiceAccount admission plugin refuses pods in a namespace until
+    // kube-controller-manager made its `default` ServiceAccount: ready means a pod can be made.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    launch
+        .wait("the default ServiceAccount", deadline, || async {
+            match accounts.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => Err("not made yet".to_owned()),
+                Err(e) => Err(e.to_string()),
             }
         })
         .await?;
