@@ -7,9 +7,11 @@
 //! clear error rather than started half-configured.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use container_device_interface::cache::{Cache, with_auto_refresh};
 use container_device_interface::spec_dirs::with_spec_dirs;
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::RuntimeError;
@@ -23,6 +25,39 @@ pub struct CdiEdits {
     pub device_nodes: Vec<(String, String, String)>,
     /// Mounts: (container path, host path, read-only).
     pub mounts: Vec<(String, String, bool)>,
+}
+
+/// The spec directories devicelet reads by default: the CDI standard's `/etc/cdi` and
+/// `/var/run/cdi`, then the root's own `R/cdi`, where devicelet's example plugin and example
+/// DRA driver write their specs (a later directory wins for the same device).
+pub fn default_spec_dirs(root: &Path) -> Vec<String> {
+    vec![
+        "/etc/cdi".to_owned(),
+        "/var/run/cdi".to_owned(),
+        root.join("cdi").display().to_string(),
+    ]
+}
+
+/// What [`CdiResolver::check`] found: each name resolved by its spec file or not, and every
+/// spec file the CDI library refused, with its error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CdiCheck {
+    /// The directories read, in priority order (later wins).
+    pub dirs: Vec<String>,
+    /// Each resolved name → the spec file that defines it.
+    pub resolved: BTreeMap<String, String>,
+    /// Names no valid spec defines.
+    pub unresolved: Vec<String>,
+    /// Spec files the CDI library could not read or validate → its error.
+    pub invalid_specs: BTreeMap<String, String>,
+}
+
+impl CdiCheck {
+    /// Whether every name resolved.
+    pub fn ok(&self) -> bool {
+        self.unresolved.is_empty()
+    }
 }
 
 /// Resolves CDI device names against the spec directories (`/etc/cdi`, `/var/run/cdi` by
@@ -41,6 +76,55 @@ impl CdiResolver {
     /// The spec directories.
     pub fn dirs(&self) -> &[String] {
         &self.dirs
+    }
+
+    /// Resolves `names` spec file by spec file, so that one bad file neither hides the others
+    /// nor goes unreported (the cache refuses all specs when one is invalid): each file is read
+    /// and validated with the CDI library (`read_spec`), a later directory winning for a
+    /// device defined twice, as in the CDI cache.
+    pub fn check(&self, names: &[String]) -> CdiCheck {
+        let mut out = CdiCheck {
+            dirs: self.dirs.clone(),
+            ..CdiCheck::default()
+        };
+        let mut defined: BTreeMap<String, String> = BTreeMap::new();
+        for (priority, dir) in self.dirs.iter().enumerate() {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|e| e == "json" || e == "yaml" || e == "yml")
+                })
+                .collect();
+            files.sort();
+            for file in files {
+                let priority = i32::try_from(priority).unwrap_or(i32::MAX);
+                match container_device_interface::spec::read_spec(&file, priority) {
+                    Ok(spec) => {
+                        for device in spec.get_devices().values() {
+                            defined.insert(device.get_qualified_name(), file.display().to_string());
+                        }
+                    }
+                    Err(e) => {
+                        out.invalid_specs
+                            .insert(file.display().to_string(), format!("{e:#}"));
+                    }
+                }
+            }
+        }
+        for name in names {
+            match defined.get(name) {
+                Some(file) => {
+                    out.resolved.insert(name.clone(), file.clone());
+                }
+                None => out.unresolved.push(name.clone()),
+            }
+        }
+        out
     }
 
     /// The edits of `names` (fully-qualified `vendor/class=device`), specs read afresh (a DRA
@@ -197,5 +281,40 @@ mod tests {
             .to_string();
         assert!(err.contains("vendor.com/x=nope"), "{err}");
         assert_eq!(resolver.resolve(&[]).expect("nothing"), CdiEdits::default());
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+
+    #[test]
+    fn check_names_the_spec_of_each_device_and_every_bad_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("example.com-gpu.json");
+        std::fs::write(
+            &good,
+            r#"{"cdiVersion":"0.6.0","kind":"example.com/gpu","devices":[{"name":"gpu-0","containerEdits":{"env":["A=0"]}}]}"#,
+        )
+        .unwrap();
+        let bad = dir.path().join("broken.yaml");
+        std::fs::write(&bad, "cdiVersion: \"0.6.0\"\nkind: nokind\ndevices: []\n").unwrap();
+        let resolver = CdiResolver::new(vec![
+            "/nonexistent-cdi-dir".into(),
+            dir.path().display().to_string(),
+        ]);
+        let names = [
+            "example.com/gpu=gpu-0".to_owned(),
+            "example.com/gpu=gpu-9".to_owned(),
+        ];
+        let check = resolver.check(&names);
+        assert_eq!(
+            check.resolved.get("example.com/gpu=gpu-0"),
+            Some(&good.display().to_string())
+        );
+        assert_eq!(check.unresolved, vec!["example.com/gpu=gpu-9".to_owned()]);
+        assert!(!check.ok());
+        let why = check.invalid_specs.get(&bad.display().to_string()).unwrap();
+        assert!(!why.is_empty(), "{check:?}");
     }
 }

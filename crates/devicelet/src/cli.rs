@@ -265,7 +265,8 @@ pub struct ServeArgs {
     )]
     pub container_runtime_endpoint: String,
     /// With `--runtime cri`: a directory of CDI spec files devicelet resolves CDI device names
-    /// in (repeatable; later directories win) [default: /etc/cdi and /var/run/cdi].
+    /// in (repeatable; later directories win) [default: /etc/cdi, /var/run/cdi, then R/cdi,
+    /// where the example plugin and driver write theirs].
     #[arg(long = "cdi-spec-dir", value_name = "DIR")]
     pub cdi_spec_dirs: Vec<PathBuf>,
     /// With `--runtime cri`: pass CDI device names to the runtime (CRI `CDIDevices`; containerd
@@ -447,6 +448,15 @@ pub struct StartArgs {
     pub pod_uid: String,
     /// Container name.
     pub container: String,
+    /// Also resolve every CDI name the container gets against the spec directories, with the
+    /// CDI library's validation of each spec file (in simulated mode too, where nothing else
+    /// would); fails when a name does not resolve.
+    #[arg(long)]
+    pub check_cdi: bool,
+    /// With `--check-cdi`: a CDI spec directory (repeatable; later directories win) [default:
+    /// /etc/cdi, /var/run/cdi, then R/cdi].
+    #[arg(long = "cdi-spec-dir", value_name = "DIR", requires = "check_cdi")]
+    pub cdi_spec_dirs: Vec<PathBuf>,
     /// Output selection.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -524,8 +534,9 @@ pub struct ExamplePluginArgs {
     /// `Allocate`).
     #[arg(long, value_name = "DIR")]
     pub mount_dir: Option<PathBuf>,
-    /// Write a CDI spec for the devices (kind = the resource name) into DIR, so the CDI names
-    /// `Allocate` returns resolve: each device adds `EXAMPLE_CDI_<ID>=<ID>` to the env.
+    /// Where the CDI spec for the devices (kind = the resource name) is written, so the CDI
+    /// names `Allocate` returns resolve: each device adds `EXAMPLE_CDI_<ID>=<ID>` to the env
+    /// [default: R/cdi, which `serve --runtime cri` reads].
     #[arg(long, value_name = "DIR")]
     pub cdi_dir: Option<PathBuf>,
 }

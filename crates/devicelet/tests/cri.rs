@@ -64,13 +64,19 @@ impl Node {
         let root = Root::new();
         let cdi = root.path().join("cdi");
         std::fs::create_dir_all(&cdi).unwrap();
+        let mut with_cdi = vec!["--cdi-spec-dir", cdi.to_str().unwrap()];
+        with_cdi.extend_from_slice(extra);
+        Node::start_on(root, endpoint, &with_cdi).await
+    }
+
+    /// `serve --runtime cri` with devicelet's own defaults otherwise (the CDI spec directories
+    /// included).
+    async fn start_on(root: Root, endpoint: &str, extra: &[&str]) -> Node {
         let mut serve_args: Vec<String> = [
             "--runtime",
             "cri",
             "--container-runtime-endpoint",
             endpoint,
-            "--cdi-spec-dir",
-            cdi.to_str().unwrap(),
             "--metrics-address",
             "off",
             "--node-name",
@@ -263,6 +269,44 @@ async fn a_device_plugins_env_mount_and_device_node_are_inside_the_container() {
     assert!(
         out.contains("READONLY"),
         "the plugin's mount is read-only: {out}"
+    );
+}
+
+/// The built-in parts work together with no flag: the example plugin writes its CDI spec under
+/// the root by default and `serve --runtime cri` reads specs there, so the CDI names its
+/// `Allocate` returns resolve and the container sees the spec's env (issue 40).
+#[tokio::test]
+async fn the_default_example_plugin_and_serve_compose_without_cdi_flags() {
+    let Some(endpoint) = endpoint() else { return };
+    let mut node = Node::start_on(Root::new(), &endpoint, &[]).await;
+    node.others.push(node.root.example_plugin(&[
+        "--resource",
+        "example.com/foo",
+        "--devices",
+        "1",
+    ]));
+    node.root.wait_counts("example.com/foo", 1, 1).await;
+    let uid = uid();
+    let admitted = node
+        .admit(&pod(
+            &uid,
+            "default-plugin-pod",
+            "echo ENV=$EXAMPLE_DEVICES; echo CDI=$EXAMPLE_CDI_FOO_0",
+            json!({}),
+            json!({"limits": {"example.com/foo": "1"}}),
+        ))
+        .await;
+    let device = admitted["containers"][0]["devices"]["example.com/foo"][0]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = node.finished(&uid).await;
+    assert_eq!(status["phase"], "Succeeded", "{status}");
+    let out = node.logs(&uid, "app").await;
+    assert!(out.contains(&format!("ENV={device}\n")), "{out}");
+    assert!(
+        out.contains(&format!("CDI={device}\n")),
+        "the CDI spec's env: {out}"
     );
 }
 

@@ -275,3 +275,73 @@ async fn c2_dra_backed_extended_resources_are_not_allocated_by_device_plugins() 
     assert_eq!(serve.terminate().await, 0);
     plugin.kill().await;
 }
+
+/// `start --check-cdi` resolves the container's CDI names in simulated mode: the example
+/// plugin's spec is under R/cdi by default, so they resolve; a plugin whose spec went elsewhere
+/// gives names that do not, and the check fails naming them and the directories.
+#[tokio::test]
+async fn start_check_cdi_resolves_names_or_names_what_does_not() {
+    let root = Root::new();
+    let _serve = root.serve(&[]).await;
+    let elsewhere = root.path().join("elsewhere");
+    let elsewhere_arg = elsewhere.display().to_string();
+    let other = root.example_plugin(&[
+        "--resource",
+        "example.com/fpga",
+        "--devices",
+        "1",
+        "--cdi-dir",
+        &elsewhere_arg,
+    ]);
+    let plugin = root.example_plugin(&["--resource", GPU, "--devices", "2"]);
+    root.wait_counts(GPU, 2, 2).await;
+    root.wait_counts("example.com/fpga", 1, 1).await;
+    let pod = write(
+        &root,
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: uid-c}\nspec:\n  containers:\n  - name: gpu\n    resources: {limits: {example.com/gpu: \"1\"}}\n  - name: fpga\n    resources: {limits: {example.com/fpga: \"1\"}}\n",
+    );
+    let (code, _, stderr) = cli(root.path(), &["admit", "-f", &pod]).await;
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, out, stderr) = cli(
+        root.path(),
+        &["start", "uid-c", "gpu", "--check-cdi", "-o", "json"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let name = v["cdiDevices"][0].as_str().unwrap();
+    let file = v["cdiCheck"]["resolved"][name].as_str().unwrap();
+    assert!(
+        file.starts_with(&root.path().join("cdi").display().to_string()),
+        "{v}"
+    );
+
+    let (code, out, stderr) = cli(root.path(), &["start", "uid-c", "fpga", "--check-cdi"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("UNRESOLVED"), "{out}");
+    assert!(
+        stderr.contains("unresolvable CDI device(s) example.com/fpga=")
+            && stderr.contains(&root.path().join("cdi").display().to_string())
+            && stderr.contains("/etc/cdi"),
+        "{stderr}"
+    );
+    // The plugin's own directory makes them resolve.
+    let (code, out, stderr) = cli(
+        root.path(),
+        &[
+            "start",
+            "uid-c",
+            "fpga",
+            "--check-cdi",
+            "--cdi-spec-dir",
+            &elsewhere_arg,
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{stderr}");
+    assert!(out.contains("resolved by"), "{out}");
+    assert_eq!(plugin.terminate().await, 0);
+    assert_eq!(other.terminate().await, 0);
+}

@@ -129,7 +129,7 @@ fn cri_config(
         return None;
     }
     let cdi_spec_dirs = if args.cdi_spec_dirs.is_empty() {
-        vec!["/etc/cdi".to_owned(), "/var/run/cdi".to_owned()]
+        devicelet_runtime::default_spec_dirs(root_dir)
     } else {
         args.cdi_spec_dirs
             .iter()

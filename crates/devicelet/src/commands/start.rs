@@ -17,7 +17,77 @@ pub async fn run(root_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
         .start(&args.pod_uid, &args.container)
         .await
         .with_context(|| format!("start pod {} container {}", args.pod_uid, args.container))?;
-    output::print(args.output.output, &options, options_table)
+    if !args.check_cdi {
+        return output::print(args.output.output, &options, options_table);
+    }
+    let dirs = if args.cdi_spec_dirs.is_empty() {
+        devicelet_runtime::default_spec_dirs(root_dir)
+    } else {
+        args.cdi_spec_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect()
+    };
+    let check = devicelet_runtime::CdiResolver::new(dirs).check(&options.cdi_devices);
+    let checked = CheckedStart {
+        options,
+        cdi_check: check,
+    };
+    output::print(args.output.output, &checked, |c| {
+        format!(
+            "{}\n{}",
+            options_table(&c.options),
+            check_table(&c.cdi_check)
+        )
+    })?;
+    let check = &checked.cdi_check;
+    if !check.ok() {
+        let mut message = format!(
+            "unresolvable CDI device(s) {}: no valid spec in {:?} defines them",
+            check.unresolved.join(", "),
+            check.dirs
+        );
+        for (file, why) in &check.invalid_specs {
+            message.push_str(&format!("; {file} is not a valid CDI spec: {why}"));
+        }
+        anyhow::bail!(message);
+    }
+    Ok(())
+}
+
+/// `start --check-cdi`'s answer: the runtime settings and the CDI check of their names.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CheckedStart {
+    #[serde(flatten)]
+    options: devicelet_devicemanager::RunContainerOptions,
+    cdi_check: devicelet_runtime::CdiCheck,
+}
+
+/// One row per CDI name (resolved by which file, or not) and per spec file the CDI library
+/// refused.
+fn check_table(check: &devicelet_runtime::CdiCheck) -> String {
+    let mut rows: Vec<Vec<String>> = check
+        .resolved
+        .iter()
+        .map(|(name, file)| vec![name.clone(), format!("resolved by {file}")])
+        .collect();
+    rows.extend(check.unresolved.iter().map(|name| {
+        vec![
+            name.clone(),
+            format!("UNRESOLVED: no spec in {:?} defines it", check.dirs),
+        ]
+    }));
+    rows.extend(
+        check
+            .invalid_specs
+            .iter()
+            .map(|(file, why)| vec![file.clone(), format!("INVALID SPEC: {why}")]),
+    );
+    if rows.is_empty() {
+        return "CDI: the container gets no CDI device\n".into();
+    }
+    output::render_table(&["CDI", "CHECK"], &rows)
 }
 
 /// The `start` table: one row per env, mount, device, annotation, CDI name, cpuset and

@@ -117,7 +117,12 @@ pub fn stop(processes: &[Process], grace: Duration) -> Stopped {
     }
     wait_gone(&stubborn, Duration::from_secs(5));
     Stopped {
-        left: stubborn.iter().copied().filter(|p| p.alive()).cloned().collect(),
+        left: stubborn
+            .iter()
+            .copied()
+            .filter(|p| p.alive())
+            .cloned()
+            .collect(),
         killed: stubborn.into_iter().cloned().collect(),
     }
 }
@@ -309,7 +314,10 @@ mod tests {
         assert!(!recycled.alive());
         let reaper = std::thread::spawn(move || child.wait());
         let stopped = stop(std::slice::from_ref(&p), Duration::from_secs(5));
-        assert!(stopped.killed.is_empty() && stopped.left.is_empty(), "{stopped:?}");
+        assert!(
+            stopped.killed.is_empty() && stopped.left.is_empty(),
+            "{stopped:?}"
+        );
         reaper.join().unwrap().unwrap();
         assert!(!p.alive());
     }

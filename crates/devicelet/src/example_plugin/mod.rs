@@ -64,9 +64,10 @@ pub async fn run(root_dir: &Path, args: ExamplePluginArgs) -> anyhow::Result<()>
         args.numa_nodes,
         &args.unhealthy,
     );
-    if let Some(dir) = &args.cdi_dir {
-        write_cdi_spec(dir, &args.resource, &base)?;
-    }
+    // The spec goes where devicelet reads specs unless told otherwise, so that the CDI names
+    // `Allocate` returns resolve with `serve --runtime cri` and no extra flag.
+    let cdi_dir = args.cdi_dir.clone().unwrap_or_else(|| root_dir.join("cdi"));
+    write_cdi_spec(&cdi_dir, &args.resource, &base)?;
     let (devices_tx, devices_rx) = watch::channel(base.clone());
     std::fs::create_dir_all(&paths.device_plugins)
         .with_context(|| format!("create {}", paths.device_plugins.display()))?;
