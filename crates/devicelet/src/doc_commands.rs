@@ -227,9 +227,9 @@ fn variants(text: &str) -> Vec<Vec<String>> {
 }
 
 fn alternatives(word: &str) -> Vec<&str> {
-    word.split('|')
-        .filter(|a| !a.is_empty())
-        .collect::<Vec<_>>()
+    let alts: Vec<&str> = word.split('|').filter(|a| !a.is_empty()).collect();
+    // A word of pipes only (a shell pipe) stands for itself.
+    if alts.is_empty() { vec![word] } else { alts }
 }
 
 /// Sample values for placeholders the CLI validates; `WORD...` as one value.
