@@ -109,7 +109,7 @@ fn build_caches() -> Vec<PathBuf> {
         .map(|e| e.path().join("bin"))
         .filter_map(|bin| Some((std::fs::metadata(&bin).ok()?.modified().ok()?, bin)))
         .collect();
-    dirs.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
     dirs.into_iter().map(|(_, dir)| dir).collect()
 }
 

@@ -102,18 +102,18 @@ impl Launch {
 /// `up`: refuses a directory whose cluster runs; otherwise starts one there.
 pub async fn up(dir: &Path, args: &DevClusterUpArgs) -> anyhow::Result<()> {
     let _lock = lock(dir)?;
-    if let Some(old) = ClusterState::read(dir)? {
-        if let Some(p) = old.live().first() {
-            bail!(
-                "a dev cluster is running in {} ({} pid {}, {}): `devicelet dev-cluster down{}` \
-                 stops it",
-                dir.display(),
-                p.name,
-                p.pid,
-                old.server,
-                dir_flag(dir)
-            );
-        }
+    if let Some(old) = ClusterState::read(dir)?
+        && let Some(p) = old.live().first()
+    {
+        bail!(
+            "a dev cluster is running in {} ({} pid {}, {}): `devicelet dev-cluster down{}` \
+             stops it",
+            dir.display(),
+            p.name,
+            p.pid,
+            old.server,
+            dir_flag(dir)
+        );
     }
     if args.nodes == 0 {
         bail!("--nodes must be at least 1");
