@@ -565,7 +565,8 @@ func TestSchedulerGangPartitionsBesideKubeScheduler(t *testing.T) {
 		waitForPodClaims(t, controlPlane.admin, ns, 2, 60*time.Second)
 		switch d {
 		case "kube":
-			startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true")
+			// The gates of the control plane's own kube-scheduler and API server (up.sh).
+			startBenchKubeSchedulerWith(t, ns, "DRADeviceTaintRules=true,GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,DRAWorkloadResourceClaims=true")
 		case "devicelet":
 			startScheduler(t, "--scheduler-name", ns)
 		}
@@ -587,8 +588,10 @@ func TestSchedulerGangPartitionsBesideKubeScheduler(t *testing.T) {
 	if results["devicelet"] != 2 {
 		t.Fatalf("devicelet bound %d of the 2 members that fit as two halves", results["devicelet"])
 	}
-	if results["kube"] == 1 {
-		t.Fatalf("kube-scheduler bound one member of a gang of 2")
+	// kube-scheduler's greedy pass gives the first member the whole GPU every time, so the
+	// gang never starts (kubernetes#138765); a partly bound gang would be worse still.
+	if results["kube"] != 0 {
+		t.Fatalf("kube-scheduler bound %d member(s) of the gang (kubernetes#138765 fixed upstream?)", results["kube"])
 	}
 }
 
@@ -672,4 +675,24 @@ func TestSchedulerGangsOnDeviceletNodes(t *testing.T) {
 		_, stillThere := bound[gone]
 		return !stillThere && whole == wantWhole, fmt.Sprintf("bound %v, Running %v", bound, run)
 	})
+
+	// Room for all ten: four more nodes join, and the deleted group's members are made again.
+	// The groups still waiting and the new one all run whole.
+	for i := nodes; i < nodes+4; i++ {
+		startTestDriver(t, startNode(t, fmt.Sprintf("gangnode-%d", i)), devicesPerNode)
+	}
+	gangPods(t, ns, []string{gone}, perGroup)
+	start = time.Now()
+	waitForEvery(t, 240*time.Second, 2*time.Second, "all 10 groups Running whole", func() (bool, string) {
+		bound, run := running()
+		partial.look(t, bound, perGroup)
+		whole := 0
+		for g := range bound {
+			if run[g] == perGroup {
+				whole++
+			}
+		}
+		return whole == groups, fmt.Sprintf("bound %v, Running %v", bound, run)
+	})
+	t.Logf("with 10 nodes all %d gangs Running whole %v after the nodes joined", groups, time.Since(start))
 }

@@ -104,9 +104,11 @@ pub struct ClusterCache {
     pod_groups: HashMap<GroupKey, Arc<PodGroup>>,
     /// Every live pod that names a group (pending or assigned, any scheduler), by UID, with
     /// its (namespace, name) for relists (W7 `allPods`).
-    group_members: HashMap<String, (GroupKey, (String, String))>,
+    group_members: HashMap<String, (GroupKey, (String, String), String)>,
     /// Members per group (W7 `AllPodsCount`).
     group_sizes: HashMap<GroupKey, usize>,
+    /// Members per group and `spec.schedulerName` (W14: one group, one scheduler).
+    group_schedulers: HashMap<GroupKey, BTreeMap<String, usize>>,
     /// Assumed or assigned members per group (W7 `ScheduledPodsCount`).
     group_scheduled: HashMap<GroupKey, usize>,
     /// Pending pods nominated to a node by preemption (W92), by UID.
@@ -341,20 +343,43 @@ impl ClusterCache {
         let live = !matches!(phase, Some("Succeeded" | "Failed"));
         match group_of(pod).filter(|_| live) {
             Some(g) => {
-                if self.group_members.get(uid).is_some_and(|(k, _)| *k == g) {
+                let scheduler = crate::config::scheduler_name_of(pod).to_owned();
+                if self
+                    .group_members
+                    .get(uid)
+                    .is_some_and(|(k, _, s)| *k == g && *s == scheduler)
+                {
                     return;
                 }
                 self.untrack_member(uid);
                 *self.group_sizes.entry(g.clone()).or_default() += 1;
-                self.group_members.insert(uid.to_owned(), (g, pod_key(pod)));
+                *self
+                    .group_schedulers
+                    .entry(g.clone())
+                    .or_default()
+                    .entry(scheduler.clone())
+                    .or_default() += 1;
+                self.group_members
+                    .insert(uid.to_owned(), (g, pod_key(pod), scheduler));
             }
             None => self.untrack_member(uid),
         }
     }
 
     fn untrack_member(&mut self, uid: &str) {
-        if let Some((g, _)) = self.group_members.remove(uid) {
+        if let Some((g, _, scheduler)) = self.group_members.remove(uid) {
             decrement(&mut self.group_sizes, &g);
+            if let Some(names) = self.group_schedulers.get_mut(&g) {
+                if let Some(n) = names.get_mut(&scheduler) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        names.remove(&scheduler);
+                    }
+                }
+                if names.is_empty() {
+                    self.group_schedulers.remove(&g);
+                }
+            }
         }
     }
 
@@ -365,7 +390,7 @@ impl ClusterCache {
         let gone_members: Vec<String> = self
             .group_members
             .iter()
-            .filter(|(_, (_, key))| !names.contains(key))
+            .filter(|(_, (_, key, _))| !names.contains(key))
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in &gone_members {
@@ -607,6 +632,15 @@ impl ClusterCache {
     /// Live pods of the group, pending or assigned (W7 `AllPodsCount`).
     pub fn group_pod_count(&self, key: &GroupKey) -> usize {
         self.group_sizes.get(key).copied().unwrap_or(0)
+    }
+
+    /// The `spec.schedulerName`s of the group's live members, sorted (W14: more than one is an
+    /// error for every member).
+    pub fn group_scheduler_names(&self, key: &GroupKey) -> Vec<String> {
+        self.group_schedulers
+            .get(key)
+            .map(|names| names.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Assumed or assigned pods of the group (W7 `ScheduledPodsCount`).
@@ -1054,6 +1088,42 @@ mod tests {
             .iter()
             .map(|d| d.device.clone())
             .collect()
+    }
+
+    /// W14: the group's schedulers are counted per member, so a group spanning two is seen
+    /// (and stops being seen when the odd member goes or changes).
+    #[test]
+    fn w14_a_groups_scheduler_names_follow_its_members() {
+        let member = |uid: &str, scheduler: Option<&str>| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+                "spec": {
+                    "containers": [],
+                    "schedulerName": scheduler,
+                    "schedulingGroup": {"podGroupName": "g"},
+                },
+            }))
+            .unwrap()
+        };
+        let key: GroupKey = ("ns".into(), "g".into());
+        let mut cache = ClusterCache::new();
+        cache.upsert_pod(&member("a", Some("devicelet-scheduler")));
+        cache.upsert_pod(&member("b", Some("devicelet-scheduler")));
+        assert_eq!(cache.group_scheduler_names(&key), ["devicelet-scheduler"]);
+        cache.upsert_pod(&member("c", None));
+        assert_eq!(
+            cache.group_scheduler_names(&key),
+            ["default-scheduler", "devicelet-scheduler"]
+        );
+        assert_eq!(cache.group_pod_count(&key), 3);
+        // The odd member moved to the group's scheduler: one name again.
+        cache.upsert_pod(&member("c", Some("devicelet-scheduler")));
+        assert_eq!(cache.group_scheduler_names(&key), ["devicelet-scheduler"]);
+        assert_eq!(cache.group_pod_count(&key), 3);
+        cache.remove_pod("a");
+        cache.remove_pod("b");
+        cache.remove_pod("c");
+        assert!(cache.group_scheduler_names(&key).is_empty());
     }
 
     #[test]

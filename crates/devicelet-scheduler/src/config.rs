@@ -435,7 +435,7 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
         profiles.push(profile(i, p)?);
     }
     if profiles.is_empty() {
-        profiles.push(Profile::named("default-scheduler"));
+        profiles.push(Profile::named(DEFAULT_SCHEDULER_NAME));
     }
     for p in &mut profiles {
         // W108: the profile's percentage, else the global one.
@@ -599,12 +599,23 @@ fn leader_election(raw: Option<RawLeader>) -> Result<LeaderElection, ConfigError
     Ok(le)
 }
 
+/// The scheduler name of a pod or profile that names none.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// A pod's `spec.schedulerName`, or the default.
+pub fn scheduler_name_of(pod: &k8s_openapi::api::core::v1::Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(DEFAULT_SCHEDULER_NAME)
+}
+
 fn profile(i: usize, raw: RawProfile) -> Result<Profile, ConfigError> {
     let at = |f: &str| format!("profiles[{i}].{f}");
     let scheduler_name = raw
         .scheduler_name
         .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| "default-scheduler".to_owned());
+        .unwrap_or_else(|| DEFAULT_SCHEDULER_NAME.to_owned());
     let mut p = Profile::named(&scheduler_name);
     p.percentage_of_nodes_to_score = percentage(
         &at("percentageOfNodesToScore"),

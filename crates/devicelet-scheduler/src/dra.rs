@@ -182,8 +182,13 @@ pub fn resolve_claims(pod: &Pod, cache: &ClusterCache) -> Result<Vec<PodClaim>, 
             return Err(format!("resourceclaim {name:?} is being deleted"));
         }
         if from_template && !controlled_by(&claim, pod) {
+            // W47: a group member's claim may be its PodGroup's; the message says both.
+            let owner = match crate::gang::group_of(pod) {
+                Some((_, group)) => format!("neither Pod nor PodGroup {group} is the owner"),
+                None => "Pod is not owner".to_owned(),
+            };
             return Err(format!(
-                "ResourceClaim {ns}/{name} was not created for Pod {pod_ns}/{pod_name} (Pod is not owner)"
+                "ResourceClaim {ns}/{name} was not created for Pod {pod_ns}/{pod_name} ({owner})"
             ));
         }
         out.push(PodClaim { claim });
@@ -567,6 +572,20 @@ mod tests {
         assert_eq!(
             resolve_claims(&pod, &cache).err(),
             Some("ResourceClaim ns/p-gpu-x was not created for Pod ns/p (Pod is not owner)".into())
+        );
+        // W47: a group member's message names its PodGroup too.
+        let mut member = pod.clone();
+        if let Some(spec) = member.spec.as_mut() {
+            spec.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+                pod_group_name: Some("g".into()),
+            });
+        }
+        assert_eq!(
+            resolve_claims(&member, &cache).err(),
+            Some(
+                "ResourceClaim ns/p-gpu-x was not created for Pod ns/p (neither Pod nor PodGroup g is the owner)"
+                    .into()
+            )
         );
         let missing = template_pod(Some(Some("other")));
         assert_eq!(

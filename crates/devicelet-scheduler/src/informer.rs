@@ -56,10 +56,7 @@ pub fn is_ours_and_pending(pod: &Pod, profiles: &[String]) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
-    let name = spec
-        .scheduler_name
-        .as_deref()
-        .unwrap_or("default-scheduler");
+    let name = crate::config::scheduler_name_of(pod);
     let bound = spec.node_name.as_deref().is_some_and(|n| !n.is_empty());
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     profiles.iter().any(|p| p == name)

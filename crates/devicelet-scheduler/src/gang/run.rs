@@ -110,6 +110,23 @@ pub fn run_group_cycle(
         );
         return;
     }
+    // W14: a group's members must share one scheduler (one profile); otherwise every member
+    // fails with upstream's error and backs off. Members for another scheduler count towards
+    // the group (W7), so without this the group would wait forever without a word.
+    let schedulers = cache.group_scheduler_names(&key);
+    if let [first, second, ..] = schedulers.as_slice() {
+        drop(cache);
+        let message = format!(
+            "all pods in a single pod group should have the same .spec.schedulerName set, got: {first:?} and {second:?}"
+        );
+        shared.metrics_of(&members[0].pod).podgroup_attempt(
+            AttemptResult::Error,
+            started.elapsed(),
+            Duration::ZERO,
+        );
+        error_members(binder, handle, shared, &group, members, &message);
+        return;
+    }
     let policy = Policy::of(&group);
     let scheduled = cache.group_scheduled_count(&key);
     if let Policy::Gang { min_count } = policy
@@ -208,26 +225,39 @@ pub fn run_group_cycle(
         }
         Verdict::Error(e) => {
             metrics.podgroup_attempt(AttemptResult::Error, started.elapsed(), algorithm);
-            write_condition(
-                binder,
-                handle,
-                &group,
-                GroupCondition::SchedulerError(e.clone()),
-            );
-            let now = Instant::now();
-            for qp in members {
-                let pod = qp.pod.clone();
-                shared.queue().error(qp, now);
-                let binder = binder.clone();
-                let e = e.clone();
-                handle.spawn(async move {
-                    binder
-                        .reporter()
-                        .failed(&pod, FailureReason::SchedulerError, &e)
-                        .await;
-                });
-            }
+            error_members(binder, handle, shared, &group, members, e);
         }
+    }
+}
+
+/// The group's condition and every member say `message` as a scheduler error; the members
+/// back off.
+fn error_members(
+    binder: &Binder,
+    handle: &Handle,
+    shared: &Arc<Shared>,
+    group: &Arc<PodGroup>,
+    members: Vec<QueuedPod>,
+    message: &str,
+) {
+    write_condition(
+        binder,
+        handle,
+        group,
+        GroupCondition::SchedulerError(message.to_owned()),
+    );
+    let now = Instant::now();
+    for qp in members {
+        let pod = qp.pod.clone();
+        shared.queue().error(qp, now);
+        let binder = binder.clone();
+        let message = message.to_owned();
+        handle.spawn(async move {
+            binder
+                .reporter()
+                .failed(&pod, FailureReason::SchedulerError, &message)
+                .await;
+        });
     }
 }
 
