@@ -461,7 +461,8 @@ fn by_domain(
     let chosen = if successes.len() == 1 {
         successes[0]
     } else {
-        choose_domain(problem, &results, &successes)
+        let resources = &engine.profile_of(&members[0].pod).scoring.resources;
+        choose_domain(problem, &results, &successes, resources)
     };
     let (value, r) = results.swap_remove(chosen);
     let mut out = finish(members, problem, needed, r, Some(value.clone()));
@@ -472,12 +473,14 @@ fn by_domain(
 }
 
 /// Among the domains that fit, the one with the highest placement score: PodGroupPodsCount
-/// normalised to 0-100 (W70) plus NodeResourcesFit's MostAllocated over cpu and memory of the
-/// domain's nodes with the proposed pods (W71). Ties go to the first domain in value order.
+/// normalised to 0-100 (W70) plus NodeResourcesFit's MostAllocated over the profile's
+/// `scoringStrategy.resources` on the domain's nodes with the proposed pods, their weighted
+/// mean not normalised (W71). Ties go to the first domain in value order.
 fn choose_domain(
     problem: &GroupProblem,
     results: &[(String, DomainResult)],
     successes: &[usize],
+    resources: &[(String, i64)],
 ) -> usize {
     let pods: Vec<i64> = successes
         .iter()
@@ -500,29 +503,42 @@ fn choose_domain(
             continue;
         };
         let pods_score = pods[k] * 100 / max_pods;
-        let (mut req_cpu, mut req_mem, mut cap_cpu, mut cap_mem) = (0i128, 0i128, 0i128, 0i128);
-        // The simulated usage includes the proposed members already.
-        for e in &sim.nodes {
-            let alloc = &e.allocatable;
-            cap_cpu += alloc.get("cpu").copied().unwrap_or(0);
-            cap_mem += alloc.get("memory").copied().unwrap_or(0);
-            req_cpu += e.usage.non_zero_cpu;
-            req_mem += e.usage.non_zero_memory;
-        }
-        let most = |req: i128, cap: i128| -> i128 {
-            if cap <= 0 {
-                0
-            } else {
-                req.min(cap) * 100 / cap
-            }
-        };
-        let fit_score = ((most(req_cpu, cap_cpu) + most(req_mem, cap_mem)) / 2) as i64;
-        let total = pods_score + fit_score;
+        let total = pods_score + most_allocated(&sim.nodes, resources);
         if best.is_none_or(|(b, _)| total > b) {
             best = Some((total, i));
         }
     }
     best.map_or(successes[0], |(_, i)| i)
+}
+
+/// W71: MostAllocated over `resources` (name, weight) of a domain's nodes, whose simulated
+/// usage includes the proposed members: per resource requested (cpu and memory with the
+/// non-zero defaults) × 100 / allocatable, capped, then the weighted integer mean.
+pub(super) fn most_allocated(nodes: &[NodeEntry], resources: &[(String, i64)]) -> i64 {
+    let (mut sum, mut weights) = (0i128, 0i128);
+    for (name, weight) in resources {
+        let (mut requested, mut capacity) = (0i128, 0i128);
+        for e in nodes {
+            capacity += e.allocatable.get(name).copied().unwrap_or(0);
+            requested += match name.as_str() {
+                "cpu" => e.usage.non_zero_cpu,
+                "memory" => e.usage.non_zero_memory,
+                other => e.usage.requested.get(other).copied().unwrap_or(0),
+            };
+        }
+        let score = if capacity <= 0 {
+            0
+        } else {
+            requested.min(capacity) * 100 / capacity
+        };
+        sum += score * i128::from(*weight);
+        weights += i128::from(*weight);
+    }
+    if weights == 0 {
+        0
+    } else {
+        i64::try_from(sum / weights).unwrap_or(0)
+    }
 }
 
 fn not_placed(failure: Option<MemberFailure>) -> MemberResult {

@@ -320,6 +320,39 @@ fn w68_topology_domains_pack_the_group_into_one_rack() {
     assert_eq!(out.placed(), 0);
 }
 
+/// W71: a domain's placement score is MostAllocated over the profile's resources and weights,
+/// not cpu and memory alone: a GPU-packing profile prefers the domain whose GPUs are fuller.
+#[test]
+fn w71_placement_score_uses_the_configured_resources() {
+    use crate::cache::NodeEntry;
+    use crate::filters::NodeUsage;
+    let entry = |cpu_used: i128, gpus: i128, gpus_used: i128| NodeEntry {
+        node: Arc::new(Node::default()),
+        allocatable: Arc::new(BTreeMap::from([
+            ("cpu".to_owned(), 8_000_000_000),
+            ("example.com/gpu".to_owned(), gpus),
+        ])),
+        usage: Arc::new(NodeUsage {
+            requested: BTreeMap::from([("example.com/gpu".to_owned(), gpus_used)]),
+            non_zero_cpu: cpu_used,
+            ..NodeUsage::default()
+        }),
+    };
+    // Rack a: CPUs half used, GPUs a quarter; rack b: CPUs a quarter, GPUs all.
+    let rack_a = [entry(4_000_000_000, 4, 1)];
+    let rack_b = [entry(2_000_000_000, 4, 4)];
+    let cpu = [("cpu".to_owned(), 1)];
+    let gpu = [("example.com/gpu".to_owned(), 1)];
+    assert!(
+        super::search::most_allocated(&rack_a, &cpu) > super::search::most_allocated(&rack_b, &cpu)
+    );
+    assert_eq!(super::search::most_allocated(&rack_b, &gpu), 100);
+    assert_eq!(super::search::most_allocated(&rack_a, &gpu), 25);
+    // Weights: GPUs 3, cpu 1 → (100*3 + 25*1)/4 for rack b.
+    let both = [("example.com/gpu".to_owned(), 3), ("cpu".to_owned(), 1)];
+    assert_eq!(super::search::most_allocated(&rack_b, &both), 81);
+}
+
 #[test]
 fn basic_groups_place_every_member_that_fits() {
     let mut c = Cluster::new(
