@@ -131,6 +131,9 @@ pub struct Nomination {
     /// The devices the preemption dry run found for it there, held from pods of lower
     /// priority (none for a nomination read back from the pod's status).
     pub devices: Vec<DeviceRequestAllocationResult>,
+    /// The pod's PodGroup: its members' nominations are not held from each other (they are
+    /// placed together).
+    pub group: Option<GroupKey>,
 }
 
 /// An assumed or bound pod as preemption sees it.
@@ -485,7 +488,19 @@ impl ClusterCache {
         &mut self,
         pod: &Pod,
         node: &str,
+        devices: Vec<DeviceRequestAllocationResult>,
+    ) {
+        self.nominate_with_priority(pod, node, devices, priority_of(pod));
+    }
+
+    /// [`Self::nominate_holding`] with the priority the hold has: a PodGroup member preempts
+    /// with its group's (W94).
+    pub fn nominate_with_priority(
+        &mut self,
+        pod: &Pod,
+        node: &str,
         mut devices: Vec<DeviceRequestAllocationResult>,
+        priority: i32,
     ) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if devices.is_empty()
@@ -499,9 +514,10 @@ impl ClusterCache {
             Nomination {
                 key: pod_key(pod),
                 node: node.to_owned(),
-                priority: priority_of(pod),
+                priority,
                 usage: PodUsage::of(pod),
                 devices,
+                group: group_of(pod),
             },
         );
     }
@@ -514,9 +530,12 @@ impl ClusterCache {
         }
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let priority = priority_of(pod);
+        let group = group_of(pod);
         self.nominated
             .iter()
-            .filter(|(other, n)| *other != uid && n.priority >= priority)
+            .filter(|(other, n)| {
+                *other != uid && n.priority >= priority && (group.is_none() || n.group != group)
+            })
             .flat_map(|(_, n)| n.devices.iter().cloned())
             .collect()
     }
@@ -556,8 +575,9 @@ impl ClusterCache {
         }
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let priority = priority_of(pod);
+        let group = group_of(pod);
         for (other, n) in &self.nominated {
-            if other == uid || n.priority < priority {
+            if other == uid || n.priority < priority || (group.is_some() && n.group == group) {
                 continue;
             }
             if let Some(&i) = self.node_index.get(&n.node) {

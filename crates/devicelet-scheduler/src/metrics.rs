@@ -111,6 +111,8 @@ pub enum AttemptResult {
     Scheduled,
     Unschedulable,
     Error,
+    /// A pod group whose victims are being evicted (W37).
+    WaitingOnPreemption,
 }
 
 impl AttemptResult {
@@ -119,6 +121,7 @@ impl AttemptResult {
             AttemptResult::Scheduled => "scheduled",
             AttemptResult::Unschedulable => "unschedulable",
             AttemptResult::Error => "error",
+            AttemptResult::WaitingOnPreemption => "waiting_on_preemption",
         }
     }
 }

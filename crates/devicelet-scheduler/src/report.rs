@@ -138,6 +138,38 @@ impl Reporter {
         .await;
     }
 
+    /// W99: the `Preempted` event on a victim of a pod group's preemption (the whole cluster is
+    /// its domain: node `cluster`), related to the PodGroup.
+    pub async fn preempted_by_group(
+        &self,
+        victim: &Pod,
+        member: &Pod,
+        group: &k8s_openapi::api::scheduling::v1alpha2::PodGroup,
+    ) {
+        let note = format!(
+            "Preempted by podgroup {} on node cluster",
+            group.metadata.uid.as_deref().unwrap_or("")
+        );
+        let related = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("scheduling.k8s.io/v1alpha2".to_owned()),
+            kind: Some("PodGroup".to_owned()),
+            name: group.metadata.name.clone(),
+            namespace: group.metadata.namespace.clone(),
+            uid: group.metadata.uid.clone(),
+            ..Default::default()
+        };
+        self.write_event(
+            victim,
+            self.component_of(member),
+            "Normal",
+            "Preempted",
+            "Preempting",
+            &note,
+            Some(related),
+        )
+        .await;
+    }
+
     /// The scheduler name `pod` names (each profile records as itself, as upstream's one
     /// recorder per profile), else this scheduler's.
     fn component_of<'a>(&'a self, pod: &'a Pod) -> &'a str {

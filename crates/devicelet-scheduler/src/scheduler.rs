@@ -322,6 +322,7 @@ fn scheduling_loop(
                     qp,
                     key,
                     group_search_limit,
+                    features.consumable_capacity,
                 );
                 continue;
             }

@@ -27,6 +27,9 @@ use crate::gang::search::{
 use crate::gang::status::{self, GroupCondition};
 use crate::gang::{GroupKey, Policy, topology_key, unsupported_fields};
 use crate::metrics::AttemptResult;
+use crate::preemption::PreemptionInputs;
+use crate::preemption::actuate;
+use crate::preemption::group::{GroupVerdict, group_priority, preempt_group};
 use crate::queue::QueuedPod;
 use crate::report::FailureReason;
 use crate::shared::Shared;
@@ -46,6 +49,7 @@ pub fn run_group_cycle(
     popped: QueuedPod,
     key: GroupKey,
     search_limit: Duration,
+    consumable_capacity: bool,
 ) {
     let started = Instant::now();
     let group_name = format!("{}/{}", key.0, key.1);
@@ -190,6 +194,48 @@ pub fn run_group_cycle(
             );
         }
         Verdict::Unschedulable(reason) => {
+            // W95: workload-aware preemption, a dry run; victims are evicted only when it
+            // finds some, never while simulating (A-L2).
+            let preemption = group_preemption(
+                shared,
+                engine,
+                &key,
+                &group,
+                &inputs,
+                &problem,
+                consumable_capacity,
+            );
+            let preemption_note = match preemption {
+                Some(GroupVerdict::Preempt {
+                    victims,
+                    placements,
+                    ..
+                }) => {
+                    metrics.podgroup_attempt(
+                        AttemptResult::WaitingOnPreemption,
+                        started.elapsed(),
+                        algorithm,
+                    );
+                    wait_for_preemption(
+                        shared,
+                        binder,
+                        handle,
+                        &group,
+                        members,
+                        &outcome,
+                        victims,
+                        placements,
+                        &group_name,
+                    );
+                    return;
+                }
+                Some(GroupVerdict::Fail(note)) => Some(note),
+                None => None,
+            };
+            let reason = match preemption_note {
+                Some(note) => format!("{reason}; {note}"),
+                None => reason.clone(),
+            };
             metrics.podgroup_attempt(AttemptResult::Unschedulable, started.elapsed(), algorithm);
             info!(podgroup = %group_name, members = members.len(), %reason, "pod group unschedulable");
             write_condition(
@@ -228,6 +274,90 @@ pub fn run_group_cycle(
             error_members(binder, handle, shared, &group, members, e);
         }
     }
+}
+
+/// W95: DefaultPreemption for the group when the profile has it (`None`: disabled, as
+/// upstream without the plugin).
+fn group_preemption(
+    shared: &Arc<Shared>,
+    engine: &mut Engine<'_>,
+    key: &GroupKey,
+    group: &Arc<PodGroup>,
+    members: &[MemberInput],
+    problem: &GroupProblem,
+    consumable_capacity: bool,
+) -> Option<GroupVerdict> {
+    let first = members.first()?;
+    engine.profile_of(&first.pod).preemption?;
+    shared.metrics_of(&first.pod).preemption_attempt();
+    let inputs = PreemptionInputs::read(&shared.cache(), &first.pod, consumable_capacity);
+    Some(preempt_group(engine, key, group, members, problem, &inputs))
+}
+
+/// W24: the group waits for its victims: each member placed by the dry run is nominated to its
+/// node (its devices held there from pods of lower priority than the group, W92), the victims
+/// are evicted in a task of their own, and every member waits unschedulable with `pod group is
+/// waiting for preemption to complete` until their deletion wakes it.
+#[allow(clippy::too_many_arguments)]
+fn wait_for_preemption(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    group: &Arc<PodGroup>,
+    members: Vec<QueuedPod>,
+    outcome: &GroupOutcome,
+    victims: Vec<Arc<k8s_openapi::api::core::v1::Pod>>,
+    placements: Vec<(
+        usize,
+        String,
+        Vec<k8s_openapi::api::resource::v1::DeviceRequestAllocationResult>,
+    )>,
+    group_name: &str,
+) {
+    let message = format!(
+        "pod group {group_name} is unschedulable: pod group is waiting for preemption to complete ({} victim(s))",
+        victims.len()
+    );
+    info!(podgroup = %group_name, victims = victims.len(), "pod group preempts");
+    shared
+        .metrics_of(&members[0].pod)
+        .preemption_victims(victims.len());
+    write_condition(
+        binder,
+        handle,
+        group,
+        GroupCondition::Unschedulable(message.clone()),
+    );
+    let priority = group_priority(group, members.iter().map(|qp| &*qp.pod));
+    let mut nominations = Vec::new();
+    {
+        let mut cache = shared.cache();
+        for (i, node, devices) in placements {
+            if let Some(qp) = members.get(i) {
+                cache.nominate_with_priority(&qp.pod, &node, devices, priority);
+                nominations.push(((*qp.pod).clone(), node));
+            }
+        }
+    }
+    let client = binder.client().clone();
+    let reporter = binder.reporter().clone();
+    let group_object = (**group).clone();
+    let name = group_name.to_owned();
+    handle.spawn(async move {
+        match actuate::actuate_group(client, reporter, group_object, nominations, victims).await {
+            Ok(n) => debug!(podgroup = %name, victims = n, "pod group preemption"),
+            Err(e) => warn!(podgroup = %name, error = %e, "pod group preemption failed"),
+        }
+    });
+    fail_members(
+        shared,
+        binder,
+        handle,
+        members,
+        outcome.plugins(),
+        outcome.claim_names(),
+        &message,
+    );
 }
 
 /// The group's condition and every member say `message` as a scheduler error; the members

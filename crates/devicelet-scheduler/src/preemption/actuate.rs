@@ -7,7 +7,10 @@
 //! the unschedulable queue meanwhile, and W79 keeps it from preempting again while its victims
 //! terminate.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
@@ -35,6 +38,28 @@ pub async fn set_nomination(client: &Client, pod: &Pod, node: Option<&str>) -> R
         .map_err(|e| format!("nominating pod {name}: {e}"))
 }
 
+/// Who preempts: a pod for one node, or a pod group for the whole cluster (W99).
+pub enum Preemptor<'a> {
+    Pod {
+        pod: &'a Pod,
+        node: &'a str,
+    },
+    Group {
+        group: &'a PodGroup,
+        member: &'a Pod,
+    },
+}
+
+impl Preemptor<'_> {
+    /// The pod whose scheduler name the victims' condition and events carry.
+    fn pod(&self) -> &Pod {
+        match self {
+            Preemptor::Pod { pod, .. } => pod,
+            Preemptor::Group { member, .. } => member,
+        }
+    }
+}
+
 /// Evicts `candidate`'s victims for `preemptor` (W88-W90): nominates the preemptor, clears the
 /// nominations of `lower` (pods of lower priority nominated to the same node), then marks,
 /// deletes and tells each victim not already being deleted. Returns how many were deleted.
@@ -45,11 +70,6 @@ pub async fn actuate(
     candidate: Candidate,
     lower: Vec<Pod>,
 ) -> Result<usize, String> {
-    let scheduler = preemptor
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_default();
     set_nomination(&client, &preemptor, Some(&candidate.node)).await?;
     for pod in &lower {
         if let Err(e) = set_nomination(&client, pod, None).await {
@@ -57,55 +77,104 @@ pub async fn actuate(
             debug!(error = %e, "lower-priority nomination not cleared");
         }
     }
-    let victims = candidate
-        .victims
+    let by = Preemptor::Pod {
+        pod: &preemptor,
+        node: &candidate.node,
+    };
+    evict(&client, &reporter, &candidate.victims, &by).await
+}
+
+/// A pod group's preemption (W24, W99): each member nominated to the node the dry run placed
+/// it on, then the victims evicted as for a pod.
+pub async fn actuate_group(
+    client: Client,
+    reporter: Reporter,
+    group: PodGroup,
+    nominations: Vec<(Pod, String)>,
+    victims: Vec<Arc<Pod>>,
+) -> Result<usize, String> {
+    for (member, node) in &nominations {
+        set_nomination(&client, member, Some(node)).await?;
+    }
+    let Some((member, _)) = nominations.first() else {
+        return Ok(0);
+    };
+    let by = Preemptor::Group {
+        group: &group,
+        member,
+    };
+    evict(&client, &reporter, &victims, &by).await
+}
+
+/// Marks, deletes and tells each victim not already being deleted; returns how many were
+/// deleted.
+async fn evict(
+    client: &Client,
+    reporter: &Reporter,
+    victims: &[Arc<Pod>],
+    by: &Preemptor<'_>,
+) -> Result<usize, String> {
+    let scheduler = by
+        .pod()
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_default();
+    let kind = match by {
+        Preemptor::Pod { .. } => "pod",
+        Preemptor::Group { .. } => "podgroup",
+    };
+    let deletions = victims
         .iter()
-        .filter(|v| v.metadata.deletion_timestamp.is_none());
-    let deletions = victims.map(|victim| {
-        let client = client.clone();
-        let reporter = reporter.clone();
-        let preemptor = &preemptor;
-        let node = candidate.node.as_str();
-        let scheduler = scheduler.as_str();
-        async move {
-            let (api, name) = pods(&client, victim);
-            if !has_disruption_target(victim) {
-                let patch = json!({
-                    "status": { "conditions": [{
-                        "type": "DisruptionTarget",
-                        "status": "True",
-                        "reason": PREEMPTION_BY_SCHEDULER,
-                        "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
-                        "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                            k8s_openapi::jiff::Timestamp::now(),
-                        ),
-                    }]}
-                });
-                if let Err(e) = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
-                    .await
-                {
-                    if is_not_found(&e) {
-                        return Ok(false);
+        .filter(|v| v.metadata.deletion_timestamp.is_none())
+        .map(|victim| {
+            let scheduler = scheduler.as_str();
+            async move {
+                let (api, name) = pods(client, victim);
+                if !has_disruption_target(victim) {
+                    let patch = json!({
+                        "status": { "conditions": [{
+                            "type": "DisruptionTarget",
+                            "status": "True",
+                            "reason": PREEMPTION_BY_SCHEDULER,
+                            "message": format!("{scheduler}: preempting to accommodate a higher priority {kind}"),
+                            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                                k8s_openapi::jiff::Timestamp::now(),
+                            ),
+                        }]}
+                    });
+                    if let Err(e) = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                        .await
+                    {
+                        if is_not_found(&e) {
+                            return Ok(false);
+                        }
+                        return Err(format!("marking victim {name}: {e}"));
                     }
-                    return Err(format!("marking victim {name}: {e}"));
                 }
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if is_not_found(&e) => return Ok(false),
+                    Err(e) => return Err(format!("deleting victim {name}: {e}")),
+                }
+                let victim_name = format!(
+                    "{}/{name}",
+                    victim.metadata.namespace.as_deref().unwrap_or("")
+                );
+                match by {
+                    Preemptor::Pod { pod, node } => {
+                        info!(victim = %victim_name, preemptor = ?pod.metadata.name, node, "preempted");
+                        reporter.preempted(victim, pod, node).await;
+                    }
+                    Preemptor::Group { group, member } => {
+                        info!(victim = %victim_name, podgroup = ?group.metadata.name, "preempted");
+                        reporter.preempted_by_group(victim, member, group).await;
+                    }
+                }
+                Ok(true)
             }
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => return Ok(false),
-                Err(e) => return Err(format!("deleting victim {name}: {e}")),
-            }
-            info!(
-                victim = %format!("{}/{name}", victim.metadata.namespace.as_deref().unwrap_or("")),
-                preemptor = ?preemptor.metadata.name,
-                node,
-                "preempted"
-            );
-            reporter.preempted(victim, preemptor, node).await;
-            Ok(true)
-        }
-    });
+        });
     let results = futures::future::join_all(deletions).await;
     let mut deleted = 0;
     let mut first_error = None;

@@ -17,6 +17,7 @@
 //! the outcome.
 
 pub mod actuate;
+pub mod group;
 mod inputs;
 pub mod pdb;
 mod victims;

@@ -416,3 +416,136 @@ fn w92_a_nominated_pod_of_higher_priority_holds_its_node_for_lower_ones() {
     cache.upsert_pod(&pod("high", 100, "3", Some("n1"), None));
     assert!(cache.nomination("uid-high").is_none());
 }
+
+/// Workload-aware preemption (W94-W98) for the group `members`, which must not fit as the
+/// cluster is.
+fn preempt_group_for(
+    cache: &mut ClusterCache,
+    members: &[Pod],
+    priority: i32,
+    topology: Option<&str>,
+) -> group::GroupVerdict {
+    use crate::gang::search::{GroupProblem, MemberInput, Topology, Verdict as Search};
+    let options = AllocateOptions {
+        step_budget: None,
+        time_limit: None,
+        share_ids: None,
+    };
+    let profile = crate::config::Profile::named("devicelet-scheduler");
+    let group: k8s_openapi::api::scheduling::v1alpha2::PodGroup =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "g", "namespace": "ns", "uid": "uid-g"},
+            "spec": {"priority": priority, "schedulingPolicy": {"gang": {"minCount": members.len()}}},
+        }))
+        .unwrap();
+    with_engine(cache, options, &profile, |engine, cache| {
+        let timeout = Duration::from_secs(600);
+        let inputs: Vec<MemberInput> = members
+            .iter()
+            .map(|p| MemberInput {
+                pod: std::sync::Arc::new(p.clone()),
+                inputs: CycleInputs::read(p, cache, timeout),
+            })
+            .collect();
+        let problem = GroupProblem {
+            policy: crate::gang::Policy::Gang {
+                min_count: members.len(),
+            },
+            scheduled: 0,
+            topology: topology.map(|k| Topology {
+                key: k.to_owned(),
+                scheduled_nodes: Vec::new(),
+            }),
+            deadline: std::time::Instant::now() + Duration::from_secs(5),
+        };
+        let searched = crate::gang::search::schedule_group(engine, &inputs, &problem);
+        assert_ne!(searched.verdict, Search::Placed, "the group fits as it is");
+        let preemption = PreemptionInputs::read(cache, &members[0], true);
+        group::preempt_group(
+            engine,
+            &("ns".to_owned(), "g".to_owned()),
+            &group,
+            &inputs,
+            &problem,
+            &preemption,
+        )
+    })
+}
+
+fn member(name: &str, cpu: &str) -> Pod {
+    let mut p = pod(name, 0, cpu, None, None);
+    p.spec.as_mut().unwrap().scheduling_group =
+        Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some("g".into()),
+        });
+    p
+}
+
+/// W97, W98: the whole cluster is the domain; every unit below the group's priority is
+/// removed, then the most important are reprieved while the group still fits: here only the
+/// pod started last goes, and both members are nominated where it was.
+#[test]
+fn w97_w98_a_group_evicts_the_fewest_least_important_units_in_the_cluster() {
+    let mut cache = cache_with(
+        vec![node("n1", "4", &[]), node("n2", "4", &[])],
+        Vec::new(),
+        Vec::new(),
+    );
+    cache.upsert_pod(&started(pod("a", 0, "2", Some("n1"), None), 100));
+    cache.upsert_pod(&started(pod("b", 0, "2", Some("n1"), None), 200));
+    cache.upsert_pod(&started(pod("c", 0, "2", Some("n2"), None), 300));
+    // Members' own priority is 0: the group's (50) is what counts (W94).
+    let members = [member("m0", "2"), member("m1", "2")];
+    match preempt_group_for(&mut cache, &members, 50, None) {
+        group::GroupVerdict::Preempt {
+            victims,
+            placements,
+            pdb_violations,
+        } => {
+            let names: Vec<String> = victims
+                .iter()
+                .map(|v| v.metadata.name.clone().unwrap_or_default())
+                .collect();
+            assert_eq!(names, ["c"]);
+            assert_eq!(pdb_violations, 0);
+            let nodes: Vec<&str> = placements.iter().map(|(_, n, _)| n.as_str()).collect();
+            assert_eq!(nodes, ["n2", "n2"]);
+        }
+        v => panic!("{v:?}"),
+    }
+    // With the group's priority at the victims' own, nothing is below it (W97).
+    let verdict = preempt_group_for(&mut cache, &members, 0, None);
+    assert!(
+        matches!(&verdict, group::GroupVerdict::Fail(m) if m == "preemption: No preemption victims found for incoming preemptor"),
+        "{verdict:?}"
+    );
+}
+
+/// W95, W96: topology constraints and `preemptionPolicy: Never` keep upstream's answers.
+#[test]
+fn w95_w96_constrained_or_never_groups_do_not_preempt() {
+    let mut cache = cache_with(
+        vec![node("n1", "4", &[("rack", "r1")])],
+        Vec::new(),
+        Vec::new(),
+    );
+    cache.upsert_pod(&pod("low", 0, "4", Some("n1"), None));
+    let members = [member("m0", "2"), member("m1", "2")];
+    let verdict = preempt_group_for(&mut cache, &members, 50, Some("rack"));
+    assert!(
+        matches!(&verdict, group::GroupVerdict::Fail(m) if m == group::CONSTRAINED),
+        "{verdict:?}"
+    );
+    let mut never = members.clone();
+    never[1].spec.as_mut().unwrap().preemption_policy = Some("Never".into());
+    let verdict = preempt_group_for(&mut cache, &never, 50, None);
+    assert!(
+        matches!(&verdict, group::GroupVerdict::Fail(m) if m == "preemption: not eligible due to preemptionPolicy=Never."),
+        "{verdict:?}"
+    );
+    // Allowed, the one pod in the way goes.
+    assert!(matches!(
+        preempt_group_for(&mut cache, &members, 50, None),
+        group::GroupVerdict::Preempt { .. }
+    ));
+}

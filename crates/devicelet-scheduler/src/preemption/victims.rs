@@ -124,9 +124,25 @@ fn fits_without(
             removed.insert(p.uid.as_str());
         }
     }
-    // The devices in use less the freed claims': taken back from the index of everything in
-    // use, or, for a share of a device, rebuilt without those claims.
-    let freed = inputs.freed_by(&removed);
+    let index = index_without(engine, &removed, inputs, base);
+    let entry = NodeEntry {
+        node: entry.node.clone(),
+        allocatable: entry.allocatable.clone(),
+        usage: Arc::new(usage),
+    };
+    engine.fits_on(pod, cycle, entry, index)
+}
+
+/// The devices in use once the pods `removed` are gone: the claims only they hold taken back
+/// from `base` (the index of everything in use), or, for a share of a device, the index
+/// rebuilt without those claims.
+pub(super) fn index_without(
+    engine: &Engine<'_>,
+    removed: &HashSet<&str>,
+    inputs: &PreemptionInputs,
+    base: &AllocatedIndex,
+) -> AllocatedIndex {
+    let freed = inputs.freed_by(removed);
     let mut index = base.clone();
     let exact = freed.iter().all(|&i| {
         inputs.claims[i]
@@ -139,15 +155,24 @@ fn fits_without(
             .flat_map(|d| d.results.iter().flatten())
             .all(|r| engine.remove_from(&mut index, r))
     });
-    if !exact {
-        index = engine.index_of(&inputs.state_without(&freed));
+    if exact {
+        index
+    } else {
+        engine.index_of(&inputs.state_without(&freed))
     }
-    let entry = NodeEntry {
-        node: entry.node.clone(),
-        allocatable: entry.allocatable.clone(),
-        usage: Arc::new(usage),
-    };
-    engine.fits_on(pod, cycle, entry, index)
+}
+
+/// Most important first (W83, W98): higher priority, a group before a pod, earlier start,
+/// more pods.
+pub(super) fn sort_most_important_first(units: &mut [Unit]) {
+    units.sort_by_cached_key(|u| {
+        (
+            std::cmp::Reverse(u.priority),
+            !u.group,
+            u.start(),
+            std::cmp::Reverse(u.pods.len()),
+        )
+    });
 }
 
 /// The fewest and least important units to evict from `entry` for `pod` to fit (W82, W83):
@@ -167,15 +192,7 @@ pub(super) fn select(
     let all: Vec<&Unit> = units.iter().collect();
     let mut devices =
         fits_without(engine, pod, cycle, entry, &all, inputs, base).map_err(|r| r.join(", "))?;
-    // Most important first: higher priority, a group before a pod, earlier start, more pods.
-    units.sort_by_cached_key(|u| {
-        (
-            std::cmp::Reverse(u.priority),
-            !u.group,
-            u.start(),
-            std::cmp::Reverse(u.pods.len()),
-        )
-    });
+    sort_most_important_first(&mut units);
     let (violating, other) = pdb::split_by_violation(
         units,
         |u| u.pods.iter().map(|(_, p)| &*p.pod).collect(),
