@@ -137,6 +137,83 @@ func TestSchedulerPreemptionFreesAGPU(t *testing.T) {
 	})
 }
 
+// Workload-aware preemption (W94-W99): a gang of two high-priority GPU pods on a node whose
+// four GPUs are held by low-priority pods. The group's dry run evicts exactly two of them for
+// the whole group at once (never one member's worth while the other cannot fit, A-L2), the
+// victims' events name the PodGroup, and both members run.
+func TestSchedulerGangPreemptsForTheWholeGroup(t *testing.T) {
+	ns := namespace(t, "gang-preempt")
+	n := startNode(t, "gpreempt-a")
+	startTestDriver(t, n, 4)
+	deviceClass(t, "gpreempt-gpu")
+	createTemplate(t, ns, "gpu", claimSpec("gpreempt-gpu"))
+	priorityClass(t, "gpreempt-low", 10, nil)
+	priorityClass(t, "gpreempt-high", 1000, nil)
+	podGroupRBAC(t)
+	_, metrics := startScheduler(t)
+	withPriority := func(class string, group string) func(*corev1.PodSpec) {
+		return func(s *corev1.PodSpec) {
+			s.PriorityClassName = class
+			s.TerminationGracePeriodSeconds = ptr.To(int64(1))
+			if group != "" {
+				s.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group)}
+			}
+		}
+	}
+	for i := 0; i < 4; i++ {
+		schedPod(t, ns, fmt.Sprintf("low-%d", i), "gpu", "", withPriority("gpreempt-low", ""))
+		waitForPodRunning(t, ns, fmt.Sprintf("low-%d", i))
+	}
+	createPodGroup(t, ns, "train", 2, "")
+	group, err := controlPlane.admin.SchedulingV1alpha2().PodGroups(ns).Get(ctx(t), "train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < 2; i++ {
+		schedPod(t, ns, fmt.Sprintf("train-%d", i), "gpu", "", withPriority("gpreempt-high", "train"))
+	}
+	for i := 0; i < 2; i++ {
+		waitForPodRunning(t, ns, fmt.Sprintf("train-%d", i))
+	}
+	t.Logf("gang of 2 Running %v after its creation", time.Since(start).Round(time.Millisecond))
+
+	pods, err := controlPlane.admin.CoreV1().Pods(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Name, "low-") && p.DeletionTimestamp == nil {
+			left++
+		}
+	}
+	if left != 2 {
+		t.Errorf("%d low-priority pods left, want 2 (two victims make room for the group)", left)
+	}
+	events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Preempted by podgroup %s on node cluster", group.UID)
+	preempted := 0
+	for _, e := range events.Items {
+		if e.Reason != "Preempted" {
+			continue
+		}
+		preempted++
+		if e.Message != want || e.Related == nil || e.Related.Kind != "PodGroup" || e.Related.Name != "train" {
+			t.Errorf("Preempted event %q (related %v), want %q related to PodGroup train", e.Message, e.Related, want)
+		}
+	}
+	if preempted != 2 {
+		t.Errorf("%d Preempted events, want 2", preempted)
+	}
+	if text := scrape(t, metrics); !strings.Contains(text, `result="waiting_on_preemption"`) {
+		t.Errorf("no waiting_on_preemption attempt in the metrics:\n%s", grepLines(text, "podgroup_schedule_attempts"))
+	}
+}
+
 // grepLines keeps the lines of text that contain s.
 func grepLines(text, s string) string {
 	var out []string

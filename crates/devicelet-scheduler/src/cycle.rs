@@ -513,13 +513,18 @@ impl<'a> Engine<'a> {
     }
 
     /// An allocator over the devices in use plus `held` (devices nominated pods wait for).
-    fn allocator_holding(&self, held: &[DeviceRequestAllocationResult]) -> Allocator<'a> {
-        let mut index = self.index.clone();
+    /// Adds `held` (devices held for nominated pods, W92) to `index`: in use for this pod.
+    pub fn hold(&self, index: &mut AllocatedIndex, held: &[DeviceRequestAllocationResult]) {
         for r in held {
             if let Err(e) = index.add_result(&self.snapshot, r, self.features.consumable_capacity) {
                 tracing::warn!(error = %e, "bad consumed capacity in a held device");
             }
         }
+    }
+
+    fn allocator_holding(&self, held: &[DeviceRequestAllocationResult]) -> Allocator<'a> {
+        let mut index = self.index.clone();
+        self.hold(&mut index, held);
         Allocator::with_index(
             self.snapshot.clone(),
             self.features,

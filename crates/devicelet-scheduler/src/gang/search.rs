@@ -945,8 +945,10 @@ fn repack(
             }
         }
         claims.extend(own.iter().cloned());
-        let Some(mut results) = engine.allocate_together(&entry.node, &claims, index.clone())?
-        else {
+        // Devices held for nominated pods that outrank the member stay out of reach (W92).
+        let mut trial = index.clone();
+        engine.hold(&mut trial, &members[j].inputs.held);
+        let Some(mut results) = engine.allocate_together(&entry.node, &claims, trial)? else {
             continue;
         };
         for r in &results {

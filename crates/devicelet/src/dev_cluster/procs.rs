@@ -276,10 +276,10 @@ mod tests {
         let nodes = dir.path().join("nodes");
         let kubeconfig = format!("--kubeconfig={}/n1.kubeconfig", nodes.display());
         let mut child = Command::new("/bin/sh")
-            .args(["-c", "sleep 30", "sh", &kubeconfig])
+            // Two commands, so the shell is not replaced by `sleep` (and keeps its arguments).
+            .args(["-c", "sleep 30; true", "sh", &kubeconfig])
             .spawn()
             .unwrap();
-        // This test's own process names the path too (in no argument, but as a check).
         let found = pointed_at(&nodes);
         let _ = child.kill();
         let _ = child.wait();
