@@ -16,7 +16,7 @@ use kube::api::{ListParams, PostParams};
 use super::binaries::{self, Binaries};
 use super::pki::{self, Pki};
 use super::procs;
-use super::{ClusterState, NodeState, STOP_GRACE, lock, remove_all_but_logs};
+use super::state::{ClusterState, NodeState, STOP_GRACE, cluster_dir, lock, remove_all_but_logs};
 use crate::cli::{DevClusterScheduler, DevClusterUpArgs};
 
 /// A Unix socket path must fit in `sun_path` (108 bytes with its NUL). The longest path a node
@@ -634,7 +634,7 @@ fn path(p: &Path) -> String {
 
 /// ` --dir DIR` unless `dir` is the default.
 fn dir_flag(dir: &Path) -> String {
-    match super::cluster_dir(None) {
+    match cluster_dir(None) {
         Ok(default) if default == dir => String::new(),
         _ => format!(" --dir {}", dir.display()),
     }
