@@ -253,14 +253,23 @@ func TestSchedulerGangsAllOrNothing(t *testing.T) {
 			t.Fatalf("group %s: PodGroupScheduled %+v, want True/Scheduled", g, c)
 		}
 	}
-	// A-L3: waiting groups are parked, not retried in a loop.
-	before := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
-	time.Sleep(5 * time.Second)
-	after := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
-	if after-before > float64(len(waiting)) {
-		t.Fatalf("waiting groups were retried %v times in 5 s with nothing changing", after-before)
+	// A-L3: waiting groups are parked, not retried in a loop. A pod deleted anywhere wakes them
+	// (it may free room), and the previous test's namespace may still be emptying: a loop
+	// shows in every window, such a wake-up in one.
+	var retries []float64
+	for window := 0; window < 3; window++ {
+		before := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
+		time.Sleep(5 * time.Second)
+		after := metricSum(scrape(t, metricsAddr), "scheduler_podgroup_schedule_attempts_total", `result="unschedulable"`)
+		retries = append(retries, after-before)
+		if after-before <= float64(len(waiting)) {
+			break
+		}
 	}
-	t.Logf("unschedulable group attempts while %d groups waited 5 s: %v", len(waiting), after-before)
+	if last := retries[len(retries)-1]; last > float64(len(waiting)) {
+		t.Fatalf("waiting groups were retried %v times in successive 5 s windows with nothing changing here", retries)
+	}
+	t.Logf("unschedulable group attempts while %d groups waited, per 5 s window: %v", len(waiting), retries)
 	// Deleting a running group lets a waiting one start.
 	gone := running[0]
 	for i := 0; i < perGroup; i++ {
