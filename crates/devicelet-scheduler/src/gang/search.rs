@@ -446,6 +446,26 @@ fn by_domain(
         let mut message = format!(
             "0/{total} placements are available, first placement status: {key}={value}: {status}"
         );
+        // Each other domain's count too: why each one failed, in short (`devicelet explain
+        // podgroup/NAME` has the members' reasons per domain).
+        let others: Vec<String> = summaries
+            .iter()
+            .filter(|d| d.value != value)
+            .filter_map(|d| {
+                let short = d.message.as_deref()?.split(": pod ").next()?;
+                Some(format!("{key}={}: {short}", d.value))
+            })
+            .collect();
+        if !others.is_empty() {
+            const SHOWN: usize = 8;
+            message.push_str(&format!(
+                "; other placements: {}",
+                others[..others.len().min(SHOWN)].join(", ")
+            ));
+            if others.len() > SHOWN {
+                message.push_str(&format!(" and {} more", others.len() - SHOWN));
+            }
+        }
         if unlabelled > 0 {
             message.push_str(&format!(
                 " ({unlabelled} node(s) without the label {key} are in no domain)"

@@ -317,6 +317,11 @@ fn w68_topology_domains_pack_the_group_into_one_rack() {
         ),
         "{message}"
     );
+    // Each other domain says how far it got.
+    assert!(
+        message.contains("; other placements: rack=r2: 4/5 pods schedulable"),
+        "{message}"
+    );
     assert_eq!(out.placed(), 0);
 }
 
