@@ -310,6 +310,9 @@ fn scheduling_loop(
                 // S11: being deleted, or already assumed.
                 drop(cache);
                 shared.queue().delete(&uid);
+                if pod.metadata.deletion_timestamp.is_some() {
+                    crate::gang::run::skip_deleting(binder, handle, &pod);
+                }
                 continue;
             }
             if let Some(key) = crate::gang::group_of(&pod) {

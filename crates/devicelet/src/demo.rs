@@ -234,11 +234,22 @@ async fn dra_demo(exe: &Path, control: &ControlClient, root: &Path) -> anyhow::R
     for name in &options.cdi_devices {
         println!("  {name}");
     }
+    // The driver's per-claim specs (`<driver>-<claimUID>.json`); the example plugin's own spec
+    // lives in the same directory.
     let cdi_dir = root.join("cdi");
     let files = std::fs::read_dir(&cdi_dir)
         .with_context(|| format!("read {}", cdi_dir.display()))?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("gpu.example.com-")
+        })
         .count();
-    println!("CDI spec files in {}: {files}", cdi_dir.display());
+    println!(
+        "CDI spec files of gpu.example.com in {}: {files}",
+        cdi_dir.display()
+    );
     if options.cdi_devices.len() != 2 || files != 2 {
         bail!(
             "expected two prepared claims with CDI devices (root {})",

@@ -75,9 +75,13 @@ pub fn run_group_cycle(
     members.extend(shared.queue().take_group(&key.0, &key.1));
     // W15: members being deleted or already assumed leave the cycle.
     members.retain(|qp| {
-        let drop_it = qp.pod.metadata.deletion_timestamp.is_some() || cache.is_assigned(&qp.uid);
+        let deleting = qp.pod.metadata.deletion_timestamp.is_some();
+        let drop_it = deleting || cache.is_assigned(&qp.uid);
         if drop_it {
             shared.queue().delete(&qp.uid);
+        }
+        if deleting {
+            skip_deleting(binder, handle, &qp.pod);
         }
         !drop_it
     });
@@ -358,6 +362,23 @@ fn wait_for_preemption(
         outcome.claim_names(),
         &message,
     );
+}
+
+/// W15 (and S11 for a pod alone): a pod being deleted is not scheduled, and says so.
+pub fn skip_deleting(binder: &Binder, handle: &Handle, pod: &Arc<k8s_openapi::api::core::v1::Pod>) {
+    let binder = binder.clone();
+    let pod = pod.clone();
+    handle.spawn(async move {
+        let note = format!(
+            "skip schedule deleting pod: {}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or("")
+        );
+        binder
+            .reporter()
+            .event(&pod, "Warning", "FailedScheduling", "Scheduling", &note)
+            .await;
+    });
 }
 
 /// The group's condition and every member say `message` as a scheduler error; the members
