@@ -280,8 +280,7 @@ pub fn run_group_cycle(
     }
 }
 
-/// W95: DefaultPreemption for the group when the profile has it (`None`: disabled, as
-/// upstream without the plugin).
+/// W95: DefaultPreemption for the group when the profile has it; without, upstream's note.
 fn group_preemption(
     shared: &Arc<Shared>,
     engine: &mut Engine<'_>,
@@ -292,7 +291,12 @@ fn group_preemption(
     consumable_capacity: bool,
 ) -> Option<GroupVerdict> {
     let first = members.first()?;
-    engine.profile_of(&first.pod).preemption?;
+    if engine.profile_of(&first.pod).preemption.is_none() {
+        return Some(GroupVerdict::Fail(
+            "default preemption plugin is not registered, workload aware preemption is disabled"
+                .to_owned(),
+        ));
+    }
     shared.metrics_of(&first.pod).preemption_attempt();
     let inputs = PreemptionInputs::read(&shared.cache(), &first.pod, consumable_capacity);
     Some(preempt_group(engine, key, group, members, problem, &inputs))
