@@ -233,7 +233,14 @@ pub fn run_group_cycle(
                     );
                     return;
                 }
-                Some(GroupVerdict::Fail(note)) => Some(note),
+                Some(GroupVerdict::StillWaiting(note)) => Some(note),
+                Some(GroupVerdict::Fail(note)) => {
+                    // W23: not waiting on preemption, so nominations from an earlier one end
+                    // and their holds go (they would keep room from pods of lower priority for
+                    // a group that no longer fits).
+                    clear_nominations(shared, binder, handle, &members);
+                    Some(note)
+                }
                 None => None,
             };
             let reason = match preemption_note {
@@ -366,6 +373,37 @@ fn wait_for_preemption(
         outcome.claim_names(),
         &message,
     );
+}
+
+/// Clears the members' nominations: in the cache at once, in their status when it has one.
+fn clear_nominations(
+    shared: &Arc<Shared>,
+    binder: &Binder,
+    handle: &Handle,
+    members: &[QueuedPod],
+) {
+    let mut cache = shared.cache();
+    for qp in members {
+        let nominated_in_status = qp
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if cache.nomination(&qp.uid).is_none() && !nominated_in_status {
+            continue;
+        }
+        cache.clear_nomination(&qp.uid);
+        if nominated_in_status {
+            let client = binder.client().clone();
+            let pod = qp.pod.clone();
+            handle.spawn(async move {
+                if let Err(e) = actuate::set_nomination(&client, &pod, None).await {
+                    debug!(error = %e, "nomination not cleared");
+                }
+            });
+        }
+    }
 }
 
 /// W15 (and S11 for a pod alone): a pod being deleted is not scheduled, and says so.

@@ -41,6 +41,9 @@ pub enum GroupVerdict {
     },
     /// No preemption: the text appended to the group's message.
     Fail(String),
+    /// Victims of a preemption are still terminating: the group keeps waiting for them (its
+    /// members keep their nominations); the text for the message.
+    StillWaiting(String),
 }
 
 /// The group's priority (W94): `spec.priority`; the members' own do not count. Without the
@@ -81,7 +84,7 @@ pub fn preempt_group(
             && has_disruption_target(&p.pod)
     });
     if terminating {
-        return GroupVerdict::Fail(
+        return GroupVerdict::StillWaiting(
             "preemption: not eligible while victims of a preemption are terminating.".to_owned(),
         );
     }
