@@ -165,40 +165,36 @@ fn socket_owners(proc: &Path, inodes: &[u64]) -> Vec<(u64, ProcessInfo)> {
     owners
 }
 
+/// The listening sockets of a `/proc/net/unix` table (`Num RefCount Protocol Flags Type St
+/// Inode [Path]`), as (inode, path as bound); unbound ones are left out.
+fn listeners(table: &str) -> impl Iterator<Item = (u64, &str)> {
+    table.lines().skip(1).filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
+        let inode = fields.get(6)?.parse::<u64>().ok()?;
+        let path = fields.get(7)?;
+        (flags & ACCEPTCON != 0).then_some((inode, *path))
+    })
+}
+
 /// Inodes of the listening sockets bound at `socket` in a `/proc/net/unix` table. A socket
 /// bound with a relative path is listed relative: it matches when `socket` ends with it.
 fn listening_inodes(table: &str, socket: &Path) -> Vec<u64> {
     let wanted = socket.to_string_lossy();
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            // Num RefCount Protocol Flags Type St Inode [Path]
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
-            let inode = fields.get(6)?.parse::<u64>().ok()?;
-            let path = fields.get(7)?;
-            let listening = flags & ACCEPTCON != 0;
-            let same = *path == wanted
-                || (!path.starts_with('/') && wanted.ends_with(&format!("/{path}")));
-            (listening && same).then_some(inode)
+    listeners(table)
+        .filter(|(_, path)| {
+            *path == wanted || (!path.starts_with('/') && wanted.ends_with(&format!("/{path}")))
         })
+        .map(|(inode, _)| inode)
         .collect()
 }
 
 /// Listening sockets of a `/proc/net/unix` table bound at an absolute path under `dir`.
 fn listening_under(table: &str, dir: &Path) -> Vec<(u64, PathBuf)> {
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let flags = u32::from_str_radix(fields.get(3)?, 16).ok()?;
-            let inode = fields.get(6)?.parse::<u64>().ok()?;
-            let path = Path::new(fields.get(7)?);
-            (flags & ACCEPTCON != 0 && path.is_absolute() && path.starts_with(dir))
-                .then(|| (inode, path.to_path_buf()))
-        })
+    listeners(table)
+        .map(|(inode, path)| (inode, Path::new(path)))
+        .filter(|(_, path)| path.is_absolute() && path.starts_with(dir))
+        .map(|(inode, path)| (inode, path.to_path_buf()))
         .collect()
 }
 

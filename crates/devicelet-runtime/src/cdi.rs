@@ -38,6 +38,15 @@ pub fn default_spec_dirs(root: &Path) -> Vec<String> {
     ]
 }
 
+/// The spec directories given on the command line, else [`default_spec_dirs`].
+pub fn spec_dirs(root: &Path, given: &[PathBuf]) -> Vec<String> {
+    if given.is_empty() {
+        default_spec_dirs(root)
+    } else {
+        given.iter().map(|d| d.display().to_string()).collect()
+    }
+}
+
 /// What [`CdiResolver::check`] found: each name resolved by its spec file or not, and every
 /// spec file the CDI library refused, with its error.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -22,7 +22,7 @@ pub mod logs;
 pub mod manager;
 pub mod status;
 
-pub use cdi::{CdiCheck, CdiEdits, CdiResolver, default_spec_dirs};
+pub use cdi::{CdiCheck, CdiEdits, CdiResolver, default_spec_dirs, spec_dirs};
 pub use cri::CriClient;
 pub use error::RuntimeError;
 pub use manager::{ContainerSettings, CriConfig, CriRuntime};

@@ -3,7 +3,7 @@
 //! bound pod. Best effort: a failed write is logged, never retried, never blocks scheduling.
 
 use devicelet_kube::events::pod_event;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -114,11 +114,7 @@ impl Reporter {
     /// A victim of preemption (W88): `Preempted by pod <uid> on node <node>`, recorded by the
     /// preemptor's profile, with the preemptor as related object.
     pub async fn preempted(&self, victim: &Pod, preemptor: &Pod, node: &str) {
-        let note = format!(
-            "Preempted by pod {} on node {node}",
-            preemptor.metadata.uid.as_deref().unwrap_or("")
-        );
-        let related = k8s_openapi::api::core::v1::ObjectReference {
+        let related = ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("Pod".to_owned()),
             name: preemptor.metadata.name.clone(),
@@ -126,16 +122,8 @@ impl Reporter {
             uid: preemptor.metadata.uid.clone(),
             ..Default::default()
         };
-        self.write_event(
-            victim,
-            self.component_of(preemptor),
-            "Normal",
-            "Preempted",
-            "Preempting",
-            &note,
-            Some(related),
-        )
-        .await;
+        self.preempted_by(victim, preemptor, "pod", node, related)
+            .await;
     }
 
     /// W99: the `Preempted` event on a victim of a pod group's preemption (the whole cluster is
@@ -146,11 +134,7 @@ impl Reporter {
         member: &Pod,
         group: &k8s_openapi::api::scheduling::v1alpha2::PodGroup,
     ) {
-        let note = format!(
-            "Preempted by podgroup {} on node cluster",
-            group.metadata.uid.as_deref().unwrap_or("")
-        );
-        let related = k8s_openapi::api::core::v1::ObjectReference {
+        let related = ObjectReference {
             api_version: Some("scheduling.k8s.io/v1alpha2".to_owned()),
             kind: Some("PodGroup".to_owned()),
             name: group.metadata.name.clone(),
@@ -158,9 +142,26 @@ impl Reporter {
             uid: group.metadata.uid.clone(),
             ..Default::default()
         };
+        self.preempted_by(victim, member, "podgroup", "cluster", related)
+            .await;
+    }
+
+    /// `Preempted by <kind> <uid of related> on node <node>`, recorded by `preemptor`'s profile.
+    async fn preempted_by(
+        &self,
+        victim: &Pod,
+        preemptor: &Pod,
+        kind: &str,
+        node: &str,
+        related: ObjectReference,
+    ) {
+        let note = format!(
+            "Preempted by {kind} {} on node {node}",
+            related.uid.as_deref().unwrap_or("")
+        );
         self.write_event(
             victim,
-            self.component_of(member),
+            self.component_of(preemptor),
             "Normal",
             "Preempted",
             "Preempting",

@@ -111,23 +111,14 @@ pub fn preempt_group(
     );
     let violating_count = violating.len();
     let ordered: Vec<Unit> = violating.into_iter().chain(other).collect();
-    let mut evicted = vec![true; ordered.len()];
     // D-L4: the whole group search per unit, as upstream; the search memoises what nodes
     // answer, so a unit on a node no member uses costs little.
-    for k in 0..ordered.len() {
-        evicted[k] = false;
-        let still: Vec<&Unit> = ordered
-            .iter()
-            .zip(&evicted)
-            .filter(|(_, e)| **e)
-            .map(|(u, _)| u)
-            .collect();
-        let outcome = group_without(engine, members, problem, &still, inputs, &base);
-        if outcome.verdict == Search::Placed {
-            fitting = outcome;
-        } else {
-            evicted[k] = true;
-        }
+    let (evicted, last) = victims::reprieve(&ordered, |still| {
+        let outcome = group_without(engine, members, problem, still, inputs, &base);
+        (outcome.verdict == Search::Placed).then_some(outcome)
+    });
+    if let Some(outcome) = last {
+        fitting = outcome;
     }
     let victims: Vec<Arc<Pod>> = ordered
         .iter()

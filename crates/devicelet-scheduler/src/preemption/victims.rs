@@ -175,6 +175,31 @@ pub(super) fn sort_most_important_first(units: &mut [Unit]) {
     });
 }
 
+/// W83, W98: every unit of `ordered` (most important first) starts evicted; each one is
+/// reprieved in turn when `fits` still answers with the rest evicted. Returns which stay
+/// evicted and the answer for exactly that set (`None` when no trial fitted).
+pub(super) fn reprieve<T>(
+    ordered: &[Unit],
+    mut fits: impl FnMut(&[&Unit]) -> Option<T>,
+) -> (Vec<bool>, Option<T>) {
+    let mut evicted = vec![true; ordered.len()];
+    let mut last = None;
+    for k in 0..ordered.len() {
+        evicted[k] = false;
+        let still: Vec<&Unit> = ordered
+            .iter()
+            .zip(&evicted)
+            .filter(|(_, e)| **e)
+            .map(|(u, _)| u)
+            .collect();
+        match fits(&still) {
+            Some(answer) => last = Some(answer),
+            None => evicted[k] = true,
+        }
+    }
+    (evicted, last)
+}
+
 /// The fewest and least important units to evict from `entry` for `pod` to fit (W82, W83):
 /// the candidate, or the reason the node is none.
 pub(super) fn select(
@@ -201,19 +226,11 @@ pub(super) fn select(
     let violating_count = violating.len();
     // Every unit starts evicted; each one the pod still fits beside is reprieved.
     let ordered: Vec<Unit> = violating.into_iter().chain(other).collect();
-    let mut evicted: Vec<bool> = vec![true; ordered.len()];
-    for k in 0..ordered.len() {
-        evicted[k] = false;
-        let still: Vec<&Unit> = ordered
-            .iter()
-            .zip(&evicted)
-            .filter(|(_, e)| **e)
-            .map(|(u, _)| u)
-            .collect();
-        match fits_without(engine, pod, cycle, entry, &still, inputs, base) {
-            Ok(d) => devices = d,
-            Err(_) => evicted[k] = true,
-        }
+    let (evicted, last) = reprieve(&ordered, |still| {
+        fits_without(engine, pod, cycle, entry, still, inputs, base).ok()
+    });
+    if let Some(d) = last {
+        devices = d;
     }
     let pdb_violations = evicted[..violating_count].iter().filter(|e| **e).count();
     let mut victims: Vec<Arc<Pod>> = ordered

@@ -128,14 +128,7 @@ fn cri_config(
     if args.runtime != RuntimeArg::Cri {
         return None;
     }
-    let cdi_spec_dirs = if args.cdi_spec_dirs.is_empty() {
-        devicelet_runtime::default_spec_dirs(root_dir)
-    } else {
-        args.cdi_spec_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect()
-    };
+    let cdi_spec_dirs = devicelet_runtime::spec_dirs(root_dir, &args.cdi_spec_dirs);
     Some(devicelet_runtime::CriConfig {
         endpoint: args.container_runtime_endpoint.clone(),
         root: root_dir.to_path_buf(),

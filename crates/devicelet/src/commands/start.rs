@@ -20,14 +20,7 @@ pub async fn run(root_dir: &Path, args: StartArgs) -> anyhow::Result<()> {
     if !args.check_cdi {
         return output::print(args.output.output, &options, options_table);
     }
-    let dirs = if args.cdi_spec_dirs.is_empty() {
-        devicelet_runtime::default_spec_dirs(root_dir)
-    } else {
-        args.cdi_spec_dirs
-            .iter()
-            .map(|d| d.display().to_string())
-            .collect()
-    };
+    let dirs = devicelet_runtime::spec_dirs(root_dir, &args.cdi_spec_dirs);
     let check = devicelet_runtime::CdiResolver::new(dirs).check(&options.cdi_devices);
     let checked = CheckedStart {
         options,
