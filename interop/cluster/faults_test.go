@@ -4,6 +4,7 @@ package cluster
 // kube-apiserver restarted, the Node object deleted and recreated.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,8 +118,37 @@ func TestForceDeletedWhileDownIsReleased(t *testing.T) {
 	}
 }
 
-// restartAPIServer stops kube-apiserver and starts it again with the same command line.
+// restartAPIServer stops kube-apiserver and starts it again with the same command line,
+// `down` later. kube-controller-manager is restarted too once the API server is back: after an
+// outage its controllers' watches may take minutes to recover (template claims and
+// ServiceAccounts of later tests then lag; it made the next test time out in CI), which is
+// not what these tests look at.
 func restartAPIServer(t *testing.T, down time.Duration) {
+	t.Helper()
+	restartControlPlaneProcess(t, "kube-apiserver", down)
+	waitFor(t, 90*time.Second, "kube-apiserver ready again", func() (bool, string) {
+		body, err := controlPlane.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx(t))
+		return err == nil, fmt.Sprint(err, string(body))
+	})
+	restartControlPlaneProcess(t, "kube-controller-manager", 0)
+	// Ready when its ServiceAccount controller makes a new namespace's default account.
+	probe := fmt.Sprintf("kcm-probe-%d", time.Now().UnixNano())
+	if _, err := controlPlane.admin.CoreV1().Namespaces().Create(ctx(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = controlPlane.admin.CoreV1().Namespaces().Delete(context.Background(), probe, metav1.DeleteOptions{})
+	}()
+	waitFor(t, 90*time.Second, "kube-controller-manager working again", func() (bool, string) {
+		_, err := controlPlane.admin.CoreV1().ServiceAccounts(probe).Get(ctx(t), "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// restartControlPlaneProcess stops the control-plane process `name` (as named in the pids
+// file) and starts it again with the same command line `down` later, its output appended to
+// its log.
+func restartControlPlaneProcess(t *testing.T, name string, down time.Duration) {
 	t.Helper()
 	pidsFile := filepath.Join(controlPlane.state, "pids")
 	data, err := os.ReadFile(pidsFile)
@@ -129,11 +159,11 @@ func restartAPIServer(t *testing.T, down time.Duration) {
 	var args []string
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 2 && f[1] == "kube-apiserver" {
+		if len(f) == 2 && f[1] == name {
 			pid, _ := strconv.Atoi(f[0])
 			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			if err != nil {
-				t.Fatalf("reading kube-apiserver's command line: %v", err)
+				t.Fatalf("reading %s's command line: %v", name, err)
 			}
 			args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 			_ = syscall.Kill(pid, syscall.SIGTERM)
@@ -146,10 +176,10 @@ func restartAPIServer(t *testing.T, down time.Duration) {
 		lines = append(lines, line)
 	}
 	if args == nil {
-		t.Fatal("kube-apiserver is not in the pids file")
+		t.Fatalf("%s is not in the pids file", name)
 	}
 	time.Sleep(down)
-	logf, err := os.OpenFile(filepath.Join(controlPlane.state, "logs", "kube-apiserver.log"), os.O_APPEND|os.O_WRONLY, 0o644)
+	logf, err := os.OpenFile(filepath.Join(controlPlane.state, "logs", name+".log"), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,12 +191,8 @@ func restartAPIServer(t *testing.T, down time.Duration) {
 		t.Fatal(err)
 	}
 	go func() { _ = cmd.Wait() }()
-	lines = append(lines, fmt.Sprintf("%d kube-apiserver", cmd.Process.Pid))
+	lines = append(lines, fmt.Sprintf("%d %s", cmd.Process.Pid, name))
 	writeFile(t, pidsFile, strings.Join(lines, "\n")+"\n")
-	waitFor(t, 90*time.Second, "kube-apiserver ready again", func() (bool, string) {
-		body, err := controlPlane.admin.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx(t))
-		return err == nil, fmt.Sprint(err, string(body))
-	})
 }
 
 // TestAPIServerRestart: kube-apiserver goes away for 15 s and comes back: the node stays

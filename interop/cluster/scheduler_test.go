@@ -433,14 +433,11 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	_, metricsAddr := startScheduler(t)
 	// A selector nothing matches: the condition says which.
 	schedPod(t, ns, "wants-h100", "h100", "", nil)
-	// Pod affinity is not implemented: refused with the field named.
-	schedPod(t, ns, "affinity", "", "", func(s *corev1.PodSpec) {
-		s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				TopologyKey:   "kubernetes.io/hostname",
-				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
-			}},
-		}}
+	// PVC volumes are not implemented: refused with the field named.
+	schedPod(t, ns, "volume", "", "", func(s *corev1.PodSpec) {
+		s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
+		}})
 	})
 	total := envInt("SCHEDULER_RACE_PODS", 1000)
 	capacity := nodes * devicesPerNode
@@ -474,8 +471,8 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		return c.Reason == "Unschedulable" && strings.Contains(c.Message, "cannot allocate all claims") &&
 			strings.Contains(c.Message, `model == "h100"`), c.Message
 	})
-	waitFor(t, 30*time.Second, "affinity pod refused with the field named", func() (bool, string) {
-		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "affinity", metav1.GetOptions{})
+	waitFor(t, 30*time.Second, "PVC pod refused with the field named", func() (bool, string) {
+		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "volume", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -483,11 +480,11 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		if c == nil {
 			return false, "no condition"
 		}
-		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=affinity,reason=FailedScheduling"})
+		events, err := controlPlane.admin.CoreV1().Events(ns).List(ctx(t), metav1.ListOptions{FieldSelector: "involvedObject.name=volume,reason=FailedScheduling"})
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Spec.NodeName == "" && strings.Contains(c.Message, "spec.affinity.podAffinity") && len(events.Items) > 0, c.Message
+		return p.Spec.NodeName == "" && strings.Contains(c.Message, "persistentVolumeClaim") && len(events.Items) > 0, c.Message
 	})
 	if c := podScheduledCondition(p); p.Spec.NodeName == "" && (c == nil || !strings.HasPrefix(c.Message, fmt.Sprintf("0/%d nodes are available: %d cannot allocate all claims.", nodes, nodes))) {
 		t.Errorf("an unplaced racing pod's condition: %v", c)

@@ -26,7 +26,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
@@ -105,6 +105,41 @@ impl Binder {
         }
     }
 
+    /// How many of the group members `written` (UIDs, in `pod`'s namespace) are deleted or
+    /// being deleted. The pod watch may not have shown a deletion that came before the last
+    /// claim write yet (`pods/binding` of the others would then succeed and leave the group
+    /// short of its quorum), so unless the watch already shows one, one consistent list of the
+    /// namespace's pod metadata settles it; when that fails, the group is not let through.
+    async fn members_gone(&self, pod: &Pod, written: &[String]) -> usize {
+        let known = written
+            .iter()
+            .filter(|uid| !self.shared.queue().is_binding(uid))
+            .count();
+        if known > 0 {
+            return known;
+        }
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api.list_metadata(&ListParams::default()).await {
+            Ok(list) => {
+                let live: std::collections::HashSet<&str> = list
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter_map(|p| p.metadata.uid.as_deref())
+                    .collect();
+                written
+                    .iter()
+                    .filter(|uid| !live.contains(uid.as_str()))
+                    .count()
+            }
+            Err(e) => {
+                warn!(namespace = %ns, error = %e, "listing a pod group's members before binding failed");
+                written.len()
+            }
+        }
+    }
+
     /// The API client.
     pub fn client(&self) -> &Client {
         &self.client
@@ -166,13 +201,12 @@ impl Binder {
                 // No binding slot is held while waiting: a group larger than the slots would
                 // wait for itself.
                 drop(slot.take());
-                let shared = self.shared.clone();
                 let keeps_quorum = barrier
                     .arrive(
                         &qp.uid,
                         prebind.is_ok(),
                         self.shared.binding_timeout + GROUP_WAIT_MARGIN,
-                        move |uid| !shared.queue().is_binding(uid),
+                        async |written: Vec<String>| self.members_gone(&pod, &written).await,
                     )
                     .await;
                 slot = self.slots.clone().acquire_owned().await.ok();

@@ -27,6 +27,7 @@ use tracing::warn;
 
 use crate::gang::{GroupKey, group_of};
 
+use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
 use crate::filters::{NodeUsage, ResourceList};
 
@@ -118,6 +119,8 @@ pub struct ClusterCache {
     priorities: BTreeMap<i32, usize>,
     /// PodDisruptionBudgets by (namespace, name) (preemption reprieves their pods first, W83).
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
+    /// Namespaces' labels by name (pod affinity terms' `namespaceSelector`).
+    namespaces: HashMap<String, BTreeMap<String, String>>,
 }
 
 /// A pending pod's claim on a node while its preemption victims terminate (W92).
@@ -265,22 +268,38 @@ impl ClusterCache {
     // ---- pods --------------------------------------------------------------------------
 
     /// A pod was seen (added or updated): counts it on its node when bound and not finished.
-    pub fn upsert_pod(&mut self, pod: &Pod) {
+    /// Returns whether it is newly seen bound or its labels changed while bound (an
+    /// `AssignedPodChanged` event for the inter-pod plugins).
+    pub fn upsert_pod(&mut self, pod: &Pod) -> bool {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.track_member(&uid, pod);
         match is_assigned(pod) {
             Some(node) => {
                 self.nominated.remove(&uid);
-                if let Some(old) = self.assigned.get_mut(&uid)
-                    && old.node == node
-                    && !old.assumed
-                {
-                    // Same usage; labels, start time and deletion may have changed.
+                let old = self.assigned.get(&uid);
+                let was_bound = old.is_some_and(|o| {
+                    o.pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                });
+                let same_labels = old.is_some_and(|o| o.pod.metadata.labels == pod.metadata.labels);
+                let same_usage = old.is_some_and(|o| {
+                    o.node == node
+                        && !o.assumed
+                        && same_labels
+                        && o.pod.metadata.deletion_timestamp.is_some()
+                            == pod.metadata.deletion_timestamp.is_some()
+                });
+                if same_usage && let Some(old) = self.assigned.get_mut(&uid) {
+                    // Same usage; start time may have changed.
                     old.pod = Arc::new(pod.clone());
-                    return;
+                    return !was_bound;
                 }
                 self.forget_pod(&uid);
                 self.assign(uid, pod, node, false);
+                !(was_bound && same_labels)
             }
             None => {
                 // A nomination written by this or an earlier leader (W92). One this scheduler
@@ -308,6 +327,7 @@ impl ClusterCache {
                 if self.assigned.get(&uid).is_some_and(|a| !a.assumed) {
                     self.forget_pod(&uid);
                 }
+                false
             }
         }
     }
@@ -585,6 +605,38 @@ impl ClusterCache {
             }
         }
         nodes
+    }
+
+    // ---- namespaces ----------------------------------------------------------------------
+
+    /// A namespace was added or its labels changed.
+    pub fn upsert_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
+        self.namespaces.insert(name.to_owned(), labels);
+    }
+
+    /// A namespace is gone.
+    pub fn remove_namespace(&mut self, name: &str) {
+        self.namespaces.remove(name);
+    }
+
+    /// After a relist: only `names` exist.
+    pub fn retain_namespaces(&mut self, names: &HashSet<String>) {
+        self.namespaces.retain(|n, _| names.contains(n));
+    }
+
+    /// The labels of namespace `name` (none when unknown, as upstream's
+    /// `GetNamespaceLabelsSnapshot`).
+    pub fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
+        self.namespaces.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The names of the namespaces `selector` matches.
+    pub fn namespaces_matching(&self, selector: &Selector) -> Vec<String> {
+        self.namespaces
+            .iter()
+            .filter(|(_, labels)| selector.matches(labels))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     // ---- PodDisruptionBudgets ------------------------------------------------------------

@@ -72,8 +72,8 @@ impl Default for ScoringStrategy {
 }
 
 /// The score plugins this scheduler runs, with their weights (W112: TaintToleration 3,
-/// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2, NodeResourcesBalancedAllocation 1
-/// in 1.36.3). A weight of 0 means disabled.
+/// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2, NodeResourcesBalancedAllocation 1,
+/// PodTopologySpread 2, InterPodAffinity 2 in 1.36.3). A weight of 0 means disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScoreWeights {
     pub taint_toleration: i64,
@@ -81,6 +81,8 @@ pub struct ScoreWeights {
     pub node_resources_fit: i64,
     pub dynamic_resources: i64,
     pub balanced_allocation: i64,
+    pub pod_topology_spread: i64,
+    pub inter_pod_affinity: i64,
 }
 
 impl ScoreWeights {
@@ -91,6 +93,8 @@ impl ScoreWeights {
             || self.node_resources_fit > 0
             || self.dynamic_resources > 0
             || self.balanced_allocation > 0
+            || self.pod_topology_spread > 0
+            || self.inter_pod_affinity > 0
     }
 }
 
@@ -102,6 +106,8 @@ impl Default for ScoreWeights {
             node_resources_fit: 1,
             dynamic_resources: 2,
             balanced_allocation: 1,
+            pod_topology_spread: 2,
+            inter_pod_affinity: 2,
         }
     }
 }
@@ -122,6 +128,27 @@ pub struct Profile {
     pub binding_timeout: Option<Duration>,
     /// DefaultPreemption's args; `None` when `plugins.postFilter` disables it.
     pub preemption: Option<PreemptionArgs>,
+    /// InterPodAffinityArgs.
+    pub affinity: AffinityArgs,
+}
+
+/// The plugin's args (`InterPodAffinityArgs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AffinityArgs {
+    /// Weight of an existing pod's required affinity term that the incoming pod matches
+    /// (0-100, default 1).
+    pub hard_pod_affinity_weight: i64,
+    /// Score only the incoming pod's preferred terms.
+    pub ignore_preferred_terms_of_existing_pods: bool,
+}
+
+impl Default for AffinityArgs {
+    fn default() -> Self {
+        AffinityArgs {
+            hard_pod_affinity_weight: 1,
+            ignore_preferred_terms_of_existing_pods: false,
+        }
+    }
 }
 
 /// DefaultPreemptionArgs (W81): how many candidate nodes the dry run looks for.
@@ -151,6 +178,7 @@ impl Profile {
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: None,
             preemption: Some(PreemptionArgs::default()),
+            affinity: AffinityArgs::default(),
         }
     }
 }
@@ -294,6 +322,24 @@ struct RawDraArgs {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawAffinityArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    hard_pod_affinity_weight: Option<i64>,
+    ignore_preferred_terms_of_existing_pods: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawSpreadArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    default_constraints: Option<Vec<Value>>,
+    defaulting_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawPreemptionArgs {
     api_version: Option<String>,
     kind: Option<String>,
@@ -349,13 +395,7 @@ const IN_TREE: &[&str] = &[
 
 /// Score plugins of the default profile this scheduler does not run: a configuration may
 /// disable them (a no-op here) but not enable or weigh them.
-const UNSCORED: &[&str] = &[
-    "PodTopologySpread",
-    "InterPodAffinity",
-    "ImageLocality",
-    "VolumeBinding",
-    "PodGroupPodsCount",
-];
+const UNSCORED: &[&str] = &["ImageLocality", "VolumeBinding", "PodGroupPodsCount"];
 
 /// Parses and checks a KubeSchedulerConfiguration (YAML or JSON).
 pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
@@ -675,6 +715,8 @@ fn plugin_set(
                         node_resources_fit: 0,
                         dynamic_resources: 0,
                         balanced_allocation: 0,
+                        pod_topology_spread: 0,
+                        inter_pod_affinity: 0,
                     };
                 }
                 "TaintToleration" => weights.taint_toleration = 0,
@@ -682,6 +724,8 @@ fn plugin_set(
                 "NodeResourcesFit" => weights.node_resources_fit = 0,
                 "NodeResourcesBalancedAllocation" => weights.balanced_allocation = 0,
                 "DynamicResources" => weights.dynamic_resources = 0,
+                "PodTopologySpread" => weights.pod_topology_spread = 0,
+                "InterPodAffinity" => weights.inter_pod_affinity = 0,
                 // Not run here: disabling it changes nothing.
                 _ => {}
             },
@@ -735,6 +779,8 @@ fn plugin_set(
             "NodeResourcesFit" => weights.node_resources_fit = weight,
             "NodeResourcesBalancedAllocation" => weights.balanced_allocation = weight,
             "DynamicResources" => weights.dynamic_resources = weight,
+            "PodTopologySpread" => weights.pod_topology_spread = weight,
+            "InterPodAffinity" => weights.inter_pod_affinity = weight,
             _ if UNSCORED.contains(&name) => {
                 return Err(unsupported(&f, format!("the {name} score")));
             }
@@ -803,6 +849,52 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                     ));
                 }
                 p.binding_timeout = Some(d);
+            }
+        }
+        "InterPodAffinity" => {
+            let raw: RawAffinityArgs =
+                serde_json::from_value(decode("InterPodAffinityArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            if let Some(w) = raw.hard_pod_affinity_weight {
+                if !(0..=100).contains(&w) {
+                    return Err(invalid(
+                        format!("{field}.args.hardPodAffinityWeight"),
+                        format!("{w}: not in valid range [0, 100]"),
+                    ));
+                }
+                p.affinity.hard_pod_affinity_weight = w;
+            }
+            if let Some(b) = raw.ignore_preferred_terms_of_existing_pods {
+                p.affinity.ignore_preferred_terms_of_existing_pods = b;
+            }
+        }
+        "PodTopologySpread" => {
+            let raw: RawSpreadArgs =
+                serde_json::from_value(decode("PodTopologySpreadArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            let constraints = raw.default_constraints.unwrap_or_default();
+            match raw.defaulting_type.as_deref() {
+                None | Some("System") if constraints.is_empty() => {}
+                None | Some("System") => {
+                    return Err(invalid(
+                        format!("{field}.args.defaultConstraints"),
+                        "must be empty for \"System\" defaultingType",
+                    ));
+                }
+                Some("List") if constraints.is_empty() => {}
+                Some("List") => {
+                    return Err(unsupported(
+                        format!("{field}.args.defaultConstraints"),
+                        "default constraints (the Services, ReplicaSets and StatefulSets that \
+                         select a pod are not watched)",
+                    ));
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        format!("{field}.args.defaultingType"),
+                        format!("{other:?}: supported values: \"System\", \"List\""),
+                    ));
+                }
             }
         }
         "DefaultPreemption" => {
@@ -1086,8 +1178,8 @@ profiles:
                 "profiles[0].plugins.score.enabled[0].weight: -1: must be positive",
             ),
             (
-                "profiles: [{plugins: {score: {enabled: [{name: InterPodAffinity}]}}}]\n",
-                "profiles[0].plugins.score.enabled[0]: the InterPodAffinity score (not supported",
+                "profiles: [{plugins: {score: {enabled: [{name: ImageLocality}]}}}]\n",
+                "profiles[0].plugins.score.enabled[0]: the ImageLocality score (not supported",
             ),
             (
                 "profiles: [{plugins: {filter: {disabled: [{name: NodePorts}]}}}]\n",

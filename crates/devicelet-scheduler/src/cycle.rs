@@ -26,7 +26,10 @@ use crate::cache::{ClusterCache, NodeEntry};
 use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
+use crate::filters::inter_pod_affinity::{self, AffinityFilter};
 use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_score, fit_score};
+use crate::filters::pod_info::{NodePods, PodInfo};
+use crate::filters::pod_topology_spread::{self, SpreadFilter};
 use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
@@ -123,6 +126,13 @@ pub struct CycleInputs {
     /// Devices held for pods of at least this pod's priority nominated by preemption while
     /// their victims terminate (W92): in use for this pod.
     pub held: Vec<DeviceRequestAllocationResult>,
+    /// The pod as the inter-pod plugins read it, its terms' namespace selectors resolved.
+    pub pod_info: Arc<PodInfo>,
+    /// The labels of the pod's namespace (existing pods' terms may select it by them).
+    pub namespace_labels: Arc<BTreeMap<String, String>>,
+    /// Every node, when `nodes` is a subset (preemption's dry run on one node): the inter-pod
+    /// plugins count pods per topology domain across all of them.
+    pub all_nodes: Option<Vec<NodeEntry>>,
 }
 
 impl CycleInputs {
@@ -142,8 +152,72 @@ impl CycleInputs {
             extended,
             leftover_special,
             held: cache.held_devices_for(pod),
+            pod_info: Arc::new(
+                PodInfo::of(pod).with_namespaces_resolved(|s| cache.namespaces_matching(s)),
+            ),
+            namespace_labels: Arc::new(
+                cache.namespace_labels(pod.metadata.namespace.as_deref().unwrap_or("")),
+            ),
+            all_nodes: None,
         }
     }
+
+    /// Every node of the cluster (see [`CycleInputs::all_nodes`]).
+    pub fn every_node(&self) -> &[NodeEntry] {
+        self.all_nodes.as_deref().unwrap_or(&self.nodes)
+    }
+
+    /// Whether InterPodAffinity or PodTopologySpread has anything to do for `pod`: its own
+    /// terms or constraints, or pods with terms somewhere.
+    pub fn inter_pod_relevant(&self, pod: &Pod) -> bool {
+        self.pod_info.has_affinity()
+            || pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.topology_spread_constraints.as_ref())
+                .is_some_and(|c| !c.is_empty())
+            || self.every_node().iter().any(|e| e.usage.with_affinity > 0)
+    }
+}
+
+/// The inter-pod plugins' PreFilter states (`None`: the plugin skips).
+struct InterPodFilters {
+    spread: Option<SpreadFilter>,
+    affinity: Option<AffinityFilter>,
+}
+
+impl InterPodFilters {
+    fn pre_filter(pod: &Pod, facts: &PodFacts, inputs: &CycleInputs) -> Self {
+        if !inputs.inter_pod_relevant(pod) {
+            return InterPodFilters {
+                spread: None,
+                affinity: None,
+            };
+        }
+        let view = node_pods(inputs.every_node());
+        InterPodFilters {
+            spread: SpreadFilter::pre_filter(pod, facts, &view),
+            affinity: AffinityFilter::pre_filter(&inputs.pod_info, &inputs.namespace_labels, &view),
+        }
+    }
+
+    /// PodTopologySpread then InterPodAffinity, the default profile's order.
+    fn filter(&self, node: &k8s_openapi::api::core::v1::Node) -> Option<Rejection> {
+        self.spread
+            .as_ref()
+            .and_then(|s| s.filter(node))
+            .or_else(|| self.affinity.as_ref().and_then(|a| a.filter(node)))
+    }
+}
+
+fn node_pods(nodes: &[NodeEntry]) -> Vec<NodePods<'_>> {
+    nodes
+        .iter()
+        .map(|e| NodePods {
+            node: &e.node,
+            usage: &e.usage,
+        })
+        .collect()
 }
 
 /// Runs `f` with an engine over the cache's current classes, slices and devices in use (for
@@ -424,13 +498,24 @@ impl<'a> Engine<'a> {
         entry: NodeEntry,
         index: AllocatedIndex,
     ) -> Result<Vec<DeviceRequestAllocationResult>, Vec<String>> {
+        // The inter-pod plugins count across every node, this one as it would be.
+        let all_nodes = inputs.inter_pod_relevant(pod).then(|| {
+            inputs
+                .every_node()
+                .iter()
+                .map(|e| {
+                    if e.name() == entry.name() {
+                        entry.clone()
+                    } else {
+                        e.clone()
+                    }
+                })
+                .collect()
+        });
         let one = CycleInputs {
             nodes: vec![entry],
-            dra: inputs.dra.clone(),
-            unsupported: inputs.unsupported.clone(),
-            extended: inputs.extended.clone(),
-            leftover_special: inputs.leftover_special.clone(),
-            held: inputs.held.clone(),
+            all_nodes,
+            ..inputs.clone()
         };
         let saved_index = std::mem::replace(&mut self.index, index);
         let saved_start = std::mem::replace(&mut self.next_start, 0);
@@ -555,7 +640,7 @@ impl<'a> Engine<'a> {
     pub fn evaluate_with(
         &mut self,
         pod: &Pod,
-        inputs: CycleInputs,
+        mut inputs: CycleInputs,
         limit: usize,
         mut memo: Option<&mut NodeMemo>,
     ) -> Outcome {
@@ -581,7 +666,8 @@ impl<'a> Engine<'a> {
             ));
             return unschedulable(fit, None, BTreeSet::new());
         }
-        let state = match inputs.dra {
+        let dra = std::mem::replace(&mut inputs.dra, Ok(None));
+        let state = match dra {
             // DRA-backed extended resources need the DRA plugin without user claims too.
             Ok(None) if inputs.extended.is_some() => Some(DraState::default()),
             Ok(state) => state,
@@ -647,6 +733,7 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
+        let inter_pod = InterPodFilters::pre_filter(pod, &facts, &inputs);
         let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
@@ -660,6 +747,7 @@ impl<'a> Engine<'a> {
             let entry = &inputs.nodes[i];
             if let Some(r) =
                 filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage)
+                    .or_else(|| inter_pod.filter(&entry.node))
             {
                 fit.node_statuses.insert(entry.name().to_owned(), r);
                 continue;
@@ -752,12 +840,14 @@ impl<'a> Engine<'a> {
         }
         // The best node first (ties at random, S19), then the rest best first for callers
         // that want alternatives (the pod-group search).
+        let inter_pod_scores = self.inter_pod_scores(pod, &facts, &inputs, &feasible);
         let order = self.rank(
             self.profile_of(pod),
             &facts,
             &inputs.nodes,
             &feasible,
             &to_allocate,
+            &inter_pod_scores,
             limit,
         );
         let feasible_count = feasible.len();
@@ -822,13 +912,17 @@ impl<'a> Engine<'a> {
         nodes: &[NodeEntry],
         feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
+        inter_pod: &[i64],
         limit: usize,
     ) -> Vec<usize> {
         if feasible.len() == 1 {
             return vec![0];
         }
         let devices = self.device_use(profile, nodes, feasible, claims);
-        let totals = Self::scores(profile, facts, nodes, feasible, claims, &devices);
+        let mut totals = Self::scores(profile, facts, nodes, feasible, claims, &devices);
+        for (t, extra) in totals.iter_mut().zip(inter_pod) {
+            *t += extra;
+        }
         let mut best: Option<(i64, usize)> = None;
         let mut ties = 0u32;
         for (k, &total) in totals.iter().enumerate() {
@@ -854,6 +948,65 @@ impl<'a> Engine<'a> {
             order.extend(rest.into_iter().take(limit - 1));
         }
         order
+    }
+
+    /// PodTopologySpread's and InterPodAffinity's scores of the feasible nodes, weighted (empty
+    /// when neither runs). They count pods across every node, not only the feasible ones.
+    fn inter_pod_scores(
+        &self,
+        pod: &Pod,
+        facts: &PodFacts,
+        inputs: &CycleInputs,
+        feasible: &[FeasibleNode],
+    ) -> Vec<i64> {
+        let weights = &self.profile_of(pod).weights;
+        if feasible.len() < 2
+            || (weights.pod_topology_spread == 0 && weights.inter_pod_affinity == 0)
+            || !inputs.inter_pod_relevant(pod)
+        {
+            return Vec::new();
+        }
+        let view = node_pods(inputs.every_node());
+        // `feasible` indexes `inputs.nodes`; map them into `view` by name when they differ.
+        let index: Vec<usize> = if inputs.all_nodes.is_none() {
+            feasible.iter().map(|(i, _, _)| *i).collect()
+        } else {
+            let by_name: HashMap<&str, usize> = inputs
+                .every_node()
+                .iter()
+                .enumerate()
+                .map(|(k, e)| (e.name(), k))
+                .collect();
+            feasible
+                .iter()
+                .filter_map(|(i, _, _)| by_name.get(inputs.nodes[*i].name()).copied())
+                .collect()
+        };
+        if index.len() != feasible.len() {
+            return Vec::new();
+        }
+        let mut out = vec![0; feasible.len()];
+        if weights.pod_topology_spread > 0
+            && let Some(s) = pod_topology_spread::scores(pod, facts, &view, &index)
+        {
+            for (o, s) in out.iter_mut().zip(s) {
+                *o += s * weights.pod_topology_spread;
+            }
+        }
+        if weights.inter_pod_affinity > 0
+            && let Some(s) = inter_pod_affinity::scores(
+                &inputs.pod_info,
+                &inputs.namespace_labels,
+                &self.profile_of(pod).affinity,
+                &view,
+                &index,
+            )
+        {
+            for (o, s) in out.iter_mut().zip(s) {
+                *o += s * weights.inter_pod_affinity;
+            }
+        }
+        out
     }
 
     /// Each feasible node's score (W110): TaintToleration, NodeAffinity (preferred terms),

@@ -16,6 +16,8 @@ pub enum Plugin {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    PodTopologySpread,
+    InterPodAffinity,
     DynamicResources,
     /// The pod-group plugin (`plugins/gangscheduling`): quorum gating and the group verdict.
     GangScheduling,
@@ -25,7 +27,7 @@ pub enum Plugin {
 
 impl Plugin {
     /// Every plugin, for metrics that list them all.
-    pub const ALL: [Plugin; 10] = [
+    pub const ALL: [Plugin; 12] = [
         Plugin::SchedulingGates,
         Plugin::NodeUnschedulable,
         Plugin::NodeName,
@@ -33,6 +35,8 @@ impl Plugin {
         Plugin::NodeAffinity,
         Plugin::NodePorts,
         Plugin::NodeResourcesFit,
+        Plugin::PodTopologySpread,
+        Plugin::InterPodAffinity,
         Plugin::DynamicResources,
         Plugin::GangScheduling,
         Plugin::Unsupported,
@@ -48,6 +52,8 @@ impl Plugin {
             Plugin::NodeAffinity => "NodeAffinity",
             Plugin::NodePorts => "NodePorts",
             Plugin::NodeResourcesFit => "NodeResourcesFit",
+            Plugin::PodTopologySpread => "PodTopologySpread",
+            Plugin::InterPodAffinity => "InterPodAffinity",
             Plugin::DynamicResources => "DynamicResources",
             Plugin::GangScheduling => "GangScheduling",
             Plugin::Unsupported => "DeviceletUnsupported",

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
@@ -156,18 +156,19 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
         Change::Upsert(pod) => {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let freed;
+            let placed;
             let mut joined = None;
             {
                 let mut cache = shared.cache();
                 let was = cache.is_assigned(&uid);
                 if let Some(key) = crate::gang::group_of(&pod) {
                     let before = cache.group_pod_count(&key);
-                    cache.upsert_pod(&pod);
+                    placed = cache.upsert_pod(&pod);
                     if cache.group_pod_count(&key) > before {
                         joined = Some(key);
                     }
                 } else {
-                    cache.upsert_pod(&pod);
+                    placed = cache.upsert_pod(&pod);
                 }
                 freed = was && !cache.is_assigned(&uid);
                 let mut queue = shared.queue();
@@ -188,6 +189,8 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
             }
             if freed {
                 event(shared, ClusterEvent::AssignedPodDeleted);
+            } else if placed {
+                event(shared, ClusterEvent::AssignedPodChanged);
             } else {
                 shared.notify();
             }
@@ -446,6 +449,24 @@ pub async fn start(
                 s.cache().remove_pdb(&ns, &name);
             }
             Change::Relisted(names) => s.cache().retain_pdbs(&names),
+        }
+    );
+    // Pod affinity terms select namespaces by label; kube-scheduler's role reads them too.
+    spawn_watch!(
+        Api::<Namespace>::all(client.clone()),
+        "namespaces",
+        false,
+        |s: &Shared, c: Change<Namespace>| match c {
+            Change::Upsert(k) => s.cache().upsert_namespace(
+                k.metadata.name.as_deref().unwrap_or(""),
+                k.metadata.labels.unwrap_or_default(),
+            ),
+            Change::Delete(k) => s
+                .cache()
+                .remove_namespace(k.metadata.name.as_deref().unwrap_or("")),
+            Change::Relisted(names) => s
+                .cache()
+                .retain_namespaces(&names.into_iter().map(|(_, n)| n).collect()),
         }
     );
     // Pods last: their PreEnqueue looks at claims, which should be listed by then.

@@ -36,6 +36,9 @@ pub enum ClusterEvent {
     },
     /// A pod bound to a node went away or finished: its resources are free.
     AssignedPodDeleted,
+    /// A pod was seen bound to a node, or a bound pod's labels changed (upstream's
+    /// `AssignedPod/Add` and `UpdatePodLabel`): pod affinity and spreading may change.
+    AssignedPodChanged,
     /// A ResourceClaim was added or changed (`old` is `None` for an addition).
     ClaimChanged {
         namespace: String,
@@ -142,6 +145,20 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
                 || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::NodePorts => matches!(event, E::NodeAdded | E::AssignedPodDeleted),
+        // Both count pods per topology domain: any assigned pod's change, a node's labels
+        // (its domain) or, for spreading, its taints (nodeTaintsPolicy), and the pod's own
+        // labels.
+        Plugin::PodTopologySpread | Plugin::InterPodAffinity => {
+            matches!(
+                event,
+                E::NodeAdded
+                    | E::NodeChanged { labels: true, .. }
+                    | E::AssignedPodDeleted
+                    | E::AssignedPodChanged
+            ) || (plugin == Plugin::PodTopologySpread
+                && matches!(event, E::NodeChanged { taints: true, .. }))
+                || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.labels)
+        }
         Plugin::NodeResourcesFit => {
             matches!(
                 event,
@@ -164,6 +181,7 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
             | E::SliceChanged => true,
             E::NodeChanged { .. }
             | E::AssignedPodDeleted
+            | E::AssignedPodChanged
             | E::PodGroupChanged { .. }
             | E::GroupMemberAdded { .. } => false,
             // A gated pod's claims were not resolvable: any new claim may be one of them

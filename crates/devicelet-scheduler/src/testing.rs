@@ -202,3 +202,59 @@ pub(crate) fn cache_with(
     }
     cache
 }
+
+/// A pod in `namespace` with `labels` and `spec`, UID `uid-<name>`.
+pub(crate) fn labelled_pod(
+    name: &str,
+    namespace: &str,
+    labels: &[(&str, &str)],
+    spec: k8s_openapi::api::core::v1::PodSpec,
+) -> k8s_openapi::api::core::v1::Pod {
+    let mut p = k8s_openapi::api::core::v1::Pod {
+        spec: Some(spec),
+        ..Default::default()
+    };
+    p.metadata.name = Some(name.into());
+    p.metadata.namespace = Some(namespace.into());
+    p.metadata.uid = Some(format!("uid-{name}"));
+    p.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    p
+}
+
+/// `pod` bound to `node` (as the watch shows it) in `cache`.
+pub(crate) fn bind_in(
+    cache: &mut ClusterCache,
+    mut pod: k8s_openapi::api::core::v1::Pod,
+    node: &str,
+) {
+    pod.spec.get_or_insert_with(Default::default).node_name = Some(node.into());
+    cache.upsert_pod(&pod);
+}
+
+/// One cycle for `pod` under `profile`: the feasible nodes, the best first, or the
+/// unschedulable message.
+pub(crate) fn placements(
+    cache: &mut ClusterCache,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    profile: &crate::config::Profile,
+) -> Result<Vec<String>, String> {
+    use crate::cycle::{CycleInputs, Decision, Outcome, with_engine};
+    let options = devicelet_allocator::AllocateOptions {
+        step_budget: None,
+        time_limit: None,
+        share_ids: None,
+    };
+    with_engine(cache, options, profile, |engine, cache| {
+        let inputs = CycleInputs::read(pod, cache, std::time::Duration::from_secs(600));
+        match engine.evaluate(pod, inputs, 100) {
+            Outcome::Feasible(p) => Ok(p.into_iter().map(|p| p.node).collect()),
+            Outcome::Decided(Decision::Unschedulable { fit, .. }) => Err(fit.message()),
+            Outcome::Decided(d) => Err(format!("{d:?}")),
+        }
+    })
+}

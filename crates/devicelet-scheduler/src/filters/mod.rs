@@ -5,11 +5,15 @@
 //! Everything here is pure: a [`PodFacts`] is computed once per scheduling attempt, and each
 //! filter judges one node from the node object and its [`NodeUsage`] (pods bound or assumed).
 
+pub mod inter_pod_affinity;
+pub mod labels;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_info;
+pub mod pod_topology_spread;
 pub mod taint_toleration;
 pub mod unsupported;
 

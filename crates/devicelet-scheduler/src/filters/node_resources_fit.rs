@@ -6,11 +6,13 @@
 //! compare exactly whatever suffix they were written with.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use devicelet_quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Node, Pod};
 
 use super::node_ports::HostPort;
+use super::pod_info::PodInfo;
 use crate::config::{ScoringStrategy, StrategyKind};
 use crate::framework::{Code, Plugin, Rejection};
 
@@ -102,6 +104,14 @@ pub struct NodeUsage {
     pub non_zero_memory: i128,
     pub pods: usize,
     pub host_ports: Vec<HostPort>,
+    /// The pods themselves as the inter-pod plugins read them (labels, namespaces, affinity
+    /// terms), in no particular order.
+    pub pod_infos: Vec<Arc<PodInfo>>,
+    /// How many of them have any pod (anti-)affinity term, and how many a required
+    /// anti-affinity term (upstream's `PodsWithAffinity`, `PodsWithRequiredAntiAffinity`):
+    /// without either anywhere, a pod without terms of its own skips InterPodAffinity.
+    pub with_affinity: usize,
+    pub with_required_anti_affinity: usize,
 }
 
 /// One pod's share of a [`NodeUsage`].
@@ -109,6 +119,7 @@ pub struct NodeUsage {
 pub struct PodUsage {
     pub requests: ResourceList,
     pub host_ports: Vec<HostPort>,
+    pub info: Option<Arc<PodInfo>>,
 }
 
 impl PodUsage {
@@ -117,6 +128,7 @@ impl PodUsage {
         PodUsage {
             requests: pod_requests(pod),
             host_ports: super::node_ports::host_ports(pod),
+            info: Some(Arc::new(PodInfo::of(pod))),
         }
     }
 
@@ -140,6 +152,11 @@ impl NodeUsage {
         self.non_zero_memory += mem;
         self.pods += 1;
         self.host_ports.extend(pod.host_ports.iter().cloned());
+        if let Some(info) = &pod.info {
+            self.with_affinity += usize::from(info.has_affinity());
+            self.with_required_anti_affinity += usize::from(info.has_required_anti_affinity());
+            self.pod_infos.push(info.clone());
+        }
     }
 
     /// Counts a pod out (the inverse of [`NodeUsage::add`]).
@@ -160,6 +177,13 @@ impl NodeUsage {
             if let Some(i) = self.host_ports.iter().position(|h| h == p) {
                 self.host_ports.swap_remove(i);
             }
+        }
+        if let Some(info) = &pod.info
+            && let Some(i) = self.pod_infos.iter().position(|p| p.uid == info.uid)
+        {
+            let gone = self.pod_infos.swap_remove(i);
+            self.with_affinity -= usize::from(gone.has_affinity());
+            self.with_required_anti_affinity -= usize::from(gone.has_required_anti_affinity());
         }
     }
 }
@@ -484,6 +508,7 @@ mod tests {
         used.add(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
             host_ports: vec![],
+            info: None,
         });
         let r = filter(
             &facts(&[("example.com/gpu", NANO)]),
@@ -500,6 +525,7 @@ mod tests {
         used.remove(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
             host_ports: vec![],
+            info: None,
         });
         assert_eq!(used, NodeUsage::default());
     }
@@ -550,7 +576,7 @@ mod tests {
             non_zero_cpu: NANO,
             non_zero_memory: 0,
             pods: 1,
-            host_ports: Vec::new(),
+            ..NodeUsage::default()
         };
         let pod = ResourceList::from([
             ("cpu".to_owned(), NANO),
@@ -612,7 +638,7 @@ mod tests {
             non_zero_cpu: 2 * NANO,
             non_zero_memory: 4 * gib,
             pods: 1,
-            host_ports: Vec::new(),
+            ..NodeUsage::default()
         };
         // A memory-heavy pod evens it out (0.5, 0.5: balance 100): 50 + (50 + 13) / 2 = 81.
         let evening = ResourceList::from([("memory".to_owned(), 4 * gib)]);

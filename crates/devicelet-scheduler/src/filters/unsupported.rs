@@ -1,7 +1,7 @@
 //! What this scheduler does not implement, found before any node is looked at. kube-scheduler's
-//! default profile also runs InterPodAffinity, PodTopologySpread and the volume plugins (S113);
-//! placing a pod that relies on them while ignoring them would be a silent wrong placement, so
-//! such a pod is refused with a message that names the field, and stays pending.
+//! default profile also runs the volume plugins (S113); placing a pod that relies on them while
+//! ignoring them would be a silent wrong placement, so such a pod is refused with a message
+//! that names the field, and stays pending.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -12,21 +12,6 @@ pub fn unsupported_fields(pod: &Pod) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    if let Some(affinity) = &spec.affinity {
-        if affinity.pod_affinity.is_some() {
-            out.push("spec.affinity.podAffinity (InterPodAffinity)".to_owned());
-        }
-        if affinity.pod_anti_affinity.is_some() {
-            out.push("spec.affinity.podAntiAffinity (InterPodAffinity)".to_owned());
-        }
-    }
-    if spec
-        .topology_spread_constraints
-        .as_ref()
-        .is_some_and(|c| !c.is_empty())
-    {
-        out.push("spec.topologySpreadConstraints (PodTopologySpread)".to_owned());
-    }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if v.persistent_volume_claim.is_some() {
             out.push(format!(
@@ -55,20 +40,32 @@ mod tests {
     use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodSpec};
 
     #[test]
-    fn pod_affinity_is_named() {
+    fn volumes_are_named_and_affinity_is_not() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Volume};
         let pod = Pod {
             spec: Some(PodSpec {
                 affinity: Some(Affinity {
                     pod_affinity: Some(PodAffinity::default()),
                     ..Affinity::default()
                 }),
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: "data".into(),
+                        read_only: None,
+                    }),
+                    ..Volume::default()
+                }]),
                 ..PodSpec::default()
             }),
             ..Pod::default()
         };
         let fields = unsupported_fields(&pod);
-        assert_eq!(fields, vec!["spec.affinity.podAffinity (InterPodAffinity)"]);
-        assert!(message("devicelet-scheduler", &fields).contains("podAffinity"));
+        assert_eq!(
+            fields,
+            vec!["spec.volumes[0].persistentVolumeClaim (VolumeBinding)"]
+        );
+        assert!(message("devicelet-scheduler", &fields).contains("persistentVolumeClaim"));
         assert!(unsupported_fields(&Pod::default()).is_empty());
     }
 }

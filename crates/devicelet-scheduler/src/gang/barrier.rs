@@ -41,15 +41,16 @@ impl GroupBarrier {
     }
 
     /// Reports member `uid`'s PreBind (`ok`) and waits for the others, at most `timeout`.
-    /// `gone` says whether a member was deleted meanwhile (it counts as failed: a member deleted
-    /// while its group waits takes the group below its quorum). `true`: the group keeps its
-    /// quorum and this member may bind.
+    /// `gone` (run by the last member to arrive) counts the members among those whose PreBind
+    /// succeeded that were deleted meanwhile (they count as failed: a member deleted while its
+    /// group waits takes the group below its quorum). `true`: the group keeps its quorum and
+    /// this member may bind.
     pub async fn arrive(
         &self,
         uid: &str,
         ok: bool,
         timeout: Duration,
-        gone: impl Fn(&str) -> bool,
+        gone: impl AsyncFnOnce(Vec<String>) -> usize,
     ) -> bool {
         let mut last = false;
         self.state.send_modify(|s| {
@@ -63,7 +64,7 @@ impl GroupBarrier {
         });
         if last {
             let written = self.state.borrow().written.clone();
-            let deleted = written.iter().filter(|u| gone(u)).count();
+            let deleted = gone(written).await;
             let may_fail = self.may_fail;
             self.state.send_if_modified(|s| {
                 if s.verdict.is_some() {
@@ -100,9 +101,10 @@ mod tests {
         let handles: Vec<_> = (0..3)
             .map(|_| {
                 let b = b.clone();
-                tokio::spawn(
-                    async move { b.arrive("m", true, Duration::from_secs(5), |_| false).await },
-                )
+                tokio::spawn(async move {
+                    b.arrive("m", true, Duration::from_secs(5), async |_| 0)
+                        .await
+                })
             })
             .collect();
         for h in handles {
@@ -118,8 +120,13 @@ mod tests {
                 .map(|i| {
                     let b = b.clone();
                     tokio::spawn(async move {
-                        b.arrive(&format!("m{i}"), i != 1, Duration::from_secs(5), |_| false)
-                            .await
+                        b.arrive(
+                            &format!("m{i}"),
+                            i != 1,
+                            Duration::from_secs(5),
+                            async |_| 0,
+                        )
+                        .await
                     })
                 })
                 .collect();
@@ -133,12 +140,12 @@ mod tests {
     async fn a_member_that_never_arrives_abandons_the_group() {
         let b = Arc::new(GroupBarrier::new(2, 0));
         assert!(
-            !b.arrive("a", true, Duration::from_secs(300), |_| false)
+            !b.arrive("a", true, Duration::from_secs(300), async |_| 0)
                 .await
         );
         // The late member sees the group abandoned.
         assert!(
-            !b.arrive("b", true, Duration::from_secs(300), |_| false)
+            !b.arrive("b", true, Duration::from_secs(300), async |_| 0)
                 .await
         );
     }
@@ -150,9 +157,12 @@ mod tests {
             .map(|i| {
                 let b = b.clone();
                 tokio::spawn(async move {
-                    b.arrive(&format!("m{i}"), true, Duration::from_secs(5), |u| {
-                        u == "m2"
-                    })
+                    b.arrive(
+                        &format!("m{i}"),
+                        true,
+                        Duration::from_secs(5),
+                        async |w: Vec<String>| w.iter().filter(|u| *u == "m2").count(),
+                    )
                     .await
                 })
             })

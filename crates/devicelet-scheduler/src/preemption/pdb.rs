@@ -9,26 +9,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::filters::labels::Selector;
+
 /// Whether `labels` satisfy `selector` (`metav1.LabelSelectorAsSelector`: every `matchLabels`
 /// pair and every expression must hold). An unknown operator matches nothing.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let pairs = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    pairs
-        && selector.match_expressions.iter().flatten().all(|e| {
-            let values = e.values.as_deref().unwrap_or(&[]);
-            let value = labels.get(&e.key);
-            match e.operator.as_str() {
-                "In" => value.is_some_and(|v| values.contains(v)),
-                "NotIn" => value.is_none_or(|v| !values.contains(v)),
-                "Exists" => value.is_some(),
-                "DoesNotExist" => value.is_none(),
-                _ => false,
-            }
-        })
+    Selector::of(Some(selector)).matches(labels)
 }
 
 /// An empty selector: no `matchLabels` and no expressions (PDBs with one protect nothing here).

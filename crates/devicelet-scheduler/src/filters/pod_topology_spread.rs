@@ -1,0 +1,473 @@
+//! PodTopologySpread (`pkg/scheduler/framework/plugins/podtopologyspread/`: `common.go`,
+//! `filtering.go`, `scoring.go`; KEP-895, KEP-3022 `minDomains`, KEP-3094 node inclusion
+//! policies, KEP-3243 `matchLabelKeys`; spec workloads.md E.3).
+//!
+//! Filter: for each `DoNotSchedule` constraint, the pods matching its selector in the pod's
+//! namespace are counted per topology domain over the nodes that carry every constraint's key
+//! (and pass the constraint's node inclusion policies); a node is refused when its domain's
+//! count plus the pod itself, minus the smallest domain's count (0 while there are fewer
+//! domains than `minDomains`), exceeds `maxSkew`.
+//!
+//! Score: for each `ScheduleAnyway` constraint, the matching pods of the node's domain (of the
+//! node itself for `kubernetes.io/hostname`), weighted by `log(domains + 2)`; fewer is better,
+//! normalised so the emptiest node scores 100.
+//!
+//! The system default constraints (hostname skew 3, zone skew 5, soft) apply upstream to pods
+//! without constraints of their own that a Service, ReplicationController, ReplicaSet or
+//! StatefulSet selects; this scheduler does not watch those objects, so a pod without
+//! constraints is not spread (docs/scheduler.md says so).
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
+
+use super::PodFacts;
+use super::labels::Selector;
+use super::pod_info::{NodePods, PodInfo};
+use crate::framework::{Code, Plugin, Rejection};
+
+/// `ErrReasonConstraintsNotMatch`.
+pub const CONSTRAINTS_NOT_MATCH: &str = "node(s) didn't match pod topology spread constraints";
+/// `ErrReasonNodeLabelNotMatch`.
+pub const MISSING_LABEL: &str =
+    "node(s) didn't match pod topology spread constraints (missing required label)";
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// One constraint, parsed (`topologySpreadConstraint`).
+#[derive(Clone, Debug)]
+pub struct Constraint {
+    pub max_skew: i64,
+    pub topology_key: String,
+    pub selector: Selector,
+    /// 1 when unset.
+    pub min_domains: usize,
+    /// `nodeAffinityPolicy: Honor` (the default): nodes the pod's node affinity excludes are
+    /// not domains.
+    pub honor_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor` (default `Ignore`): nodes with a taint the pod does not
+    /// tolerate are not domains.
+    pub honor_taints: bool,
+}
+
+impl Constraint {
+    /// `matchNodeInclusionPolicies`.
+    fn includes(&self, facts: &PodFacts, node: &Node) -> bool {
+        (!self.honor_node_affinity || facts.affinity.matches(node))
+            && (!self.honor_taints
+                || super::taint_toleration::untolerated(&facts.tolerations, node).is_none())
+    }
+}
+
+/// The pod's constraints with `whenUnsatisfiable == action` (`filterTopologySpreadConstraints`):
+/// `matchLabelKeys` add the pod's own values of those keys to the selector.
+pub fn constraints(pod: &Pod, action: &str) -> Vec<Constraint> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.when_unsatisfiable == action)
+        .map(|c| parse(c, &labels))
+        .collect()
+}
+
+fn parse(c: &TopologySpreadConstraint, pod_labels: &BTreeMap<String, String>) -> Constraint {
+    let mut selector = Selector::of(c.label_selector.as_ref());
+    let keys: BTreeMap<String, String> = c
+        .match_label_keys
+        .iter()
+        .flatten()
+        .filter_map(|k| pod_labels.get(k).map(|v| (k.clone(), v.clone())))
+        .collect();
+    if !keys.is_empty() {
+        selector = selector.with_labels(&keys);
+    }
+    Constraint {
+        max_skew: i64::from(c.max_skew),
+        topology_key: c.topology_key.clone(),
+        selector,
+        min_domains: c.min_domains.map_or(1, |m| m.max(0) as usize),
+        honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+        honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+    }
+}
+
+/// `countPodsMatchSelector`: pods of `namespace` not being deleted that `selector` matches;
+/// an empty selector counts nothing.
+fn count_matching(pods: &[std::sync::Arc<PodInfo>], selector: &Selector, namespace: &str) -> i64 {
+    if selector.is_empty() {
+        return 0;
+    }
+    pods.iter()
+        .filter(|p| !p.deleting && p.namespace == namespace && selector.matches(&p.labels))
+        .count() as i64
+}
+
+fn has_all_keys(node: &Node, constraints: &[Constraint]) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    constraints
+        .iter()
+        .all(|c| labels.is_some_and(|l| l.contains_key(&c.topology_key)))
+}
+
+fn label<'n>(node: &'n Node, key: &str) -> Option<&'n str> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+/// The Filter's state (`preFilterState`), computed once per attempt over every node.
+#[derive(Clone, Debug)]
+pub struct SpreadFilter {
+    constraints: Vec<Constraint>,
+    /// Per constraint, matching pods per topology value.
+    counts: Vec<HashMap<String, i64>>,
+    /// Per constraint, whether the pod matches its own selector.
+    self_match: Vec<i64>,
+}
+
+impl SpreadFilter {
+    /// PreFilter: `None` when the pod has no `DoNotSchedule` constraint (the plugin skips).
+    pub fn pre_filter(pod: &Pod, facts: &PodFacts, nodes: &[NodePods<'_>]) -> Option<Self> {
+        let constraints = constraints(pod, "DoNotSchedule");
+        if constraints.is_empty() {
+            return None;
+        }
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let mut counts = vec![HashMap::new(); constraints.len()];
+        for entry in nodes {
+            if !has_all_keys(&entry.node, &constraints) {
+                continue;
+            }
+            for (i, c) in constraints.iter().enumerate() {
+                if !c.includes(facts, &entry.node) {
+                    continue;
+                }
+                let value = label(&entry.node, &c.topology_key).unwrap_or("");
+                *counts[i].entry(value.to_owned()).or_insert(0) +=
+                    count_matching(&entry.usage.pod_infos, &c.selector, namespace);
+            }
+        }
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let self_match = constraints
+            .iter()
+            .map(|c| i64::from(c.selector.matches(&labels)))
+            .collect();
+        Some(SpreadFilter {
+            constraints,
+            counts,
+            self_match,
+        })
+    }
+
+    /// The global minimum of constraint `i` (`minMatchNum`).
+    fn min_match(&self, i: usize) -> i64 {
+        let domains = &self.counts[i];
+        if domains.len() < self.constraints[i].min_domains {
+            return 0;
+        }
+        domains.values().copied().min().unwrap_or(0)
+    }
+
+    /// Filter for one node.
+    pub fn filter(&self, node: &Node) -> Option<Rejection> {
+        for (i, c) in self.constraints.iter().enumerate() {
+            let Some(value) = label(node, &c.topology_key) else {
+                return Some(Rejection::unresolvable(
+                    Plugin::PodTopologySpread,
+                    MISSING_LABEL,
+                ));
+            };
+            let here = self.counts[i].get(value).copied().unwrap_or(0);
+            let skew = here + self.self_match[i] - self.min_match(i);
+            if skew > c.max_skew {
+                return Some(Rejection::new(
+                    Plugin::PodTopologySpread,
+                    Code::Unschedulable,
+                    CONSTRAINTS_NOT_MATCH,
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// PreScore, Score and NormalizeScore for the `feasible` nodes (indexes into `nodes`, every
+/// node of the cluster): each 0-100, or `None` when the pod has no `ScheduleAnyway`
+/// constraint (the plugin skips; it adds nothing to any node).
+pub fn scores(
+    pod: &Pod,
+    facts: &PodFacts,
+    nodes: &[NodePods<'_>],
+    feasible: &[usize],
+) -> Option<Vec<i64>> {
+    let constraints = constraints(pod, "ScheduleAnyway");
+    if constraints.is_empty() {
+        return None;
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    // Nodes without every key are ignored (score 0); the others' domains are the ones counted.
+    let ignored: Vec<bool> = feasible
+        .iter()
+        .map(|&i| !has_all_keys(&nodes[i].node, &constraints))
+        .collect();
+    let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+    for (k, &i) in feasible.iter().enumerate() {
+        if ignored[k] {
+            continue;
+        }
+        for (c, domain) in constraints.iter().zip(counts.iter_mut()) {
+            if c.topology_key != HOSTNAME {
+                let value = label(&nodes[i].node, &c.topology_key).unwrap_or("");
+                domain.entry(value.to_owned()).or_insert(0);
+            }
+        }
+    }
+    let considered = ignored.iter().filter(|x| !**x).count();
+    let weights: Vec<f64> = constraints
+        .iter()
+        .zip(&counts)
+        .map(|(c, domain)| {
+            let size = if c.topology_key == HOSTNAME {
+                considered
+            } else {
+                domain.len()
+            };
+            ((size + 2) as f64).ln()
+        })
+        .collect();
+    for entry in nodes {
+        if !has_all_keys(&entry.node, &constraints) {
+            continue;
+        }
+        for (c, domain) in constraints.iter().zip(counts.iter_mut()) {
+            if c.topology_key == HOSTNAME || !c.includes(facts, &entry.node) {
+                continue;
+            }
+            let value = label(&entry.node, &c.topology_key).unwrap_or("");
+            if let Some(n) = domain.get_mut(value) {
+                *n += count_matching(&entry.usage.pod_infos, &c.selector, namespace);
+            }
+        }
+    }
+    let raw: Vec<Option<i64>> = feasible
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            if ignored[k] {
+                return None;
+            }
+            let entry = &nodes[i];
+            let mut score = 0.0;
+            for ((c, domain), weight) in constraints.iter().zip(&counts).zip(&weights) {
+                let Some(value) = label(&entry.node, &c.topology_key) else {
+                    continue;
+                };
+                let count = if c.topology_key == HOSTNAME {
+                    count_matching(&entry.usage.pod_infos, &c.selector, namespace)
+                } else {
+                    domain.get(value).copied().unwrap_or(0)
+                };
+                score += count as f64 * weight + (c.max_skew - 1) as f64;
+            }
+            Some(score.round() as i64)
+        })
+        .collect();
+    let min = raw.iter().flatten().copied().min().unwrap_or(0);
+    let max = raw.iter().flatten().copied().max().unwrap_or(0);
+    Some(
+        raw.into_iter()
+            .map(|s| match s {
+                None => 0,
+                Some(_) if max == 0 => 100,
+                Some(s) => 100 * (max + min - s) / max,
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodSpec, TopologySpreadConstraint};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+
+    use crate::cache::ClusterCache;
+    use crate::config::Profile;
+    use crate::testing::{bind_in, labelled_pod, node, placements};
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn spread(key: &str, max_skew: i32, when: &str) -> TopologySpreadConstraint {
+        TopologySpreadConstraint {
+            max_skew,
+            topology_key: key.into(),
+            when_unsatisfiable: when.into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                ..LabelSelector::default()
+            }),
+            ..TopologySpreadConstraint::default()
+        }
+    }
+
+    fn with(constraints: Vec<TopologySpreadConstraint>) -> PodSpec {
+        PodSpec {
+            topology_spread_constraints: Some(constraints),
+            ..PodSpec::default()
+        }
+    }
+
+    /// Zone a: a1, a2; zone b: b1; `c1` has no zone label.
+    fn zones() -> ClusterCache {
+        let mut cache = ClusterCache::new();
+        for (n, z) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+            cache.upsert_node(node(n, "8", &[(ZONE, z), ("kubernetes.io/hostname", n)]));
+        }
+        cache.upsert_node(node("c1", "8", &[("kubernetes.io/hostname", "c1")]));
+        cache
+    }
+
+    fn web(name: &str) -> k8s_openapi::api::core::v1::Pod {
+        labelled_pod(name, "ns", &[("app", "web")], PodSpec::default())
+    }
+
+    #[test]
+    fn a_zone_over_the_skew_is_refused_and_a_node_without_the_key_is_unresolvable() {
+        let mut cache = zones();
+        bind_in(&mut cache, web("w1"), "a1");
+        bind_in(&mut cache, web("w2"), "a2");
+        bind_in(&mut cache, web("w3"), "b1");
+        let pod = labelled_pod(
+            "new",
+            "ns",
+            &[("app", "web")],
+            with(vec![spread(ZONE, 1, "DoNotSchedule")]),
+        );
+        // a: 2, b: 1. a + 1 - 1 = 2 > 1; b + 1 - 1 = 1.
+        assert_eq!(
+            placements(&mut cache, &pod, &Profile::named("s")).unwrap(),
+            ["b1"]
+        );
+        bind_in(&mut cache, web("w4"), "b1");
+        bind_in(&mut cache, web("w5"), "b1");
+        let err = placements(&mut cache, &pod, &Profile::named("s"));
+        // a: 2, b: 3: zone a fits again; b does not.
+        assert_eq!(
+            err.clone().map(|mut v| {
+                v.sort();
+                v
+            }),
+            Ok(vec!["a1".to_owned(), "a2".to_owned()])
+        );
+        let mut other = pod.clone();
+        other.spec.as_mut().unwrap().topology_spread_constraints =
+            Some(vec![spread(ZONE, 0, "DoNotSchedule")]);
+        let msg = placements(&mut cache, &other, &Profile::named("s")).unwrap_err();
+        assert_eq!(
+            msg,
+            "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints \
+             (missing required label), 3 node(s) didn't match pod topology spread constraints."
+        );
+    }
+
+    #[test]
+    fn other_namespaces_deleting_pods_and_non_matching_pods_do_not_count() {
+        let mut cache = zones();
+        bind_in(
+            &mut cache,
+            labelled_pod("x", "elsewhere", &[("app", "web")], PodSpec::default()),
+            "a1",
+        );
+        bind_in(
+            &mut cache,
+            labelled_pod("y", "ns", &[("app", "db")], PodSpec::default()),
+            "a1",
+        );
+        let mut going = web("z");
+        going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        bind_in(&mut cache, going, "a2");
+        bind_in(&mut cache, web("w"), "b1");
+        let pod = labelled_pod(
+            "new",
+            "ns",
+            &[("app", "web")],
+            with(vec![spread(ZONE, 1, "DoNotSchedule")]),
+        );
+        // a: 0, b: 1: b + 1 - 0 = 2 > 1.
+        let mut got = placements(&mut cache, &pod, &Profile::named("s")).unwrap();
+        got.sort();
+        assert_eq!(got, ["a1", "a2"]);
+    }
+
+    #[test]
+    fn min_domains_beyond_the_domains_there_are_make_the_minimum_zero() {
+        let mut cache = zones();
+        bind_in(&mut cache, web("w1"), "a1");
+        bind_in(&mut cache, web("w2"), "b1");
+        let mut c = spread(ZONE, 1, "DoNotSchedule");
+        c.min_domains = Some(3);
+        let pod = labelled_pod("new", "ns", &[("app", "web")], with(vec![c]));
+        // Two zones < 3: min 0, each zone 1 + 1 - 0 = 2 > 1.
+        assert!(placements(&mut cache, &pod, &Profile::named("s")).is_err());
+    }
+
+    #[test]
+    fn match_label_keys_count_only_the_same_revision() {
+        let mut cache = zones();
+        for (n, node) in [("o1", "a1"), ("o2", "a2")] {
+            bind_in(
+                &mut cache,
+                labelled_pod(n, "ns", &[("app", "web"), ("rev", "1")], PodSpec::default()),
+                node,
+            );
+        }
+        let mut c = spread(ZONE, 1, "DoNotSchedule");
+        c.match_label_keys = Some(vec!["rev".into()]);
+        let pod = labelled_pod("new", "ns", &[("app", "web"), ("rev", "2")], with(vec![c]));
+        let mut got = placements(&mut cache, &pod, &Profile::named("s")).unwrap();
+        got.sort();
+        assert_eq!(got, ["a1", "a2", "b1"]);
+    }
+
+    #[test]
+    fn node_affinity_policy_honor_leaves_excluded_nodes_out_of_the_domains() {
+        let mut cache = zones();
+        bind_in(&mut cache, web("w1"), "b1");
+        let mut spec = with(vec![spread(ZONE, 1, "DoNotSchedule")]);
+        spec.node_selector = Some([(ZONE.to_owned(), "b".to_owned())].into());
+        let pod = labelled_pod("new", "ns", &[("app", "web")], spec.clone());
+        // Zone a is not a domain (the pod cannot go there): b is the minimum, b + 1 - 1 = 1.
+        assert_eq!(
+            placements(&mut cache, &pod, &Profile::named("s")).unwrap(),
+            ["b1"]
+        );
+        // Ignore: zone a counts with 0, b + 1 - 0 = 2 > 1.
+        let mut c = spread(ZONE, 1, "DoNotSchedule");
+        c.node_affinity_policy = Some("Ignore".into());
+        spec.topology_spread_constraints = Some(vec![c]);
+        let pod = labelled_pod("new", "ns", &[("app", "web")], spec);
+        assert!(placements(&mut cache, &pod, &Profile::named("s")).is_err());
+    }
+
+    #[test]
+    fn schedule_anyway_prefers_the_emptiest_host() {
+        let mut cache = zones();
+        bind_in(&mut cache, web("w1"), "a1");
+        bind_in(&mut cache, web("w2"), "a1");
+        bind_in(&mut cache, web("w3"), "a2");
+        let pod = labelled_pod(
+            "new",
+            "ns",
+            &[("app", "web")],
+            with(vec![spread("kubernetes.io/hostname", 1, "ScheduleAnyway")]),
+        );
+        let order = placements(&mut cache, &pod, &Profile::named("s")).unwrap();
+        // b1 and c1 hold none; a2 one; a1 two.
+        assert!(matches!(order[0].as_str(), "b1" | "c1"), "{order:?}");
+        assert_eq!(&order[2..], ["a2", "a1"]);
+    }
+}
