@@ -667,3 +667,44 @@ func TestSchedulerExtendedResourcesBackedByDRA(t *testing.T) {
 	}
 	waitForBound(t, ns, "three", 90*time.Second)
 }
+
+// A new leader that finds a backlog of unschedulable pods (here 900, as a deleted namespace
+// left them when a leader took over in CI) keeps renewing its Lease while it reports them all:
+// the condition and event writes are bounded, so they neither starve the process nor flood
+// the API server, and a standby never takes over from a live leader.
+func TestSchedulerLeaderKeepsItsLeaseUnderABacklog(t *testing.T) {
+	ns := namespace(t, "sched-backlog")
+	apiNode(t, "backlog-0", 1)
+	const n = 900
+	err := parallel(n, 16, func(i int) error {
+		spec := podSpec("", 0)
+		spec.SchedulerName = schedulerName
+		spec.NodeSelector = map[string]string{"devicelet.dev/no-such-node": "x"}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("b%d", i), Namespace: ns}, Spec: spec}
+		_, err := controlPlane.admin.CoreV1().Pods(ns).Create(ctx(t), pod, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	startScheduler(t, "--leader-elect")
+	var oldest time.Duration
+	waitForEvery(t, 180*time.Second, time.Second, "every backlog pod reported unschedulable", func() (bool, string) {
+		if l, err := controlPlane.admin.CoordinationV1().Leases("kube-system").Get(ctx(t), schedulerName, metav1.GetOptions{}); err == nil && l.Spec.RenewTime != nil {
+			if age := time.Since(l.Spec.RenewTime.Time); age > oldest {
+				oldest = age
+			}
+		}
+		_, unschedulable, err := placement(t, ns, "b")
+		if err != nil {
+			return false, err.Error()
+		}
+		return unschedulable == n, fmt.Sprintf("%d of %d unschedulable; Lease at most %v old", unschedulable, n, oldest)
+	})
+	t.Logf("%d unschedulable pods reported in %v; the Lease was at most %v old", n, time.Since(start), oldest)
+	// Renewed every 2 s; 10 s is the renew deadline, after which the leader would step down.
+	if oldest > 8*time.Second {
+		t.Fatalf("the leader's Lease went %v without renewal while it reported the backlog", oldest)
+	}
+}

@@ -29,6 +29,7 @@ use crate::gang::{GroupKey, group_of};
 
 use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
+use crate::filters::pod_topology_spread::SpreadOwners;
 use crate::filters::{NodeUsage, ResourceList};
 
 /// `namespace/name`.
@@ -121,6 +122,8 @@ pub struct ClusterCache {
     pdbs: BTreeMap<(String, String), Arc<PodDisruptionBudget>>,
     /// Namespaces' labels by name (pod affinity terms' `namespaceSelector`).
     namespaces: HashMap<String, BTreeMap<String, String>>,
+    /// Services, ReplicationControllers, ReplicaSets and StatefulSets (default spreading).
+    spread_owners: SpreadOwners,
 }
 
 /// A pending pod's claim on a node while its preemption victims terminate (W92).
@@ -637,6 +640,16 @@ impl ClusterCache {
             .filter(|(_, labels)| selector.matches(labels))
             .map(|(n, _)| n.clone())
             .collect()
+    }
+
+    /// The objects default spreading finds pods' siblings by.
+    pub fn spread_owners(&self) -> &SpreadOwners {
+        &self.spread_owners
+    }
+
+    /// The same, to keep current.
+    pub fn spread_owners_mut(&mut self) -> &mut SpreadOwners {
+        &mut self.spread_owners
     }
 
     // ---- PodDisruptionBudgets ------------------------------------------------------------

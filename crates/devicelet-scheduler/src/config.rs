@@ -130,6 +130,41 @@ pub struct Profile {
     pub preemption: Option<PreemptionArgs>,
     /// InterPodAffinityArgs.
     pub affinity: AffinityArgs,
+    /// PodTopologySpreadArgs: the constraints of pods without their own.
+    pub spread_defaults: SpreadDefaults,
+}
+
+/// The constraints of pods without their own (PodTopologySpreadArgs `defaultConstraints` and
+/// `defaultingType`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpreadDefaults {
+    pub constraints: Vec<k8s_openapi::api::core::v1::TopologySpreadConstraint>,
+    /// `defaultingType: System` (the default): nodes without a constraint's key are not
+    /// ignored when scoring.
+    pub system: bool,
+}
+
+// The constraint type has no floating-point field; k8s-openapi derives only `PartialEq`.
+impl Eq for SpreadDefaults {}
+
+impl Default for SpreadDefaults {
+    /// The system defaults (`systemDefaultConstraints`).
+    fn default() -> Self {
+        let soft =
+            |key: &str, max_skew: i32| k8s_openapi::api::core::v1::TopologySpreadConstraint {
+                max_skew,
+                topology_key: key.to_owned(),
+                when_unsatisfiable: "ScheduleAnyway".to_owned(),
+                ..k8s_openapi::api::core::v1::TopologySpreadConstraint::default()
+            };
+        SpreadDefaults {
+            constraints: vec![
+                soft("kubernetes.io/hostname", 3),
+                soft("topology.kubernetes.io/zone", 5),
+            ],
+            system: true,
+        }
+    }
 }
 
 /// The plugin's args (`InterPodAffinityArgs`).
@@ -179,6 +214,7 @@ impl Profile {
             binding_timeout: None,
             preemption: Some(PreemptionArgs::default()),
             affinity: AffinityArgs::default(),
+            spread_defaults: SpreadDefaults::default(),
         }
     }
 }
@@ -334,7 +370,7 @@ struct RawAffinityArgs {
 struct RawSpreadArgs {
     api_version: Option<String>,
     kind: Option<String>,
-    default_constraints: Option<Vec<Value>>,
+    default_constraints: Option<Vec<k8s_openapi::api::core::v1::TopologySpreadConstraint>>,
     defaulting_type: Option<String>,
 }
 
@@ -873,29 +909,63 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                 serde_json::from_value(decode("PodTopologySpreadArgs")?).map_err(syntax)?;
             let _ = (raw.api_version, raw.kind);
             let constraints = raw.default_constraints.unwrap_or_default();
-            match raw.defaulting_type.as_deref() {
-                None | Some("System") if constraints.is_empty() => {}
-                None | Some("System") => {
+            let f = format!("{field}.args.defaultConstraints");
+            for (i, c) in constraints.iter().enumerate() {
+                if c.max_skew <= 0 {
                     return Err(invalid(
-                        format!("{field}.args.defaultConstraints"),
-                        "must be empty for \"System\" defaultingType",
+                        format!("{f}[{i}].maxSkew"),
+                        format!("{}: must be greater than zero", c.max_skew),
                     ));
                 }
-                Some("List") if constraints.is_empty() => {}
-                Some("List") => {
-                    return Err(unsupported(
-                        format!("{field}.args.defaultConstraints"),
-                        "default constraints (the Services, ReplicaSets and StatefulSets that \
-                         select a pod are not watched)",
+                if c.topology_key.is_empty() {
+                    return Err(invalid(format!("{f}[{i}].topologyKey"), "can not be empty"));
+                }
+                if !matches!(
+                    c.when_unsatisfiable.as_str(),
+                    "DoNotSchedule" | "ScheduleAnyway"
+                ) {
+                    return Err(invalid(
+                        format!("{f}[{i}].whenUnsatisfiable"),
+                        format!(
+                            "{:?}: supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
+                            c.when_unsatisfiable
+                        ),
                     ));
                 }
+                if c.label_selector.is_some() {
+                    return Err(invalid(
+                        format!("{f}[{i}].labelSelector"),
+                        "constraint must not define a selector, as they deduced for each pod",
+                    ));
+                }
+                if constraints[..i].iter().any(|o| {
+                    o.topology_key == c.topology_key && o.when_unsatisfiable == c.when_unsatisfiable
+                }) {
+                    return Err(invalid(
+                        format!("{f}[{i}]"),
+                        format!(
+                            "Duplicate value: {{{:?}, {:?}}}",
+                            c.topology_key, c.when_unsatisfiable
+                        ),
+                    ));
+                }
+            }
+            p.spread_defaults = match raw.defaulting_type.as_deref() {
+                None | Some("System") if constraints.is_empty() => SpreadDefaults::default(),
+                None | Some("System") => {
+                    return Err(invalid(f, "must be empty for \"System\" defaultingType"));
+                }
+                Some("List") => SpreadDefaults {
+                    constraints,
+                    system: false,
+                },
                 Some(other) => {
                     return Err(invalid(
                         format!("{field}.args.defaultingType"),
                         format!("{other:?}: supported values: \"System\", \"List\""),
                     ));
                 }
-            }
+            };
         }
         "DefaultPreemption" => {
             let raw: RawPreemptionArgs =

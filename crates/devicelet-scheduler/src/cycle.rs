@@ -27,9 +27,10 @@ use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
 use crate::filters::inter_pod_affinity::{self, AffinityFilter};
+use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_score, fit_score};
 use crate::filters::pod_info::{NodePods, PodInfo};
-use crate::filters::pod_topology_spread::{self, SpreadFilter};
+use crate::filters::pod_topology_spread::{self, DefaultSpreading, SpreadFilter};
 use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
@@ -130,6 +131,9 @@ pub struct CycleInputs {
     pub pod_info: Arc<PodInfo>,
     /// The labels of the pod's namespace (existing pods' terms may select it by them).
     pub namespace_labels: Arc<BTreeMap<String, String>>,
+    /// The selector of the pod's owners for default spreading (`None` when the pod has
+    /// constraints of its own).
+    pub spread_selector: Option<Arc<Selector>>,
     /// Every node, when `nodes` is a subset (preemption's dry run on one node): the inter-pod
     /// plugins count pods per topology domain across all of them.
     pub all_nodes: Option<Vec<NodeEntry>>,
@@ -158,8 +162,24 @@ impl CycleInputs {
             namespace_labels: Arc::new(
                 cache.namespace_labels(pod.metadata.namespace.as_deref().unwrap_or("")),
             ),
+            spread_selector: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.topology_spread_constraints.as_ref())
+                .is_none_or(|c| c.is_empty())
+                .then(|| Arc::new(cache.spread_owners().selector_for(pod))),
             all_nodes: None,
         }
+    }
+
+    /// Default spreading for `pod` under `profile` (see [`CycleInputs::spread_selector`]).
+    fn default_spreading<'p>(&'p self, profile: &'p Profile) -> Option<DefaultSpreading<'p>> {
+        self.spread_selector
+            .as_deref()
+            .map(|selector| DefaultSpreading {
+                defaults: &profile.spread_defaults,
+                selector,
+            })
     }
 
     /// Every node of the cluster (see [`CycleInputs::all_nodes`]).
@@ -176,6 +196,7 @@ impl CycleInputs {
                 .as_ref()
                 .and_then(|s| s.topology_spread_constraints.as_ref())
                 .is_some_and(|c| !c.is_empty())
+            || self.spread_selector.as_ref().is_some_and(|s| !s.is_empty())
             || self.every_node().iter().any(|e| e.usage.with_affinity > 0)
     }
 }
@@ -187,7 +208,7 @@ struct InterPodFilters {
 }
 
 impl InterPodFilters {
-    fn pre_filter(pod: &Pod, facts: &PodFacts, inputs: &CycleInputs) -> Self {
+    fn pre_filter(pod: &Pod, facts: &PodFacts, inputs: &CycleInputs, profile: &Profile) -> Self {
         if !inputs.inter_pod_relevant(pod) {
             return InterPodFilters {
                 spread: None,
@@ -196,7 +217,7 @@ impl InterPodFilters {
         }
         let view = node_pods(inputs.every_node());
         InterPodFilters {
-            spread: SpreadFilter::pre_filter(pod, facts, &view),
+            spread: SpreadFilter::pre_filter(pod, facts, inputs.default_spreading(profile), &view),
             affinity: AffinityFilter::pre_filter(&inputs.pod_info, &inputs.namespace_labels, &view),
         }
     }
@@ -733,7 +754,7 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
-        let inter_pod = InterPodFilters::pre_filter(pod, &facts, &inputs);
+        let inter_pod = InterPodFilters::pre_filter(pod, &facts, &inputs, self.profile_of(pod));
         let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
@@ -905,6 +926,7 @@ impl<'a> Engine<'a> {
     /// are the profile's (W110: NodeResourcesFit weight 1 and DynamicResources weight 2 by
     /// default, S129); the best
     /// node's ties are broken at random (S19), the rest keep their examination order.
+    #[allow(clippy::too_many_arguments)] // the scores' inputs, each needed once
     fn rank(
         &self,
         profile: &Profile,
@@ -987,7 +1009,13 @@ impl<'a> Engine<'a> {
         }
         let mut out = vec![0; feasible.len()];
         if weights.pod_topology_spread > 0
-            && let Some(s) = pod_topology_spread::scores(pod, facts, &view, &index)
+            && let Some(s) = pod_topology_spread::scores(
+                pod,
+                facts,
+                inputs.default_spreading(self.profile_of(pod)),
+                &view,
+                &index,
+            )
         {
             for (o, s) in out.iter_mut().zip(s) {
                 *o += s * weights.pod_topology_spread;

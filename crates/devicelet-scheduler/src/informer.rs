@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
@@ -24,6 +25,7 @@ use tracing::{debug, warn};
 
 use crate::cache::ClusterCache;
 use crate::dra;
+use crate::filters::pod_topology_spread::OwnerKind;
 use crate::framework::Plugin;
 use crate::queue::{ClusterEvent, Gate};
 use crate::shared::Shared;
@@ -467,6 +469,90 @@ pub async fn start(
             Change::Relisted(names) => s
                 .cache()
                 .retain_namespaces(&names.into_iter().map(|(_, n)| n).collect()),
+        }
+    );
+    // Default spreading counts a pod's siblings by what owns it (`helper.DefaultSelector`).
+    spawn_watch!(
+        Api::<Service>::all(client.clone()),
+        "services",
+        false,
+        |s: &Shared, c: Change<Service>| {
+            let mut cache = s.cache();
+            let owners = cache.spread_owners_mut();
+            match c {
+                Change::Upsert(k) => {
+                    let (ns, name) = name_of(&k);
+                    owners.upsert_service(&ns, &name, k.spec.and_then(|s| s.selector));
+                }
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    owners.remove(OwnerKind::Service, &ns, &name);
+                }
+                Change::Relisted(names) => owners.retain(OwnerKind::Service, &names),
+            }
+        }
+    );
+    spawn_watch!(
+        Api::<ReplicationController>::all(client.clone()),
+        "replicationcontrollers",
+        false,
+        |s: &Shared, c: Change<ReplicationController>| {
+            let mut cache = s.cache();
+            let owners = cache.spread_owners_mut();
+            match c {
+                Change::Upsert(k) => {
+                    let (ns, name) = name_of(&k);
+                    let labels = k.spec.and_then(|s| s.selector).unwrap_or_default();
+                    owners.upsert_replication_controller(&ns, &name, labels);
+                }
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    owners.remove(OwnerKind::ReplicationController, &ns, &name);
+                }
+                Change::Relisted(names) => owners.retain(OwnerKind::ReplicationController, &names),
+            }
+        }
+    );
+    spawn_watch!(
+        Api::<ReplicaSet>::all(client.clone()),
+        "replicasets",
+        false,
+        |s: &Shared, c: Change<ReplicaSet>| {
+            let mut cache = s.cache();
+            let owners = cache.spread_owners_mut();
+            match c {
+                Change::Upsert(k) => {
+                    let (ns, name) = name_of(&k);
+                    let selector = k.spec.map(|s| s.selector);
+                    owners.upsert_workload(OwnerKind::ReplicaSet, &ns, &name, selector.as_ref());
+                }
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    owners.remove(OwnerKind::ReplicaSet, &ns, &name);
+                }
+                Change::Relisted(names) => owners.retain(OwnerKind::ReplicaSet, &names),
+            }
+        }
+    );
+    spawn_watch!(
+        Api::<StatefulSet>::all(client.clone()),
+        "statefulsets",
+        false,
+        |s: &Shared, c: Change<StatefulSet>| {
+            let mut cache = s.cache();
+            let owners = cache.spread_owners_mut();
+            match c {
+                Change::Upsert(k) => {
+                    let (ns, name) = name_of(&k);
+                    let selector = k.spec.map(|s| s.selector);
+                    owners.upsert_workload(OwnerKind::StatefulSet, &ns, &name, selector.as_ref());
+                }
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    owners.remove(OwnerKind::StatefulSet, &ns, &name);
+                }
+                Change::Relisted(names) => owners.retain(OwnerKind::StatefulSet, &names),
+            }
         }
     );
     // Pods last: their PreEnqueue looks at claims, which should be listed by then.

@@ -167,7 +167,10 @@ pub async fn run(
                 warn!(lease = %name, error = %e, "leader election: lease write failed");
                 false
             }
-            Err(_) => false,
+            Err(_) => {
+                warn!(lease = %name, timeout = ?settings.retry_period, "leader election: lease write timed out");
+                false
+            }
         };
         match (held, leader_since_renew) {
             (true, None) => {

@@ -8,15 +8,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 use crate::framework::truncate_note;
+
+/// At most this many condition and event writes at once. A backlog of unschedulable pods
+/// (900 left by a deleted namespace when a new leader starts) otherwise opens one HTTP/1.1
+/// connection per write at once: the TLS handshakes and an API server answering `Handler
+/// timeout` starved the process (its Lease went unrenewed and another replica took over).
+const REPORT_SLOTS: usize = 16;
 
 /// Writes conditions and events as the scheduler `name`.
 #[derive(Clone)]
 pub struct Reporter {
     client: Client,
     name: String,
+    slots: Arc<Semaphore>,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -67,6 +76,7 @@ impl Reporter {
         Reporter {
             client,
             name: name.to_owned(),
+            slots: Arc::new(Semaphore::new(REPORT_SLOTS)),
         }
     }
 
@@ -89,6 +99,7 @@ impl Reporter {
                     }]
                 }
             });
+            let _slot = self.slots.acquire().await;
             let r = api
                 .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&patch))
                 .await;
@@ -222,6 +233,7 @@ impl Reporter {
         event.action = Some(action.to_owned());
         event.related = related;
         event.event_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        let _slot = self.slots.acquire().await;
         if let Err(e) = api.create(&PostParams::default(), &event).await {
             debug!(pod = %format!("{ns}/{pod_name}"), error = %e, reason, "event not written");
         }

@@ -82,7 +82,7 @@ impl AffinityFilter {
             for existing in &usage.pod_infos {
                 for t in &existing.required_anti_affinity {
                     if t.matches(incoming, namespace_labels)
-                        && let Some(p) = pair(&entry.node, &t.topology_key)
+                        && let Some(p) = pair(entry.node, &t.topology_key)
                     {
                         *existing_anti.entry(p).or_insert(0) += 1;
                     }
@@ -92,14 +92,14 @@ impl AffinityFilter {
                 }
                 if matches_all(&incoming.required_affinity, existing) {
                     for t in &incoming.required_affinity {
-                        if let Some(p) = pair(&entry.node, &t.topology_key) {
+                        if let Some(p) = pair(entry.node, &t.topology_key) {
                             *affinity.entry(p).or_insert(0) += 1;
                         }
                     }
                 }
                 for t in &incoming.required_anti_affinity {
                     if t.matches(existing, &none)
-                        && let Some(p) = pair(&entry.node, &t.topology_key)
+                        && let Some(p) = pair(entry.node, &t.topology_key)
                     {
                         *anti.entry(p).or_insert(0) += 1;
                     }

@@ -12,18 +12,20 @@
 //! node itself for `kubernetes.io/hostname`), weighted by `log(domains + 2)`; fewer is better,
 //! normalised so the emptiest node scores 100.
 //!
-//! The system default constraints (hostname skew 3, zone skew 5, soft) apply upstream to pods
-//! without constraints of their own that a Service, ReplicationController, ReplicaSet or
-//! StatefulSet selects; this scheduler does not watch those objects, so a pod without
-//! constraints is not spread (docs/scheduler.md says so).
+//! A pod without constraints of its own gets the profile's default constraints (by default
+//! the system's: hostname skew 3 and zone skew 5, both `ScheduleAnyway`) with the selector of
+//! what owns it (`helper.DefaultSelector`): the Services that select it, and the
+//! ReplicationController, ReplicaSet or StatefulSet that controls it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::PodFacts;
 use super::labels::Selector;
 use super::pod_info::{NodePods, PodInfo};
+use crate::config::SpreadDefaults;
 use crate::framework::{Code, Plugin, Rejection};
 
 /// `ErrReasonConstraintsNotMatch`.
@@ -33,6 +35,155 @@ pub const MISSING_LABEL: &str =
     "node(s) didn't match pod topology spread constraints (missing required label)";
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// The selectors of the objects that own pods, by (namespace, name): what default spreading
+/// counts a pod's siblings by.
+#[derive(Clone, Debug, Default)]
+pub struct SpreadOwners {
+    /// Services' `spec.selector` (a Service without one selects nothing and is not kept).
+    services: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// Controllers by (kind, namespace, name): ReplicationControllers' selectors as label
+    /// sets, ReplicaSets' and StatefulSets' as selectors.
+    controllers: HashMap<(OwnerKind, String, String), OwnerSelector>,
+}
+
+/// A controller kind default spreading knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OwnerKind {
+    Service,
+    ReplicationController,
+    ReplicaSet,
+    StatefulSet,
+}
+
+#[derive(Clone, Debug)]
+enum OwnerSelector {
+    Labels(BTreeMap<String, String>),
+    Selector(Selector),
+}
+
+impl SpreadOwners {
+    /// A Service was seen.
+    pub fn upsert_service(
+        &mut self,
+        ns: &str,
+        name: &str,
+        selector: Option<BTreeMap<String, String>>,
+    ) {
+        let key = (ns.to_owned(), name.to_owned());
+        match selector {
+            Some(s) => {
+                self.services.insert(key, s);
+            }
+            None => {
+                self.services.remove(&key);
+            }
+        }
+    }
+
+    /// A ReplicationController (`labels`) was seen.
+    pub fn upsert_replication_controller(
+        &mut self,
+        ns: &str,
+        name: &str,
+        labels: BTreeMap<String, String>,
+    ) {
+        self.controllers.insert(
+            (
+                OwnerKind::ReplicationController,
+                ns.to_owned(),
+                name.to_owned(),
+            ),
+            OwnerSelector::Labels(labels),
+        );
+    }
+
+    /// A ReplicaSet or StatefulSet was seen.
+    pub fn upsert_workload(
+        &mut self,
+        kind: OwnerKind,
+        ns: &str,
+        name: &str,
+        selector: Option<&LabelSelector>,
+    ) {
+        self.controllers.insert(
+            (kind, ns.to_owned(), name.to_owned()),
+            OwnerSelector::Selector(Selector::of(selector)),
+        );
+    }
+
+    /// An owner is gone.
+    pub fn remove(&mut self, kind: OwnerKind, ns: &str, name: &str) {
+        match kind {
+            OwnerKind::Service => {
+                self.services.remove(&(ns.to_owned(), name.to_owned()));
+            }
+            _ => {
+                self.controllers
+                    .remove(&(kind, ns.to_owned(), name.to_owned()));
+            }
+        }
+    }
+
+    /// After a relist of `kind`: only `names` (namespace, name) exist.
+    pub fn retain(&mut self, kind: OwnerKind, names: &HashSet<(String, String)>) {
+        match kind {
+            OwnerKind::Service => self.services.retain(|k, _| names.contains(k)),
+            _ => self
+                .controllers
+                .retain(|(k, ns, n), _| *k != kind || names.contains(&(ns.clone(), n.clone()))),
+        }
+    }
+
+    /// `helper.DefaultSelector`: the selectors of the Services in the pod's namespace that
+    /// select it, merged, and its controller's.
+    pub fn selector_for(&self, pod: &Pod) -> Selector {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let mut set: BTreeMap<String, String> = BTreeMap::new();
+        let from = (ns.clone(), String::new());
+        for ((service_ns, _), selector) in self.services.range(from..) {
+            if *service_ns != ns {
+                break;
+            }
+            if selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                set.extend(selector.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        let owner = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true));
+        let kind = owner.and_then(|o| match (o.api_version.as_str(), o.kind.as_str()) {
+            ("v1", "ReplicationController") => Some(OwnerKind::ReplicationController),
+            ("apps/v1", "ReplicaSet") => Some(OwnerKind::ReplicaSet),
+            ("apps/v1", "StatefulSet") => Some(OwnerKind::StatefulSet),
+            _ => None,
+        });
+        let found = kind
+            .zip(owner)
+            .and_then(|(k, o)| self.controllers.get(&(k, ns.clone(), o.name.clone())));
+        match found {
+            Some(OwnerSelector::Labels(rc)) => {
+                set.extend(rc.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Selector::everything().with_labels(&set)
+            }
+            Some(OwnerSelector::Selector(Selector::All(reqs))) => {
+                let mut merged = Selector::everything().with_labels(&set);
+                if let Selector::All(out) = &mut merged {
+                    out.extend(reqs.iter().cloned());
+                }
+                merged
+            }
+            // A controller whose selector selects nothing adds no requirements upstream either.
+            Some(OwnerSelector::Selector(Selector::Nothing)) | None => {
+                Selector::everything().with_labels(&set)
+            }
+        }
+    }
+}
 
 /// One constraint, parsed (`topologySpreadConstraint`).
 #[derive(Clone, Debug)]
@@ -59,18 +210,55 @@ impl Constraint {
     }
 }
 
-/// The pod's constraints with `whenUnsatisfiable == action` (`filterTopologySpreadConstraints`):
-/// `matchLabelKeys` add the pod's own values of those keys to the selector.
-pub fn constraints(pod: &Pod, action: &str) -> Vec<Constraint> {
+/// What spreading a pod without constraints of its own gets: the profile's defaults and the
+/// selector of its owners ([`SpreadOwners::selector_for`]).
+#[derive(Clone, Copy, Debug)]
+pub struct DefaultSpreading<'a> {
+    pub defaults: &'a SpreadDefaults,
+    pub selector: &'a Selector,
+}
+
+/// The pod's constraints with `whenUnsatisfiable == action` (`filterTopologySpreadConstraints`:
+/// `matchLabelKeys` add the pod's own values of those keys to the selector), or, for a pod
+/// without any, the default ones with its owners' selector (none when that selects
+/// everything). The flag: nodes without every key are left out (all but system defaults).
+pub fn constraints(
+    pod: &Pod,
+    action: &str,
+    defaults: Option<DefaultSpreading<'_>>,
+) -> (Vec<Constraint>, bool) {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    pod.spec
+    let own = pod
+        .spec
         .as_ref()
         .and_then(|s| s.topology_spread_constraints.as_ref())
-        .into_iter()
-        .flatten()
+        .filter(|c| !c.is_empty());
+    if let Some(own) = own {
+        let parsed = own
+            .iter()
+            .filter(|c| c.when_unsatisfiable == action)
+            .map(|c| parse(c, &labels))
+            .collect();
+        return (parsed, true);
+    }
+    let Some(d) = defaults else {
+        return (Vec::new(), true);
+    };
+    let require_all = !d.defaults.system;
+    if d.selector.is_empty() {
+        return (Vec::new(), require_all);
+    }
+    let parsed = d
+        .defaults
+        .constraints
+        .iter()
         .filter(|c| c.when_unsatisfiable == action)
-        .map(|c| parse(c, &labels))
-        .collect()
+        .map(|c| Constraint {
+            selector: d.selector.clone(),
+            ..parse(c, &labels)
+        })
+        .collect();
+    (parsed, require_all)
 }
 
 fn parse(c: &TopologySpreadConstraint, pod_labels: &BTreeMap<String, String>) -> Constraint {
@@ -132,22 +320,27 @@ pub struct SpreadFilter {
 
 impl SpreadFilter {
     /// PreFilter: `None` when the pod has no `DoNotSchedule` constraint (the plugin skips).
-    pub fn pre_filter(pod: &Pod, facts: &PodFacts, nodes: &[NodePods<'_>]) -> Option<Self> {
-        let constraints = constraints(pod, "DoNotSchedule");
+    pub fn pre_filter(
+        pod: &Pod,
+        facts: &PodFacts,
+        defaults: Option<DefaultSpreading<'_>>,
+        nodes: &[NodePods<'_>],
+    ) -> Option<Self> {
+        let (constraints, _) = constraints(pod, "DoNotSchedule", defaults);
         if constraints.is_empty() {
             return None;
         }
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
         let mut counts = vec![HashMap::new(); constraints.len()];
         for entry in nodes {
-            if !has_all_keys(&entry.node, &constraints) {
+            if !has_all_keys(entry.node, &constraints) {
                 continue;
             }
             for (i, c) in constraints.iter().enumerate() {
-                if !c.includes(facts, &entry.node) {
+                if !c.includes(facts, entry.node) {
                     continue;
                 }
-                let value = label(&entry.node, &c.topology_key).unwrap_or("");
+                let value = label(entry.node, &c.topology_key).unwrap_or("");
                 *counts[i].entry(value.to_owned()).or_insert(0) +=
                     count_matching(&entry.usage.pod_infos, &c.selector, namespace);
             }
@@ -202,10 +395,11 @@ impl SpreadFilter {
 pub fn scores(
     pod: &Pod,
     facts: &PodFacts,
+    defaults: Option<DefaultSpreading<'_>>,
     nodes: &[NodePods<'_>],
     feasible: &[usize],
 ) -> Option<Vec<i64>> {
-    let constraints = constraints(pod, "ScheduleAnyway");
+    let (constraints, require_all) = constraints(pod, "ScheduleAnyway", defaults);
     if constraints.is_empty() {
         return None;
     }
@@ -213,7 +407,7 @@ pub fn scores(
     // Nodes without every key are ignored (score 0); the others' domains are the ones counted.
     let ignored: Vec<bool> = feasible
         .iter()
-        .map(|&i| !has_all_keys(&nodes[i].node, &constraints))
+        .map(|&i| require_all && !has_all_keys(nodes[i].node, &constraints))
         .collect();
     let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
     for (k, &i) in feasible.iter().enumerate() {
@@ -222,7 +416,7 @@ pub fn scores(
         }
         for (c, domain) in constraints.iter().zip(counts.iter_mut()) {
             if c.topology_key != HOSTNAME {
-                let value = label(&nodes[i].node, &c.topology_key).unwrap_or("");
+                let value = label(nodes[i].node, &c.topology_key).unwrap_or("");
                 domain.entry(value.to_owned()).or_insert(0);
             }
         }
@@ -241,14 +435,14 @@ pub fn scores(
         })
         .collect();
     for entry in nodes {
-        if !has_all_keys(&entry.node, &constraints) {
+        if require_all && !has_all_keys(entry.node, &constraints) {
             continue;
         }
         for (c, domain) in constraints.iter().zip(counts.iter_mut()) {
-            if c.topology_key == HOSTNAME || !c.includes(facts, &entry.node) {
+            if c.topology_key == HOSTNAME || !c.includes(facts, entry.node) {
                 continue;
             }
-            let value = label(&entry.node, &c.topology_key).unwrap_or("");
+            let value = label(entry.node, &c.topology_key).unwrap_or("");
             if let Some(n) = domain.get_mut(value) {
                 *n += count_matching(&entry.usage.pod_infos, &c.selector, namespace);
             }
@@ -264,7 +458,7 @@ pub fn scores(
             let entry = &nodes[i];
             let mut score = 0.0;
             for ((c, domain), weight) in constraints.iter().zip(&counts).zip(&weights) {
-                let Some(value) = label(&entry.node, &c.topology_key) else {
+                let Some(value) = label(entry.node, &c.topology_key) else {
                     continue;
                 };
                 let count = if c.topology_key == HOSTNAME {
@@ -469,5 +663,76 @@ mod tests {
         // b1 and c1 hold none; a2 one; a1 two.
         assert!(matches!(order[0].as_str(), "b1" | "c1"), "{order:?}");
         assert_eq!(&order[2..], ["a2", "a1"]);
+    }
+
+    fn spread_only() -> Profile {
+        let mut p = Profile::named("s");
+        p.weights = crate::config::ScoreWeights {
+            taint_toleration: 0,
+            node_affinity: 0,
+            node_resources_fit: 0,
+            dynamic_resources: 0,
+            balanced_allocation: 0,
+            pod_topology_spread: 2,
+            inter_pod_affinity: 0,
+        };
+        p
+    }
+
+    fn owned_by_replica_set(name: &str) -> k8s_openapi::api::core::v1::Pod {
+        let mut p = labelled_pod(
+            name,
+            "ns",
+            &[("app", "web"), ("pod-template-hash", "h")],
+            PodSpec::default(),
+        );
+        p.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "web-h".into(),
+                uid: "rs".into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        p
+    }
+
+    #[test]
+    fn system_defaults_spread_a_replica_sets_pods_over_hosts_and_zones() {
+        let mut cache = zones();
+        cache.spread_owners_mut().upsert_workload(
+            super::OwnerKind::ReplicaSet,
+            "ns",
+            "web-h",
+            Some(&LabelSelector {
+                match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+                ..LabelSelector::default()
+            }),
+        );
+        bind_in(&mut cache, owned_by_replica_set("w1"), "a1");
+        bind_in(&mut cache, owned_by_replica_set("w2"), "a2");
+        let order = placements(&mut cache, &owned_by_replica_set("new"), &spread_only()).unwrap();
+        // Raw scores (count x ln(domains + 2) + maxSkew - 1 per constraint, lower is better):
+        // c1 (no zone label: not ignored under system defaults, no zone term) 2, b1 2 + 4,
+        // a1 and a2 (1 x ln 6 + 2) + (2 x ln 5 + 4) = 11 — as upstream computes it.
+        assert_eq!(&order[..2], ["c1", "b1"], "{order:?}");
+        // Without an owner nothing spreads: ties at random.
+        let bare = labelled_pod("bare", "ns", &[("app", "web")], PodSpec::default());
+        let firsts: std::collections::BTreeSet<String> = (0..40)
+            .map(|_| placements(&mut cache, &bare, &spread_only()).unwrap()[0].clone())
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
+        // A Service selecting the bare pod makes its siblings count.
+        cache.spread_owners_mut().upsert_service(
+            "ns",
+            "web",
+            Some([("app".to_owned(), "web".to_owned())].into()),
+        );
+        assert_eq!(
+            &placements(&mut cache, &bare, &spread_only()).unwrap()[..2],
+            ["c1", "b1"]
+        );
     }
 }
