@@ -35,6 +35,10 @@ use crate::filters::taint_toleration;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
 
+/// The DRA PostFilter's answer for a pod without claims, or whose claims PreFilter could not
+/// resolve (upstream's PreFilter records an empty state before it looks at them).
+const NO_CLAIMS_TO_DEALLOCATE: &str = "no new claims to deallocate";
+
 /// `minFeasibleNodesToFind` and `minFeasibleNodesPercentageToFind` (S17).
 const MIN_FEASIBLE_NODES: usize = 100;
 const MIN_FEASIBLE_PERCENTAGE: usize = 5;
@@ -697,6 +701,7 @@ impl<'a> Engine<'a> {
                     .map(|v| v.into_iter().map(|(ns, n, _)| (ns, n)).collect())
                     .unwrap_or_default();
                 fit.pre_filter = Some(rejection);
+                fit.post_filter_msg = Some(NO_CLAIMS_TO_DEALLOCATE.to_owned());
                 return unschedulable(fit, None, names);
             }
         };
@@ -856,6 +861,8 @@ impl<'a> Engine<'a> {
                     let claims = variants.get(&via_dra).map_or(&to_allocate, |(c, _)| c);
                     fit.diagnosis = Some(dra::diagnose(a, &inputs.nodes[i].node, claims));
                 }
+            } else {
+                fit.post_filter_msg = Some(NO_CLAIMS_TO_DEALLOCATE.to_owned());
             }
             return unschedulable(fit, deallocate, claim_names);
         }

@@ -421,11 +421,11 @@ mod tests {
         bind_in(&mut cache, replica("r3"), "b1");
         assert_eq!(
             placements(&mut cache, &replica("r4"), &Profile::named("s")).unwrap_err(),
-            "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules."
+            "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules. no new claims to deallocate"
         );
         assert_eq!(
             placements(&mut cache, &plain, &Profile::named("s")).unwrap_err(),
-            "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+            "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules. no new claims to deallocate"
         );
     }
 
@@ -456,7 +456,7 @@ mod tests {
         );
         assert_eq!(
             placements(&mut cache, &follower, &Profile::named("s")).unwrap_err(),
-            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules."
+            "0/3 nodes are available: 3 node(s) didn't match pod affinity rules. no new claims to deallocate"
         );
         bind_in(&mut cache, cache_pod("c1"), "b1");
         assert_eq!(

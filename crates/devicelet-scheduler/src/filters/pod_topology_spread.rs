@@ -564,7 +564,7 @@ mod tests {
         assert_eq!(
             msg,
             "0/4 nodes are available: 1 node(s) didn't match pod topology spread constraints \
-             (missing required label), 3 node(s) didn't match pod topology spread constraints."
+             (missing required label), 3 node(s) didn't match pod topology spread constraints. no new claims to deallocate"
         );
     }
 

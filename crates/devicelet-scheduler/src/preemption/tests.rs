@@ -141,7 +141,7 @@ fn w82_w83_the_least_important_pod_goes_and_higher_priorities_stay() {
     let (fit, verdict) = preempt_for(&mut cache, &pod("p", 50, "2", None, None));
     assert_eq!(
         fit.message(),
-        "0/2 nodes are available: 2 Insufficient cpu."
+        "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate"
     );
     assert_eq!(victims(&verdict), ("n1".to_owned(), vec!["new".to_owned()]));
 }
