@@ -433,7 +433,7 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	_, metricsAddr := startScheduler(t)
 	// A selector nothing matches: the condition says which.
 	schedPod(t, ns, "wants-h100", "h100", "", nil)
-	// PVC volumes are not implemented: refused with the field named.
+	// A claim that does not exist: VolumeBinding's PreFilter says which.
 	schedPod(t, ns, "volume", "", "", func(s *corev1.PodSpec) {
 		s.Volumes = append(s.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
@@ -471,7 +471,7 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		return c.Reason == "Unschedulable" && strings.Contains(c.Message, "cannot allocate all claims") &&
 			strings.Contains(c.Message, `model == "h100"`), c.Message
 	})
-	waitFor(t, 30*time.Second, "PVC pod refused with the field named", func() (bool, string) {
+	waitFor(t, 30*time.Second, "PVC pod unschedulable with the claim named", func() (bool, string) {
 		p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "volume", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -484,7 +484,7 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return p.Spec.NodeName == "" && strings.Contains(c.Message, "persistentVolumeClaim") && len(events.Items) > 0, c.Message
+		return p.Spec.NodeName == "" && strings.Contains(c.Message, `persistentvolumeclaim "data" not found`) && len(events.Items) > 0, c.Message
 	})
 	if c := podScheduledCondition(p); p.Spec.NodeName == "" && (c == nil || !strings.HasPrefix(c.Message, fmt.Sprintf("0/%d nodes are available: %d cannot allocate all claims.", nodes, nodes))) {
 		t.Errorf("an unplaced racing pod's condition: %v", c)

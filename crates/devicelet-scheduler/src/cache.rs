@@ -16,13 +16,14 @@ use std::sync::Arc;
 
 use devicelet_allocator::AllocatedState;
 use devicelet_kube::snapshot::{ClusterState, effective_classes, effective_slices};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceClass, DeviceRequestAllocationResult, ResourceClaim, ResourceSlice,
 };
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::storage::v1::StorageClass;
 use tracing::warn;
 
 use crate::gang::{GroupKey, group_of};
@@ -30,6 +31,7 @@ use crate::gang::{GroupKey, group_of};
 use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
 use crate::filters::pod_topology_spread::SpreadOwners;
+use crate::filters::volumes::VolumeObjects;
 use crate::filters::{NodeUsage, ResourceList};
 
 /// `namespace/name`.
@@ -124,6 +126,11 @@ pub struct ClusterCache {
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// Services, ReplicationControllers, ReplicaSets and StatefulSets (default spreading).
     spread_owners: SpreadOwners,
+    /// PersistentVolumeClaims by (namespace, name), PersistentVolumes and StorageClasses by
+    /// name (the volume plugins).
+    volume_claims: HashMap<(String, String), Arc<PersistentVolumeClaim>>,
+    volumes: HashMap<String, Arc<PersistentVolume>>,
+    storage_classes: HashMap<String, Arc<StorageClass>>,
 }
 
 /// A pending pod's claim on a node while its preemption victims terminate (W92).
@@ -642,6 +649,58 @@ impl ClusterCache {
             .collect()
     }
 
+    /// A PersistentVolumeClaim was added or changed.
+    pub fn upsert_volume_claim(&mut self, pvc: PersistentVolumeClaim) {
+        let key = (
+            pvc.metadata.namespace.clone().unwrap_or_default(),
+            pvc.metadata.name.clone().unwrap_or_default(),
+        );
+        self.volume_claims.insert(key, Arc::new(pvc));
+    }
+
+    /// A PersistentVolumeClaim is gone.
+    pub fn remove_volume_claim(&mut self, namespace: &str, name: &str) {
+        self.volume_claims
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+
+    /// After a relist: only `names` exist.
+    pub fn retain_volume_claims(&mut self, names: &HashSet<(String, String)>) {
+        self.volume_claims.retain(|k, _| names.contains(k));
+    }
+
+    /// A PersistentVolume was added or changed.
+    pub fn upsert_volume(&mut self, pv: PersistentVolume) {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        self.volumes.insert(name, Arc::new(pv));
+    }
+
+    /// A PersistentVolume is gone.
+    pub fn remove_volume(&mut self, name: &str) {
+        self.volumes.remove(name);
+    }
+
+    /// After a relist: only `names` exist.
+    pub fn retain_volumes(&mut self, names: &HashSet<String>) {
+        self.volumes.retain(|k, _| names.contains(k));
+    }
+
+    /// A StorageClass was added or changed.
+    pub fn upsert_storage_class(&mut self, class: StorageClass) {
+        let name = class.metadata.name.clone().unwrap_or_default();
+        self.storage_classes.insert(name, Arc::new(class));
+    }
+
+    /// A StorageClass is gone.
+    pub fn remove_storage_class(&mut self, name: &str) {
+        self.storage_classes.remove(name);
+    }
+
+    /// After a relist: only `names` exist.
+    pub fn retain_storage_classes(&mut self, names: &HashSet<String>) {
+        self.storage_classes.retain(|k, _| names.contains(k));
+    }
+
     /// The objects default spreading finds pods' siblings by.
     pub fn spread_owners(&self) -> &SpreadOwners {
         &self.spread_owners
@@ -1127,6 +1186,47 @@ fn pod_key_of_meta(
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
+}
+
+impl VolumeObjects for ClusterCache {
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        self.volume_claims
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.volumes.get(name).cloned()
+    }
+
+    fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>> {
+        self.storage_classes.get(name).cloned()
+    }
+
+    fn claim_in_use_by_other(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        self.assigned.iter().any(|(other, a)| {
+            other != uid
+                && a.pod.metadata.namespace.as_deref() == Some(namespace)
+                && a.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volumes.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|v| {
+                        v.persistent_volume_claim
+                            .as_ref()
+                            .is_some_and(|c| c.claim_name == name)
+                            || (v.ephemeral.is_some()
+                                && a.pod
+                                    .metadata
+                                    .name
+                                    .as_deref()
+                                    .map(|p| format!("{p}-{}", v.name))
+                                    == Some(name.to_owned()))
+                    })
+        })
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_sc
 use crate::filters::pod_info::{NodePods, PodInfo};
 use crate::filters::pod_topology_spread::{self, DefaultSpreading, SpreadFilter};
 use crate::filters::taint_toleration;
+use crate::filters::volumes::VolumeCheck;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
 
@@ -124,6 +125,8 @@ pub struct CycleInputs {
     pub nodes: Vec<NodeEntry>,
     pub dra: Result<Option<DraState>, (Rejection, Option<String>)>,
     pub unsupported: Vec<String>,
+    /// The volume plugins' PreFilter (`None`: the pod has no volume claims).
+    pub volumes: Option<VolumeCheck>,
     /// DRA-backed extended resources (KEP-5004).
     pub extended: Option<ExtendedPlan>,
     /// A special claim left from an earlier attempt (PostFilter deletes it).
@@ -153,10 +156,15 @@ impl CycleInputs {
                 .into_iter()
                 .find(|c| extended::is_special_claim_of(c, pod))
         });
+        let volumes = filters::volumes::pre_filter(pod, cache);
         CycleInputs {
             nodes: cache.node_entries_for(pod),
             dra: dra::pre_filter(pod, cache, binding_timeout),
-            unsupported: filters::unsupported::unsupported_fields(pod),
+            unsupported: match &volumes {
+                Some(VolumeCheck::Unsupported(fields)) => fields.clone(),
+                _ => Vec::new(),
+            },
+            volumes,
             extended,
             leftover_special,
             held: cache.held_devices_for(pod),
@@ -691,6 +699,14 @@ impl<'a> Engine<'a> {
             ));
             return unschedulable(fit, None, BTreeSet::new());
         }
+        if let Some(VolumeCheck::Rejected(r)) = &inputs.volumes {
+            fit.pre_filter = Some(r.clone());
+            return unschedulable(fit, None, BTreeSet::new());
+        }
+        let volumes = match &inputs.volumes {
+            Some(VolumeCheck::Bound(v)) => Some(v.clone()),
+            _ => None,
+        };
         let dra = std::mem::replace(&mut inputs.dra, Ok(None));
         let state = match dra {
             // DRA-backed extended resources need the DRA plugin without user claims too.
@@ -773,6 +789,7 @@ impl<'a> Engine<'a> {
             let entry = &inputs.nodes[i];
             if let Some(r) =
                 filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage)
+                    .or_else(|| volumes.as_ref().and_then(|v| v.filter(&entry.node)))
                     .or_else(|| inter_pod.filter(&entry.node))
             {
                 fit.node_statuses.insert(entry.name().to_owned(), r);

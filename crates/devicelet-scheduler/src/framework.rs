@@ -16,6 +16,9 @@ pub enum Plugin {
     NodeAffinity,
     NodePorts,
     NodeResourcesFit,
+    VolumeRestrictions,
+    VolumeBinding,
+    VolumeZone,
     PodTopologySpread,
     InterPodAffinity,
     DynamicResources,
@@ -27,7 +30,7 @@ pub enum Plugin {
 
 impl Plugin {
     /// Every plugin, for metrics that list them all.
-    pub const ALL: [Plugin; 12] = [
+    pub const ALL: [Plugin; 15] = [
         Plugin::SchedulingGates,
         Plugin::NodeUnschedulable,
         Plugin::NodeName,
@@ -35,6 +38,9 @@ impl Plugin {
         Plugin::NodeAffinity,
         Plugin::NodePorts,
         Plugin::NodeResourcesFit,
+        Plugin::VolumeRestrictions,
+        Plugin::VolumeBinding,
+        Plugin::VolumeZone,
         Plugin::PodTopologySpread,
         Plugin::InterPodAffinity,
         Plugin::DynamicResources,
@@ -52,6 +58,9 @@ impl Plugin {
             Plugin::NodeAffinity => "NodeAffinity",
             Plugin::NodePorts => "NodePorts",
             Plugin::NodeResourcesFit => "NodeResourcesFit",
+            Plugin::VolumeRestrictions => "VolumeRestrictions",
+            Plugin::VolumeBinding => "VolumeBinding",
+            Plugin::VolumeZone => "VolumeZone",
             Plugin::PodTopologySpread => "PodTopologySpread",
             Plugin::InterPodAffinity => "InterPodAffinity",
             Plugin::DynamicResources => "DynamicResources",

@@ -10,11 +10,14 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -553,6 +556,69 @@ pub async fn start(
                 }
                 Change::Relisted(names) => owners.retain(OwnerKind::StatefulSet, &names),
             }
+        }
+    );
+    // The volume plugins: a pod's claims, their volumes and classes.
+    spawn_watch!(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        "persistentvolumeclaims",
+        false,
+        |s: &Shared, c: Change<PersistentVolumeClaim>| {
+            match c {
+                Change::Upsert(k) => s.cache().upsert_volume_claim(k),
+                Change::Delete(k) => {
+                    let (ns, name) = name_of(&k);
+                    s.cache().remove_volume_claim(&ns, &name);
+                    return;
+                }
+                Change::Relisted(names) => {
+                    s.cache().retain_volume_claims(&names);
+                    return;
+                }
+            }
+            event(s, ClusterEvent::VolumeChanged);
+        }
+    );
+    spawn_watch!(
+        Api::<PersistentVolume>::all(client.clone()),
+        "persistentvolumes",
+        false,
+        |s: &Shared, c: Change<PersistentVolume>| {
+            match c {
+                Change::Upsert(k) => s.cache().upsert_volume(k),
+                Change::Delete(k) => {
+                    s.cache()
+                        .remove_volume(k.metadata.name.as_deref().unwrap_or(""));
+                    return;
+                }
+                Change::Relisted(names) => {
+                    s.cache()
+                        .retain_volumes(&names.into_iter().map(|(_, n)| n).collect());
+                    return;
+                }
+            }
+            event(s, ClusterEvent::VolumeChanged);
+        }
+    );
+    spawn_watch!(
+        Api::<StorageClass>::all(client.clone()),
+        "storageclasses",
+        false,
+        |s: &Shared, c: Change<StorageClass>| {
+            match c {
+                Change::Upsert(k) => s.cache().upsert_storage_class(k),
+                Change::Delete(k) => {
+                    s.cache()
+                        .remove_storage_class(k.metadata.name.as_deref().unwrap_or(""));
+                    return;
+                }
+                Change::Relisted(names) => {
+                    s.cache()
+                        .retain_storage_classes(&names.into_iter().map(|(_, n)| n).collect());
+                    return;
+                }
+            }
+            event(s, ClusterEvent::VolumeChanged);
         }
     );
     // Pods last: their PreEnqueue looks at claims, which should be listed by then.

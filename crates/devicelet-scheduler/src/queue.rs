@@ -36,6 +36,8 @@ pub enum ClusterEvent {
     },
     /// A pod bound to a node went away or finished: its resources are free.
     AssignedPodDeleted,
+    /// A PersistentVolumeClaim, PersistentVolume or StorageClass was added or changed.
+    VolumeChanged,
     /// A pod was seen bound to a node, or a bound pod's labels changed (upstream's
     /// `AssignedPod/Add` and `UpdatePodLabel`): pod affinity and spreading may change.
     AssignedPodChanged,
@@ -122,6 +124,8 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
         // A refused pod may be helped by its own update, or by a change of its PodGroup.
         Plugin::Unsupported => match event {
             E::PodUpdated { uid, change } => *uid == pod.uid && change.any(),
+            // An unbound WaitForFirstConsumer claim may get bound by someone else.
+            E::VolumeChanged => true,
             E::PodGroupChanged { namespace, name } => pod.is_in_group(namespace, name),
             _ => false,
         },
@@ -145,6 +149,14 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
                 || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::NodePorts => matches!(event, E::NodeAdded | E::AssignedPodDeleted),
+        Plugin::VolumeBinding | Plugin::VolumeZone => matches!(
+            event,
+            E::VolumeChanged | E::NodeAdded | E::NodeChanged { labels: true, .. }
+        ),
+        // A ReadWriteOncePod claim is freed when the pod using it goes.
+        Plugin::VolumeRestrictions => {
+            matches!(event, E::VolumeChanged | E::AssignedPodDeleted)
+        }
         // Both count pods per topology domain: any assigned pod's change, a node's labels
         // (its domain) or, for spreading, its taints (nodeTaintsPolicy), and the pod's own
         // labels.
@@ -182,6 +194,7 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
             E::NodeChanged { .. }
             | E::AssignedPodDeleted
             | E::AssignedPodChanged
+            | E::VolumeChanged
             | E::PodGroupChanged { .. }
             | E::GroupMemberAdded { .. } => false,
             // A gated pod's claims were not resolvable: any new claim may be one of them

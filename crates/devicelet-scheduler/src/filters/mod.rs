@@ -16,6 +16,7 @@ pub mod pod_info;
 pub mod pod_topology_spread;
 pub mod taint_toleration;
 pub mod unsupported;
+pub mod volumes;
 
 use std::collections::BTreeSet;
 

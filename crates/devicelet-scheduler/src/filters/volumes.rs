@@ -1,0 +1,491 @@
+//! The volume plugins for claims that are already bound (spec workloads.md E.3, S113):
+//! VolumeBinding (`pkg/scheduler/framework/plugins/volumebinding/volume_binding.go` PreFilter,
+//! `binder.go` `checkBoundClaims`), VolumeZone (`volumezone/volume_zone.go`) and the
+//! ReadWriteOncePod part of VolumeRestrictions (`volumerestrictions/volume_restrictions.go`).
+//!
+//! A pod's PersistentVolumeClaims (and generic ephemeral volumes' claims, `<pod>-<volume>`) are
+//! looked up once per attempt: missing, lost, being deleted or (ephemeral) not the pod's own
+//! claims make the pod unschedulable with upstream's message; an unbound claim of an
+//! `Immediate` StorageClass waits for the PV controller as upstream (`pod has unbound immediate
+//! PersistentVolumeClaims`). A bound claim's PersistentVolume decides the node: its node
+//! affinity, and its zone and region labels. An unbound `WaitForFirstConsumer` claim would
+//! need this scheduler to pick or provision a volume, which it does not: such a pod is refused
+//! with the field named (never placed while ignoring the volume).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use devicelet_allocator::nodesel::CompiledNodeSelector;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::framework::{Code, Plugin, Rejection};
+
+/// `ErrReasonNodeConflict`.
+pub const NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
+/// `ErrReasonPVNotExist`.
+pub const PV_NOT_EXIST: &str =
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+/// VolumeZone's `ErrReasonConflict`.
+pub const ZONE_CONFLICT: &str = "node(s) had no available volume zone";
+/// VolumeRestrictions' `ErrReasonReadWriteOncePodConflict`.
+pub const RWOP_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
+
+/// The zone and region labels VolumeZone compares (`topologyLabels`), each with its GA name.
+const TOPOLOGY_LABELS: [(&str, &str); 4] = [
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
+    ("topology.kubernetes.io/zone", "topology.kubernetes.io/zone"),
+    (
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
+];
+
+/// What the volume plugins look up.
+pub trait VolumeObjects {
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
+    fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>>;
+    fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>>;
+    /// Whether a pod other than `uid` that is bound or assumed uses claim `namespace/name`.
+    fn claim_in_use_by_other(&self, namespace: &str, name: &str, uid: &str) -> bool;
+}
+
+/// Where a bound claim's volume can be used.
+#[derive(Clone, Debug)]
+enum VolumeAffinity {
+    /// The PersistentVolume does not exist (yet).
+    Missing,
+    /// No node affinity: anywhere.
+    Anywhere,
+    /// Its `nodeAffinity.required`; `None` when that does not compile (matches no node; the
+    /// API server validates it, so only a hand-made object gets here).
+    Nodes(Option<CompiledNodeSelector>),
+}
+
+/// A bound claim's volume as the filters need it.
+#[derive(Clone, Debug)]
+struct BoundVolume {
+    affinity: VolumeAffinity,
+    /// (label, accepted values) of the volume's zone and region labels.
+    zones: Vec<(String, BTreeSet<String>)>,
+}
+
+/// The PreFilter's state of a pod with claims.
+#[derive(Clone, Debug, Default)]
+pub struct PodVolumes {
+    bound: Vec<BoundVolume>,
+    /// A ReadWriteOncePod claim of the pod is used by another pod.
+    rwop_in_use: bool,
+}
+
+/// The outcome of [`pre_filter`].
+#[derive(Clone, Debug)]
+pub enum VolumeCheck {
+    /// Every claim bound (or none at all): filter nodes with this.
+    Bound(Arc<PodVolumes>),
+    /// Unschedulable before any node is looked at, with upstream's message.
+    Rejected(Rejection),
+    /// Claims this scheduler does not bind, as fields for the refusal message.
+    Unsupported(Vec<String>),
+}
+
+fn claim_class(pvc: &PersistentVolumeClaim) -> String {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .or_else(|| {
+            pvc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
+        })
+        .unwrap_or_default()
+}
+
+fn unresolvable(plugin: Plugin, reason: String) -> VolumeCheck {
+    VolumeCheck::Rejected(Rejection::unresolvable(plugin, reason))
+}
+
+/// PreFilter: the pod's claims looked up; `None` when it has none (the plugins skip).
+pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+    let pod_uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let mut claims: Vec<(usize, bool, Arc<PersistentVolumeClaim>)> = Vec::new();
+    for (i, v) in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let (name, ephemeral) = match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => (c.claim_name.clone(), false),
+            (None, Some(_)) => (format!("{pod_name}-{}", v.name), true),
+            _ => continue,
+        };
+        let Some(pvc) = objects.claim(ns, &name) else {
+            return Some(unresolvable(
+                Plugin::VolumeBinding,
+                if ephemeral {
+                    format!(
+                        "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
+                    )
+                } else {
+                    format!("persistentvolumeclaim {name:?} not found")
+                },
+            ));
+        };
+        let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
+        let volume_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        if phase == Some("Lost") {
+            return Some(unresolvable(
+                Plugin::VolumeBinding,
+                format!(
+                    "persistentvolumeclaim {name:?} bound to non-existent persistentvolume {volume_name:?}"
+                ),
+            ));
+        }
+        if pvc.metadata.deletion_timestamp.is_some() {
+            return Some(unresolvable(
+                Plugin::VolumeBinding,
+                format!("persistentvolumeclaim {name:?} is being deleted"),
+            ));
+        }
+        let owned = pvc
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == pod_uid);
+        if ephemeral && !owned {
+            return Some(unresolvable(
+                Plugin::VolumeBinding,
+                format!(
+                    "PVC {ns}/{name} was not created for pod {ns}/{pod_name} (pod is not owner)"
+                ),
+            ));
+        }
+        claims.push((i, ephemeral, pvc));
+    }
+    if claims.is_empty() {
+        return None;
+    }
+    let mut out = PodVolumes::default();
+    let mut immediate_unbound = false;
+    let mut unsupported = Vec::new();
+    for (i, ephemeral, pvc) in &claims {
+        let name = pvc.metadata.name.as_deref().unwrap_or("");
+        let spec = pvc.spec.as_ref();
+        if spec
+            .and_then(|s| s.access_modes.as_ref())
+            .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
+            && objects.claim_in_use_by_other(ns, name, pod_uid)
+        {
+            out.rwop_in_use = true;
+        }
+        let volume_name = spec.and_then(|s| s.volume_name.as_deref()).unwrap_or("");
+        let bound = !volume_name.is_empty()
+            && pvc
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("pv.kubernetes.io/bind-completed"));
+        if bound {
+            out.bound
+                .push(bound_volume(objects.volume(volume_name).as_deref()));
+            continue;
+        }
+        let class = claim_class(pvc);
+        let delayed = !class.is_empty()
+            && objects
+                .storage_class(&class)
+                .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        if delayed {
+            let field = if *ephemeral {
+                "ephemeral"
+            } else {
+                "persistentVolumeClaim"
+            };
+            unsupported.push(format!(
+                "spec.volumes[{i}].{field} (VolumeBinding: claim {name:?} is unbound and StorageClass {class:?} binds WaitForFirstConsumer)"
+            ));
+        } else {
+            immediate_unbound = true;
+        }
+    }
+    if immediate_unbound {
+        return Some(unresolvable(
+            Plugin::VolumeBinding,
+            "pod has unbound immediate PersistentVolumeClaims".to_owned(),
+        ));
+    }
+    if !unsupported.is_empty() {
+        return Some(VolumeCheck::Unsupported(unsupported));
+    }
+    Some(VolumeCheck::Bound(Arc::new(out)))
+}
+
+fn bound_volume(pv: Option<&PersistentVolume>) -> BoundVolume {
+    let Some(pv) = pv else {
+        return BoundVolume {
+            affinity: VolumeAffinity::Missing,
+            zones: Vec::new(),
+        };
+    };
+    let affinity = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map_or(VolumeAffinity::Anywhere, |sel| {
+            VolumeAffinity::Nodes(CompiledNodeSelector::compile(sel).ok())
+        });
+    let labels = pv.metadata.labels.clone().unwrap_or_default();
+    let zones = TOPOLOGY_LABELS
+        .iter()
+        .filter_map(|(key, _)| {
+            labels.get(*key).map(|v| {
+                (
+                    (*key).to_owned(),
+                    v.split("__").map(|z| z.trim().to_owned()).collect(),
+                )
+            })
+        })
+        .collect();
+    BoundVolume { affinity, zones }
+}
+
+impl PodVolumes {
+    /// VolumeRestrictions, VolumeBinding and VolumeZone on one node, in the default profile's
+    /// order.
+    pub fn filter(&self, node: &Node) -> Option<Rejection> {
+        if self.rwop_in_use {
+            return Some(Rejection::new(
+                Plugin::VolumeRestrictions,
+                Code::Unschedulable,
+                RWOP_CONFLICT,
+            ));
+        }
+        // `checkBoundClaims`: the first volume that is missing or does not allow the node.
+        for v in &self.bound {
+            let reason = match &v.affinity {
+                VolumeAffinity::Missing => PV_NOT_EXIST,
+                VolumeAffinity::Anywhere => continue,
+                VolumeAffinity::Nodes(Some(sel)) if sel.matches(node) => continue,
+                VolumeAffinity::Nodes(_) => NODE_CONFLICT,
+            };
+            return Some(Rejection::unresolvable(Plugin::VolumeBinding, reason));
+        }
+        self.zone_conflict(node)
+            .then(|| Rejection::unresolvable(Plugin::VolumeZone, ZONE_CONFLICT))
+    }
+
+    /// VolumeZone: a node with any zone or region label must carry each volume's, with one
+    /// of its values (a beta label of the volume also matches the node's GA one).
+    fn zone_conflict(&self, node: &Node) -> bool {
+        let empty = BTreeMap::new();
+        let labels = node.metadata.labels.as_ref().unwrap_or(&empty);
+        if !TOPOLOGY_LABELS.iter().any(|(k, _)| labels.contains_key(*k)) {
+            return false;
+        }
+        self.bound
+            .iter()
+            .flat_map(|v| &v.zones)
+            .any(|(key, values)| {
+                let ga = TOPOLOGY_LABELS
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map_or(key.as_str(), |(_, ga)| ga);
+                let value = labels.get(key).or_else(|| labels.get(ga));
+                value.is_none_or(|v| !values.contains(v))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{
+        NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaimSpec,
+        PersistentVolumeClaimVolumeSource, PersistentVolumeSpec, PodSpec, Volume,
+        VolumeNodeAffinity,
+    };
+
+    use super::*;
+    use crate::cache::ClusterCache;
+    use crate::config::Profile;
+    use crate::testing::{bind_in, labelled_pod, node, placements};
+
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn cluster() -> ClusterCache {
+        let mut cache = ClusterCache::new();
+        for (n, z) in [("n1", "z1"), ("n2", "z1"), ("n3", "z2")] {
+            cache.upsert_node(node(n, "8", &[(ZONE, z), ("kubernetes.io/hostname", n)]));
+        }
+        cache
+    }
+
+    fn with_claim(name: &str, claim: &str) -> Pod {
+        labelled_pod(
+            name,
+            "ns",
+            &[],
+            PodSpec {
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: claim.into(),
+                        read_only: None,
+                    }),
+                    ..Volume::default()
+                }]),
+                ..PodSpec::default()
+            },
+        )
+    }
+
+    fn claim(
+        name: &str,
+        volume: Option<&str>,
+        class: Option<&str>,
+        modes: &[&str],
+    ) -> PersistentVolumeClaim {
+        let mut c = PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                volume_name: volume.map(Into::into),
+                storage_class_name: class.map(Into::into),
+                access_modes: Some(modes.iter().map(|m| (*m).to_owned()).collect()),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        };
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        if volume.is_some() {
+            c.metadata.annotations = Some(
+                [(
+                    "pv.kubernetes.io/bind-completed".to_owned(),
+                    "yes".to_owned(),
+                )]
+                .into(),
+            );
+        }
+        c
+    }
+
+    fn volume(name: &str, host: Option<&str>, zone: Option<&str>) -> PersistentVolume {
+        let mut pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                node_affinity: host.map(|h| VolumeNodeAffinity {
+                    required: Some(NodeSelector {
+                        node_selector_terms: vec![NodeSelectorTerm {
+                            match_expressions: Some(vec![NodeSelectorRequirement {
+                                key: "kubernetes.io/hostname".into(),
+                                operator: "In".into(),
+                                values: Some(vec![h.into()]),
+                            }]),
+                            match_fields: None,
+                        }],
+                    }),
+                }),
+                ..PersistentVolumeSpec::default()
+            }),
+            ..PersistentVolume::default()
+        };
+        pv.metadata.name = Some(name.into());
+        pv.metadata.labels = zone.map(|z| [(ZONE.to_owned(), z.to_owned())].into());
+        pv
+    }
+
+    fn sorted(mut v: Vec<String>) -> Vec<String> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_bound_volume_decides_the_node_by_its_affinity_and_zone() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        let pod = with_claim("p", "data");
+        assert_eq!(
+            placements(&mut cache, &pod, &p).unwrap_err(),
+            "0/3 nodes are available: persistentvolumeclaim \"data\" not found."
+        );
+        cache.upsert_volume_claim(claim("data", Some("pv-1"), None, &["ReadWriteOnce"]));
+        assert_eq!(
+            placements(&mut cache, &pod, &p).unwrap_err(),
+            format!("0/3 nodes are available: 3 {PV_NOT_EXIST}. no new claims to deallocate")
+        );
+        cache.upsert_volume(volume("pv-1", Some("n2"), None));
+        assert_eq!(placements(&mut cache, &pod, &p).unwrap(), ["n2"]);
+        cache.upsert_volume(volume("pv-1", None, Some("z1")));
+        assert_eq!(
+            sorted(placements(&mut cache, &pod, &p).unwrap()),
+            ["n1", "n2"]
+        );
+        cache.upsert_volume(volume("pv-1", None, Some("z1__z2")));
+        assert_eq!(placements(&mut cache, &pod, &p).unwrap().len(), 3);
+        cache.upsert_volume(volume("pv-1", Some("n3"), Some("z1")));
+        assert_eq!(
+            placements(&mut cache, &pod, &p).unwrap_err(),
+            format!(
+                "0/3 nodes are available: 1 {ZONE_CONFLICT}, 2 {NODE_CONFLICT}. no new claims to deallocate"
+            )
+        );
+    }
+
+    #[test]
+    fn unbound_claims_wait_or_are_refused() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        let pod = with_claim("p", "data");
+        cache.upsert_volume_claim(claim("data", None, Some("fast"), &["ReadWriteOnce"]));
+        // No such class, or an Immediate one: the PV controller binds it; the pod waits.
+        assert_eq!(
+            placements(&mut cache, &pod, &p).unwrap_err(),
+            "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+        );
+        let mut class = StorageClass::default();
+        class.metadata.name = Some("fast".into());
+        class.volume_binding_mode = Some("WaitForFirstConsumer".into());
+        cache.upsert_storage_class(class);
+        let refused = placements(&mut cache, &pod, &p).unwrap_err();
+        assert!(
+            refused.contains("does not implement spec.volumes[0].persistentVolumeClaim (VolumeBinding: claim \"data\" is unbound and StorageClass \"fast\" binds WaitForFirstConsumer)"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_read_write_once_pod_claim_in_use_keeps_the_pod_off_every_node() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        cache.upsert_volume_claim(claim("solo", Some("pv-s"), None, &["ReadWriteOncePod"]));
+        cache.upsert_volume(volume("pv-s", None, None));
+        bind_in(&mut cache, with_claim("first", "solo"), "n1");
+        assert_eq!(
+            placements(&mut cache, &with_claim("second", "solo"), &p).unwrap_err(),
+            format!("0/3 nodes are available: 3 {RWOP_CONFLICT}. no new claims to deallocate")
+        );
+        cache.remove_pod("uid-first");
+        assert_eq!(
+            placements(&mut cache, &with_claim("second", "solo"), &p)
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+}
