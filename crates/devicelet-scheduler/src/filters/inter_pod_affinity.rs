@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::pod_info::{AffinityTerm, NodePods, PodInfo, WeightedTerm};
+use super::node_pods::NodePods;
+use super::pod_info::{AffinityTerm, PodInfo, WeightedTerm};
 use crate::config::AffinityArgs;
 use crate::framework::{Code, Plugin, Rejection};
 

@@ -9,6 +9,7 @@ pub mod inter_pod_affinity;
 pub mod labels;
 pub mod node_affinity;
 pub mod node_name;
+pub mod node_pods;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;

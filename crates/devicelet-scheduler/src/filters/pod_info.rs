@@ -5,17 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 
-use super::NodeUsage;
 use super::labels::Selector;
-
-/// A node and its pods, as the inter-pod plugins count them.
-#[derive(Clone, Copy, Debug)]
-pub struct NodePods<'a> {
-    pub node: &'a Node,
-    pub usage: &'a NodeUsage,
-}
 
 /// A pod affinity term with its namespaces resolved (`framework.AffinityTerm`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -24,7 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::PodFacts;
 use super::labels::Selector;
-use super::pod_info::{NodePods, PodInfo};
+use super::node_pods::NodePods;
+use super::pod_info::PodInfo;
 use crate::config::SpreadDefaults;
 use crate::framework::{Code, Plugin, Rejection};
 
