@@ -280,6 +280,16 @@ mod tests {
             .args(["-c", "sleep 30; true", "sh", &kubeconfig])
             .spawn()
             .unwrap();
+        // Between fork and exec the child still shows this test's command line.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        for _ in 0..500 {
+            if std::fs::read(&cmdline)
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("n1.kubeconfig"))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let found = pointed_at(&nodes);
         let _ = child.kill();
         let _ = child.wait();
