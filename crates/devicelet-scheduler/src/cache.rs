@@ -332,9 +332,10 @@ impl ClusterCache {
                     Some(node) => self.nominate(pod, node),
                     None => {}
                 }
-                // Finished, or not bound: an assumed pod stays assumed until its binding
-                // finishes (the watch may lag behind the bind).
-                if self.assigned.get(&uid).is_some_and(|a| !a.assumed) {
+                // Finished: it no longer counts, assumed or not. Not bound: an event from
+                // before this scheduler's bind arriving after it (a bound pod never becomes
+                // unbound), so an assumed or just-bound pod stays.
+                if finished {
                     self.forget_pod(&uid);
                 }
                 false
@@ -611,7 +612,13 @@ impl ClusterCache {
                 continue;
             }
             if let Some(&i) = self.node_index.get(&n.node) {
-                Arc::make_mut(&mut nodes[i].usage).add(&n.usage);
+                // Resources only: upstream's inter-pod plugins see a nominated pod only in a
+                // second filter pass of its node (and never in scores); here they do not see it.
+                let resources = PodUsage {
+                    info: None,
+                    ..n.usage.clone()
+                };
+                Arc::make_mut(&mut nodes[i].usage).add(&resources);
             }
         }
         nodes
@@ -1213,17 +1220,11 @@ impl VolumeObjects for ClusterCache {
                     .and_then(|s| s.volumes.as_ref())
                     .into_iter()
                     .flatten()
+                    // `persistentVolumeClaim` volumes only, as upstream's `PVCRefCounts`.
                     .any(|v| {
                         v.persistent_volume_claim
                             .as_ref()
                             .is_some_and(|c| c.claim_name == name)
-                            || (v.ephemeral.is_some()
-                                && a.pod
-                                    .metadata
-                                    .name
-                                    .as_deref()
-                                    .map(|p| format!("{p}-{}", v.name))
-                                    == Some(name.to_owned()))
                     })
         })
     }
@@ -1368,6 +1369,41 @@ mod tests {
         assert_eq!(cache.node_entries()[0].usage.pods, 1);
         cache.forget_assumed_pod("p1");
         assert_eq!(cache.node_entries()[0].usage.pods, 0);
+    }
+
+    #[test]
+    fn a_late_unbound_event_after_the_bind_keeps_the_pod_and_a_finished_one_goes() {
+        let mut cache = ClusterCache::new();
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        cache.upsert_node(node);
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("p1".into());
+        cache.assume_pod(&pod, "n1");
+        cache.finish_binding("p1");
+        // The status write made before the bind arrives after it: still counted.
+        assert!(!cache.upsert_pod(&pod));
+        assert_eq!(cache.node_entries()[0].usage.pods, 1);
+        // Seen bound: an assigned-pod change for the inter-pod plugins, once.
+        let mut bound = pod.clone();
+        bound.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: Some("n1".into()),
+            ..Default::default()
+        });
+        assert!(cache.upsert_pod(&bound));
+        assert!(!cache.upsert_pod(&bound));
+        // Finished, even while assumed: no longer counted.
+        let mut other = Pod::default();
+        other.metadata.uid = Some("p2".into());
+        cache.assume_pod(&other, "n1");
+        let mut done = bound.clone();
+        done.metadata.uid = Some("p2".into());
+        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        });
+        cache.upsert_pod(&done);
+        assert_eq!(cache.node_entries()[0].usage.pods, 1);
     }
 
     #[test]

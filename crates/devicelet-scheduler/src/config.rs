@@ -173,7 +173,8 @@ pub struct AffinityArgs {
     /// Weight of an existing pod's required affinity term that the incoming pod matches
     /// (0-100, default 1).
     pub hard_pod_affinity_weight: i64,
-    /// Score only the incoming pod's preferred terms.
+    /// Skip the score for a pod without preferred terms of its own (existing pods' preferred
+    /// terms then count for nothing).
     pub ignore_preferred_terms_of_existing_pods: bool,
 }
 

@@ -275,24 +275,25 @@ pub fn scores(
                     );
                 }
             }
-            if !args.ignore_preferred_terms_of_existing_pods {
-                add_terms(
-                    &mut pairs,
-                    &existing.preferred_affinity,
-                    incoming,
-                    namespace_labels,
-                    node,
-                    1,
-                );
-                add_terms(
-                    &mut pairs,
-                    &existing.preferred_anti_affinity,
-                    incoming,
-                    namespace_labels,
-                    node,
-                    -1,
-                );
-            }
+            // `ignorePreferredTermsOfExistingPods` only skips the score for a pod without
+            // preferred terms (above); otherwise existing pods' terms count as upstream's
+            // `processExistingPod` counts them.
+            add_terms(
+                &mut pairs,
+                &existing.preferred_affinity,
+                incoming,
+                namespace_labels,
+                node,
+                1,
+            );
+            add_terms(
+                &mut pairs,
+                &existing.preferred_anti_affinity,
+                incoming,
+                namespace_labels,
+                node,
+                -1,
+            );
         }
     }
     if pairs.is_empty() {
@@ -561,5 +562,59 @@ mod tests {
             .map(|_| placements(&mut cache, &near, &off).unwrap()[0].clone())
             .collect();
         assert!(firsts.len() > 1, "{firsts:?}");
+    }
+
+    #[test]
+    fn ignoring_existing_pods_preferences_only_skips_a_pod_without_its_own() {
+        let mut cache = zones();
+        // b1's pod prefers web pods out of its zone (weight 100).
+        let shy = labelled_pod(
+            "shy",
+            "ns",
+            &[("app", "db")],
+            spec(
+                None,
+                Some(PodAntiAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        WeightedPodAffinityTerm {
+                            weight: 100,
+                            pod_affinity_term: term("web", ZONE),
+                        },
+                    ]),
+                    ..PodAntiAffinity::default()
+                }),
+            ),
+        );
+        bind_in(&mut cache, shy, "b1");
+        let mut only = Profile::named("s");
+        only.weights.node_resources_fit = 0;
+        only.weights.balanced_allocation = 0;
+        only.affinity.ignore_preferred_terms_of_existing_pods = true;
+        // With a preferred term of its own (weight 1, towards db in b), the existing pod's
+        // preference still counts: -100 + 1 in zone b.
+        let own = labelled_pod(
+            "web-1",
+            "ns",
+            &[("app", "web")],
+            spec(
+                Some(PodAffinity {
+                    preferred_during_scheduling_ignored_during_execution: Some(vec![
+                        WeightedPodAffinityTerm {
+                            weight: 1,
+                            pod_affinity_term: term("db", ZONE),
+                        },
+                    ]),
+                    ..PodAffinity::default()
+                }),
+                None,
+            ),
+        );
+        assert_eq!(placements(&mut cache, &own, &only).unwrap()[2], "b1");
+        // Without one, the score is skipped: nothing tells the nodes apart.
+        let plain = labelled_pod("web-2", "ns", &[("app", "web")], PodSpec::default());
+        let firsts: std::collections::BTreeSet<String> = (0..40)
+            .map(|_| placements(&mut cache, &plain, &only).unwrap()[0].clone())
+            .collect();
+        assert!(firsts.contains("b1"), "{firsts:?}");
     }
 }

@@ -53,7 +53,8 @@ pub trait VolumeObjects {
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
     fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>>;
     fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>>;
-    /// Whether a pod other than `uid` that is bound or assumed uses claim `namespace/name`.
+    /// Whether a pod other than `uid` that is bound or assumed uses claim `namespace/name` as
+    /// a `persistentVolumeClaim` volume.
     fn claim_in_use_by_other(&self, namespace: &str, name: &str, uid: &str) -> bool;
 }
 
@@ -96,16 +97,13 @@ pub enum VolumeCheck {
     Unsupported(Vec<String>),
 }
 
+/// `GetPersistentVolumeClaimClass`: the beta annotation first, then `storageClassName`.
 fn claim_class(pvc: &PersistentVolumeClaim) -> String {
-    pvc.spec
+    pvc.metadata
+        .annotations
         .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .or_else(|| {
-            pvc.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
-        })
+        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
+        .or_else(|| pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
         .unwrap_or_default()
 }
 
@@ -113,35 +111,80 @@ fn unresolvable(plugin: Plugin, reason: String) -> VolumeCheck {
     VolumeCheck::Rejected(Rejection::unresolvable(plugin, reason))
 }
 
-/// PreFilter: the pod's claims looked up; `None` when it has none (the plugins skip).
+/// One volume of the pod backed by a claim.
+struct ClaimRef {
+    index: usize,
+    name: String,
+    /// A generic ephemeral volume's claim (`<pod>-<volume>`), not a `persistentVolumeClaim`.
+    ephemeral: bool,
+}
+
+/// PreFilter: the pod's claims looked up; `None` when it has none (the plugins skip). The
+/// checks run in the order of the plugins' PreFilters: VolumeRestrictions (every
+/// `persistentVolumeClaim` exists, ReadWriteOncePod), VolumeBinding (each claim exists, is not
+/// lost or being deleted, is the pod's own when ephemeral; unbound claims), VolumeZone (the
+/// bound claims' volumes exist).
 pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let pod_name = pod.metadata.name.as_deref().unwrap_or("");
     let pod_uid = pod.metadata.uid.as_deref().unwrap_or("");
-    let mut claims: Vec<(usize, bool, Arc<PersistentVolumeClaim>)> = Vec::new();
-    for (i, v) in pod
+    let refs: Vec<ClaimRef> = pod
         .spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())
         .into_iter()
         .flatten()
         .enumerate()
+        .filter_map(
+            |(index, v)| match (&v.persistent_volume_claim, &v.ephemeral) {
+                (Some(c), _) => Some(ClaimRef {
+                    index,
+                    name: c.claim_name.clone(),
+                    ephemeral: false,
+                }),
+                (None, Some(_)) => Some(ClaimRef {
+                    index,
+                    name: format!("{pod_name}-{}", v.name),
+                    ephemeral: true,
+                }),
+                _ => None,
+            },
+        )
+        .collect();
+    if refs.is_empty() {
+        return None;
+    }
+    // VolumeRestrictions' PreFilter looks the `persistentVolumeClaim` volumes up first.
+    if let Some(missing) = refs
+        .iter()
+        .find(|r| !r.ephemeral && objects.claim(ns, &r.name).is_none())
     {
-        let (name, ephemeral) = match (&v.persistent_volume_claim, &v.ephemeral) {
-            (Some(c), _) => (c.claim_name.clone(), false),
-            (None, Some(_)) => (format!("{pod_name}-{}", v.name), true),
-            _ => continue,
-        };
-        let Some(pvc) = objects.claim(ns, &name) else {
+        return Some(unresolvable(
+            Plugin::VolumeRestrictions,
+            format!("persistentvolumeclaim {:?} not found", missing.name),
+        ));
+    }
+    let mut out = PodVolumes::default();
+    for r in refs.iter().filter(|r| !r.ephemeral) {
+        let rwop = objects.claim(ns, &r.name).is_some_and(|pvc| {
+            pvc.spec
+                .as_ref()
+                .and_then(|s| s.access_modes.as_ref())
+                .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
+        });
+        if rwop && objects.claim_in_use_by_other(ns, &r.name, pod_uid) {
+            out.rwop_in_use = true;
+        }
+    }
+    let mut claims: Vec<(&ClaimRef, Arc<PersistentVolumeClaim>)> = Vec::new();
+    for r in &refs {
+        let name = &r.name;
+        let Some(pvc) = objects.claim(ns, name) else {
             return Some(unresolvable(
                 Plugin::VolumeBinding,
-                if ephemeral {
-                    format!(
-                        "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
-                    )
-                } else {
-                    format!("persistentvolumeclaim {name:?} not found")
-                },
+                format!(
+                    "waiting for ephemeral volume controller to create the persistentvolumeclaim {name:?}"
+                ),
             ));
         };
         let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -164,13 +207,15 @@ pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck
                 format!("persistentvolumeclaim {name:?} is being deleted"),
             ));
         }
+        // `metav1.IsControlledBy`: the (only) controller reference is the pod.
         let owned = pvc
             .metadata
             .owner_references
             .iter()
             .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == pod_uid);
-        if ephemeral && !owned {
+            .find(|o| o.controller == Some(true))
+            .is_some_and(|o| o.uid == pod_uid);
+        if r.ephemeral && !owned {
             return Some(unresolvable(
                 Plugin::VolumeBinding,
                 format!(
@@ -178,49 +223,44 @@ pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck
                 ),
             ));
         }
-        claims.push((i, ephemeral, pvc));
+        claims.push((r, pvc));
     }
-    if claims.is_empty() {
-        return None;
-    }
-    let mut out = PodVolumes::default();
     let mut immediate_unbound = false;
     let mut unsupported = Vec::new();
-    for (i, ephemeral, pvc) in &claims {
-        let name = pvc.metadata.name.as_deref().unwrap_or("");
-        let spec = pvc.spec.as_ref();
-        if spec
-            .and_then(|s| s.access_modes.as_ref())
-            .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
-            && objects.claim_in_use_by_other(ns, name, pod_uid)
-        {
-            out.rwop_in_use = true;
-        }
-        let volume_name = spec.and_then(|s| s.volume_name.as_deref()).unwrap_or("");
-        let bound = !volume_name.is_empty()
-            && pvc
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key("pv.kubernetes.io/bind-completed"));
-        if bound {
-            out.bound
-                .push(bound_volume(objects.volume(volume_name).as_deref()));
+    let mut bound = Vec::new();
+    for (r, pvc) in &claims {
+        let name = &r.name;
+        let volume_name = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .unwrap_or("");
+        let complete = pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("pv.kubernetes.io/bind-completed"));
+        if !volume_name.is_empty() && complete {
+            bound.push((r, volume_name));
             continue;
         }
+        // A claim pre-bound to a volume (`volumeName` set, binding not completed) waits for
+        // the PV controller whatever its class, as an immediate one (`binder.go`).
         let class = claim_class(pvc);
-        let delayed = !class.is_empty()
+        let delayed = volume_name.is_empty()
+            && !class.is_empty()
             && objects
                 .storage_class(&class)
                 .is_some_and(|c| c.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
         if delayed {
-            let field = if *ephemeral {
+            let field = if r.ephemeral {
                 "ephemeral"
             } else {
                 "persistentVolumeClaim"
             };
             unsupported.push(format!(
-                "spec.volumes[{i}].{field} (VolumeBinding: claim {name:?} is unbound and StorageClass {class:?} binds WaitForFirstConsumer)"
+                "spec.volumes[{}].{field} (VolumeBinding: claim {name:?} is unbound and StorageClass {class:?} binds WaitForFirstConsumer)",
+                r.index
             ));
         } else {
             immediate_unbound = true;
@@ -235,10 +275,23 @@ pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck
     if !unsupported.is_empty() {
         return Some(VolumeCheck::Unsupported(unsupported));
     }
+    for (r, volume_name) in bound {
+        let pv = objects.volume(volume_name);
+        // VolumeZone's PreFilter fetches the volume of each `persistentVolumeClaim`.
+        if pv.is_none() && !r.ephemeral {
+            return Some(unresolvable(
+                Plugin::VolumeZone,
+                format!("persistentvolume {volume_name:?} not found"),
+            ));
+        }
+        out.bound.push(bound_volume(pv.as_deref(), !r.ephemeral));
+    }
     Some(VolumeCheck::Bound(Arc::new(out)))
 }
 
-fn bound_volume(pv: Option<&PersistentVolume>) -> BoundVolume {
+/// `zoned`: the volume's zone labels count (VolumeZone looks only at `persistentVolumeClaim`
+/// volumes, not at generic ephemeral ones).
+fn bound_volume(pv: Option<&PersistentVolume>, zoned: bool) -> BoundVolume {
     let Some(pv) = pv else {
         return BoundVolume {
             affinity: VolumeAffinity::Missing,
@@ -254,15 +307,17 @@ fn bound_volume(pv: Option<&PersistentVolume>) -> BoundVolume {
             VolumeAffinity::Nodes(CompiledNodeSelector::compile(sel).ok())
         });
     let labels = pv.metadata.labels.clone().unwrap_or_default();
+    // `LabelZonesToSet`: a value with an empty part is not a zone set, and is ignored.
     let zones = TOPOLOGY_LABELS
         .iter()
+        .filter(|_| zoned)
         .filter_map(|(key, _)| {
-            labels.get(*key).map(|v| {
-                (
-                    (*key).to_owned(),
-                    v.split("__").map(|z| z.trim().to_owned()).collect(),
-                )
-            })
+            let parts: BTreeSet<String> = labels
+                .get(*key)?
+                .split("__")
+                .map(|z| z.trim().to_owned())
+                .collect();
+            (!parts.iter().any(String::is_empty)).then(|| ((*key).to_owned(), parts))
         })
         .collect();
     BoundVolume { affinity, zones }
@@ -280,11 +335,21 @@ impl PodVolumes {
             ));
         }
         // `checkBoundClaims`: the first volume that is missing or does not allow the node.
+        // `CheckNodeAffinity` sees the node's labels only (a `metadata.name` field matches
+        // nothing).
+        let mut labels_only = Node::default();
+        if self
+            .bound
+            .iter()
+            .any(|v| matches!(v.affinity, VolumeAffinity::Nodes(_)))
+        {
+            labels_only.metadata.labels = node.metadata.labels.clone();
+        }
         for v in &self.bound {
             let reason = match &v.affinity {
                 VolumeAffinity::Missing => PV_NOT_EXIST,
                 VolumeAffinity::Anywhere => continue,
-                VolumeAffinity::Nodes(Some(sel)) if sel.matches(node) => continue,
+                VolumeAffinity::Nodes(Some(sel)) if sel.matches(&labels_only) => continue,
                 VolumeAffinity::Nodes(_) => NODE_CONFLICT,
             };
             return Some(Rejection::unresolvable(Plugin::VolumeBinding, reason));
@@ -427,7 +492,7 @@ mod tests {
         cache.upsert_volume_claim(claim("data", Some("pv-1"), None, &["ReadWriteOnce"]));
         assert_eq!(
             placements(&mut cache, &pod, &p).unwrap_err(),
-            format!("0/3 nodes are available: 3 {PV_NOT_EXIST}. no new claims to deallocate")
+            "0/3 nodes are available: persistentvolume \"pv-1\" not found."
         );
         cache.upsert_volume(volume("pv-1", Some("n2"), None));
         assert_eq!(placements(&mut cache, &pod, &p).unwrap(), ["n2"]);
@@ -486,6 +551,65 @@ mod tests {
                 .unwrap()
                 .len(),
             3
+        );
+    }
+
+    #[test]
+    fn a_pre_bound_claim_waits_and_the_beta_class_annotation_wins() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        let mut class = StorageClass::default();
+        class.metadata.name = Some("late".into());
+        class.volume_binding_mode = Some("WaitForFirstConsumer".into());
+        cache.upsert_storage_class(class);
+        // volumeName set, binding not completed: immediate, whatever the class says.
+        let mut pre = claim("data", None, Some("late"), &["ReadWriteOnce"]);
+        pre.spec.as_mut().unwrap().volume_name = Some("pv-1".into());
+        cache.upsert_volume_claim(pre);
+        let pod = with_claim("p", "data");
+        assert_eq!(
+            placements(&mut cache, &pod, &p).unwrap_err(),
+            "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+        );
+        // The beta annotation names the class before `storageClassName` does.
+        let mut annotated = claim("data", None, Some(""), &["ReadWriteOnce"]);
+        annotated.metadata.annotations = Some(
+            [(
+                "volume.beta.kubernetes.io/storage-class".to_owned(),
+                "late".to_owned(),
+            )]
+            .into(),
+        );
+        cache.upsert_volume_claim(annotated);
+        assert!(
+            placements(&mut cache, &pod, &p)
+                .unwrap_err()
+                .contains("StorageClass \"late\" binds WaitForFirstConsumer")
+        );
+    }
+
+    #[test]
+    fn a_volume_affinity_sees_node_labels_only() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        cache.upsert_volume_claim(claim("data", Some("pv-1"), None, &["ReadWriteOnce"]));
+        let mut pv = volume("pv-1", None, None);
+        pv.spec.as_mut().unwrap().node_affinity = Some(VolumeNodeAffinity {
+            required: Some(NodeSelector {
+                node_selector_terms: vec![NodeSelectorTerm {
+                    match_expressions: None,
+                    match_fields: Some(vec![NodeSelectorRequirement {
+                        key: "metadata.name".into(),
+                        operator: "In".into(),
+                        values: Some(vec!["n1".into()]),
+                    }]),
+                }],
+            }),
+        });
+        cache.upsert_volume(pv);
+        assert_eq!(
+            placements(&mut cache, &with_claim("p", "data"), &p).unwrap_err(),
+            format!("0/3 nodes are available: 3 {NODE_CONFLICT}. no new claims to deallocate")
         );
     }
 }
