@@ -33,7 +33,7 @@ use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_sc
 use crate::filters::pod_info::PodInfo;
 use crate::filters::pod_topology_spread::{self, DefaultSpreading, SpreadFilter};
 use crate::filters::taint_toleration;
-use crate::filters::volumes::VolumeCheck;
+use crate::filters::volumes::{PodVolumes, VolumeCheck};
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection};
 
@@ -214,32 +214,45 @@ impl CycleInputs {
     }
 }
 
-/// The inter-pod plugins' PreFilter states (`None`: the plugin skips).
-struct InterPodFilters {
+/// The filters whose state comes from the pod's PreFilter over the whole cluster rather than
+/// from the node alone: the volume plugins, PodTopologySpread and InterPodAffinity (`None`:
+/// the plugin skips). Every path that places a pod runs them (the cycle, the group search's
+/// re-pack of a node).
+pub struct PodLevelFilters {
+    volumes: Option<Arc<PodVolumes>>,
     spread: Option<SpreadFilter>,
     affinity: Option<AffinityFilter>,
 }
 
-impl InterPodFilters {
-    fn pre_filter(pod: &Pod, facts: &PodFacts, inputs: &CycleInputs, profile: &Profile) -> Self {
+impl PodLevelFilters {
+    /// The PreFilters of `pod` on `inputs` (a volume PreFilter that rejected the pod is the
+    /// caller's to report; here it skips).
+    pub fn new(pod: &Pod, facts: &PodFacts, inputs: &CycleInputs, profile: &Profile) -> Self {
+        let volumes = match &inputs.volumes {
+            Some(VolumeCheck::Bound(v)) => Some(v.clone()),
+            _ => None,
+        };
         if !inputs.inter_pod_relevant(pod) {
-            return InterPodFilters {
+            return PodLevelFilters {
+                volumes,
                 spread: None,
                 affinity: None,
             };
         }
         let view = node_pods(inputs.every_node());
-        InterPodFilters {
+        PodLevelFilters {
+            volumes,
             spread: SpreadFilter::pre_filter(pod, facts, inputs.default_spreading(profile), &view),
             affinity: AffinityFilter::pre_filter(&inputs.pod_info, &inputs.namespace_labels, &view),
         }
     }
 
-    /// PodTopologySpread then InterPodAffinity, the default profile's order.
-    fn filter(&self, node: &k8s_openapi::api::core::v1::Node) -> Option<Rejection> {
-        self.spread
+    /// The volume plugins, PodTopologySpread, InterPodAffinity: the default profile's order.
+    pub fn filter(&self, node: &k8s_openapi::api::core::v1::Node) -> Option<Rejection> {
+        self.volumes
             .as_ref()
-            .and_then(|s| s.filter(node))
+            .and_then(|v| v.filter(node))
+            .or_else(|| self.spread.as_ref().and_then(|s| s.filter(node)))
             .or_else(|| self.affinity.as_ref().and_then(|a| a.filter(node)))
     }
 }
@@ -704,10 +717,6 @@ impl<'a> Engine<'a> {
             fit.pre_filter = Some(r.clone());
             return unschedulable(fit, None, BTreeSet::new());
         }
-        let volumes = match &inputs.volumes {
-            Some(VolumeCheck::Bound(v)) => Some(v.clone()),
-            _ => None,
-        };
         let dra = std::mem::replace(&mut inputs.dra, Ok(None));
         let state = match dra {
             // DRA-backed extended resources need the DRA plugin without user claims too.
@@ -776,7 +785,7 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
-        let inter_pod = InterPodFilters::pre_filter(pod, &facts, &inputs, self.profile_of(pod));
+        let pod_level = PodLevelFilters::new(pod, &facts, &inputs, self.profile_of(pod));
         let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
         let mut examined = 0;
@@ -790,8 +799,7 @@ impl<'a> Engine<'a> {
             let entry = &inputs.nodes[i];
             if let Some(r) =
                 filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage)
-                    .or_else(|| volumes.as_ref().and_then(|v| v.filter(&entry.node)))
-                    .or_else(|| inter_pod.filter(&entry.node))
+                    .or_else(|| pod_level.filter(&entry.node))
             {
                 fit.node_statuses.insert(entry.name().to_owned(), r);
                 continue;

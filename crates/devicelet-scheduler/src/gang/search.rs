@@ -37,8 +37,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim, ResourceClaimStatus};
 
 use crate::cache::NodeEntry;
-use crate::cycle::{CycleInputs, Decision, Engine, NodeMemo, Outcome, Placement};
+use crate::cycle::{CycleInputs, Decision, Engine, NodeMemo, Outcome, Placement, PodLevelFilters};
 use crate::filters::node_resources_fit::PodUsage;
+use crate::filters::volumes::VolumeCheck;
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin};
 use crate::gang::Policy;
@@ -926,7 +927,16 @@ fn repack(
             by_node.entry(p.node.as_str()).or_default().push(m);
         }
     }
+    if matches!(inputs.volumes, Some(VolumeCheck::Rejected(_))) {
+        return Ok(None);
+    }
     let facts = PodFacts::of(&members[j].pod);
+    let pod_level = PodLevelFilters::new(
+        &members[j].pod,
+        &facts,
+        inputs,
+        engine.profile_of(&members[j].pod),
+    );
     let own: Vec<Arc<ResourceClaim>> = state
         .to_allocate
         .iter()
@@ -936,7 +946,10 @@ fn repack(
         let Some(entry) = sim.nodes.iter().find(|e| e.name() == node_name) else {
             continue;
         };
-        if filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage).is_some() {
+        // The member's usage is not on the node yet; the members there stay (re-packed).
+        if filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage).is_some()
+            || pod_level.filter(&entry.node).is_some()
+        {
             continue;
         }
         if !state.unusable.is_empty()

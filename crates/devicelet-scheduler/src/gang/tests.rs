@@ -661,3 +661,67 @@ fn a_snapshot_with_pod_groups_replays_group_by_group() {
         "h finds g's devices taken: {verdicts:?}"
     );
 }
+
+#[test]
+fn members_keep_their_per_host_anti_affinity_among_themselves() {
+    use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm, PodAntiAffinity};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    let apart = |name: &str, claim: &str| {
+        let mut p = member(name, claim);
+        p.metadata.labels = Some(BTreeMap::from([("job".to_owned(), "train".to_owned())]));
+        p.spec.as_mut().unwrap().affinity = Some(Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "job".to_owned(),
+                            "train".to_owned(),
+                        )])),
+                        ..LabelSelector::default()
+                    }),
+                    topology_key: "kubernetes.io/hostname".into(),
+                    ..PodAffinityTerm::default()
+                }]),
+                ..PodAntiAffinity::default()
+            }),
+            ..Affinity::default()
+        });
+        p
+    };
+    let host = |n: &str| node(n, "8", &[("kubernetes.io/hostname", n)]);
+    let two_gpus = |n: &str| slice(n, vec![device("a", "big"), device("b", "big")], None);
+    let claims = || {
+        vec![
+            claim("c1", exact(1, None)),
+            claim("c2", exact(1, None)),
+            claim("c3", exact(1, None)),
+        ]
+    };
+    let pods = [apart("m1", "c1"), apart("m2", "c2"), apart("m3", "c3")];
+    // Devices for two members a node, but each member keeps a node of its own.
+    let mut c = Cluster::new(
+        vec![host("n1"), host("n2"), host("n3")],
+        vec![two_gpus("n1"), two_gpus("n2"), two_gpus("n3")],
+        claims(),
+    );
+    let out = c.schedule(&pods, Policy::Gang { min_count: 3 }, None);
+    assert_eq!(out.verdict, Verdict::Placed, "{out:?}");
+    let nodes: std::collections::BTreeSet<String> =
+        placed_devices(&out).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    // Two nodes for three members that keep apart: nobody is placed.
+    let mut c = Cluster::new(
+        vec![host("n1"), host("n2")],
+        vec![two_gpus("n1"), two_gpus("n2")],
+        claims(),
+    );
+    let out = c.schedule(&pods, Policy::Gang { min_count: 3 }, None);
+    assert_eq!(out.placed(), 0);
+    let Verdict::Unschedulable(message) = &out.verdict else {
+        panic!("{:?}", out.verdict)
+    };
+    assert!(
+        message.contains("didn't match pod anti-affinity rules"),
+        "{message}"
+    );
+}
