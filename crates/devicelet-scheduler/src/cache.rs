@@ -131,6 +131,8 @@ pub struct ClusterCache {
     volume_claims: HashMap<(String, String), Arc<PersistentVolumeClaim>>,
     volumes: HashMap<String, Arc<PersistentVolume>>,
     storage_classes: HashMap<String, Arc<StorageClass>>,
+    /// Set for a cache filled from a snapshot without volume objects (offline explain).
+    volumes_unknown: bool,
 }
 
 /// A pending pod's claim on a node while its preemption victims terminate (W92).
@@ -654,6 +656,12 @@ impl ClusterCache {
             .filter(|(_, labels)| selector.matches(labels))
             .map(|(n, _)| n.clone())
             .collect()
+    }
+
+    /// This cache was filled without PersistentVolumeClaims, PersistentVolumes and
+    /// StorageClasses: the volume plugins skip (see [`VolumeObjects::knows_volumes`]).
+    pub fn set_volumes_unknown(&mut self) {
+        self.volumes_unknown = true;
     }
 
     /// A PersistentVolumeClaim was added or changed.
@@ -1196,6 +1204,10 @@ fn pod_key_of_meta(
 }
 
 impl VolumeObjects for ClusterCache {
+    fn knows_volumes(&self) -> bool {
+        !self.volumes_unknown
+    }
+
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
         self.volume_claims
             .get(&(namespace.to_owned(), name.to_owned()))

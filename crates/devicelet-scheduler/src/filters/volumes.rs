@@ -50,6 +50,12 @@ const TOPOLOGY_LABELS: [(&str, &str); 4] = [
 
 /// What the volume plugins look up.
 pub trait VolumeObjects {
+    /// Whether the claims, volumes and classes were read at all (an offline replay from a
+    /// snapshot has none of them: there the volume plugins skip rather than report every
+    /// claim missing).
+    fn knows_volumes(&self) -> bool {
+        true
+    }
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>>;
     fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>>;
     fn storage_class(&self, name: &str) -> Option<Arc<StorageClass>>;
@@ -125,6 +131,9 @@ struct ClaimRef {
 /// lost or being deleted, is the pod's own when ephemeral; unbound claims), VolumeZone (the
 /// bound claims' volumes exist).
 pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck> {
+    if !objects.knows_volumes() {
+        return None;
+    }
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     let pod_name = pod.metadata.name.as_deref().unwrap_or("");
     let pod_uid = pod.metadata.uid.as_deref().unwrap_or("");

@@ -173,6 +173,8 @@ pub fn explain_group(
 /// A cache holding `state`, the PodGroups and the pods.
 pub(crate) fn build_cache(state: &ClusterState, groups: &[PodGroup], pods: &[Pod]) -> ClusterCache {
     let mut cache = ClusterCache::new();
+    // The snapshot has no volume objects: members' claims are not judged offline.
+    cache.set_volumes_unknown();
     for c in &state.device_classes {
         cache.upsert_class(c.clone());
     }
