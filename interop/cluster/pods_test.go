@@ -49,16 +49,19 @@ func podSpec(nodeName string, gpus int64) corev1.PodSpec {
 
 func createDeployment(t *testing.T, ns, name, nodeName string, replicas int32, gpus int64) {
 	t.Helper()
+	createDeploymentWith(t, ns, name, replicas, podSpec(nodeName, gpus))
+}
+
+// createDeploymentWith creates Deployment `name` in ns whose pods, labelled app=name, have spec.
+func createDeploymentWith(t *testing.T, ns, name string, replicas int32, spec corev1.PodSpec) {
+	t.Helper()
 	labels := map[string]string{"app": name}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       podSpec(nodeName, gpus),
-			},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
 		},
 	}
 	if _, err := controlPlane.admin.AppsV1().Deployments(ns).Create(ctx(t), d, metav1.CreateOptions{}); err != nil {

@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/test/e2e/dra/test-driver/app"
@@ -106,19 +105,8 @@ func TestScaleDRA(t *testing.T) {
 // the namespace's "gpu-template".
 func createClaimDeployment(t *testing.T, ns, name string, replicas int32) {
 	t.Helper()
-	labels := map[string]string{"app": name}
 	spec := podSpec("", 0)
 	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("gpu-template")}}
 	spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
-		},
-	}
-	if _, err := controlPlane.admin.AppsV1().Deployments(ns).Create(ctx(t), d, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create deployment %s: %v", name, err)
-	}
+	createDeploymentWith(t, ns, name, replicas, spec)
 }

@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 )
 
 // interPodOutcome is what one scheduler made of the Deployments.
@@ -155,17 +153,7 @@ func interPodDeployment(t *testing.T, ns, d, name string, replicas int32, affini
 			LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
 		}}
 	}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
-		},
-	}
-	if _, err := controlPlane.admin.AppsV1().Deployments(ns).Create(ctx(t), dep, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create deployment %s: %v", name, err)
-	}
+	createDeploymentWith(t, ns, name, replicas, spec)
 }
 
 // zonesOf counts the bound pods of app `app` in ns per zone of their node.

@@ -666,10 +666,7 @@ impl ClusterCache {
 
     /// A PersistentVolumeClaim was added or changed.
     pub fn upsert_volume_claim(&mut self, pvc: PersistentVolumeClaim) {
-        let key = (
-            pvc.metadata.namespace.clone().unwrap_or_default(),
-            pvc.metadata.name.clone().unwrap_or_default(),
-        );
+        let key = pod_key_of_meta(&pvc.metadata);
         self.volume_claims.insert(key, Arc::new(pvc));
     }
 

@@ -1015,31 +1015,17 @@ impl<'a> Engine<'a> {
         feasible: &[FeasibleNode],
     ) -> Vec<i64> {
         let weights = &self.profile_of(pod).weights;
+        // Scores rank two or more feasible nodes of a whole cycle; only preemption's one-node
+        // dry run sets `all_nodes`, and it never ranks.
         if feasible.len() < 2
+            || inputs.all_nodes.is_some()
             || (weights.pod_topology_spread == 0 && weights.inter_pod_affinity == 0)
             || !inputs.inter_pod_relevant(pod)
         {
             return Vec::new();
         }
-        let view = node_pods(inputs.every_node());
-        // `feasible` indexes `inputs.nodes`; map them into `view` by name when they differ.
-        let index: Vec<usize> = if inputs.all_nodes.is_none() {
-            feasible.iter().map(|(i, _, _)| *i).collect()
-        } else {
-            let by_name: HashMap<&str, usize> = inputs
-                .every_node()
-                .iter()
-                .enumerate()
-                .map(|(k, e)| (e.name(), k))
-                .collect();
-            feasible
-                .iter()
-                .filter_map(|(i, _, _)| by_name.get(inputs.nodes[*i].name()).copied())
-                .collect()
-        };
-        if index.len() != feasible.len() {
-            return Vec::new();
-        }
+        let view = node_pods(&inputs.nodes);
+        let index: Vec<usize> = feasible.iter().map(|(i, _, _)| *i).collect();
         let mut out = vec![0; feasible.len()];
         if weights.pod_topology_spread > 0
             && let Some(s) = pod_topology_spread::scores(

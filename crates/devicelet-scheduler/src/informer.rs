@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 
 use crate::cache::ClusterCache;
 use crate::dra;
-use crate::filters::pod_topology_spread::OwnerKind;
+use crate::filters::pod_topology_spread::{OwnerKind, OwnerSelector};
 use crate::framework::Plugin;
 use crate::queue::{ClusterEvent, Gate};
 use crate::shared::Shared;
@@ -224,6 +224,28 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
                 event(shared, ClusterEvent::AssignedPodDeleted);
             }
         }
+    }
+}
+
+/// A change of a pod owner of `kind` (default spreading); `selector` reads what it selects by.
+fn on_owner<K: Resource>(
+    shared: &Shared,
+    change: Change<K>,
+    kind: OwnerKind,
+    selector: impl FnOnce(K) -> Option<OwnerSelector>,
+) {
+    let mut cache = shared.cache();
+    let owners = cache.spread_owners_mut();
+    match change {
+        Change::Upsert(k) => {
+            let (ns, name) = name_of(&k);
+            owners.upsert(kind, &ns, &name, selector(k));
+        }
+        Change::Delete(k) => {
+            let (ns, name) = name_of(&k);
+            owners.remove(kind, &ns, &name);
+        }
+        Change::Relisted(names) => owners.retain(kind, &names),
     }
 }
 
@@ -479,84 +501,38 @@ pub async fn start(
         Api::<Service>::all(client.clone()),
         "services",
         false,
-        |s: &Shared, c: Change<Service>| {
-            let mut cache = s.cache();
-            let owners = cache.spread_owners_mut();
-            match c {
-                Change::Upsert(k) => {
-                    let (ns, name) = name_of(&k);
-                    owners.upsert_service(&ns, &name, k.spec.and_then(|s| s.selector));
-                }
-                Change::Delete(k) => {
-                    let (ns, name) = name_of(&k);
-                    owners.remove(OwnerKind::Service, &ns, &name);
-                }
-                Change::Relisted(names) => owners.retain(OwnerKind::Service, &names),
-            }
-        }
+        |s: &Shared, c: Change<Service>| on_owner(s, c, OwnerKind::Service, |k| {
+            k.spec.and_then(|s| s.selector).map(OwnerSelector::Labels)
+        })
     );
     spawn_watch!(
         Api::<ReplicationController>::all(client.clone()),
         "replicationcontrollers",
         false,
-        |s: &Shared, c: Change<ReplicationController>| {
-            let mut cache = s.cache();
-            let owners = cache.spread_owners_mut();
-            match c {
-                Change::Upsert(k) => {
-                    let (ns, name) = name_of(&k);
-                    let labels = k.spec.and_then(|s| s.selector).unwrap_or_default();
-                    owners.upsert_replication_controller(&ns, &name, labels);
-                }
-                Change::Delete(k) => {
-                    let (ns, name) = name_of(&k);
-                    owners.remove(OwnerKind::ReplicationController, &ns, &name);
-                }
-                Change::Relisted(names) => owners.retain(OwnerKind::ReplicationController, &names),
-            }
-        }
+        |s: &Shared, c: Change<ReplicationController>| on_owner(
+            s,
+            c,
+            OwnerKind::ReplicationController,
+            |k| Some(OwnerSelector::Labels(
+                k.spec.and_then(|s| s.selector).unwrap_or_default()
+            ))
+        )
     );
     spawn_watch!(
         Api::<ReplicaSet>::all(client.clone()),
         "replicasets",
         false,
-        |s: &Shared, c: Change<ReplicaSet>| {
-            let mut cache = s.cache();
-            let owners = cache.spread_owners_mut();
-            match c {
-                Change::Upsert(k) => {
-                    let (ns, name) = name_of(&k);
-                    let selector = k.spec.map(|s| s.selector);
-                    owners.upsert_workload(OwnerKind::ReplicaSet, &ns, &name, selector.as_ref());
-                }
-                Change::Delete(k) => {
-                    let (ns, name) = name_of(&k);
-                    owners.remove(OwnerKind::ReplicaSet, &ns, &name);
-                }
-                Change::Relisted(names) => owners.retain(OwnerKind::ReplicaSet, &names),
-            }
-        }
+        |s: &Shared, c: Change<ReplicaSet>| on_owner(s, c, OwnerKind::ReplicaSet, |k| {
+            Some(OwnerSelector::of(k.spec.map(|s| s.selector).as_ref()))
+        })
     );
     spawn_watch!(
         Api::<StatefulSet>::all(client.clone()),
         "statefulsets",
         false,
-        |s: &Shared, c: Change<StatefulSet>| {
-            let mut cache = s.cache();
-            let owners = cache.spread_owners_mut();
-            match c {
-                Change::Upsert(k) => {
-                    let (ns, name) = name_of(&k);
-                    let selector = k.spec.map(|s| s.selector);
-                    owners.upsert_workload(OwnerKind::StatefulSet, &ns, &name, selector.as_ref());
-                }
-                Change::Delete(k) => {
-                    let (ns, name) = name_of(&k);
-                    owners.remove(OwnerKind::StatefulSet, &ns, &name);
-                }
-                Change::Relisted(names) => owners.retain(OwnerKind::StatefulSet, &names),
-            }
-        }
+        |s: &Shared, c: Change<StatefulSet>| on_owner(s, c, OwnerKind::StatefulSet, |k| {
+            Some(OwnerSelector::of(k.spec.map(|s| s.selector).as_ref()))
+        })
     );
     // The volume plugins: a pod's claims, their volumes and classes.
     spawn_watch!(

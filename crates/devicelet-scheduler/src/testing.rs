@@ -236,6 +236,12 @@ pub(crate) fn bind_in(
     cache.upsert_pod(&pod);
 }
 
+/// `v` sorted (placements compared as sets).
+pub(crate) fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
 /// One cycle for `pod` under `profile`: the feasible nodes, the best first, or the
 /// unschedulable message.
 pub(crate) fn placements(

@@ -337,7 +337,7 @@ mod tests {
 
     use crate::cache::ClusterCache;
     use crate::config::Profile;
-    use crate::testing::{bind_in, labelled_pod, node, placements};
+    use crate::testing::{bind_in, labelled_pod, node, placements, sorted};
 
     const ZONE: &str = "topology.kubernetes.io/zone";
     const HOST: &str = "kubernetes.io/hostname";
@@ -384,11 +384,6 @@ mod tests {
             cache.upsert_node(node(n, "8", &[(ZONE, z), (HOST, n)]));
         }
         cache
-    }
-
-    fn sorted(mut v: Vec<String>) -> Vec<String> {
-        v.sort();
-        v
     }
 
     #[test]

@@ -37,19 +37,16 @@ pub const MISSING_LABEL: &str =
 
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
-/// The selectors of the objects that own pods, by (namespace, name): what default spreading
-/// counts a pod's siblings by.
+/// The selectors of the objects that own pods: what default spreading counts a pod's
+/// siblings by.
 #[derive(Clone, Debug, Default)]
 pub struct SpreadOwners {
-    /// Services' `spec.selector` (a Service without one selects nothing and is not kept).
-    services: BTreeMap<(String, String), BTreeMap<String, String>>,
-    /// Controllers by (kind, namespace, name): ReplicationControllers' selectors as label
-    /// sets, ReplicaSets' and StatefulSets' as selectors.
-    controllers: HashMap<(OwnerKind, String, String), OwnerSelector>,
+    /// By (kind, namespace, name); ordered so that a namespace's Services are one range.
+    owners: BTreeMap<(OwnerKind, String, String), OwnerSelector>,
 }
 
-/// A controller kind default spreading knows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// An owner kind default spreading knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum OwnerKind {
     Service,
     ReplicationController,
@@ -57,83 +54,52 @@ pub enum OwnerKind {
     StatefulSet,
 }
 
+/// What an owner selects pods by.
 #[derive(Clone, Debug)]
-enum OwnerSelector {
+pub enum OwnerSelector {
+    /// A label set (Services', ReplicationControllers' `spec.selector`).
     Labels(BTreeMap<String, String>),
+    /// A label selector (ReplicaSets', StatefulSets').
     Selector(Selector),
 }
 
+impl OwnerSelector {
+    /// A ReplicaSet's or StatefulSet's `spec.selector`.
+    pub fn of(selector: Option<&LabelSelector>) -> Self {
+        OwnerSelector::Selector(Selector::of(selector))
+    }
+}
+
 impl SpreadOwners {
-    /// A Service was seen.
-    pub fn upsert_service(
-        &mut self,
-        ns: &str,
-        name: &str,
-        selector: Option<BTreeMap<String, String>>,
-    ) {
-        let key = (ns.to_owned(), name.to_owned());
-        match selector {
-            Some(s) => {
-                self.services.insert(key, s);
-            }
-            None => {
-                self.services.remove(&key);
-            }
-        }
-    }
-
-    /// A ReplicationController (`labels`) was seen.
-    pub fn upsert_replication_controller(
-        &mut self,
-        ns: &str,
-        name: &str,
-        labels: BTreeMap<String, String>,
-    ) {
-        self.controllers.insert(
-            (
-                OwnerKind::ReplicationController,
-                ns.to_owned(),
-                name.to_owned(),
-            ),
-            OwnerSelector::Labels(labels),
-        );
-    }
-
-    /// A ReplicaSet or StatefulSet was seen.
-    pub fn upsert_workload(
+    /// An owner was seen; `None`: it selects nothing (a Service without a selector) and is
+    /// not kept.
+    pub fn upsert(
         &mut self,
         kind: OwnerKind,
         ns: &str,
         name: &str,
-        selector: Option<&LabelSelector>,
+        selector: Option<OwnerSelector>,
     ) {
-        self.controllers.insert(
-            (kind, ns.to_owned(), name.to_owned()),
-            OwnerSelector::Selector(Selector::of(selector)),
-        );
+        let key = (kind, ns.to_owned(), name.to_owned());
+        match selector {
+            Some(s) => {
+                self.owners.insert(key, s);
+            }
+            None => {
+                self.owners.remove(&key);
+            }
+        }
     }
 
     /// An owner is gone.
     pub fn remove(&mut self, kind: OwnerKind, ns: &str, name: &str) {
-        match kind {
-            OwnerKind::Service => {
-                self.services.remove(&(ns.to_owned(), name.to_owned()));
-            }
-            _ => {
-                self.controllers
-                    .remove(&(kind, ns.to_owned(), name.to_owned()));
-            }
-        }
+        self.upsert(kind, ns, name, None);
     }
 
     /// After a relist of `kind`: only `names` (namespace, name) exist.
     pub fn retain(&mut self, kind: OwnerKind, names: &HashSet<(String, String)>) {
-        match kind {
-            OwnerKind::Service => self.services.retain(|k, _| names.contains(k)),
-            _ => self
-                .controllers
-                .retain(|(k, ns, n), _| *k != kind || names.contains(&(ns.clone(), n.clone()))),
-        }
+        self.owners
+            .retain(|(k, ns, n), _| *k != kind || names.contains(&(ns.clone(), n.clone())));
     }
 
     /// `helper.DefaultSelector`: the selectors of the Services in the pod's namespace that
@@ -142,12 +108,14 @@ impl SpreadOwners {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let mut set: BTreeMap<String, String> = BTreeMap::new();
-        let from = (ns.clone(), String::new());
-        for ((service_ns, _), selector) in self.services.range(from..) {
-            if *service_ns != ns {
+        let from = (OwnerKind::Service, ns.clone(), String::new());
+        for ((kind, service_ns, _), selector) in self.owners.range(from..) {
+            if *kind != OwnerKind::Service || *service_ns != ns {
                 break;
             }
-            if selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            if let OwnerSelector::Labels(selector) = selector
+                && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+            {
                 set.extend(selector.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
@@ -165,7 +133,7 @@ impl SpreadOwners {
         });
         let found = kind
             .zip(owner)
-            .and_then(|(k, o)| self.controllers.get(&(k, ns.clone(), o.name.clone())));
+            .and_then(|(k, o)| self.owners.get(&(k, ns.clone(), o.name.clone())));
         match found {
             Some(OwnerSelector::Labels(rc)) => {
                 set.extend(rc.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -703,14 +671,14 @@ mod tests {
     #[test]
     fn system_defaults_spread_a_replica_sets_pods_over_hosts_and_zones() {
         let mut cache = zones();
-        cache.spread_owners_mut().upsert_workload(
+        cache.spread_owners_mut().upsert(
             super::OwnerKind::ReplicaSet,
             "ns",
             "web-h",
-            Some(&LabelSelector {
+            Some(super::OwnerSelector::of(Some(&LabelSelector {
                 match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
                 ..LabelSelector::default()
-            }),
+            }))),
         );
         bind_in(&mut cache, owned_by_replica_set("w1"), "a1");
         bind_in(&mut cache, owned_by_replica_set("w2"), "a2");
@@ -726,10 +694,13 @@ mod tests {
             .collect();
         assert!(firsts.len() > 1, "{firsts:?}");
         // A Service selecting the bare pod makes its siblings count.
-        cache.spread_owners_mut().upsert_service(
+        cache.spread_owners_mut().upsert(
+            super::OwnerKind::Service,
             "ns",
             "web",
-            Some([("app".to_owned(), "web".to_owned())].into()),
+            Some(super::OwnerSelector::Labels(
+                [("app".to_owned(), "web".to_owned())].into(),
+            )),
         );
         assert_eq!(
             &placements(&mut cache, &bare, &spread_only()).unwrap()[..2],

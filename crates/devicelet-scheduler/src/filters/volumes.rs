@@ -400,7 +400,7 @@ mod tests {
     use super::*;
     use crate::cache::ClusterCache;
     use crate::config::Profile;
-    use crate::testing::{bind_in, labelled_pod, node, placements};
+    use crate::testing::{bind_in, labelled_pod, node, placements, sorted};
 
     const ZONE: &str = "topology.kubernetes.io/zone";
 
@@ -482,11 +482,6 @@ mod tests {
         pv.metadata.name = Some(name.into());
         pv.metadata.labels = zone.map(|z| [(ZONE.to_owned(), z.to_owned())].into());
         pv
-    }
-
-    fn sorted(mut v: Vec<String>) -> Vec<String> {
-        v.sort();
-        v
     }
 
     #[test]
