@@ -133,11 +133,13 @@ SIGTERM/SIGINT.
 
 It places only the pods whose spec.schedulerName is --scheduler-name (default \
 devicelet-scheduler); every other pod is left to its own scheduler. Filters: NodeName, \
-NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit and \
-DynamicResources, whose claims devicelet's DRA allocator allocates (it writes the finalizer, \
-status.allocation and status.reservedFor, then binds the pod). A pod that needs what this \
-scheduler does not implement (pod affinity, topology spread, PVC volumes) is not placed: its \
-PodScheduled condition and a FailedScheduling event name the field. Pods of a PodGroup \
+NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, the volume \
+plugins for bound claims (VolumeBinding, VolumeZone, VolumeRestrictions), PodTopologySpread, \
+InterPodAffinity and DynamicResources, whose claims devicelet's DRA allocator allocates (it \
+writes the finalizer, status.allocation and status.reservedFor, then binds the pod). A pod that \
+needs what this scheduler does not implement (a volume claim still waiting for its first \
+consumer) is not placed: its PodScheduled condition and a FailedScheduling event name the \
+field. Pods of a PodGroup \
 (scheduling.k8s.io/v1alpha2, spec.schedulingGroup) are placed together, all or nothing for a \
 gang, inside one topology domain when the group asks. It must be the only scheduler allocating \
 a driver's devices (docs/scheduler.md). Identity: the RBAC of system:kube-scheduler, plus \
