@@ -28,6 +28,7 @@ use tracing::warn;
 
 use crate::gang::{GroupKey, group_of};
 
+use crate::filters::image_locality::NodeImages;
 use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
 use crate::filters::pod_topology_spread::SpreadOwners;
@@ -44,6 +45,8 @@ pub struct NodeEntry {
     /// The node's allocatable, parsed once per node update.
     pub allocatable: Arc<ResourceList>,
     pub usage: Arc<NodeUsage>,
+    /// The node's images by name, indexed once per node update (ImageLocality).
+    pub images: Arc<NodeImages>,
 }
 
 impl NodeEntry {
@@ -90,6 +93,8 @@ struct AssignedPod {
 pub struct ClusterCache {
     nodes: Vec<NodeEntry>,
     node_index: HashMap<String, usize>,
+    /// Per image name, how many nodes hold it (ImageLocality's spread).
+    image_nodes: HashMap<String, usize>,
     assigned: HashMap<String, AssignedPod>,
     /// Usage of pods bound to nodes the cache does not know (yet).
     orphan_usage: HashMap<String, NodeUsage>,
@@ -217,28 +222,55 @@ impl ClusterCache {
     pub fn upsert_node(&mut self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let allocatable = Arc::new(allocatable(&node));
+        let images = NodeImages::of(&node);
         let node = Arc::new(node);
         match self.node_index.get(&name) {
             Some(&i) => {
+                let old = std::mem::replace(&mut self.nodes[i].images, Arc::new(images));
                 self.nodes[i].node = node;
                 self.nodes[i].allocatable = allocatable;
+                let new = self.nodes[i].images.clone();
+                self.count_images(&old, -1);
+                self.count_images(&new, 1);
             }
             None => {
                 let usage = self.orphan_usage.remove(&name).unwrap_or_default();
+                let images = Arc::new(images);
+                self.count_images(&images, 1);
                 self.nodes.push(NodeEntry {
                     node,
                     allocatable,
                     usage: Arc::new(usage),
+                    images,
                 });
                 self.reindex_nodes();
             }
         }
     }
 
+    fn count_images(&mut self, images: &NodeImages, delta: isize) {
+        for name in images.names() {
+            if delta > 0 {
+                *self.image_nodes.entry(name.to_owned()).or_default() += 1;
+            } else if let Some(n) = self.image_nodes.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    self.image_nodes.remove(name);
+                }
+            }
+        }
+    }
+
+    /// How many nodes hold the image `name`.
+    pub fn nodes_with_image(&self, name: &str) -> usize {
+        self.image_nodes.get(name).copied().unwrap_or(0)
+    }
+
     /// Removes a node (its pods' usage is kept until they go).
     pub fn remove_node(&mut self, name: &str) {
         if let Some(i) = self.node_index.get(name).copied() {
             let entry = self.nodes.remove(i);
+            self.count_images(&entry.images, -1);
             self.orphan_usage
                 .insert(name.to_owned(), (*entry.usage).clone());
             self.reindex_nodes();

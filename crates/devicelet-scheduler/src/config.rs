@@ -73,7 +73,8 @@ impl Default for ScoringStrategy {
 
 /// The score plugins this scheduler runs, with their weights (W112: TaintToleration 3,
 /// NodeAffinity 2, NodeResourcesFit 1, DynamicResources 2, NodeResourcesBalancedAllocation 1,
-/// PodTopologySpread 2, InterPodAffinity 2 in 1.36.3). A weight of 0 means disabled.
+/// PodTopologySpread 2, InterPodAffinity 2, ImageLocality 1 in 1.36.3). A weight of 0 means
+/// disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScoreWeights {
     pub taint_toleration: i64,
@@ -83,9 +84,24 @@ pub struct ScoreWeights {
     pub balanced_allocation: i64,
     pub pod_topology_spread: i64,
     pub inter_pod_affinity: i64,
+    pub image_locality: i64,
 }
 
 impl ScoreWeights {
+    /// Every score plugin disabled.
+    pub fn none() -> Self {
+        ScoreWeights {
+            taint_toleration: 0,
+            node_affinity: 0,
+            node_resources_fit: 0,
+            dynamic_resources: 0,
+            balanced_allocation: 0,
+            pod_topology_spread: 0,
+            inter_pod_affinity: 0,
+            image_locality: 0,
+        }
+    }
+
     /// Whether any score plugin runs (W108: without one the first feasible node is taken).
     pub fn scores(&self) -> bool {
         self.taint_toleration > 0
@@ -95,6 +111,7 @@ impl ScoreWeights {
             || self.balanced_allocation > 0
             || self.pod_topology_spread > 0
             || self.inter_pod_affinity > 0
+            || self.image_locality > 0
     }
 }
 
@@ -108,6 +125,7 @@ impl Default for ScoreWeights {
             balanced_allocation: 1,
             pod_topology_spread: 2,
             inter_pod_affinity: 2,
+            image_locality: 1,
         }
     }
 }
@@ -432,7 +450,7 @@ const IN_TREE: &[&str] = &[
 
 /// Score plugins of the default profile this scheduler does not run: a configuration may
 /// disable them (a no-op here) but not enable or weigh them.
-const UNSCORED: &[&str] = &["ImageLocality", "VolumeBinding", "PodGroupPodsCount"];
+const UNSCORED: &[&str] = &["VolumeBinding", "PodGroupPodsCount"];
 
 /// Parses and checks a KubeSchedulerConfiguration (YAML or JSON).
 pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
@@ -746,15 +764,7 @@ fn plugin_set(
         match point {
             "score" => match name {
                 "*" => {
-                    *weights = ScoreWeights {
-                        taint_toleration: 0,
-                        node_affinity: 0,
-                        node_resources_fit: 0,
-                        dynamic_resources: 0,
-                        balanced_allocation: 0,
-                        pod_topology_spread: 0,
-                        inter_pod_affinity: 0,
-                    };
+                    *weights = ScoreWeights::none();
                 }
                 "TaintToleration" => weights.taint_toleration = 0,
                 "NodeAffinity" => weights.node_affinity = 0,
@@ -763,6 +773,7 @@ fn plugin_set(
                 "DynamicResources" => weights.dynamic_resources = 0,
                 "PodTopologySpread" => weights.pod_topology_spread = 0,
                 "InterPodAffinity" => weights.inter_pod_affinity = 0,
+                "ImageLocality" => weights.image_locality = 0,
                 // Not run here: disabling it changes nothing.
                 _ => {}
             },
@@ -818,6 +829,7 @@ fn plugin_set(
             "DynamicResources" => weights.dynamic_resources = weight,
             "PodTopologySpread" => weights.pod_topology_spread = weight,
             "InterPodAffinity" => weights.inter_pod_affinity = weight,
+            "ImageLocality" => weights.image_locality = weight,
             _ if UNSCORED.contains(&name) => {
                 return Err(unsupported(&f, format!("the {name} score")));
             }
@@ -1249,8 +1261,8 @@ profiles:
                 "profiles[0].plugins.score.enabled[0].weight: -1: must be positive",
             ),
             (
-                "profiles: [{plugins: {score: {enabled: [{name: ImageLocality}]}}}]\n",
-                "profiles[0].plugins.score.enabled[0]: the ImageLocality score (not supported",
+                "profiles: [{plugins: {score: {enabled: [{name: VolumeBinding}]}}}]\n",
+                "profiles[0].plugins.score.enabled[0]: the VolumeBinding score (not supported",
             ),
             (
                 "profiles: [{plugins: {filter: {disabled: [{name: NodePorts}]}}}]\n",

@@ -26,6 +26,7 @@ use crate::cache::{ClusterCache, NodeEntry};
 use crate::config::Profile;
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::extended::{self, ExtendedPlan, RequestMapping};
+use crate::filters::image_locality::PodImages;
 use crate::filters::inter_pod_affinity::{self, AffinityFilter};
 use crate::filters::labels::Selector;
 use crate::filters::node_pods::NodePods;
@@ -35,7 +36,7 @@ use crate::filters::pod_topology_spread::{self, DefaultSpreading, SpreadFilter};
 use crate::filters::taint_toleration;
 use crate::filters::volumes::{PodVolumes, VolumeCheck};
 use crate::filters::{self, PodFacts};
-use crate::framework::{FitError, Plugin, Rejection};
+use crate::framework::{FitError, Plugin, Rejection, ScoreBreakdown};
 
 /// The DRA PostFilter's answer for a pod without claims, or whose claims PreFilter could not
 /// resolve (upstream's PreFilter records an empty state before it looks at them).
@@ -145,6 +146,8 @@ pub struct CycleInputs {
     /// Every node, when `nodes` is a subset (preemption's dry run on one node): the inter-pod
     /// plugins count pods per topology domain across all of them.
     pub all_nodes: Option<Vec<NodeEntry>>,
+    /// The pod's images and how many nodes hold each (ImageLocality).
+    pub images: Arc<PodImages>,
 }
 
 impl CycleInputs {
@@ -182,6 +185,9 @@ impl CycleInputs {
                 .is_none_or(|c| c.is_empty())
                 .then(|| Arc::new(cache.spread_owners().selector_for(pod))),
             all_nodes: None,
+            images: Arc::new(PodImages::new(pod, cache.node_count(), |name| {
+                cache.nodes_with_image(name)
+            })),
         }
     }
 
@@ -344,6 +350,19 @@ pub struct Engine<'a> {
     /// The extended resources of the profiles' scoring strategies that a DeviceClass backs,
     /// with that class (W117; see [`device_resources`]).
     device_resources: HashMap<String, String>,
+    /// Set by [`Engine::trace_next_cycle`]: the next cycle examines every node and records
+    /// what it found here.
+    trace: Option<CycleTrace>,
+}
+
+/// What one traced cycle found (`devicelet schedule`, the kube-scheduler oracle): every node's
+/// filter verdict and every feasible node's score per plugin.
+#[derive(Clone, Debug, Default)]
+pub struct CycleTrace {
+    /// The nodes a filter rejected, with the first rejection.
+    pub rejections: BTreeMap<String, Rejection>,
+    /// The feasible nodes, in examination order, with their scores.
+    pub scores: Vec<(String, ScoreBreakdown)>,
 }
 
 /// Of the resources the profiles' NodeResourcesFit strategies score, those a DeviceClass backs
@@ -425,7 +444,20 @@ impl<'a> Engine<'a> {
                 profiles.to_vec()
             },
             device_resources: HashMap::new(),
+            trace: None,
         }
+    }
+
+    /// Makes the next cycle examine every node from the first (no `percentageOfNodesToScore`
+    /// cut, no rotating start) and keep its verdicts and scores for [`Engine::take_trace`].
+    pub fn trace_next_cycle(&mut self) {
+        self.trace = Some(CycleTrace::default());
+        self.next_start = 0;
+    }
+
+    /// What the traced cycle found.
+    pub fn take_trace(&mut self) -> Option<CycleTrace> {
+        self.trace.take()
     }
 
     /// Sets the DRA-backed extended resources the profiles score ([`device_resources`] of the
@@ -780,7 +812,9 @@ impl<'a> Engine<'a> {
         );
         // W108: without a score plugin the first feasible node is as good as any.
         let profile = self.profile_of(pod);
-        let to_find = if profile.weights.scores() {
+        let to_find = if self.trace.is_some() {
+            n
+        } else if profile.weights.scores() {
             num_feasible_nodes_to_find(n, profile.percentage_of_nodes_to_score)
         } else {
             1
@@ -869,6 +903,9 @@ impl<'a> Engine<'a> {
         }
         self.next_start = (self.next_start + examined) % n;
         self.arena_claims += variants.values().filter(|(_, p)| p.is_some()).count();
+        if let Some(trace) = self.trace.as_mut() {
+            trace.rejections = fit.node_statuses.clone();
+        }
         if feasible.is_empty() {
             let mut deallocate = None;
             if let Some(state) = &state {
@@ -894,16 +931,16 @@ impl<'a> Engine<'a> {
         }
         // The best node first (ties at random, S19), then the rest best first for callers
         // that want alternatives (the pod-group search).
-        let inter_pod_scores = self.inter_pod_scores(pod, &facts, &inputs, &feasible);
-        let order = self.rank(
-            self.profile_of(pod),
-            &facts,
-            &inputs.nodes,
-            &feasible,
-            &to_allocate,
-            &inter_pod_scores,
-            limit,
-        );
+        let breakdowns = self.score_breakdowns(pod, &facts, &inputs, &feasible, &to_allocate);
+        if let Some(trace) = self.trace.as_mut() {
+            trace.scores = feasible
+                .iter()
+                .zip(&breakdowns)
+                .map(|((i, _, _), b)| (inputs.nodes[*i].name().to_owned(), *b))
+                .collect();
+        }
+        let totals: Vec<i64> = breakdowns.iter().map(|b| b.iter().sum()).collect();
+        let order = rank(&totals, limit);
         let feasible_count = feasible.len();
         let mut placements = Vec::with_capacity(order.len());
         for k in order {
@@ -955,54 +992,34 @@ impl<'a> Engine<'a> {
         Outcome::Feasible(placements)
     }
 
-    /// The order in which to take the feasible nodes: at most `limit`, the best first. Scores
-    /// are the profile's (W110: NodeResourcesFit weight 1 and DynamicResources weight 2 by
-    /// default, S129); the best
-    /// node's ties are broken at random (S19), the rest keep their examination order.
-    #[allow(clippy::too_many_arguments)] // the scores' inputs, each needed once
-    fn rank(
+    /// Each feasible node's score per plugin (W110; upstream `RunScorePlugins`): the
+    /// profile's weights times TaintToleration, NodeAffinity (preferred terms),
+    /// NodeResourcesFit's strategy, PodTopologySpread, InterPodAffinity, the DRA score,
+    /// BalancedAllocation and ImageLocality, each 0-100. A single feasible node is not scored
+    /// (all zero) unless the cycle is traced.
+    fn score_breakdowns(
         &self,
-        profile: &Profile,
+        pod: &Pod,
         facts: &PodFacts,
-        nodes: &[NodeEntry],
+        inputs: &CycleInputs,
         feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
-        inter_pod: &[i64],
-        limit: usize,
-    ) -> Vec<usize> {
-        if feasible.len() == 1 {
-            return vec![0];
+    ) -> Vec<ScoreBreakdown> {
+        if feasible.len() == 1 && self.trace.is_none() {
+            return vec![ScoreBreakdown::default()];
         }
-        let devices = self.device_use(profile, nodes, feasible, claims);
-        let mut totals = Self::scores(profile, facts, nodes, feasible, claims, &devices);
-        for (t, extra) in totals.iter_mut().zip(inter_pod) {
-            *t += extra;
+        let profile = self.profile_of(pod);
+        let devices = self.device_use(profile, &inputs.nodes, feasible, claims);
+        let mut out = Self::scores(profile, facts, inputs, feasible, claims, &devices);
+        for (b, (spread, affinity)) in out
+            .iter_mut()
+            .zip(self.inter_pod_scores(pod, facts, inputs, feasible))
+        {
+            // Their slots in `SCORE_PLUGINS`.
+            b[3] = spread;
+            b[4] = affinity;
         }
-        let mut best: Option<(i64, usize)> = None;
-        let mut ties = 0u32;
-        for (k, &total) in totals.iter().enumerate() {
-            match best {
-                Some((b, _)) if total < b => {}
-                Some((b, _)) if total == b => {
-                    ties += 1;
-                    if fastrand::u32(0..=ties) == 0 {
-                        best = Some((total, k));
-                    }
-                }
-                _ => {
-                    best = Some((total, k));
-                    ties = 0;
-                }
-            }
-        }
-        let first = best.map(|(_, k)| k).unwrap_or(0);
-        let mut order = vec![first];
-        if limit > 1 {
-            let mut rest: Vec<usize> = (0..feasible.len()).filter(|&k| k != first).collect();
-            rest.sort_by_key(|&k| std::cmp::Reverse(totals[k]));
-            order.extend(rest.into_iter().take(limit - 1));
-        }
-        order
+        out
     }
 
     /// PodTopologySpread's and InterPodAffinity's scores of the feasible nodes, weighted (empty
@@ -1013,11 +1030,11 @@ impl<'a> Engine<'a> {
         facts: &PodFacts,
         inputs: &CycleInputs,
         feasible: &[FeasibleNode],
-    ) -> Vec<i64> {
+    ) -> Vec<(i64, i64)> {
         let weights = &self.profile_of(pod).weights;
         // Scores rank two or more feasible nodes of a whole cycle; only preemption's one-node
         // dry run sets `all_nodes`, and it never ranks.
-        if feasible.len() < 2
+        if (feasible.len() < 2 && self.trace.is_none())
             || inputs.all_nodes.is_some()
             || (weights.pod_topology_spread == 0 && weights.inter_pod_affinity == 0)
             || !inputs.inter_pod_relevant(pod)
@@ -1026,7 +1043,7 @@ impl<'a> Engine<'a> {
         }
         let view = node_pods(&inputs.nodes);
         let index: Vec<usize> = feasible.iter().map(|(i, _, _)| *i).collect();
-        let mut out = vec![0; feasible.len()];
+        let mut out = vec![(0, 0); feasible.len()];
         if weights.pod_topology_spread > 0
             && let Some(s) = pod_topology_spread::scores(
                 pod,
@@ -1037,7 +1054,7 @@ impl<'a> Engine<'a> {
             )
         {
             for (o, s) in out.iter_mut().zip(s) {
-                *o += s * weights.pod_topology_spread;
+                o.0 = s * weights.pod_topology_spread;
             }
         }
         if weights.inter_pod_affinity > 0
@@ -1050,23 +1067,25 @@ impl<'a> Engine<'a> {
             )
         {
             for (o, s) in out.iter_mut().zip(s) {
-                *o += s * weights.inter_pod_affinity;
+                o.1 = s * weights.inter_pod_affinity;
             }
         }
         out
     }
 
-    /// Each feasible node's score (W110): TaintToleration, NodeAffinity (preferred terms),
-    /// NodeResourcesFit's strategy, the DRA score and BalancedAllocation, each 0-100 and times
-    /// its weight.
+    /// The node-local scores of each feasible node, weighted, in [`SCORE_PLUGINS`] order (the
+    /// inter-pod slots left zero).
+    ///
+    /// [`SCORE_PLUGINS`]: crate::framework::SCORE_PLUGINS
     fn scores(
         profile: &Profile,
         facts: &PodFacts,
-        nodes: &[NodeEntry],
+        inputs: &CycleInputs,
         feasible: &[FeasibleNode],
         claims: &[&ResourceClaim],
         devices: &[Vec<(String, DeviceUse)>],
-    ) -> Vec<i64> {
+    ) -> Vec<ScoreBreakdown> {
+        let nodes = &inputs.nodes;
         // The special claim has no prioritized lists: it adds nothing to the DRA score.
         let dra_scores: Vec<i64> = feasible
             .iter()
@@ -1135,14 +1154,59 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                fit * weights.node_resources_fit
-                    + dra * weights.dynamic_resources
-                    + taint * weights.taint_toleration
-                    + affinity * weights.node_affinity
-                    + balanced * weights.balanced_allocation
+                // Not normalised either.
+                let image = if weights.image_locality > 0 {
+                    inputs.images.score(&entry.images)
+                } else {
+                    0
+                };
+                [
+                    taint * weights.taint_toleration,
+                    affinity * weights.node_affinity,
+                    fit * weights.node_resources_fit,
+                    0,
+                    0,
+                    dra * weights.dynamic_resources,
+                    balanced * weights.balanced_allocation,
+                    image * weights.image_locality,
+                ]
             })
             .collect()
     }
+}
+
+/// The order in which to take the feasible nodes by their `totals`: at most `limit`, the best
+/// first. The best node's ties are broken at random (S19), the rest keep their examination
+/// order.
+fn rank(totals: &[i64], limit: usize) -> Vec<usize> {
+    if totals.len() == 1 {
+        return vec![0];
+    }
+    let mut best: Option<(i64, usize)> = None;
+    let mut ties = 0u32;
+    for (k, &total) in totals.iter().enumerate() {
+        match best {
+            Some((b, _)) if total < b => {}
+            Some((b, _)) if total == b => {
+                ties += 1;
+                if fastrand::u32(0..=ties) == 0 {
+                    best = Some((total, k));
+                }
+            }
+            _ => {
+                best = Some((total, k));
+                ties = 0;
+            }
+        }
+    }
+    let first = best.map(|(_, k)| k).unwrap_or(0);
+    let mut order = vec![first];
+    if limit > 1 {
+        let mut rest: Vec<usize> = (0..totals.len()).filter(|&k| k != first).collect();
+        rest.sort_by_key(|&k| std::cmp::Reverse(totals[k]));
+        order.extend(rest.into_iter().take(limit - 1));
+    }
+    order
 }
 
 fn unschedulable(

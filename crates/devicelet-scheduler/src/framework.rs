@@ -22,6 +22,10 @@ pub enum Plugin {
     PodTopologySpread,
     InterPodAffinity,
     DynamicResources,
+    /// A score plugin only (BalancedAllocation).
+    NodeResourcesBalancedAllocation,
+    /// A score plugin only.
+    ImageLocality,
     /// The pod-group plugin (`plugins/gangscheduling`): quorum gating and the group verdict.
     GangScheduling,
     /// devicelet's own: the pod asks for something this scheduler does not implement.
@@ -29,7 +33,7 @@ pub enum Plugin {
 }
 
 impl Plugin {
-    /// Every plugin, for metrics that list them all.
+    /// Every plugin that can reject a pod, for metrics that list them all.
     pub const ALL: [Plugin; 15] = [
         Plugin::SchedulingGates,
         Plugin::NodeUnschedulable,
@@ -64,11 +68,29 @@ impl Plugin {
             Plugin::PodTopologySpread => "PodTopologySpread",
             Plugin::InterPodAffinity => "InterPodAffinity",
             Plugin::DynamicResources => "DynamicResources",
+            Plugin::NodeResourcesBalancedAllocation => "NodeResourcesBalancedAllocation",
+            Plugin::ImageLocality => "ImageLocality",
             Plugin::GangScheduling => "GangScheduling",
             Plugin::Unsupported => "DeviceletUnsupported",
         }
     }
 }
+
+/// The score plugins, in the order a [`ScoreBreakdown`] lists them.
+pub const SCORE_PLUGINS: [Plugin; 8] = [
+    Plugin::TaintToleration,
+    Plugin::NodeAffinity,
+    Plugin::NodeResourcesFit,
+    Plugin::PodTopologySpread,
+    Plugin::InterPodAffinity,
+    Plugin::DynamicResources,
+    Plugin::NodeResourcesBalancedAllocation,
+    Plugin::ImageLocality,
+];
+
+/// One node's score per plugin of [`SCORE_PLUGINS`], each normalised and times its weight
+/// (upstream `NodePluginScores`); the node's total is their sum.
+pub type ScoreBreakdown = [i64; 8];
 
 /// How final a rejection is (upstream `Code`): preemption can help an `Unschedulable` node,
 /// never an `UnschedulableAndUnresolvable` one.

@@ -7,8 +7,10 @@
 //! - [`cache`]: the cluster as watched (nodes and their pods' usage, classes, slices, taint
 //!   rules, claims with the assume and in-flight overlays of the DRA plugin);
 //! - [`queue`]: activeQ, backoffQ, unschedulable pods, requeueing on the events that can help;
-//! - [`filters`]: NodeName, NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts,
-//!   NodeResourcesFit, and the refusal of what is not implemented;
+//! - [`filters`]: the default profile's plugins but DRA (NodeName, NodeUnschedulable,
+//!   TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, the volume plugins,
+//!   PodTopologySpread, InterPodAffinity, ImageLocality), and the refusal of what is not
+//!   implemented;
 //! - [`dra`]: the DynamicResources plugin's PreEnqueue, PreFilter, Filter, Score, PostFilter;
 //! - [`extended`]: extended resources backed by DRA (KEP-5004), the pod's special claim;
 //! - [`cycle`]: one scheduling cycle, pure (filters + allocator on a snapshot);
@@ -20,7 +22,9 @@
 //! - [`binding_conditions`]: KEP-5007's wait for devices that need more than an allocation;
 //! - [`informer`], [`leader`], [`metrics`], [`report`]: watches, leader election, Prometheus
 //!   metrics and `/healthz`, conditions and events;
-//! - [`scheduler`]: the process, with the serial scheduling loop on its own thread.
+//! - [`scheduler`]: the process, with the serial scheduling loop on its own thread;
+//! - [`simulate`]: one traced cycle offline (`devicelet schedule`), every node's verdict and
+//!   scores, and the victims preemption would pick.
 #![forbid(unsafe_code)]
 
 pub mod binder;
@@ -41,6 +45,7 @@ pub mod queue;
 pub mod report;
 pub mod scheduler;
 pub mod shared;
+pub mod simulate;
 #[cfg(test)]
 pub(crate) mod testing;
 

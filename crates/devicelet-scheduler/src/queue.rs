@@ -144,6 +144,8 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
                 || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)
         }
         Plugin::NodeName => matches!(event, E::NodeAdded),
+        // Score plugins never reject a pod.
+        Plugin::NodeResourcesBalancedAllocation | Plugin::ImageLocality => false,
         Plugin::NodeAffinity => {
             matches!(event, E::NodeAdded | E::NodeChanged { labels: true, .. })
                 || matches!(event, E::PodUpdated { uid, change } if *uid == pod.uid && change.spec)

@@ -86,7 +86,28 @@ pub enum Command {
     /// (Topology, CPU, Memory Manager) of a KubeletConfiguration, offline; prints each decision
     /// and the state files as JSON.
     Resources(ResourcesArgs),
+    /// One scheduling cycle of `devicelet scheduler`, offline: a pod and a snapshot of the
+    /// cluster (Kubernetes objects) in; every node's filter verdict, its score per plugin, the
+    /// node chosen, or the victims preemption would pick.
+    #[command(long_about = SCHEDULE_ABOUT)]
+    Schedule(ScheduleArgs),
 }
+
+const SCHEDULE_ABOUT: &str = "One scheduling cycle of `devicelet scheduler`, offline.
+
+The file (YAML or JSON) is one case, or `cases: [...]` for many: `pod` (the pod to schedule), \
+`nodes`, `pods` (those with spec.nodeName count on their node), and as needed `namespaces`, \
+`podDisruptionBudgets`, `services`, `replicaSets`, `statefulSets`, `replicationControllers` \
+(default topology spreading), `persistentVolumeClaims`, `persistentVolumes`, `storageClasses`, \
+`deviceClasses`, `resourceSlices`, `resourceClaims`, and `config` (a KubeSchedulerConfiguration; \
+the profile named by the pod's schedulerName, else the first, else the default profile).
+
+Every node is examined (no percentageOfNodesToScore cut): the first filter that rejects it \
+(plugin, code, reasons, as kube-scheduler's framework reports them), or its score per plugin \
+(normalised, times the plugin's weight) and total; the best nodes; and when no node fits, the \
+pod's condition message and what DefaultPreemption would evict on each node where it might \
+help, with the node it would nominate. The same code as the running scheduler; kube-scheduler's \
+own plugins are its oracle (interop/scheduler). Nothing is written anywhere.";
 
 const SERVE_ABOUT: &str = "Run the node agent in the foreground until SIGTERM/SIGINT.
 
@@ -760,6 +781,20 @@ pub struct SnapshotArgs {
     /// The scenario file to write (`.json`: JSON, anything else YAML); `-` writes YAML to stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: PathBuf,
+}
+
+/// `devicelet schedule`.
+#[derive(Debug, Clone, Args)]
+pub struct ScheduleArgs {
+    /// The case file (YAML or JSON); `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub file: PathBuf,
+    /// A KubeSchedulerConfiguration for the cases that carry none (as `scheduler --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output selection.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `devicelet resources`.

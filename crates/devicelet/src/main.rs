@@ -54,7 +54,8 @@ async fn main() -> std::process::ExitCode {
         | Command::State(_)
         | Command::Explain(_)
         | Command::Snapshot(_)
-        | Command::Resources(_) => "warn",
+        | Command::Resources(_)
+        | Command::Schedule(_) => "warn",
         // `up` polls /readyz, which answers 500 until the API server is ready: kube's client
         // would log each as an error.
         Command::DevCluster(_) => "warn,kube_client=off",
@@ -91,6 +92,7 @@ async fn main() -> std::process::ExitCode {
         Command::Snapshot(args) => commands::snapshot::run(args).await,
         Command::Scheduler(args) => commands::scheduler::run(args).await,
         Command::Resources(args) => commands::resources::run(args).await,
+        Command::Schedule(args) => commands::schedule::run(args),
         Command::DevCluster(args) => dev_cluster::run(args).await,
     };
     match result {

@@ -5,6 +5,7 @@
 //! Everything here is pure: a [`PodFacts`] is computed once per scheduling attempt, and each
 //! filter judges one node from the node object and its [`NodeUsage`] (pods bound or assumed).
 
+pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod labels;
 pub mod node_affinity;

@@ -637,13 +637,8 @@ mod tests {
     fn spread_only() -> Profile {
         let mut p = Profile::named("s");
         p.weights = crate::config::ScoreWeights {
-            taint_toleration: 0,
-            node_affinity: 0,
-            node_resources_fit: 0,
-            dynamic_resources: 0,
-            balanced_allocation: 0,
             pod_topology_spread: 2,
-            inter_pod_affinity: 0,
+            ..crate::config::ScoreWeights::none()
         };
         p
     }

@@ -342,6 +342,7 @@ fn w71_placement_score_uses_the_configured_resources() {
             non_zero_cpu: cpu_used,
             ..NodeUsage::default()
         }),
+        images: Arc::default(),
     };
     // Rack a: CPUs half used, GPUs a quarter; rack b: CPUs a quarter, GPUs all.
     let rack_a = [entry(4_000_000_000, 4, 1)];

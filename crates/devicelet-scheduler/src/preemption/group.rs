@@ -210,9 +210,8 @@ fn group_without(
                         usage.remove(u);
                     }
                     NodeEntry {
-                        node: e.node.clone(),
-                        allocatable: e.allocatable.clone(),
                         usage: Arc::new(usage),
+                        ..e.clone()
                     }
                 }
             })

@@ -150,6 +150,53 @@ pub fn preempt(
     }
 }
 
+/// The dry run on every node where preemption might help, none left out (`devicelet
+/// schedule`, the kube-scheduler oracle): per node, its candidate or why there is none; and
+/// the verdict [`preempt`] would reach had it looked at all of them.
+pub fn dry_run_every_node(
+    engine: &mut Engine<'_>,
+    pod: &Pod,
+    cycle: &CycleInputs,
+    fit: &FitError,
+    inputs: &PreemptionInputs,
+) -> (BTreeMap<String, Result<Candidate, String>>, Verdict) {
+    let mut per_node = BTreeMap::new();
+    if let Some(why) = not_eligible(pod, fit, inputs) {
+        let verdict = Verdict::Fail {
+            message: format!("preemption: {why}"),
+            clear_nomination: false,
+        };
+        return (per_node, verdict);
+    }
+    let n = cycle.nodes.len();
+    let priority = priority_of(pod);
+    let base = engine.index_of(&inputs.base);
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut potential = 0;
+    let (mut non_violating, mut violating) = (Vec::new(), Vec::new());
+    for entry in &cycle.nodes {
+        if !might_help(fit, entry.name()) {
+            continue;
+        }
+        potential += 1;
+        let units = victims::units_on(entry.name(), priority, inputs);
+        let found = victims::select(engine, pod, cycle, entry, units, inputs, &base);
+        match &found {
+            Ok(c) if c.pdb_violations == 0 => non_violating.push(c.clone()),
+            Ok(c) => violating.push(c.clone()),
+            Err(reason) => *reasons.entry(reason.clone()).or_default() += 1,
+        }
+        per_node.insert(entry.name().to_owned(), found);
+    }
+    reasons.extend(not_helpful(n, potential));
+    non_violating.extend(violating);
+    let verdict = match pick_one(non_violating) {
+        Some(c) => Verdict::Nominate(c),
+        None => failed(n, &reasons, potential == 0),
+    };
+    (per_node, verdict)
+}
+
 /// DefaultPreemption for `pod` when no assumed or bound pod has a lower priority (the cache
 /// knows without a dry run): what [`preempt`] would answer, without reading the cluster.
 pub fn without_victims(pod: &Pod, fit: &FitError) -> Verdict {

@@ -126,9 +126,8 @@ fn fits_without(
     }
     let index = index_without(engine, &removed, inputs, base);
     let entry = NodeEntry {
-        node: entry.node.clone(),
-        allocatable: entry.allocatable.clone(),
         usage: Arc::new(usage),
+        ..entry.clone()
     };
     engine.fits_on(pod, cycle, entry, index)
 }

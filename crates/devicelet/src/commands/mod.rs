@@ -10,6 +10,7 @@ pub mod get;
 pub mod logs;
 pub mod remove;
 pub mod resources;
+pub mod schedule;
 pub mod scheduler;
 pub mod serve;
 pub mod snapshot;
