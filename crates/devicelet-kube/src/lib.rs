@@ -39,6 +39,7 @@ pub mod node;
 pub mod node_status;
 pub mod pod_status;
 pub mod pods;
+pub mod rate_limit;
 pub mod slices;
 pub mod snapshot;
 pub mod startup;

@@ -251,6 +251,13 @@ pub struct LeaderElection {
     pub name: Option<String>,
 }
 
+/// The client-side rate limit (client-go's token bucket).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClientRate {
+    pub qps: f64,
+    pub burst: u32,
+}
+
 /// A read and checked configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfiguration {
@@ -258,8 +265,9 @@ pub struct SchedulerConfiguration {
     pub pod_initial_backoff: Duration,
     pub pod_max_backoff: Duration,
     pub kubeconfig: Option<PathBuf>,
-    pub qps: f32,
-    pub burst: u32,
+    /// `clientConnection.qps` and `burst` when either is given (absent: no client-side limit,
+    /// where kube-scheduler defaults to 50 and 100; the binder bounds its own concurrency).
+    pub client_rate: Option<ClientRate>,
     pub leader_election: LeaderElection,
     pub profiles: Vec<Profile>,
 }
@@ -516,13 +524,7 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
         burst: None,
     });
     let _ = (client.accept_content_types, client.content_type);
-    let qps = client.qps.unwrap_or(50.0);
-    if qps < 0.0 {
-        return Err(invalid("clientConnection.qps", "must be zero or positive"));
-    }
-    let burst = client.burst.unwrap_or(100);
-    let burst = u32::try_from(burst)
-        .map_err(|_| invalid("clientConnection.burst", "must be zero or positive"))?;
+    let client_rate = client_rate(client.qps, client.burst)?;
     let leader_election = leader_election(raw.leader_election)?;
     let mut profiles = Vec::new();
     let raw_profiles = raw.profiles.unwrap_or_default();
@@ -566,11 +568,27 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
             .kubeconfig
             .filter(|k| !k.is_empty())
             .map(PathBuf::from),
-        qps: qps as f32,
-        burst,
+        client_rate,
         leader_election,
         profiles,
     })
+}
+
+/// kube-scheduler's defaulting: a qps or burst of 0 is 50 or 100.
+fn client_rate(qps: Option<f64>, burst: Option<i64>) -> Result<Option<ClientRate>, ConfigError> {
+    if qps.is_none() && burst.is_none() {
+        return Ok(None);
+    }
+    let qps = qps.unwrap_or(0.0);
+    if qps < 0.0 || !qps.is_finite() {
+        return Err(invalid("clientConnection.qps", "must be zero or positive"));
+    }
+    let burst = u32::try_from(burst.unwrap_or(0))
+        .map_err(|_| invalid("clientConnection.burst", "must be zero or positive"))?;
+    Ok(Some(ClientRate {
+        qps: if qps == 0.0 { 50.0 } else { qps },
+        burst: if burst == 0 { 100 } else { burst },
+    }))
 }
 
 fn percentage(field: &str, value: Option<i64>) -> Result<Option<u32>, ConfigError> {
@@ -1133,7 +1151,16 @@ mod tests {
         let c = parse_with("").expect("empty config");
         assert_eq!(c.pod_initial_backoff, Duration::from_secs(1));
         assert_eq!(c.pod_max_backoff, Duration::from_secs(10));
-        assert_eq!((c.qps, c.burst), (50.0, 100));
+        assert_eq!(c.client_rate, None, "no client-side limit unless asked");
+        let c = parse_with("clientConnection: {qps: 0, burst: 7}\n").expect("rate");
+        assert_eq!(
+            c.client_rate,
+            Some(ClientRate {
+                qps: 50.0,
+                burst: 7
+            })
+        );
+        assert!(parse_with("clientConnection: {qps: -1}\n").is_err());
         assert!(c.leader_election.leader_elect);
         assert_eq!(c.leader_election.namespace, "kube-system");
         assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));

@@ -15,7 +15,7 @@ use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
-    let (config, kubeconfig) = match &args.config {
+    let (config, kubeconfig, client_rate) = match &args.config {
         Some(path) => from_file(path, metrics_address(args.metrics_address))?,
         None => {
             // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
@@ -33,14 +33,17 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
                 binding_timeout: args.binding_timeout,
                 ..SchedulerConfig::default()
             };
-            (config, None)
+            (config, None, None)
         }
     };
     let mut cluster = args.cluster.clone();
     if cluster.kubeconfig.is_none() {
         cluster.kubeconfig = kubeconfig;
     }
-    let client = devicelet_kube::connect(&source(&cluster)).await?;
+    let mut client = devicelet_kube::connect(&source(&cluster)).await?;
+    if let Some(rate) = client_rate {
+        client = devicelet_kube::rate_limit::rate_limited(client, rate.qps, rate.burst);
+    }
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     let shutdown = async move {
@@ -58,7 +61,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
 fn from_file(
     path: &Path,
     metrics_address: Option<std::net::SocketAddr>,
-) -> anyhow::Result<(SchedulerConfig, Option<PathBuf>)> {
+) -> anyhow::Result<(SchedulerConfig, Option<PathBuf>, Option<config::ClientRate>)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("read config {}", path.display()))?;
     let file = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
@@ -86,7 +89,7 @@ fn from_file(
         metrics_address,
         backoff: (file.pod_initial_backoff, file.pod_max_backoff),
     };
-    Ok((config, file.kubeconfig))
+    Ok((config, file.kubeconfig, file.client_rate))
 }
 
 /// `--metrics-address`: `off` (or absent) serves nothing.
