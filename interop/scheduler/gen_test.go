@@ -30,17 +30,17 @@ import (
 
 // Case is one scheduling question, in the `devicelet schedule -f` case format.
 type Case struct {
-	Name                   string                         `json:"name"`
-	Config                 json.RawMessage                `json:"config,omitempty"`
-	Nodes                  []*v1.Node                     `json:"nodes"`
-	Pods                   []*v1.Pod                      `json:"pods"`
-	Pod                    *v1.Pod                        `json:"pod"`
-	Namespaces             []*v1.Namespace                `json:"namespaces"`
+	Name                   string                          `json:"name"`
+	Config                 json.RawMessage                 `json:"config,omitempty"`
+	Nodes                  []*v1.Node                      `json:"nodes"`
+	Pods                   []*v1.Pod                       `json:"pods"`
+	Pod                    *v1.Pod                         `json:"pod"`
+	Namespaces             []*v1.Namespace                 `json:"namespaces"`
 	PDBs                   []*policyv1.PodDisruptionBudget `json:"podDisruptionBudgets"`
-	Services               []*v1.Service                  `json:"services,omitempty"`
-	ReplicaSets            []*appsv1.ReplicaSet           `json:"replicaSets,omitempty"`
-	StatefulSets           []*appsv1.StatefulSet          `json:"statefulSets,omitempty"`
-	ReplicationControllers []*v1.ReplicationController    `json:"replicationControllers,omitempty"`
+	Services               []*v1.Service                   `json:"services,omitempty"`
+	ReplicaSets            []*appsv1.ReplicaSet            `json:"replicaSets,omitempty"`
+	StatefulSets           []*appsv1.StatefulSet           `json:"statefulSets,omitempty"`
+	ReplicationControllers []*v1.ReplicationController     `json:"replicationControllers,omitempty"`
 }
 
 func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.Intn(len(xs))] }
