@@ -93,7 +93,7 @@ func genCase(r *rand.Rand, name string) *Case {
 		}
 	}
 	c.Pod = genIncomingPod(r, c, nextUID())
-	for i := r.Intn(3); i > 0; i-- {
+	for i := r.Intn(4); i > 0; i-- {
 		c.PDBs = append(c.PDBs, genPDB(r, fmt.Sprintf("pdb%d", i)))
 	}
 	if chance(r, 2) {
@@ -512,6 +512,17 @@ func genIncomingPod(r *rand.Rand, c *Case, uid types.UID) *v1.Pod {
 			t := &na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 			*t = append(*t, genNodeSelectorTerm(r, c.Nodes))
 		}
+	}
+	if chance(r, 40) {
+		// Only terms that name nodes, none of them satisfiable: NodeAffinity's PreFilter
+		// rejects the pod outright.
+		a, b := pick(r, c.Nodes...).Name, "gone"
+		na = &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+			MatchFields: []v1.NodeSelectorRequirement{
+				{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{a}},
+				{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{b}},
+			},
+		}}}}
 	}
 	if chance(r, 4) {
 		if na == nil {

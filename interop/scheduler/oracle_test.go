@@ -190,10 +190,10 @@ func TestScheduler(t *testing.T) {
 // report is the outcome of comparing all cases.
 type report struct {
 	cases     int
-	differing []int            // indices of cases with unexplained differences
-	diffs     map[int][]Diff   // their unexplained differences
-	kinds     map[string]int   // kind -> cases with an unexplained difference of that kind
-	known     map[string]int   // known divergence -> cases
+	differing []int          // indices of cases with unexplained differences
+	diffs     map[int][]Diff // their unexplained differences
+	kinds     map[string]int // kind -> cases with an unexplained difference of that kind
+	known     map[string]int // known divergence -> cases
 }
 
 // evaluate compares every case and sorts the differences into unexplained and known.
