@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/utils/ptr"
 )
 
@@ -86,9 +87,10 @@ func genCase(r *rand.Rand, name string) *Case {
 	}
 	start := baseTime
 	for _, n := range c.Nodes {
+		usedPorts := map[string]bool{}
 		for j := r.Intn(6); j > 0; j-- {
 			start = start.Add(time.Duration(1+r.Intn(600)) * time.Second)
-			p := genExistingPod(r, fmt.Sprintf("p%d", len(c.Pods)+1), nextUID(), n.Name, start)
+			p := genExistingPod(r, fmt.Sprintf("p%d", len(c.Pods)+1), nextUID(), n.Name, start, usedPorts)
 			c.Pods = append(c.Pods, p)
 		}
 	}
@@ -240,10 +242,14 @@ func genContainers(r *rand.Rand, big bool) (containers, inits []v1.Container) {
 	return containers, inits
 }
 
-func genHostPorts(r *rand.Rand, containers []v1.Container) {
+// genHostPorts sometimes gives the pod host ports. used holds the ports (protocol/port) already
+// taken on the pod's node, or is nil for the pod to schedule: a port is never used twice within
+// a pod (API validation), nor by two bound pods of one node (the kubelet refuses the second).
+func genHostPorts(r *rand.Rand, containers []v1.Container, used map[string]bool) {
 	if !chance(r, 5) {
 		return
 	}
+	mine := map[string]bool{}
 	for i := r.Intn(2); i >= 0; i-- {
 		p := v1.ContainerPort{
 			ContainerPort: int32(8000 + r.Intn(100)),
@@ -253,8 +259,18 @@ func genHostPorts(r *rand.Rand, containers []v1.Container) {
 		if chance(r, 4) {
 			p.HostIP = pick(r, "0.0.0.0", "127.0.0.1", "10.0.0.1")
 		}
+		key := fmt.Sprintf("%s/%d", p.Protocol, p.HostPort)
+		if mine[key] || used[key] {
+			continue
+		}
+		mine[key] = true
 		c := &containers[r.Intn(len(containers))]
 		c.Ports = append(c.Ports, p)
+	}
+	if used != nil {
+		for k := range mine {
+			used[k] = true
+		}
 	}
 }
 
@@ -348,10 +364,10 @@ func genPodAffinity(r *rand.Rand, labels map[string]string, rare int) (*v1.PodAf
 	return aff, anti
 }
 
-func genExistingPod(r *rand.Rand, name string, uid types.UID, node string, start time.Time) *v1.Pod {
+func genExistingPod(r *rand.Rand, name string, uid types.UID, node string, start time.Time, usedPorts map[string]bool) *v1.Pod {
 	labels := genLabels(r)
 	containers, inits := genContainers(r, false)
-	genHostPorts(r, containers)
+	genHostPorts(r, containers, usedPorts)
 	p := &v1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -471,7 +487,7 @@ func genSpreadConstraint(r *rand.Rand, labels map[string]string) v1.TopologySpre
 func genIncomingPod(r *rand.Rand, c *Case, uid types.UID) *v1.Pod {
 	labels := genLabels(r)
 	containers, inits := genContainers(r, true)
-	genHostPorts(r, containers)
+	genHostPorts(r, containers, nil)
 	p := &v1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -494,8 +510,13 @@ func genIncomingPod(r *rand.Rand, c *Case, uid types.UID) *v1.Pod {
 		p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: quantity("250m")}
 	}
 	if chance(r, 30) {
-		// Pod-level resources (beta, on by default in 1.36).
-		p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: quantity(pick(r, "1", "3")), v1.ResourceMemory: quantity("2Gi")}}
+		// Pod-level resources (beta, on by default in 1.36): requests at least the containers'
+		// (API validation), sometimes more.
+		agg := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{SkipPodLevelResources: true})
+		cpu, mem := agg[v1.ResourceCPU], agg[v1.ResourceMemory]
+		cpu.Add(quantity(pick(r, "0", "500m", "2")))
+		mem.Add(quantity(pick(r, "0", "512Mi", "2Gi")))
+		p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: cpu, v1.ResourceMemory: mem}}
 	}
 	if chance(r, 6) {
 		p.Spec.NodeSelector = map[string]string{}

@@ -7,8 +7,8 @@ package scheduler
 // SCHEDULER_ORACLE_CASES=N (default 1000), SCHEDULER_ORACLE_SEED=S (default fixed; `random`
 // draws one; case i is drawn from seed S+i and named seed-<S+i>), SCHEDULER_ORACLE_REPLAY=FILE
 // runs the cases of a saved case file instead, SCHEDULER_ORACLE_SHOW=N (default 5) prints that
-// many differing cases in full, SCHEDULER_ORACLE_SHRINK=0 skips the minimal reproducers,
-// SCHEDULER_ORACLE_KEEP=1 keeps the work directory, SCHEDULER_ORACLE_UPSTREAM_ONLY=1 runs only
+// many differing cases in full, SCHEDULER_ORACLE_SHRINK=N (default 10) shrinks a minimal
+// reproducer for that many kinds of difference (0: none), SCHEDULER_ORACLE_KEEP=1 keeps the work directory, SCHEDULER_ORACLE_UPSTREAM_ONLY=1 runs only
 // the upstream half (TestUpstream) and skips the comparison.
 
 import (
@@ -156,8 +156,21 @@ func TestScheduler(t *testing.T) {
 
 	rep := evaluate(cases, up, dl)
 	t.Logf("%s", rep.summary())
+	if len(rep.differing) > 0 {
+		// Every difference, one line each, for grep.
+		var all strings.Builder
+		for _, i := range rep.differing {
+			for _, d := range rep.diffs[i] {
+				fmt.Fprintf(&all, "%s\t%s\n", cases[i].Name, d)
+			}
+		}
+		file := filepath.Join(work, "differences.txt")
+		if err := os.WriteFile(file, []byte(all.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("all differences: %s", file)
+	}
 	show := envInt("SCHEDULER_ORACLE_SHOW", 5)
-	shrunk := map[string]int{}
 	for shown, i := range rep.differing {
 		if shown >= show {
 			break
@@ -166,20 +179,28 @@ func TestScheduler(t *testing.T) {
 		dir := saveCase(t, work, c, &up[i], &dl[i])
 		t.Errorf("case %s differs (%s):\n  %s\n  files: %s (replay: $DEVICELET_BIN schedule -f %s -o json)",
 			c.Name, describe(c), strings.Join(limit(diffStrings(rep.diffs[i]), 12), "\n  "), dir, filepath.Join(dir, "case.json"))
-		// A minimal reproducer for the first cases of each kind.
-		kind := rep.diffs[i][0].Kind
-		if os.Getenv("SCHEDULER_ORACLE_SHRINK") == "0" || shrunk[kind] >= 1 {
-			continue
-		}
-		shrunk[kind]++
-		if m := shrink(bin, filepath.Join(work, "shrink", c.Name), c, kind); m != nil {
-			mu := runUpstream(m)
-			md, err := runDevicelet(bin, filepath.Join(work, "shrink", c.Name, "final"), []*Case{m})
-			if err == nil {
-				mdir := saveCase(t, filepath.Join(work, "minimal"), m, &mu, &md[0])
-				t.Logf("  minimal reproducer of %s (%s): %s\n    %s\n    files: %s", c.Name, kind, describe(m),
-					strings.Join(limit(diffStrings(compare(m, &mu, &md[0])), 6), "\n    "), mdir)
+	}
+	// A minimal reproducer for each kind of difference (the first case that has it), up to
+	// SCHEDULER_ORACLE_SHRINK kinds (default 10; 0 turns shrinking off).
+	maxShrink := envInt("SCHEDULER_ORACLE_SHRINK", 10)
+	shrunk := map[string]bool{}
+	for _, i := range rep.differing {
+		for _, d := range rep.diffs[i] {
+			if len(shrunk) >= maxShrink || shrunk[d.Kind] {
+				continue
 			}
+			shrunk[d.Kind] = true
+			c := cases[i]
+			m := shrink(bin, filepath.Join(work, "shrink", c.Name, d.Kind), c, d.Kind)
+			mu := runUpstream(m)
+			md, err := runDevicelet(bin, filepath.Join(work, "shrink", c.Name, d.Kind, "final"), []*Case{m})
+			if err != nil {
+				t.Logf("shrinking %s: %v", c.Name, err)
+				continue
+			}
+			mdir := saveCase(t, filepath.Join(work, "minimal", strings.ReplaceAll(d.Kind, " ", "-")), m, &mu, &md[0])
+			t.Logf("minimal reproducer for %q, from %s: %s\n    %s\n    files: %s", d.Kind, c.Name, describe(m),
+				strings.Join(limit(diffStrings(compare(m, &mu, &md[0])), 6), "\n    "), mdir)
 		}
 	}
 	if len(rep.differing) > 0 {
@@ -271,9 +292,10 @@ func limit(xs []string, n int) []string {
 	return append(xs[:n:n], fmt.Sprintf("... and %d more", len(xs)-n))
 }
 
-// compare lists the differences between the two answers to one case. Reasons are compared as
-// sorted lists (NodeResourcesFit, for one, gives its reasons in resource order, which is not
-// part of the contract); victims as sets; a score missing on one side counts as 0.
+// compare lists the differences between the two answers to one case. Reasons that differ only
+// in their order are a kind of their own ("reasons order": NodeResourcesFit gives its reasons
+// in a fixed resource order, pods, cpu, memory, ephemeral-storage, then extended resources);
+// victims are compared as sets; a score missing on one side counts as 0.
 func compare(c *Case, up, dl *Result) []Diff {
 	var out []Diff
 	add := func(kind, node, format string, args ...any) {
@@ -332,8 +354,13 @@ func compare(c *Case, up, dl *Result) []Diff {
 			case (u.Failure == "") != (d.Failure == ""):
 				add("preemption outcome", n, "upstream %s, devicelet %s", fmtPreemptionNode(u), fmtPreemptionNode(d))
 			case u.Failure != "":
-				if u.Failure != d.Failure {
+				// The message is the reasons joined with ", ".
+				ur, dr := strings.Split(u.Failure, ", "), strings.Split(d.Failure, ", ")
+				switch {
+				case !sameSorted(ur, dr):
 					add("preemption failure text", n, "upstream %q, devicelet %q", u.Failure, d.Failure)
+				case u.Failure != d.Failure:
+					add("reasons order", n, "preemption failure: upstream %q, devicelet %q", u.Failure, d.Failure)
 				}
 			default:
 				if !sameSet(u.Victims, d.Victims) {
@@ -363,6 +390,8 @@ func compareNode(u, d *NodeResult) []Diff {
 			add("filter code", "upstream %s, devicelet %s", fmtStatus(u.Rejection), fmtStatus(d.Rejection))
 		case !sameSorted(u.Rejection.Reasons, d.Rejection.Reasons):
 			add("reasons", "upstream %s, devicelet %s", fmtStatus(u.Rejection), fmtStatus(d.Rejection))
+		case !slices.Equal(u.Rejection.Reasons, d.Rejection.Reasons):
+			add("reasons order", "upstream %s, devicelet %s", fmtStatus(u.Rejection), fmtStatus(d.Rejection))
 		}
 	default:
 		plugins := map[string]bool{}

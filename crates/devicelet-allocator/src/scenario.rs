@@ -153,6 +153,9 @@ pub struct AllocationScenario {
     pub mode: Mode,
     pub pods: Vec<PodSpec>,
     pub first_fit: bool,
+    /// devicelet's own: try partitions of devices already in use first
+    /// ([`AllocateOptions::pack_partitions`]); upstream's order when false.
+    pub pack_partitions: bool,
     pub pod_groups: PodGroupsSpec,
     /// The corpus' expected outcome, kept as raw JSON (not used by [`run_scenario`]).
     pub expect: Option<Value>,
@@ -357,6 +360,9 @@ fn scenario_from_value(value: Value) -> Result<AllocationScenario, ScenarioError
     }
     if let Some(v) = obj.remove("firstFit") {
         s.first_fit = typed("firstFit", v)?;
+    }
+    if let Some(v) = obj.remove("packPartitions") {
+        s.pack_partitions = typed("packPartitions", v)?;
     }
     s.nodes = typed_list(&mut obj, "nodes", "")?;
     s.device_classes = typed_list(&mut obj, "deviceClasses", "")?;
@@ -741,6 +747,7 @@ fn options_for(
     limits: &SearchLimits,
     clock: &Arc<dyn Clock>,
     share_ids: &Option<Arc<dyn ShareIdSource>>,
+    pack_partitions: bool,
 ) -> AllocateOptions {
     AllocateOptions {
         step_budget: limits.step_budget,
@@ -749,6 +756,7 @@ fn options_for(
             clock: Arc::clone(clock),
         }),
         share_ids: share_ids.clone(),
+        pack_partitions,
     }
 }
 
@@ -823,7 +831,11 @@ pub fn run_scenario_with(
             for node in &s.nodes {
                 let before = allocator.stats().allocate_one_invocations;
                 let t = Instant::now();
-                let r = allocator.allocate(node, &refs, &options_for(&limits, &clock, &share_ids));
+                let r = allocator.allocate(
+                    node,
+                    &refs,
+                    &options_for(&limits, &clock, &share_ids, s.pack_partitions),
+                );
                 let nanos = elapsed_nanos(t);
                 let steps = allocator.stats().allocate_one_invocations - before;
                 if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {
@@ -870,8 +882,11 @@ pub fn run_scenario_with(
                 for node in &s.nodes {
                     let before = allocator.stats().allocate_one_invocations;
                     let t = Instant::now();
-                    let r =
-                        allocator.allocate(node, &refs, &options_for(&limits, &clock, &share_ids));
+                    let r = allocator.allocate(
+                        node,
+                        &refs,
+                        &options_for(&limits, &clock, &share_ids, s.pack_partitions),
+                    );
                     let nanos = elapsed_nanos(t);
                     let steps = allocator.stats().allocate_one_invocations - before;
                     if let (Some(ex), Ok(None) | Err(_)) = (explanation.as_mut(), &r) {

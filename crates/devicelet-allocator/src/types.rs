@@ -128,6 +128,12 @@ pub struct AllocateOptions {
     pub time_limit: Option<TimeLimit>,
     /// Where the shareIDs of new shares come from; `None` draws random UUIDs like Go.
     pub share_ids: Option<Arc<dyn ShareIdSource>>,
+    /// devicelet's own, off by default (upstream takes devices in slice order): try first the
+    /// partitions of physical devices already partly in use — devices that consume a shared
+    /// counter set some allocated device consumes too — so that whole devices stay free for
+    /// requests that need one. The results differ from upstream's only in which devices are
+    /// picked, never in whether a claim fits.
+    pub pack_partitions: bool,
 }
 
 /// A time bound for one allocation call and the clock that measures it. The allocator never
@@ -199,11 +205,13 @@ impl AllocateOptions {
         Self::with_time_limit(SCHEDULER_FILTER_TIMEOUT, clock)
     }
 
-    fn unbounded() -> Self {
+    /// No step bound, no time bound.
+    pub fn unbounded() -> Self {
         AllocateOptions {
             step_budget: None,
             time_limit: None,
             share_ids: None,
+            pack_partitions: false,
         }
     }
 }

@@ -960,3 +960,83 @@ claims:
         }])
     );
 }
+
+/// Two physical GPUs of 4 memory units, each offered whole (`gpu-N`, all 4 units) and as two
+/// halves (`gpu-N-a`, `gpu-N-b`, 2 units each), in slice order gpu-0 first. One half of gpu-1
+/// is allocated already.
+const TWO_PARTITIONED_GPUS: &str = r#"
+resourceSlices:
+- metadata: {name: counters}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    sharedCounters:
+    - {name: gpu-0, counters: {memory: {value: "4"}}}
+    - {name: gpu-1, counters: {memory: {value: "4"}}}
+- metadata: {name: gpus}
+  spec:
+    driver: driver-a
+    nodeName: node-1
+    pool: {name: pool-1, generation: 1, resourceSliceCount: 2}
+    devices:
+    - {name: gpu-0, attributes: {size: {string: whole}}, consumesCounters: [{counterSet: gpu-0, counters: {memory: {value: "4"}}}]}
+    - {name: gpu-0-a, attributes: {size: {string: half}}, consumesCounters: [{counterSet: gpu-0, counters: {memory: {value: "2"}}}]}
+    - {name: gpu-0-b, attributes: {size: {string: half}}, consumesCounters: [{counterSet: gpu-0, counters: {memory: {value: "2"}}}]}
+    - {name: gpu-1, attributes: {size: {string: whole}}, consumesCounters: [{counterSet: gpu-1, counters: {memory: {value: "4"}}}]}
+    - {name: gpu-1-a, attributes: {size: {string: half}}, consumesCounters: [{counterSet: gpu-1, counters: {memory: {value: "2"}}}]}
+    - {name: gpu-1-b, attributes: {size: {string: half}}, consumesCounters: [{counterSet: gpu-1, counters: {memory: {value: "2"}}}]}
+allocated:
+  claims:
+  - metadata: {name: earlier, uid: earlier}
+    spec: {devices: {requests: [{name: half, exactly: {deviceClassName: class-a}}]}}
+    status:
+      allocation:
+        devices:
+          results: [{request: half, driver: driver-a, pool: pool-1, device: gpu-1-a}]
+claims:
+- metadata: {name: small}
+  spec:
+    devices:
+      requests:
+      - name: half
+        exactly:
+          deviceClassName: class-a
+          selectors: [{cel: {expression: 'device.attributes["driver-a"].size == "half"'}}]
+"#;
+
+#[test]
+fn packing_takes_the_partition_of_a_gpu_in_use_and_keeps_a_whole_gpu_free() {
+    // Upstream's order: the first half in slice order breaks gpu-0, the only whole GPU left.
+    let o = run(TWO_PARTITIONED_GPUS, false);
+    assert_eq!(
+        devices(&o),
+        vec![vec!["driver-a/pool-1/gpu-0-a".to_owned()]]
+    );
+    // Packing: gpu-1's free half, so gpu-0 stays whole.
+    let o = run(
+        &format!("packPartitions: true\n{TWO_PARTITIONED_GPUS}"),
+        false,
+    );
+    assert_eq!(
+        devices(&o),
+        vec![vec!["driver-a/pool-1/gpu-1-b".to_owned()]]
+    );
+    // Two halves at once: gpu-1's one, then the first of the rest.
+    let two = TWO_PARTITIONED_GPUS.replace(
+        "exactly:\n          deviceClassName: class-a\n",
+        "exactly:\n          deviceClassName: class-a\n          count: 2\n",
+    );
+    let o = run(&format!("packPartitions: true\n{two}"), false);
+    assert_eq!(
+        devices(&o),
+        vec![vec![
+            "driver-a/pool-1/gpu-1-b".to_owned(),
+            "driver-a/pool-1/gpu-0-a".to_owned()
+        ]]
+    );
+    // A request only the untouched GPU's whole device serves still fits.
+    let whole = TWO_PARTITIONED_GPUS.replace("size == \"half\"", "size == \"whole\"");
+    let o = run(&format!("packPartitions: true\n{whole}"), false);
+    assert_eq!(devices(&o), vec![vec!["driver-a/pool-1/gpu-0".to_owned()]]);
+}

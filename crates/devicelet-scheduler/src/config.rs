@@ -144,6 +144,9 @@ pub struct Profile {
     pub filter_timeout: Option<Duration>,
     /// DynamicResourcesArgs `bindingTimeout`.
     pub binding_timeout: Option<Duration>,
+    /// DynamicResourcesArgs `packPartitions`, devicelet's own: inside a node, partitions of
+    /// devices already in use are tried first ([`devicelet_allocator::AllocateOptions`]).
+    pub pack_partitions: bool,
     /// DefaultPreemption's args; `None` when `plugins.postFilter` disables it.
     pub preemption: Option<PreemptionArgs>,
     /// InterPodAffinityArgs.
@@ -231,6 +234,7 @@ impl Profile {
             scoring: ScoringStrategy::default(),
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: None,
+            pack_partitions: false,
             preemption: Some(PreemptionArgs::default()),
             affinity: AffinityArgs::default(),
             spread_defaults: SpreadDefaults::default(),
@@ -381,6 +385,8 @@ struct RawDraArgs {
     kind: Option<String>,
     filter_timeout: Option<String>,
     binding_timeout: Option<String>,
+    /// devicelet's own (kube-scheduler's strict decoding refuses it).
+    pack_partitions: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -541,11 +547,12 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
     // One process allocates with one DRA Filter bound and one binding timeout.
     for (i, p) in profiles.iter().enumerate().skip(1) {
         let first = &profiles[0];
-        if (p.filter_timeout, p.binding_timeout) != (first.filter_timeout, first.binding_timeout) {
+        let dra = |p: &Profile| (p.filter_timeout, p.binding_timeout, p.pack_partitions);
+        if dra(p) != dra(first) {
             return Err(unsupported(
                 format!("profiles[{i}].pluginConfig"),
                 "DynamicResources args that differ from profiles[0]'s: one process has one \
-                 filterTimeout and one bindingTimeout",
+                 filterTimeout, bindingTimeout and packPartitions",
             ));
         }
     }
@@ -917,6 +924,9 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                 }
                 p.binding_timeout = Some(d);
             }
+            if let Some(pack) = raw.pack_partitions {
+                p.pack_partitions = pack;
+            }
         }
         "InterPodAffinity" => {
             let raw: RawAffinityArgs =
@@ -1223,7 +1233,7 @@ profiles:
         type: MostAllocated
         resources: [{name: cpu, weight: 1}, {name: nvidia.com/gpu, weight: 3}]
   - name: DynamicResources
-    args: {filterTimeout: 0s, bindingTimeout: 2m}
+    args: {filterTimeout: 0s, bindingTimeout: 2m, packPartitions: true}
 "#,
         )
         .expect("valid");
@@ -1242,6 +1252,7 @@ profiles:
         );
         assert_eq!(p.filter_timeout, None, "0 turns the limit off");
         assert_eq!(p.binding_timeout, Some(Duration::from_secs(120)));
+        assert!(p.pack_partitions);
         // Two profiles, one process.
         let two = parse_with("profiles: [{schedulerName: a}, {schedulerName: b}]\n").expect("two");
         let names: Vec<&str> = two

@@ -1314,11 +1314,7 @@ mod tests {
         pod.metadata.namespace = Some("ns".into());
         pod.metadata.uid = Some("uid-p".into());
         let order = |profile: &Profile, cache: &mut ClusterCache| -> Vec<String> {
-            let options = AllocateOptions {
-                step_budget: None,
-                time_limit: None,
-                share_ids: None,
-            };
+            let options = AllocateOptions::unbounded();
             with_engine(cache, options, profile, |engine, cache| {
                 let inputs = CycleInputs::read(&pod, cache, Duration::from_secs(600));
                 match engine.evaluate(&pod, inputs, 3) {
@@ -1391,11 +1387,7 @@ mod tests {
             // Only NodeResourcesFit decides.
             profile.weights.dynamic_resources = 0;
             profile.weights.balanced_allocation = 0;
-            let options = AllocateOptions {
-                step_budget: None,
-                time_limit: None,
-                share_ids: None,
-            };
+            let options = AllocateOptions::unbounded();
             with_engine(cache, options, &profile, |engine, cache| {
                 let inputs = CycleInputs::read(&pod, cache, Duration::from_secs(600));
                 match engine.evaluate(&pod, inputs, 3) {

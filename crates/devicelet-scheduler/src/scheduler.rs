@@ -246,13 +246,12 @@ fn scheduling_loop(
         enable_list_type_attributes: features.list_type_attributes,
     }));
     let clock = Arc::new(MonotonicClock::start());
-    let options = match filter_timeout {
-        Some(limit) => AllocateOptions::with_time_limit(limit, clock),
-        None => AllocateOptions {
-            step_budget: None,
-            time_limit: None,
-            share_ids: None,
-        },
+    let options = AllocateOptions {
+        pack_partitions: profiles.first().is_some_and(|p| p.pack_partitions),
+        ..match filter_timeout {
+            Some(limit) => AllocateOptions::with_time_limit(limit, clock),
+            None => AllocateOptions::unbounded(),
+        }
     };
     let group_search_limit = filter_timeout.map_or(crate::gang::run::GROUP_SEARCH_LIMIT, |t| {
         t.min(crate::gang::run::GROUP_SEARCH_LIMIT)

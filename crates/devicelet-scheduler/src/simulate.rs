@@ -273,10 +273,13 @@ pub fn run_case(case: &SchedulingCase) -> CaseResult {
     let pod = &case.pod;
     // The scheduler's own Filter timeout; a snapshot this size never comes near it.
     let time_limit = Duration::from_secs(10);
-    let options = AllocateOptions::with_time_limit(
-        time_limit,
-        Arc::new(devicelet_allocator::MonotonicClock::start()),
-    );
+    let options = AllocateOptions {
+        pack_partitions: profile.pack_partitions,
+        ..AllocateOptions::with_time_limit(
+            time_limit,
+            Arc::new(devicelet_allocator::MonotonicClock::start()),
+        )
+    };
     let enabled: Vec<(usize, &str)> = {
         let w = &profile.weights;
         let weights = [

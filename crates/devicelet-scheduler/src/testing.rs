@@ -250,11 +250,7 @@ pub(crate) fn placements(
     profile: &crate::config::Profile,
 ) -> Result<Vec<String>, String> {
     use crate::cycle::{CycleInputs, Decision, Outcome, with_engine};
-    let options = devicelet_allocator::AllocateOptions {
-        step_budget: None,
-        time_limit: None,
-        share_ids: None,
-    };
+    let options = devicelet_allocator::AllocateOptions::unbounded();
     with_engine(cache, options, profile, |engine, cache| {
         let inputs = CycleInputs::read(pod, cache, std::time::Duration::from_secs(600));
         match engine.evaluate(pod, inputs, 100) {

@@ -25,6 +25,9 @@ use crate::types::{
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct Location {
+    /// With [`AllocateOptions::pack_partitions`]: 0 while partitions of devices in use are
+    /// tried, 1 for the rest; always 0 otherwise.
+    pub(super) phase: usize,
     pub(super) pool: usize,
     pub(super) slice: usize,
     pub(super) device: usize,
@@ -94,6 +97,11 @@ pub(super) struct Search<'r, 'a> {
     pub(super) deadline: Option<(&'r dyn Clock, Duration)>,
     /// Source of shareIDs (`None`: random UUIDs like Go).
     pub(super) share_ids: Option<&'r dyn ShareIdSource>,
+    /// 2 with [`AllocateOptions::pack_partitions`], else 1: the passes over the devices.
+    phases: usize,
+    /// Per pool index, the counter sets that allocated devices consume (computed on first
+    /// use, with `pack_partitions` only).
+    used_sets: FastMap<usize, Vec<&'a str>>,
 }
 
 impl<'r, 'a> Search<'r, 'a> {
@@ -145,7 +153,35 @@ impl<'r, 'a> Search<'r, 'a> {
                 (clock, clock.now().saturating_add(t.limit))
             }),
             share_ids: options.share_ids.as_deref(),
+            phases: if options.pack_partitions { 2 } else { 1 },
+            used_sets: FastMap::default(),
         }
+    }
+
+    /// Whether `dev` of pool `pi` consumes a counter set that an allocated device consumes too:
+    /// a partition of a physical device already in use (tried first when packing).
+    fn on_used_counters(&mut self, pi: usize, dev: &DeviceData<'a>) -> bool {
+        if dev.consumes.is_empty() {
+            return false;
+        }
+        let alloc = self.alloc;
+        let pool = &self.pools[pi];
+        let used = self.used_sets.entry(pi).or_insert_with(|| {
+            let mut used: Vec<&'a str> = Vec::new();
+            for &si in pool.device_slices.iter().chain(pool.not_visible.iter()) {
+                for d in &alloc.snap.slices[si as usize].devices {
+                    if alloc.allocated.any.contains(d.gid) {
+                        for (set, _) in &d.consumes {
+                            if !used.contains(set) {
+                                used.push(set);
+                            }
+                        }
+                    }
+                }
+            }
+            used
+        });
+        dev.consumes.iter().any(|(set, _)| used.contains(set))
     }
 
     pub(super) fn device(&self, c: Candidate) -> &'r DeviceData<'a> {
@@ -283,61 +319,75 @@ impl<'r, 'a> Search<'r, 'a> {
                 }
             }
         } else {
-            for pi in start.pool..self.pools.len() {
-                let pool = &self.pools[pi];
-                if pool.incomplete || pool.invalid {
-                    continue;
-                }
-                let slice_start = if pi == start.pool { start.slice } else { 0 };
-                for sli in slice_start..pool.device_slices.len() {
-                    let sl = pool.device_slices[sli];
-                    let devices = &self.alloc.snap.slices[sl as usize].devices;
-                    let dev_start = if pi == start.pool && sli == start.slice {
-                        start.device
+            for phase in start.phase..self.phases {
+                let here = phase == start.phase;
+                let pool_start = if here { start.pool } else { 0 };
+                for pi in pool_start..self.pools.len() {
+                    let pool = &self.pools[pi];
+                    if pool.incomplete || pool.invalid {
+                        continue;
+                    }
+                    let slice_start = if here && pi == start.pool {
+                        start.slice
                     } else {
                         0
                     };
-                    for (di, dev) in devices.iter().enumerate().skip(dev_start) {
-                        if req.admin {
-                            if self.allocating_for_claim(dev.gid, c) {
+                    for sli in slice_start..pool.device_slices.len() {
+                        let sl = pool.device_slices[sli];
+                        let devices = &self.alloc.snap.slices[sl as usize].devices;
+                        let dev_start = if here && pi == start.pool && sli == start.slice {
+                            start.device
+                        } else {
+                            0
+                        };
+                        for (di, dev) in devices.iter().enumerate().skip(dev_start) {
+                            // Packing: partitions of devices in use in the first pass, the rest in
+                            // the second.
+                            if self.phases == 2 && self.on_used_counters(pi, dev) != (phase == 0) {
                                 continue;
                             }
-                        } else if self.in_use(dev.gid) {
-                            continue;
-                        }
-                        if !self.alloc.is_selectable(
-                            self.node,
-                            &self.requests[c].cref,
-                            req,
-                            sl,
-                            dev,
-                        )? {
-                            continue;
-                        }
-                        if self.alloc.features.consumable_capacity
-                            && self.capacity_ok(req, dev) != Ok(true)
-                        {
-                            continue;
-                        }
-                        let cand = Candidate {
-                            pool: pi as u32,
-                            slice: sl,
-                            device: di as u32,
-                        };
-                        let Some(undo) = self.allocate_device(req, cand, false)? else {
-                            continue;
-                        };
-                        let next = Location {
-                            pool: pi,
-                            slice: sli,
-                            device: di + 1,
-                        };
-                        match self.allocate_one(c, r, s, k + 1, in_sub, next) {
-                            Ok(true) => return Ok(true),
-                            Ok(false) => self.rollback(undo),
-                            Err(e) => {
-                                self.rollback(undo);
-                                return Err(e);
+                            if req.admin {
+                                if self.allocating_for_claim(dev.gid, c) {
+                                    continue;
+                                }
+                            } else if self.in_use(dev.gid) {
+                                continue;
+                            }
+                            if !self.alloc.is_selectable(
+                                self.node,
+                                &self.requests[c].cref,
+                                req,
+                                sl,
+                                dev,
+                            )? {
+                                continue;
+                            }
+                            if self.alloc.features.consumable_capacity
+                                && self.capacity_ok(req, dev) != Ok(true)
+                            {
+                                continue;
+                            }
+                            let cand = Candidate {
+                                pool: pi as u32,
+                                slice: sl,
+                                device: di as u32,
+                            };
+                            let Some(undo) = self.allocate_device(req, cand, false)? else {
+                                continue;
+                            };
+                            let next = Location {
+                                phase,
+                                pool: pi,
+                                slice: sli,
+                                device: di + 1,
+                            };
+                            match self.allocate_one(c, r, s, k + 1, in_sub, next) {
+                                Ok(true) => return Ok(true),
+                                Ok(false) => self.rollback(undo),
+                                Err(e) => {
+                                    self.rollback(undo);
+                                    return Err(e);
+                                }
                             }
                         }
                     }

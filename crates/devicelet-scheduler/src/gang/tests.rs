@@ -76,11 +76,7 @@ impl Cluster {
             }),
             deadline: Instant::now() + Duration::from_secs(5),
         };
-        let options = AllocateOptions {
-            step_budget: None,
-            time_limit: None,
-            share_ids: None,
-        };
+        let options = AllocateOptions::unbounded();
         with_engine(
             &mut self.cache,
             options,

@@ -87,11 +87,7 @@ fn held(claim: &str, node: &str, device: &str, pods: &[&str]) -> ResourceClaim {
 
 /// Schedules `preemptor` (which must fit nowhere), then runs preemption for it.
 fn preempt_for(cache: &mut ClusterCache, preemptor: &Pod) -> (FitError, Verdict) {
-    let options = AllocateOptions {
-        step_budget: None,
-        time_limit: None,
-        share_ids: None,
-    };
+    let options = AllocateOptions::unbounded();
     let profile = crate::config::Profile::named("devicelet-scheduler");
     with_engine(cache, options, &profile, |engine, cache| {
         let timeout = Duration::from_secs(600);
@@ -317,11 +313,7 @@ fn w107_a_gpu_held_by_a_lower_priority_pod_is_freed_by_evicting_it() {
     cache.remove_claim("ns", "low-claim");
     cache.upsert_claim(claim("other-claim", exact(1, None)));
     let other = pod("other", 20, "1", None, Some("other-claim"));
-    let options = || AllocateOptions {
-        step_budget: None,
-        time_limit: None,
-        share_ids: None,
-    };
+    let options = || AllocateOptions::unbounded();
     let profile = crate::config::Profile::named("devicelet-scheduler");
     let timeout = Duration::from_secs(600);
     let decided = with_engine(&mut cache, options(), &profile, |engine, cache| {
@@ -426,11 +418,7 @@ fn preempt_group_for(
     topology: Option<&str>,
 ) -> group::GroupVerdict {
     use crate::gang::search::{GroupProblem, MemberInput, Topology, Verdict as Search};
-    let options = AllocateOptions {
-        step_budget: None,
-        time_limit: None,
-        share_ids: None,
-    };
+    let options = AllocateOptions::unbounded();
     let profile = crate::config::Profile::named("devicelet-scheduler");
     let group: k8s_openapi::api::scheduling::v1alpha2::PodGroup =
         serde_json::from_value(serde_json::json!({
