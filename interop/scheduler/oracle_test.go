@@ -50,7 +50,18 @@ var knownDivergences = []struct {
 	name, reason string
 	match        func(c *Case, d Diff, upstream, devicelet *Result) bool
 }{
-	// None so far.
+	{
+		name: "fit-score-pod-level-resources",
+		reason: "NodeResourcesFit's score of a pod with pod-level requests: upstream's scorer " +
+			"never sets enablePodLevelResources (NewFit), so it scores the containers' requests " +
+			"while the same pod, once bound, counts on its node with its pod-level requests " +
+			"(NodeInfo). devicelet scores the pod-level requests, as it counts them (an " +
+			"upstream bug fixed; crates/devicelet-scheduler/src/filters/node_resources_fit.rs)",
+		match: func(c *Case, d Diff, _, _ *Result) bool {
+			return d.Kind == "score NodeResourcesFit" && c.Pod.Spec.Resources != nil &&
+				len(c.Pod.Spec.Resources.Requests) > 0
+		},
+	},
 }
 
 // knownAs returns the name of the known divergence a difference is, or "".

@@ -308,6 +308,9 @@ func runUpstream(c *Case) (res Result) {
 		return res
 	}
 	if ok, _ := preemptor.PodEligibleToPreemptOthers(ctx, pod, statuses.Get(pod.Status.NominatedNodeName)); !ok {
+		// PostFilter ran and tried no node: devicelet answers the same with an empty map
+		// (and says why in its message).
+		res.Preemption = &Preemption{Nodes: map[string]PreemptionNode{}}
 		return res
 	}
 	candidates, err := statuses.NodesForStatusCode(snapshot.NodeInfos(), fwk.Unschedulable)

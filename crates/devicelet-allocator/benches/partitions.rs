@@ -129,7 +129,7 @@ fn churn(text: &str, gpus: usize, steps: usize, seed: u64, pack: bool) -> (usize
             in_use * 100 < capacity * 50 + (rng.next() % (capacity as u64 * 20)) as usize;
         if allocate || held.is_empty() {
             // One job in ten wants a whole GPU.
-            let (claim, quarters) = if rng.next() % 10 == 0 {
+            let (claim, quarters) = if rng.next().is_multiple_of(10) {
                 (whole, 4)
             } else {
                 (quarter, 1)

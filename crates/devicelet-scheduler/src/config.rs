@@ -151,6 +151,10 @@ pub struct Profile {
     pub preemption: Option<PreemptionArgs>,
     /// InterPodAffinityArgs.
     pub affinity: AffinityArgs,
+    /// NodeResourcesBalancedAllocationArgs `resources` (cpu and memory by default).
+    pub balanced_resources: Vec<String>,
+    /// NodeAffinityArgs `addedAffinity`.
+    pub added_affinity: Option<std::sync::Arc<crate::filters::node_affinity::AddedAffinity>>,
     /// PodTopologySpreadArgs: the constraints of pods without their own.
     pub spread_defaults: SpreadDefaults,
 }
@@ -235,6 +239,8 @@ impl Profile {
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: None,
             pack_partitions: false,
+            balanced_resources: vec!["cpu".to_owned(), "memory".to_owned()],
+            added_affinity: None,
             preemption: Some(PreemptionArgs::default()),
             affinity: AffinityArgs::default(),
             spread_defaults: SpreadDefaults::default(),
@@ -391,6 +397,22 @@ struct RawDraArgs {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawNodeAffinityArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    added_affinity: Option<k8s_openapi::api::core::v1::NodeAffinity>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawBalancedArgs {
+    api_version: Option<String>,
+    kind: Option<String>,
+    resources: Option<Vec<RawPlugin>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RawAffinityArgs {
     api_version: Option<String>,
     kind: Option<String>,
@@ -460,6 +482,29 @@ const IN_TREE: &[&str] = &[
     "GangScheduling",
     "TopologyPlacementGenerator",
     "PodGroupPodsCount",
+];
+
+/// The default profile's plugins (1.36.3 `getDefaultPlugins` with DynamicResources).
+const DEFAULT_PROFILE: &[&str] = &[
+    "SchedulingGates",
+    "PrioritySort",
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
+    "DynamicResources",
+    "DefaultPreemption",
+    "NodeResourcesBalancedAllocation",
+    "ImageLocality",
+    "DefaultBinder",
 ];
 
 /// Score plugins of the default profile this scheduler does not run: a configuration may
@@ -771,15 +816,40 @@ fn profile(i: usize, raw: RawProfile) -> Result<Profile, ConfigError> {
     Ok(p)
 }
 
-/// W132 for one extension point. Only scoring can be changed: the filters are this
-/// scheduler's fixed pipeline.
+/// The weight slot of a score plugin this scheduler runs.
+fn score_weight_mut<'w>(weights: &'w mut ScoreWeights, name: &str) -> Option<&'w mut i64> {
+    Some(match name {
+        "TaintToleration" => &mut weights.taint_toleration,
+        "NodeAffinity" => &mut weights.node_affinity,
+        "NodeResourcesFit" => &mut weights.node_resources_fit,
+        "NodeResourcesBalancedAllocation" => &mut weights.balanced_allocation,
+        "DynamicResources" => &mut weights.dynamic_resources,
+        "PodTopologySpread" => &mut weights.pod_topology_spread,
+        "InterPodAffinity" => &mut weights.inter_pod_affinity,
+        "ImageLocality" => &mut weights.image_locality,
+        _ => return None,
+    })
+}
+
+/// Plugins of the default profile that only score: `multiPoint` may disable them.
+const SCORE_ONLY: &[&str] = &["NodeResourcesBalancedAllocation", "ImageLocality"];
+
+/// W132: the enabled and disabled plugins of one extension point. `multiPoint` (W112: every
+/// extension point a plugin implements) sets score weights and may re-enable the default
+/// profile's plugins; it may disable only what disabling at `score` or `postFilter` can.
 fn plugin_set(
     field: &str,
     point: &str,
     set: RawPluginSet,
     profile: &mut Profile,
 ) -> Result<(), ConfigError> {
-    let weights = &mut profile.weights;
+    let multi = point == "multiPoint";
+    let fixed = |f: &str, what: &str, name: &str| {
+        unsupported(
+            f,
+            format!("{what} {name} at {point}: this scheduler's {point} plugins are fixed"),
+        )
+    };
     for (k, plugin) in set.disabled.iter().flatten().enumerate() {
         let f = format!("{field}.disabled[{k}]");
         let name = plugin.name.as_str();
@@ -787,32 +857,23 @@ fn plugin_set(
             return Err(unsupported(&f, format!("unknown plugin {name:?}")));
         }
         match point {
-            "score" => match name {
-                "*" => {
-                    *weights = ScoreWeights::none();
+            "score" if name == "*" => profile.weights = ScoreWeights::none(),
+            "score" => {
+                // A plugin not run here: disabling it changes nothing.
+                if let Some(w) = score_weight_mut(&mut profile.weights, name) {
+                    *w = 0;
                 }
-                "TaintToleration" => weights.taint_toleration = 0,
-                "NodeAffinity" => weights.node_affinity = 0,
-                "NodeResourcesFit" => weights.node_resources_fit = 0,
-                "NodeResourcesBalancedAllocation" => weights.balanced_allocation = 0,
-                "DynamicResources" => weights.dynamic_resources = 0,
-                "PodTopologySpread" => weights.pod_topology_spread = 0,
-                "InterPodAffinity" => weights.inter_pod_affinity = 0,
-                "ImageLocality" => weights.image_locality = 0,
-                // Not run here: disabling it changes nothing.
-                _ => {}
-            },
+            }
+            "multiPoint" if SCORE_ONLY.contains(&name) => {
+                if let Some(w) = score_weight_mut(&mut profile.weights, name) {
+                    *w = 0;
+                }
+            }
             // DefaultPreemption is the one PostFilter that can be switched off (the DRA
             // plugin's runs with its filters).
             "postFilter" if matches!(name, "*" | "DefaultPreemption") => profile.preemption = None,
-            _ => {
-                return Err(unsupported(
-                    &f,
-                    format!(
-                        "disabling {name} at {point}: this scheduler's {point} plugins are fixed"
-                    ),
-                ));
-            }
+            "multiPoint" if name == "DefaultPreemption" => profile.preemption = None,
+            _ => return Err(fixed(&f, "disabling", name)),
         }
     }
     for (k, plugin) in set.enabled.iter().flatten().enumerate() {
@@ -824,17 +885,14 @@ fn plugin_set(
                 format!("unknown plugin {name:?} (out-of-tree plugins)"),
             ));
         }
-        if point == "postFilter" && name == "DefaultPreemption" {
+        if (point == "postFilter" || multi) && name == "DefaultPreemption" {
             profile
                 .preemption
                 .get_or_insert_with(PreemptionArgs::default);
             continue;
         }
-        if point != "score" {
-            return Err(unsupported(
-                &f,
-                format!("enabling {name} at {point}: this scheduler's {point} plugins are fixed"),
-            ));
+        if point != "score" && !multi {
+            return Err(fixed(&f, "enabling", name));
         }
         let weight = match plugin.weight {
             None | Some(0) => 1,
@@ -846,21 +904,18 @@ fn plugin_set(
                 ));
             }
         };
-        match name {
-            "TaintToleration" => weights.taint_toleration = weight,
-            "NodeAffinity" => weights.node_affinity = weight,
-            "NodeResourcesFit" => weights.node_resources_fit = weight,
-            "NodeResourcesBalancedAllocation" => weights.balanced_allocation = weight,
-            "DynamicResources" => weights.dynamic_resources = weight,
-            "PodTopologySpread" => weights.pod_topology_spread = weight,
-            "InterPodAffinity" => weights.inter_pod_affinity = weight,
-            "ImageLocality" => weights.image_locality = weight,
-            _ if UNSCORED.contains(&name) => {
+        match score_weight_mut(&mut profile.weights, name) {
+            Some(w) => *w = weight,
+            None if UNSCORED.contains(&name) && plugin.weight.is_some() => {
                 return Err(unsupported(&f, format!("the {name} score")));
             }
-            _ => {
-                return Err(invalid(&f, format!("{name} is not a score plugin")));
+            // Already part of every profile here (its filter, its queue sort, its binder).
+            None if multi && DEFAULT_PROFILE.contains(&name) => {}
+            None if multi => return Err(fixed(&f, "enabling", name)),
+            None if UNSCORED.contains(&name) => {
+                return Err(unsupported(&f, format!("the {name} score")));
             }
+            None => return Err(invalid(&f, format!("{name} is not a score plugin"))),
         }
     }
     Ok(())
@@ -926,6 +981,43 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
             }
             if let Some(pack) = raw.pack_partitions {
                 p.pack_partitions = pack;
+            }
+        }
+        "NodeAffinity" => {
+            let raw: RawNodeAffinityArgs =
+                serde_json::from_value(decode("NodeAffinityArgs")?).map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            if let Some(added) = raw.added_affinity {
+                let added = crate::filters::node_affinity::AddedAffinity::new(added)
+                    .map_err(|e| invalid(format!("{field}.args.addedAffinity"), e))?;
+                p.added_affinity = Some(std::sync::Arc::new(added));
+            }
+        }
+        "NodeResourcesBalancedAllocation" => {
+            let raw: RawBalancedArgs =
+                serde_json::from_value(decode("NodeResourcesBalancedAllocationArgs")?)
+                    .map_err(syntax)?;
+            let _ = (raw.api_version, raw.kind);
+            if let Some(resources) = raw.resources {
+                let mut names: Vec<String> = Vec::new();
+                for (k, r) in resources.into_iter().enumerate() {
+                    let at = format!("{field}.args.resources[{k}]");
+                    if names.contains(&r.name) {
+                        return Err(invalid(
+                            format!("{at}.name"),
+                            format!("Duplicate value: {:?}", r.name),
+                        ));
+                    }
+                    // Upstream's validation: the resources are balanced, not weighed.
+                    if r.weight.unwrap_or(1) != 1 {
+                        return Err(invalid(format!("{at}.weight"), "must be 1"));
+                    }
+                    names.push(r.name);
+                }
+                // Upstream's defaulting: an empty list is cpu and memory.
+                if !names.is_empty() {
+                    p.balanced_resources = names;
+                }
             }
         }
         "InterPodAffinity" => {

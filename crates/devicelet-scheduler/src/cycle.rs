@@ -29,6 +29,7 @@ use crate::extended::{self, ExtendedPlan, RequestMapping};
 use crate::filters::image_locality::PodImages;
 use crate::filters::inter_pod_affinity::{self, AffinityFilter};
 use crate::filters::labels::Selector;
+use crate::filters::node_affinity::{self, NodeNames};
 use crate::filters::node_pods::NodePods;
 use crate::filters::node_resources_fit::{DeviceUse, NANO, balanced_allocation_score, fit_score};
 use crate::filters::pod_info::PodInfo;
@@ -773,7 +774,7 @@ impl<'a> Engine<'a> {
                 )
             })
             .collect();
-        let mut facts = PodFacts::of(pod);
+        let mut facts = PodFacts::for_profile(pod, self.profile_of(pod));
         if let Some(plan) = &inputs.extended {
             facts.dra_extended = plan.resources();
         }
@@ -819,6 +820,14 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
+        let names = facts.affinity.names().clone();
+        if names == NodeNames::Conflict {
+            fit.pre_filter = Some(Rejection::unresolvable(
+                Plugin::NodeAffinity,
+                node_affinity::CONFLICT_REASON,
+            ));
+            return unschedulable(fit, None, claim_names);
+        }
         let pod_level = PodLevelFilters::new(pod, &facts, &inputs, self.profile_of(pod));
         let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
@@ -831,6 +840,18 @@ impl<'a> Engine<'a> {
             let i = (self.next_start + k) % n;
             examined += 1;
             let entry = &inputs.nodes[i];
+            if let NodeNames::Only(only) = &names
+                && !only.contains(entry.name())
+            {
+                fit.node_statuses.insert(
+                    entry.name().to_owned(),
+                    Rejection::unresolvable(
+                        Plugin::NodeAffinity,
+                        node_affinity::OUTSIDE_PRE_FILTER_REASON,
+                    ),
+                );
+                continue;
+            }
             if let Some(r) =
                 filters::filter_node(&facts, &entry.node, &entry.allocatable, &entry.usage)
                     .or_else(|| pod_level.filter(&entry.node))
@@ -1137,8 +1158,13 @@ impl<'a> Engine<'a> {
                 };
                 // Not normalised (W118); a best-effort pod is skipped.
                 let balanced = if weights.balanced_allocation > 0 {
-                    balanced_allocation_score(&facts.requests, &entry.allocatable, &entry.usage)
-                        .unwrap_or(0)
+                    balanced_allocation_score(
+                        &profile.balanced_resources,
+                        &facts.requests,
+                        &entry.allocatable,
+                        &entry.usage,
+                    )
+                    .unwrap_or(0)
                 } else {
                     0
                 };
@@ -1147,6 +1173,7 @@ impl<'a> Engine<'a> {
                     fit_score(
                         &profile.scoring,
                         &facts.requests,
+                        facts.non_zero,
                         &entry.allocatable,
                         &entry.usage,
                         |name| here.iter().find(|(n, _)| n == name).map(|(_, d)| *d),

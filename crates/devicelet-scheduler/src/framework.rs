@@ -218,10 +218,7 @@ mod tests {
         };
         e.node_statuses.insert(
             "a".into(),
-            Rejection::unresolvable(
-                Plugin::TaintToleration,
-                "node(s) had untolerated taint {dedicated: gpu}",
-            ),
+            Rejection::unresolvable(Plugin::TaintToleration, "node(s) had untolerated taint(s)"),
         );
         for n in ["b", "c"] {
             e.node_statuses.insert(
@@ -236,7 +233,7 @@ mod tests {
         e.post_filter_msg = Some("still not schedulable".into());
         assert_eq!(
             e.message(),
-            "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, \
+            "0/3 nodes are available: 1 node(s) had untolerated taint(s), \
              2 Insufficient nvidia.com/gpu. still not schedulable"
         );
     }

@@ -82,8 +82,12 @@ pub struct RejectionView {
 
 impl From<&Rejection> for RejectionView {
     fn from(r: &Rejection) -> Self {
+        // A node a PreFilter result leaves out has a status of no plugin upstream (the plugin
+        // is kept here for requeueing, as upstream keeps it in its diagnosis).
+        let outside = r.reasons.len() == 1
+            && r.reasons[0] == crate::filters::node_affinity::OUTSIDE_PRE_FILTER_REASON;
         RejectionView {
-            plugin: r.plugin.name().to_owned(),
+            plugin: if outside { "" } else { r.plugin.name() }.to_owned(),
             code: match r.code {
                 Code::Unschedulable => "Unschedulable",
                 Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
@@ -338,8 +342,15 @@ pub fn run_case(case: &SchedulingCase) -> CaseResult {
             Decision::Place(_) => return,
         };
         result.pre_filter = fit.pre_filter.as_ref().map(RejectionView::from);
+        if let Some(p) = &result.pre_filter {
+            // Upstream gives every node the PreFilter's status.
+            for n in &mut result.nodes {
+                n.rejection = Some(p.clone());
+            }
+        }
         result.message = Some(fit.message());
-        if fit.pre_filter.is_some() || profile.preemption.is_none() {
+        // After a PreFilter rejection too: no node is a candidate then, and the message says so.
+        if profile.preemption.is_none() {
             return;
         }
         let consumable =

@@ -21,11 +21,12 @@ pub mod unsupported;
 pub mod volumes;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 
 use crate::framework::Rejection;
-pub use node_affinity::{PreferredNodeAffinity, RequiredNodeAffinity};
+pub use node_affinity::{AddedAffinity, PreferredNodeAffinity, RequiredNodeAffinity};
 pub use node_ports::HostPort;
 pub use node_resources_fit::{NodeUsage, ResourceList, pod_requests};
 
@@ -36,9 +37,14 @@ pub struct PodFacts {
     pub node_name: Option<String>,
     pub tolerations: Vec<Toleration>,
     pub affinity: RequiredNodeAffinity,
+    /// The profile's NodeAffinityArgs `addedAffinity` (its preferred terms are in `preferred`).
+    pub added_affinity: Option<Arc<AddedAffinity>>,
     pub preferred: PreferredNodeAffinity,
     /// The pod's effective requests (S106).
     pub requests: ResourceList,
+    /// cpu and memory as the scores count them (containers without a request at 100m and
+    /// 200 MiB).
+    pub non_zero: (i128, i128),
     /// Host ports the pod wants.
     pub host_ports: Vec<HostPort>,
     /// Extended resources a DeviceClass backs (KEP-5004): left to DRA on nodes that do not
@@ -47,6 +53,16 @@ pub struct PodFacts {
 }
 
 impl PodFacts {
+    /// Reads the pod, with what `profile` adds to every pod (NodeAffinityArgs `addedAffinity`).
+    pub fn for_profile(pod: &Pod, profile: &crate::config::Profile) -> Self {
+        let mut facts = Self::of(pod);
+        if let Some(added) = &profile.added_affinity {
+            facts.preferred.extend(&added.preferred);
+            facts.added_affinity = Some(added.clone());
+        }
+        facts
+    }
+
     /// Reads the pod.
     pub fn of(pod: &Pod) -> Self {
         let spec = pod.spec.as_ref();
@@ -56,8 +72,10 @@ impl PodFacts {
                 .filter(|n| !n.is_empty()),
             tolerations: spec.and_then(|s| s.tolerations.clone()).unwrap_or_default(),
             affinity: RequiredNodeAffinity::of(pod),
+            added_affinity: None,
             preferred: PreferredNodeAffinity::of(pod),
             requests: pod_requests(pod),
+            non_zero: node_resources_fit::non_zero_requests(pod),
             host_ports: node_ports::host_ports(pod),
             dra_extended: BTreeSet::new(),
         }
@@ -76,7 +94,7 @@ pub fn filter_node(
     node_unschedulable::filter(&facts.tolerations, node)
         .or_else(|| node_name::filter(facts.node_name.as_deref(), node))
         .or_else(|| taint_toleration::filter(&facts.tolerations, node))
-        .or_else(|| node_affinity::filter(&facts.affinity, node))
+        .or_else(|| node_affinity::filter(&facts.affinity, facts.added_affinity.as_deref(), node))
         .or_else(|| node_ports::filter(&facts.host_ports, &usage.host_ports))
         .or_else(|| {
             node_resources_fit::filter(&facts.requests, &facts.dra_extended, allocatable, usage)

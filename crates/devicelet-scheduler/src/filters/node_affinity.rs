@@ -4,10 +4,10 @@
 //! allocator's compiled node selectors (the semantics of
 //! `k8s.io/component-helpers/scheduling/corev1/nodeaffinity`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use devicelet_allocator::nodesel::CompiledNodeSelector;
-use k8s_openapi::api::core::v1::{Node, NodeSelector, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeAffinity, NodeSelector, Pod, PreferredSchedulingTerm};
 
 use crate::framework::{Plugin, Rejection};
 
@@ -21,24 +21,83 @@ pub struct RequiredNodeAffinity {
     /// `None`: no required terms. A selector that does not parse matches no node (the API
     /// server validates it, so this only guards against hand-made objects).
     required: Option<Option<CompiledNodeSelector>>,
+    /// PreFilter's answer: the only nodes the required terms can match by name.
+    names: NodeNames,
+}
+
+/// NodeAffinity's PreFilter (upstream `PreFilterResult`): when every required term names nodes
+/// with `matchFields` `metadata.name In`, only those nodes are examined.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NodeNames {
+    /// Every node.
+    #[default]
+    All,
+    /// Only these (the union over the terms of each term's intersection).
+    Only(BTreeSet<String>),
+    /// Every term names nodes, and together none: `pod affinity terms conflict`.
+    Conflict,
+}
+
+/// PreFilter's rejection of a pod whose terms name no node.
+pub const CONFLICT_REASON: &str = "pod affinity terms conflict";
+
+/// The status of a node a PreFilter result leaves out (upstream's diagnosis names the plugins
+/// whose PreFilter narrowed the nodes, and no plugin as the status's own).
+pub const OUTSIDE_PRE_FILTER_REASON: &str = "node(s) didn't satisfy plugin(s) [NodeAffinity]";
+
+fn node_names(sel: &NodeSelector) -> NodeNames {
+    if sel.node_selector_terms.is_empty() {
+        return NodeNames::All;
+    }
+    let mut union = BTreeSet::new();
+    for term in &sel.node_selector_terms {
+        let mut names: Option<BTreeSet<String>> = None;
+        for r in term.match_fields.iter().flatten() {
+            if r.key == "metadata.name" && r.operator == "In" {
+                let these: BTreeSet<String> = r.values.iter().flatten().cloned().collect();
+                names = Some(match names {
+                    None => these,
+                    Some(before) => before.intersection(&these).cloned().collect(),
+                });
+            }
+        }
+        // A term without a name requirement: every node may match it.
+        let Some(names) = names else {
+            return NodeNames::All;
+        };
+        union.extend(names);
+    }
+    if union.is_empty() {
+        NodeNames::Conflict
+    } else {
+        NodeNames::Only(union)
+    }
 }
 
 impl RequiredNodeAffinity {
+    /// PreFilter's node names.
+    pub fn names(&self) -> &NodeNames {
+        &self.names
+    }
+
     /// Reads the pod's `nodeSelector` and required node affinity.
     pub fn of(pod: &Pod) -> Self {
         let spec = pod.spec.as_ref();
         let selector = spec
             .and_then(|s| s.node_selector.clone())
             .unwrap_or_default();
-        let required = spec
+        let raw = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
             .and_then(|a| {
                 a.required_during_scheduling_ignored_during_execution
                     .as_ref()
-            })
-            .map(|sel| CompiledNodeSelector::compile(sel).ok());
-        RequiredNodeAffinity { selector, required }
+            });
+        RequiredNodeAffinity {
+            selector,
+            required: raw.map(|sel| CompiledNodeSelector::compile(sel).ok()),
+            names: raw.map(node_names).unwrap_or_default(),
+        }
     }
 
     /// Whether `node` satisfies the selector and the required terms.
@@ -76,8 +135,15 @@ impl PreferredNodeAffinity {
                 a.preferred_during_scheduling_ignored_during_execution
                     .as_ref()
             })
-            .into_iter()
-            .flatten()
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        Self::of_terms(terms)
+    }
+
+    /// Compiles `terms`.
+    pub fn of_terms(terms: &[PreferredSchedulingTerm]) -> Self {
+        let terms = terms
+            .iter()
             .filter(|t| t.weight != 0)
             .filter_map(|t| {
                 let one = NodeSelector {
@@ -105,10 +171,81 @@ impl PreferredNodeAffinity {
             .map(|(w, _)| w)
             .sum()
     }
+
+    /// Adds `other`'s terms (the score sums the weights of every matching term).
+    pub fn extend(&mut self, other: &PreferredNodeAffinity) {
+        self.terms.extend(other.terms.iter().cloned());
+    }
 }
 
-/// Rejects a node the pod's selector or required affinity excludes.
-pub fn filter(affinity: &RequiredNodeAffinity, node: &Node) -> Option<Rejection> {
+/// Upstream's reason for a node outside the profile's `addedAffinity`.
+pub const ENFORCED_REASON: &str = "node(s) didn't match scheduler-enforced node affinity";
+
+/// NodeAffinityArgs `addedAffinity`: node affinity every pod of the profile gets on top of its
+/// own (required terms filter, preferred terms add to the score).
+#[derive(Clone, Debug)]
+pub struct AddedAffinity {
+    raw: NodeAffinity,
+    required: Option<CompiledNodeSelector>,
+    pub preferred: PreferredNodeAffinity,
+}
+
+impl AddedAffinity {
+    /// Compiles the args; an error names what does not parse.
+    pub fn new(raw: NodeAffinity) -> Result<Self, String> {
+        let required = raw
+            .required_during_scheduling_ignored_during_execution
+            .as_ref()
+            .map(|sel| {
+                CompiledNodeSelector::compile(sel)
+                    .map_err(|e| format!("requiredDuringSchedulingIgnoredDuringExecution: {e}"))
+            })
+            .transpose()?;
+        let terms = raw
+            .preferred_during_scheduling_ignored_during_execution
+            .clone()
+            .unwrap_or_default();
+        for (i, t) in terms.iter().enumerate() {
+            let one = NodeSelector {
+                node_selector_terms: vec![t.preference.clone()],
+            };
+            CompiledNodeSelector::compile(&one).map_err(|e| {
+                format!("preferredDuringSchedulingIgnoredDuringExecution[{i}]: {e}")
+            })?;
+        }
+        let preferred = PreferredNodeAffinity::of_terms(&terms);
+        Ok(AddedAffinity {
+            raw,
+            required,
+            preferred,
+        })
+    }
+}
+
+impl PartialEq for AddedAffinity {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+
+// NodeAffinity has no floating-point field; k8s-openapi derives only `PartialEq`.
+impl Eq for AddedAffinity {}
+
+/// Rejects a node outside the profile's added affinity (checked first, as upstream), or one
+/// the pod's selector or required affinity excludes.
+pub fn filter(
+    affinity: &RequiredNodeAffinity,
+    added: Option<&AddedAffinity>,
+    node: &Node,
+) -> Option<Rejection> {
+    if let Some(sel) = added.and_then(|a| a.required.as_ref())
+        && !sel.matches(node)
+    {
+        return Some(Rejection::unresolvable(
+            Plugin::NodeAffinity,
+            ENFORCED_REASON,
+        ));
+    }
     (!affinity.matches(node)).then(|| Rejection::unresolvable(Plugin::NodeAffinity, REASON))
 }
 

@@ -30,14 +30,21 @@ fn parse(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> i128 {
     Quantity::parse(&q.0).map(|q| q.nanos()).unwrap_or(0)
 }
 
-fn container_requests(c: &Container) -> ResourceList {
-    c.resources
+/// A container's requests, plus each of `defaults` it does not name (upstream's
+/// `NonMissingContainerRequests`: a container without a cpu request counts 100m for scoring).
+fn container_requests(c: &Container, defaults: &[(&str, i128)]) -> ResourceList {
+    let mut r: ResourceList = c
+        .resources
         .as_ref()
         .and_then(|r| r.requests.as_ref())
         .into_iter()
         .flatten()
         .map(|(k, v)| (k.clone(), parse(v)))
-        .collect()
+        .collect();
+    for (k, v) in defaults {
+        r.entry((*k).to_owned()).or_insert(*v);
+    }
+    r
 }
 
 fn add_into(total: &mut ResourceList, other: &ResourceList) {
@@ -58,17 +65,48 @@ fn max_into(total: &mut ResourceList, other: &ResourceList) {
 /// is more, plus `spec.overhead`; pod-level `resources.requests` replace the container sum for
 /// the resources they name (PodLevelResources).
 pub fn pod_requests(pod: &Pod) -> ResourceList {
+    pod_requests_with(pod, &[])
+}
+
+/// The cpu and memory the scores count for `pod` (upstream `NodeInfo`'s `Non0CPU`/`Non0Mem`):
+/// [`pod_requests`] with every container that names no cpu (memory) request counted at 100m
+/// (200 MiB); with pod-level requests, only for a resource the pod level does not name either.
+/// The same for the pod being scheduled: upstream's NodeResourcesFit score ignores its
+/// pod-level requests (`NewFit` never sets the scorer's `enablePodLevelResources`) although the
+/// pod counts with them once bound; an upstream bug, fixed here (interop/scheduler lists it).
+pub fn non_zero_requests(pod: &Pod) -> (i128, i128) {
+    let requests = pod_requests(pod);
+    let pod_level = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|r| !r.is_empty());
+    let defaults: Vec<(&str, i128)> = [("cpu", DEFAULT_CPU), ("memory", DEFAULT_MEMORY)]
+        .into_iter()
+        .filter(|(k, _)| !pod_level || !requests.contains_key(*k))
+        .collect();
+    let counted = if defaults.is_empty() {
+        requests
+    } else {
+        pod_requests_with(pod, &defaults)
+    };
+    let get = |k: &str| counted.get(k).copied().unwrap_or(0);
+    (get("cpu"), get("memory"))
+}
+
+fn pod_requests_with(pod: &Pod, defaults: &[(&str, i128)]) -> ResourceList {
     let Some(spec) = pod.spec.as_ref() else {
         return ResourceList::new();
     };
     let mut total = ResourceList::new();
     for c in &spec.containers {
-        add_into(&mut total, &container_requests(c));
+        add_into(&mut total, &container_requests(c, defaults));
     }
     let mut sidecars = ResourceList::new();
     let mut init_max = ResourceList::new();
     for c in spec.init_containers.iter().flatten() {
-        let own = container_requests(c);
+        let own = container_requests(c, defaults);
         let effective = if c.restart_policy.as_deref() == Some("Always") {
             add_into(&mut sidecars, &own);
             sidecars.clone()
@@ -118,6 +156,8 @@ pub struct NodeUsage {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodUsage {
     pub requests: ResourceList,
+    /// cpu and memory as the scores count them ([`non_zero_requests`]).
+    pub non_zero: (i128, i128),
     pub host_ports: Vec<HostPort>,
     pub info: Option<Arc<PodInfo>>,
 }
@@ -127,27 +167,18 @@ impl PodUsage {
     pub fn of(pod: &Pod) -> Self {
         PodUsage {
             requests: pod_requests(pod),
+            non_zero: non_zero_requests(pod),
             host_ports: super::node_ports::host_ports(pod),
             info: Some(Arc::new(PodInfo::of(pod))),
         }
     }
-
-    pub(crate) fn non_zero(&self) -> (i128, i128) {
-        non_zero(&self.requests)
-    }
-}
-
-/// cpu and memory of `requests`, with the scoring defaults for what they leave out.
-fn non_zero(requests: &ResourceList) -> (i128, i128) {
-    let get = |k: &str, d: i128| requests.get(k).copied().filter(|v| *v != 0).unwrap_or(d);
-    (get("cpu", DEFAULT_CPU), get("memory", DEFAULT_MEMORY))
 }
 
 impl NodeUsage {
     /// Counts a pod in.
     pub fn add(&mut self, pod: &PodUsage) {
         add_into(&mut self.requested, &pod.requests);
-        let (cpu, mem) = pod.non_zero();
+        let (cpu, mem) = pod.non_zero;
         self.non_zero_cpu += cpu;
         self.non_zero_memory += mem;
         self.pods += 1;
@@ -169,7 +200,7 @@ impl NodeUsage {
                 }
             }
         }
-        let (cpu, mem) = pod.non_zero();
+        let (cpu, mem) = pod.non_zero;
         self.non_zero_cpu -= cpu;
         self.non_zero_memory -= mem;
         self.pods = self.pods.saturating_sub(1);
@@ -225,7 +256,18 @@ pub fn filter(
     if (usage.pods as i128) + 1 > max_pods {
         reasons.push("Too many pods".to_owned());
     }
-    for (name, want) in requests {
+    // Upstream's order (`fitsRequest`): cpu, memory, ephemeral-storage, then the rest (a Go
+    // map there, so in no fixed order; here by name).
+    const FIRST: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+    let ordered = FIRST
+        .iter()
+        .filter_map(|n| requests.get_key_value(*n))
+        .chain(
+            requests
+                .iter()
+                .filter(|(n, _)| !FIRST.contains(&n.as_str())),
+        );
+    for (name, want) in ordered {
         if *want <= 0 || name == "pods" {
             continue;
         }
@@ -275,11 +317,11 @@ pub struct DeviceUse {
 pub fn fit_score(
     strategy: &ScoringStrategy,
     requests: &ResourceList,
+    (cpu, mem): (i128, i128),
     alloc: &ResourceList,
     usage: &NodeUsage,
     devices: impl Fn(&str) -> Option<DeviceUse>,
 ) -> i64 {
-    let (cpu, mem) = non_zero(requests);
     let mut score_sum: i128 = 0;
     let mut weight_sum: i128 = 0;
     for (name, weight) in &strategy.resources {
@@ -348,40 +390,52 @@ pub fn fit_score(
     }
 }
 
-/// NodeResourcesBalancedAllocation (`balanced_allocation.go`, W118) over cpu and memory, with
-/// the actual requests (no non-zero defaults): `None` for a pod that requests neither (PreScore
-/// skips it, upstream #129138). The score moves from about 75 towards 100 when the pod evens
-/// out the node's cpu and memory fractions, towards 50 when it makes them uneven.
+/// NodeResourcesBalancedAllocation's score (W118): how much more even the use of `resources`
+/// (its args; cpu and memory by default) gets with the pod, 50-100 (upstream
+/// `balancedResourceScorer`: 50 + (50 + with - without) / 2, each (1 - the standard deviation
+/// of the used fractions) × 100). Requests as written, no non-zero defaults; an extended
+/// resource the pod does not request is left out. `None` for a pod that requests none of them
+/// (PreScore skips best-effort pods).
 pub fn balanced_allocation_score(
+    resources: &[String],
     requests: &ResourceList,
     alloc: &ResourceList,
     usage: &NodeUsage,
 ) -> Option<i64> {
-    const RESOURCES: [&str; 2] = ["cpu", "memory"];
-    if RESOURCES
-        .iter()
-        .all(|r| requests.get(*r).copied().unwrap_or(0) <= 0)
-    {
+    let wanted = |r: &str| requests.get(r).copied().unwrap_or(0);
+    if resources.iter().all(|r| wanted(r) <= 0) {
         return None;
     }
-    // (1 - the standard deviation of the fractions) × 100; two resources: |f1 - f2| / 2.
     let balance = |with_pod: bool| -> i64 {
-        let fractions: Vec<f64> = RESOURCES
+        let fractions: Vec<f64> = resources
             .iter()
+            .filter(|r| {
+                matches!(r.as_str(), "cpu" | "memory" | "ephemeral-storage") || wanted(r) > 0
+            })
             .filter_map(|r| {
-                let capacity = alloc.get(*r).copied().unwrap_or(0);
+                let capacity = alloc.get(r.as_str()).copied().unwrap_or(0);
                 if capacity <= 0 {
                     return None;
                 }
-                let mut used = usage.requested.get(*r).copied().unwrap_or(0);
+                let mut used = usage.requested.get(r.as_str()).copied().unwrap_or(0);
                 if with_pod {
-                    used += requests.get(*r).copied().unwrap_or(0);
+                    used += wanted(r);
                 }
                 Some((used as f64 / capacity as f64).min(1.0))
             })
             .collect();
         let std = match fractions.as_slice() {
             [a, b] => ((a - b) / 2.0).abs(),
+            [_, _, _, ..] => {
+                let n = fractions.len() as f64;
+                let mean = fractions.iter().sum::<f64>() / n;
+                (fractions
+                    .iter()
+                    .map(|f| (f - mean) * (f - mean))
+                    .sum::<f64>()
+                    / n)
+                    .sqrt()
+            }
             _ => 0.0,
         };
         ((1.0 - std) * 100.0) as i64
@@ -413,6 +467,16 @@ fn broken_linear(shape: &[(i64, i64)], utilization: i128) -> i128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cpu_memory() -> Vec<String> {
+        vec!["cpu".to_owned(), "memory".to_owned()]
+    }
+
+    /// The scores' cpu and memory of a one-container pod asking `r`.
+    fn nz(r: &ResourceList) -> (i128, i128) {
+        let get = |k: &str, d: i128| r.get(k).copied().unwrap_or(d);
+        (get("cpu", DEFAULT_CPU), get("memory", DEFAULT_MEMORY))
+    }
     use k8s_openapi::api::core::v1::{NodeStatus, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
 
@@ -507,8 +571,7 @@ mod tests {
         let mut used = NodeUsage::default();
         used.add(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
-            host_ports: vec![],
-            info: None,
+            ..PodUsage::default()
         });
         let r = filter(
             &facts(&[("example.com/gpu", NANO)]),
@@ -524,8 +587,7 @@ mod tests {
         assert_eq!(r.code, Code::Unschedulable);
         used.remove(&PodUsage {
             requests: BTreeMap::from([("example.com/gpu".to_owned(), NANO)]),
-            host_ports: vec![],
-            info: None,
+            ..PodUsage::default()
         });
         assert_eq!(used, NodeUsage::default());
     }
@@ -551,14 +613,26 @@ mod tests {
             }
         };
         let none = ResourceList::new();
-        assert_eq!(fit_score(&most, &none, &alloc, &usage, devices(1)), 87);
+        assert_eq!(
+            fit_score(&most, &none, nz(&none), &alloc, &usage, devices(1)),
+            87
+        );
         // Nothing of that class for this pod: the resource adds no score and no weight (W116).
-        assert_eq!(fit_score(&most, &none, &alloc, &usage, devices(0)), 0);
+        assert_eq!(
+            fit_score(&most, &none, nz(&none), &alloc, &usage, devices(0)),
+            0
+        );
         // An extended-resource request of it counts as upstream's does.
         let asks = ResourceList::from([(class.to_owned(), NANO)]);
-        assert_eq!(fit_score(&most, &asks, &alloc, &usage, devices(0)), 87);
+        assert_eq!(
+            fit_score(&most, &asks, nz(&asks), &alloc, &usage, devices(0)),
+            87
+        );
         // A node without such devices: nothing.
-        assert_eq!(fit_score(&most, &asks, &alloc, &usage, |_| None), 0);
+        assert_eq!(
+            fit_score(&most, &asks, nz(&asks), &alloc, &usage, |_| None),
+            0
+        );
     }
 
     #[test]
@@ -593,12 +667,12 @@ mod tests {
         // cpu 2/4, memory 4/16.
         let least = with(StrategyKind::LeastAllocated, &[("cpu", 1), ("memory", 1)]);
         assert_eq!(
-            fit_score(&least, &pod, &alloc, &usage, |_| None),
+            fit_score(&least, &pod, nz(&pod), &alloc, &usage, |_| None),
             (50 + 75) / 2
         );
         let most = with(StrategyKind::MostAllocated, &[("cpu", 1), ("memory", 1)]);
         assert_eq!(
-            fit_score(&most, &pod, &alloc, &usage, |_| None),
+            fit_score(&most, &pod, nz(&pod), &alloc, &usage, |_| None),
             (50 + 25) / 2
         );
         // GPUs 7/8 = 87, weighted 3 beside cpu 50.
@@ -607,19 +681,25 @@ mod tests {
             &[("cpu", 1), ("nvidia.com/gpu", 3)],
         );
         assert_eq!(
-            fit_score(&gpus, &pod, &alloc, &usage, |_| None),
+            fit_score(&gpus, &pod, nz(&pod), &alloc, &usage, |_| None),
             (50 + 87 * 3) / 4
         );
         // W116: a pod without GPUs leaves the GPU out (weight included).
         let cpu_only = ResourceList::from([("cpu".to_owned(), NANO)]);
-        assert_eq!(fit_score(&gpus, &cpu_only, &alloc, &usage, |_| None), 50);
+        assert_eq!(
+            fit_score(&gpus, &cpu_only, nz(&cpu_only), &alloc, &usage, |_| None),
+            50
+        );
         // Bin packing by ratio: shape (0, 0) → (100, 10); cpu 50 % → 50, memory 25 % → 25,
         // mean 37.5 rounded to 38.
         let ratio = with(
             StrategyKind::RequestedToCapacityRatio(vec![(0, 0), (100, 10)]),
             &[("cpu", 1), ("memory", 1)],
         );
-        assert_eq!(fit_score(&ratio, &pod, &alloc, &usage, |_| None), 38);
+        assert_eq!(
+            fit_score(&ratio, &pod, nz(&pod), &alloc, &usage, |_| None),
+            38
+        );
     }
 
     #[test]
@@ -643,15 +723,18 @@ mod tests {
         // A memory-heavy pod evens it out (0.5, 0.5: balance 100): 50 + (50 + 13) / 2 = 81.
         let evening = ResourceList::from([("memory".to_owned(), 4 * gib)]);
         assert_eq!(
-            balanced_allocation_score(&evening, &alloc, &usage),
+            balanced_allocation_score(&cpu_memory(), &evening, &alloc, &usage),
             Some(81)
         );
         // A cpu-heavy one makes it uneven (0.75, 0.25: balance 75): 50 + (50 - 12) / 2 = 69.
         let uneven = ResourceList::from([("cpu".to_owned(), NANO)]);
-        assert_eq!(balanced_allocation_score(&uneven, &alloc, &usage), Some(69));
+        assert_eq!(
+            balanced_allocation_score(&cpu_memory(), &uneven, &alloc, &usage),
+            Some(69)
+        );
         // Best effort: skipped.
         assert_eq!(
-            balanced_allocation_score(&ResourceList::new(), &alloc, &usage),
+            balanced_allocation_score(&cpu_memory(), &ResourceList::new(), &alloc, &usage),
             None
         );
     }

@@ -930,7 +930,7 @@ fn repack(
     if matches!(inputs.volumes, Some(VolumeCheck::Rejected(_))) {
         return Ok(None);
     }
-    let facts = PodFacts::of(&members[j].pod);
+    let facts = PodFacts::for_profile(&members[j].pod, engine.profile_of(&members[j].pod));
     let pod_level = PodLevelFilters::new(
         &members[j].pod,
         &facts,
