@@ -62,6 +62,97 @@ var knownDivergences = []struct {
 				len(c.Pod.Spec.Resources.Requests) > 0
 		},
 	},
+	{
+		name: "dra-preemption-frees-devices",
+		reason: "preemption for devices (KEP-5690): kube-scheduler 1.36 cannot preempt for " +
+			"devices. Every DynamicResources Filter rejection is UnschedulableAndUnresolvable " +
+			"(dynamicresources.go statusUnschedulable), so a node rejected with \"cannot allocate " +
+			"all claims\" is never a preemption candidate (Evaluator.Preempt takes the nodes " +
+			"whose status is Unschedulable), and the dry run on another candidate " +
+			"(SelectVictimsOnNode) removes victims but never the devices of their claims " +
+			"(DynamicResources has no PreFilterExtensions; its allocator's allocated devices are " +
+			"fixed in PreFilter). devicelet makes such a node a candidate and returns the devices " +
+			"of every claim whose reservedFor consumers are all victims " +
+			"(crates/devicelet-scheduler/src/preemption/mod.rs might_help). Matched: a " +
+			"DynamicResources \"cannot allocate all claims\" rejection that is Unschedulable in " +
+			"devicelet, a node devicelet dry-runs that upstream does not because of that " +
+			"rejection, and a node where upstream's dry run fails with \"cannot allocate all " +
+			"claims\" while devicelet finds victims of which some free devices on that node",
+		match: func(c *Case, d Diff, up, dl *Result) bool {
+			if len(c.Pod.Spec.ResourceClaims) == 0 {
+				return false
+			}
+			switch d.Kind {
+			case "filter code":
+				u, l := nodeRejection(up, d.Node), nodeRejection(dl, d.Node)
+				return draCannotAllocate(u) && u.Code == "UnschedulableAndUnresolvable" &&
+					draCannotAllocate(l) && l.Code == "Unschedulable"
+			case "preemption nodes":
+				if up.Preemption == nil || dl.Preemption == nil {
+					return false
+				}
+				_, upRuns := up.Preemption.Nodes[d.Node]
+				_, dlRuns := dl.Preemption.Nodes[d.Node]
+				return !upRuns && dlRuns && draCannotAllocate(nodeRejection(up, d.Node))
+			case "preemption outcome":
+				if up.Preemption == nil || dl.Preemption == nil {
+					return false
+				}
+				u, l := up.Preemption.Nodes[d.Node], dl.Preemption.Nodes[d.Node]
+				return u.Failure == draCannotAllocateReason && l.Failure == "" &&
+					victimsFreeDevices(c, d.Node, l.Victims)
+			}
+			return false
+		},
+	},
+}
+
+// draCannotAllocateReason is DynamicResources' Filter rejection when the allocator finds no
+// devices for the pod's claims on a node (dynamicresources.go Filter).
+const draCannotAllocateReason = "cannot allocate all claims"
+
+// draCannotAllocate: the status is DynamicResources' "cannot allocate all claims".
+func draCannotAllocate(s *Status) bool {
+	return s != nil && s.Plugin == "DynamicResources" && slices.Equal(s.Reasons, []string{draCannotAllocateReason})
+}
+
+// nodeRejection is an answer's rejection of a node (nil: feasible, or no such node).
+func nodeRejection(r *Result, node string) *Status {
+	for i := range r.Nodes {
+		if r.Nodes[i].Name == node {
+			return r.Nodes[i].Rejection
+		}
+	}
+	return nil
+}
+
+// victimsFreeDevices: evicting the victims (namespace/name) frees devices on the node, i.e.
+// some claim allocated there is reserved for victims only.
+func victimsFreeDevices(c *Case, node string, victims []string) bool {
+	uids := map[string]bool{}
+	for _, p := range c.Pods {
+		if p.Spec.NodeName == node && slices.Contains(victims, p.Namespace+"/"+p.Name) {
+			uids[string(p.UID)] = true
+		}
+	}
+	for _, claim := range c.ResourceClaims {
+		a := claim.Status.Allocation
+		if a == nil || len(claim.Status.ReservedFor) == 0 {
+			continue
+		}
+		onNode := false
+		for _, res := range a.Devices.Results {
+			onNode = onNode || res.Pool == node
+		}
+		allVictims := true
+		for _, ref := range claim.Status.ReservedFor {
+			allVictims = allVictims && uids[string(ref.UID)]
+		}
+		if onNode && allVictims {
+			return true
+		}
+	}
+	return false
 }
 
 // knownAs returns the name of the known divergence a difference is, or "".
@@ -566,6 +657,9 @@ func describe(c *Case) string {
 	}
 	if len(p.NodeSelector) > 0 {
 		parts = append(parts, "nodeSelector")
+	}
+	if len(p.ResourceClaims) > 0 {
+		parts = append(parts, fmt.Sprintf("%d DRA claims (%d slices, %d claims in all)", len(p.ResourceClaims), len(c.ResourceSlices), len(c.ResourceClaims)))
 	}
 	return fmt.Sprintf("%d nodes, %d pods, %d PDBs, %s; pod priority %d: %s", len(c.Nodes), len(c.Pods), len(c.PDBs), cfg,
 		*p.Priority, strings.Join(parts, ", "))

@@ -9,6 +9,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 )
 
 // shrink returns the smallest variant of c found that still differs in the given kind, or nil.
@@ -68,15 +73,25 @@ func smaller(c *Case) []*Case {
 			for _, p := range x.Pods {
 				if p.Spec.NodeName != name {
 					kept = append(kept, p)
+				} else {
+					dropPodClaims(x, p)
 				}
 			}
 			x.Pods = kept
+			x.ResourceSlices = slices.DeleteFunc(x.ResourceSlices, func(s *resourceapi.ResourceSlice) bool {
+				return ptr.Deref(s.Spec.NodeName, "") == name
+			})
 			return true
 		})
 	}
 	for i := range c.Pods {
-		try(func(x *Case) bool { x.Pods = append(x.Pods[:i:i], x.Pods[i+1:]...); return true })
+		try(func(x *Case) bool {
+			dropPodClaims(x, x.Pods[i])
+			x.Pods = append(x.Pods[:i:i], x.Pods[i+1:]...)
+			return true
+		})
 	}
+	smallerDRA(c, try)
 	for i := range c.PDBs {
 		try(func(x *Case) bool { x.PDBs = append(x.PDBs[:i:i], x.PDBs[i+1:]...); return true })
 	}
@@ -147,4 +162,112 @@ func cloneCase(c *Case) *Case {
 		panic(err)
 	}
 	return &x
+}
+
+// smallerDRA adds (through try) the variants with less DRA: none at all, one claim fewer, one
+// request fewer, a request without its selectors or its last alternative, one slice or one
+// device fewer (of those no allocation names).
+func smallerDRA(c *Case, try func(edit func(x *Case) bool)) {
+	if len(c.DeviceClasses)+len(c.ResourceSlices)+len(c.ResourceClaims) == 0 {
+		return
+	}
+	try(func(x *Case) bool {
+		x.DeviceClasses, x.ResourceSlices, x.ResourceClaims = nil, nil, nil
+		for _, p := range append(x.Pods, x.Pod) {
+			p.Spec.ResourceClaims = nil
+			for i := range p.Spec.Containers {
+				p.Spec.Containers[i].Resources.Claims = nil
+			}
+		}
+		return true
+	})
+	for i := range c.ResourceClaims {
+		try(func(x *Case) bool { dropClaim(x, x.ResourceClaims[i]); return true })
+	}
+	for i, claim := range c.ResourceClaims {
+		if claim.Status.Allocation != nil {
+			continue // an allocation names its requests
+		}
+		for j, req := range claim.Spec.Devices.Requests {
+			if len(claim.Spec.Devices.Requests) > 1 {
+				try(func(x *Case) bool {
+					reqs := &x.ResourceClaims[i].Spec.Devices.Requests
+					*reqs = append((*reqs)[:j:j], (*reqs)[j+1:]...)
+					return true
+				})
+			}
+			if req.Exactly != nil && len(req.Exactly.Selectors) > 0 {
+				try(func(x *Case) bool { x.ResourceClaims[i].Spec.Devices.Requests[j].Exactly.Selectors = nil; return true })
+			}
+			if len(req.FirstAvailable) > 1 {
+				try(func(x *Case) bool {
+					subs := &x.ResourceClaims[i].Spec.Devices.Requests[j].FirstAvailable
+					*subs = (*subs)[:len(*subs)-1]
+					return true
+				})
+			}
+		}
+	}
+	allocated := map[string]bool{} // pool/device
+	for _, claim := range c.ResourceClaims {
+		if a := claim.Status.Allocation; a != nil {
+			for _, r := range a.Devices.Results {
+				allocated[r.Pool+"/"+r.Device] = true
+			}
+		}
+	}
+	for i, s := range c.ResourceSlices {
+		inUse := false
+		for _, d := range s.Spec.Devices {
+			inUse = inUse || allocated[s.Spec.Pool.Name+"/"+d.Name]
+		}
+		if !inUse {
+			try(func(x *Case) bool {
+				x.ResourceSlices = append(x.ResourceSlices[:i:i], x.ResourceSlices[i+1:]...)
+				return true
+			})
+		}
+		for j, d := range s.Spec.Devices {
+			if allocated[s.Spec.Pool.Name+"/"+d.Name] {
+				continue
+			}
+			try(func(x *Case) bool {
+				devs := &x.ResourceSlices[i].Spec.Devices
+				*devs = append((*devs)[:j:j], (*devs)[j+1:]...)
+				return true
+			})
+		}
+	}
+}
+
+// dropPodClaims removes the claims reserved for the pod alone (a pod that is removed).
+func dropPodClaims(x *Case, p *v1.Pod) {
+	for _, claim := range slices.Clone(x.ResourceClaims) {
+		if rf := claim.Status.ReservedFor; len(rf) == 1 && rf[0].UID == p.UID {
+			dropClaim(x, claim)
+		}
+	}
+}
+
+// dropClaim removes a claim and every pod's reference to it.
+func dropClaim(x *Case, claim *resourceapi.ResourceClaim) {
+	x.ResourceClaims = slices.DeleteFunc(x.ResourceClaims, func(c *resourceapi.ResourceClaim) bool { return c == claim })
+	for _, p := range append(slices.Clone(x.Pods), x.Pod) {
+		if p.Namespace != claim.Namespace {
+			continue
+		}
+		for _, pc := range slices.Clone(p.Spec.ResourceClaims) {
+			if ptr.Deref(pc.ResourceClaimName, "") != claim.Name {
+				continue
+			}
+			p.Spec.ResourceClaims = slices.DeleteFunc(p.Spec.ResourceClaims, func(r v1.PodResourceClaim) bool { return r.Name == pc.Name })
+			for i := range p.Spec.Containers {
+				cs := &p.Spec.Containers[i].Resources.Claims
+				*cs = slices.DeleteFunc(*cs, func(r v1.ResourceClaim) bool { return r.Name == pc.Name })
+			}
+		}
+		if len(p.Spec.ResourceClaims) == 0 {
+			p.Spec.ResourceClaims = nil
+		}
+	}
 }

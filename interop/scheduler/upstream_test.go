@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
@@ -23,6 +24,7 @@ import (
 	resourceslicetracker "k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/latest"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
@@ -122,8 +124,11 @@ func (noNominatedPods) UpdateNominatedPod(klog.Logger, *v1.Pod, fwk.PodInfo)    
 func (noNominatedPods) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }
 
 // informerFactory holds the case's API objects in the listers the plugins read (namespaces
-// for namespaceSelector, PDBs, the owners and services of default spreading). The informers
-// are never started: their stores are filled directly, which is all a lister reads.
+// for namespaceSelector, PDBs, the owners and services of default spreading, DeviceClasses and
+// ResourceSlices for DynamicResources). The informers are never started: their stores are
+// filled directly, which is all a lister reads. The claims are in their store too, but the
+// DRA manager reads them from its assume cache, which learns them from informer events
+// (primedInformer).
 func informerFactory(c *Case) (informers.SharedInformerFactory, *fake.Clientset, error) {
 	client := fake.NewClientset()
 	f := informers.NewSharedInformerFactory(client, 0)
@@ -139,6 +144,9 @@ func informerFactory(c *Case) (informers.SharedInformerFactory, *fake.Clientset,
 		{f.Apps().V1().ReplicaSets().Informer().GetStore(), anySlice(c.ReplicaSets)},
 		{f.Apps().V1().StatefulSets().Informer().GetStore(), anySlice(c.StatefulSets)},
 		{f.Core().V1().ReplicationControllers().Informer().GetStore(), anySlice(c.ReplicationControllers)},
+		{f.Resource().V1().DeviceClasses().Informer().GetStore(), anySlice(c.DeviceClasses)},
+		{f.Resource().V1().ResourceSlices().Informer().GetStore(), anySlice(c.ResourceSlices)},
+		{f.Resource().V1().ResourceClaims().Informer().GetStore(), anySlice(c.ResourceClaims)},
 	}
 	for _, s := range stores {
 		for _, o := range s.objs {
@@ -148,6 +156,27 @@ func informerFactory(c *Case) (informers.SharedInformerFactory, *fake.Clientset,
 		}
 	}
 	return f, client, nil
+}
+
+// primedInformer is the claims' informer as the assume cache sees it once the informer has
+// listed: every handler added gets each claim as an add event of the initial list (the
+// shared informer's contract), so the assume cache holds the claims and the DRA manager's
+// allocated-devices tracker, which the assume cache feeds, knows the devices the allocated
+// ones hold.
+type primedInformer struct {
+	cache.SharedIndexInformer
+	objs []any
+}
+
+func (p primedInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
+	reg, err := p.SharedIndexInformer.AddEventHandler(h)
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range p.objs {
+		h.OnAdd(o, true)
+	}
+	return reg, nil
 }
 
 func anySlice[T any](xs []T) []any {
@@ -182,12 +211,17 @@ func runUpstream(c *Case) (res Result) {
 	pod := c.Pod.DeepCopy()
 	snapshot := internalcache.NewSnapshot(c.Pods, c.Nodes)
 	// The DRA manager kube-scheduler builds (scheduler.New), over the same never-started
-	// informers: no claims, slices or device classes. DynamicResources then skips every pod,
-	// and NodeResourcesFit and BalancedAllocation find no extended resource backed by a class.
-	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), factory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+	// informers: the tracker without DeviceTaintRules (off by default in 1.36) lists the
+	// slices from the store, the classes come from their lister, and the claims from the
+	// assume cache, primed with them. No class names an extended resource, so NodeResourcesFit
+	// and BalancedAllocation find none backed by DRA.
+	claimInformer := primedInformer{factory.Resource().V1().ResourceClaims().Informer(), anySlice(c.ResourceClaims)}
+	claims := assumecache.NewAssumeCache(klog.FromContext(ctx), claimInformer, "ResourceClaim", "", nil)
 	slices, err := resourceslicetracker.StartTracker(ctx, resourceslicetracker.Options{
-		SliceInformer: factory.Resource().V1().ResourceSlices(),
-		KubeClient:    client,
+		EnableDeviceTaintRules:   utilfeature.DefaultFeatureGate.Enabled(features.DRADeviceTaintRules),
+		EnableConsumableCapacity: utilfeature.DefaultFeatureGate.Enabled(features.DRAConsumableCapacity),
+		SliceInformer:            factory.Resource().V1().ResourceSlices(),
+		KubeClient:               client,
 	})
 	if err != nil {
 		res.Error = err.Error()

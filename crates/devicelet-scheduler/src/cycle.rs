@@ -746,6 +746,17 @@ impl<'a> Engine<'a> {
             ));
             return unschedulable(fit, None, BTreeSet::new());
         }
+        // NodeAffinity's PreFilter comes before the volume plugins' and DRA's (profile order:
+        // the first PreFilter that rejects decides the pod's status).
+        let mut facts = PodFacts::for_profile(pod, self.profile_of(pod));
+        let names = facts.affinity.names().clone();
+        if names == NodeNames::Conflict {
+            fit.pre_filter = Some(Rejection::unresolvable(
+                Plugin::NodeAffinity,
+                node_affinity::CONFLICT_REASON,
+            ));
+            return unschedulable(fit, None, BTreeSet::new());
+        }
         if let Some(VolumeCheck::Rejected(r)) = &inputs.volumes {
             fit.pre_filter = Some(r.clone());
             return unschedulable(fit, None, BTreeSet::new());
@@ -774,7 +785,6 @@ impl<'a> Engine<'a> {
                 )
             })
             .collect();
-        let mut facts = PodFacts::for_profile(pod, self.profile_of(pod));
         if let Some(plan) = &inputs.extended {
             facts.dra_extended = plan.resources();
         }
@@ -820,14 +830,6 @@ impl<'a> Engine<'a> {
         } else {
             1
         };
-        let names = facts.affinity.names().clone();
-        if names == NodeNames::Conflict {
-            fit.pre_filter = Some(Rejection::unresolvable(
-                Plugin::NodeAffinity,
-                node_affinity::CONFLICT_REASON,
-            ));
-            return unschedulable(fit, None, claim_names);
-        }
         let pod_level = PodLevelFilters::new(pod, &facts, &inputs, self.profile_of(pod));
         let mut feasible: Vec<FeasibleNode> = Vec::new();
         let mut unavailable = BTreeSet::new();
@@ -952,7 +954,19 @@ impl<'a> Engine<'a> {
         }
         // The best node first (ties at random, S19), then the rest best first for callers
         // that want alternatives (the pod-group search).
-        let breakdowns = self.score_breakdowns(pod, &facts, &inputs, &feasible, &to_allocate);
+        // Claims of the pod allocated already add the same on every node (as upstream counts
+        // them, before normalising).
+        let allocated_dra: i64 = state
+            .iter()
+            .map(|s| dra::allocated_score(s.claims.iter().map(|c| &*c.claim)))
+            .sum();
+        let breakdowns = self.score_breakdowns(
+            pod,
+            &facts,
+            &inputs,
+            &feasible,
+            (&to_allocate, allocated_dra),
+        );
         if let Some(trace) = self.trace.as_mut() {
             trace.scores = feasible
                 .iter()
@@ -1024,14 +1038,21 @@ impl<'a> Engine<'a> {
         facts: &PodFacts,
         inputs: &CycleInputs,
         feasible: &[FeasibleNode],
-        claims: &[&ResourceClaim],
+        (claims, allocated_dra): (&[&ResourceClaim], i64),
     ) -> Vec<ScoreBreakdown> {
         if feasible.len() == 1 && self.trace.is_none() {
             return vec![ScoreBreakdown::default()];
         }
         let profile = self.profile_of(pod);
         let devices = self.device_use(profile, &inputs.nodes, feasible, claims);
-        let mut out = Self::scores(profile, facts, inputs, feasible, claims, &devices);
+        let mut out = Self::scores(
+            profile,
+            facts,
+            inputs,
+            feasible,
+            (claims, allocated_dra),
+            &devices,
+        );
         for (b, (spread, affinity)) in out
             .iter_mut()
             .zip(self.inter_pod_scores(pod, facts, inputs, feasible))
@@ -1103,14 +1124,16 @@ impl<'a> Engine<'a> {
         facts: &PodFacts,
         inputs: &CycleInputs,
         feasible: &[FeasibleNode],
-        claims: &[&ResourceClaim],
+        (claims, allocated_dra): (&[&ResourceClaim], i64),
         devices: &[Vec<(String, DeviceUse)>],
     ) -> Vec<ScoreBreakdown> {
         let nodes = &inputs.nodes;
         // The special claim has no prioritized lists: it adds nothing to the DRA score.
         let dra_scores: Vec<i64> = feasible
             .iter()
-            .map(|(_, results, _)| dra::score(claims, &results[..claims.len().min(results.len())]))
+            .map(|(_, results, _)| {
+                allocated_dra + dra::score(claims, &results[..claims.len().min(results.len())])
+            })
             .collect();
         let max_dra = dra_scores.iter().copied().max().unwrap_or(0);
         let weights = &profile.weights;

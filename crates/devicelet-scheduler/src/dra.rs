@@ -467,28 +467,45 @@ pub fn diagnose<'a>(
     format!("devicelet: on node {}: {}", ex.node, parts.join("; "))
 }
 
-/// The prioritized-list score of a node's allocation (S45a): `8 - i` for each result from
-/// subrequest `i` of a `firstAvailable` request.
+/// The prioritized-list score of a node's allocation (S45a, upstream `computeScore`): per
+/// claim, `8 - i` once for each subrequest `i` of a `firstAvailable` request that the
+/// allocation uses (however many devices it got).
 pub fn score(claims: &[&ResourceClaim], results: &[AllocationResult]) -> i64 {
+    claims
+        .iter()
+        .zip(results)
+        .map(|(claim, result)| claim_score(claim, result))
+        .sum()
+}
+
+/// [`score`] of the pod's claims that are allocated already (a claim shared with a pod that
+/// runs, a PodGroup's claim): the same on every node, and counted as upstream counts it,
+/// since it shifts the normalised scores.
+pub fn allocated_score<'c>(claims: impl IntoIterator<Item = &'c ResourceClaim>) -> i64 {
+    claims
+        .into_iter()
+        .filter_map(|c| Some((c, c.status.as_ref()?.allocation.as_ref()?)))
+        .map(|(claim, allocation)| claim_score(claim, allocation))
+        .sum()
+}
+
+fn claim_score(claim: &ResourceClaim, result: &AllocationResult) -> i64 {
+    let used: BTreeSet<&str> = result
+        .devices
+        .iter()
+        .flat_map(|d| d.results.iter().flatten())
+        .map(|r| r.request.as_str())
+        .filter(|r| r.contains('/'))
+        .collect();
     let mut total = 0;
-    for (claim, result) in claims.iter().zip(results) {
-        for r in result
-            .devices
-            .iter()
-            .flat_map(|d| d.results.iter().flatten())
-        {
-            let Some((req, sub)) = r.request.split_once('/') else {
-                continue;
-            };
-            let index = claim
-                .spec
-                .devices
-                .iter()
-                .flat_map(|d| d.requests.iter().flatten())
-                .find(|q| q.name == req)
-                .and_then(|q| q.first_available.as_ref())
-                .and_then(|subs| subs.iter().position(|s| s.name == sub));
-            if let Some(i) = index {
+    for request in claim
+        .spec
+        .devices
+        .iter()
+        .flat_map(|d| d.requests.iter().flatten())
+    {
+        for (i, sub) in request.first_available.iter().flatten().enumerate() {
+            if used.contains(format!("{}/{}", request.name, sub.name).as_str()) {
                 total += FIRST_AVAILABLE_MAX - i as i64;
             }
         }
@@ -518,6 +535,59 @@ pub fn claim_to_deallocate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn s45a_a_subrequest_counts_once_however_many_devices_it_got() {
+        use k8s_openapi::api::resource::v1::{
+            DeviceAllocationResult, DeviceClaim, DeviceRequest, DeviceRequestAllocationResult,
+            DeviceSubRequest, ResourceClaimSpec,
+        };
+        let sub = |name: &str| DeviceSubRequest {
+            name: name.into(),
+            device_class_name: "gpu".into(),
+            ..DeviceSubRequest::default()
+        };
+        let claim = ResourceClaim {
+            spec: ResourceClaimSpec {
+                devices: Some(DeviceClaim {
+                    requests: Some(vec![DeviceRequest {
+                        name: "r".into(),
+                        first_available: Some(vec![sub("big"), sub("two-small")]),
+                        ..DeviceRequest::default()
+                    }]),
+                    ..DeviceClaim::default()
+                }),
+            },
+            ..ResourceClaim::default()
+        };
+        let result = |sub: &str, devices: usize| AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(
+                    (0..devices)
+                        .map(|d| DeviceRequestAllocationResult {
+                            request: format!("r/{sub}"),
+                            driver: "d".into(),
+                            pool: "p".into(),
+                            device: format!("dev-{d}"),
+                            ..DeviceRequestAllocationResult::default()
+                        })
+                        .collect(),
+                ),
+                ..DeviceAllocationResult::default()
+            }),
+            ..AllocationResult::default()
+        };
+        // Upstream `computeScore`: 8 - 0 for the first alternative, 8 - 1 for the second,
+        // once per subrequest (two devices of "two-small" score 7, not 14).
+        assert_eq!(score(&[&claim], &[result("big", 1)]), 8);
+        assert_eq!(score(&[&claim], &[result("two-small", 2)]), 7);
+        let mut allocated = claim.clone();
+        allocated.status = Some(k8s_openapi::api::resource::v1::ResourceClaimStatus {
+            allocation: Some(result("two-small", 2)),
+            ..Default::default()
+        });
+        assert_eq!(allocated_score([&claim, &allocated]), 7);
+    }
     use k8s_openapi::api::core::v1::{
         PodResourceClaim, PodResourceClaimStatus, PodSpec, PodStatus,
     };

@@ -623,7 +623,34 @@ impl SchedulingQueue {
             }
             return Some(popped);
         }
-        None
+        self.pop_from_backoff()
+    }
+
+    /// S6 (`SchedulerPopFromBackoffQ`, on since 1.33): with activeQ empty, the backing-off pod
+    /// whose back-off ends first goes at once. Only pods a plugin rejected (upstream's
+    /// `podBackoffQ`; a pod that failed with an error keeps its back-off), and no PodGroup
+    /// member: members go to backoffQ after every attempt (W10), and popping them early would
+    /// retry a waiting group without pause (upstream's retry loop, A-L3).
+    fn pop_from_backoff(&mut self) -> Option<QueuedPod> {
+        let uid = self
+            .backoff
+            .iter()
+            .filter(|b| {
+                matches!(self.pods.get(&b.uid), Some((qp, Place::Backoff, _))
+                    if qp.seq == b.seq
+                        && !qp.rejected_by.is_empty()
+                        && crate::gang::group_of(&qp.pod).is_none())
+            })
+            .min_by_key(|b| b.expiry)?
+            .uid
+            .clone();
+        // Its heap entry goes stale (the pod is no longer in backoffQ) and is skipped later.
+        let entry = self.pods.get_mut(&uid)?;
+        entry.1 = Place::InFlight;
+        entry.0.attempts += 1;
+        let popped = entry.0.clone();
+        self.in_flight_events.insert(uid, Vec::new());
+        Some(popped)
     }
 
     /// W11: every other queued member of group `key` that PreEnqueue lets through, pulled out
@@ -884,8 +911,57 @@ mod tests {
         );
         // Back-off (1 s after one attempt) has not expired: backoffQ.
         assert_eq!(q.counts().backoff, 1);
+        // S6: a pod in activeQ goes first; with activeQ empty the backing-off pod goes at
+        // once.
+        q.add(pod("a", 0), None, t0 + Duration::from_millis(200));
+        let first = q.pop(t0 + Duration::from_millis(500)).expect("popped");
+        assert_eq!(first.uid, "a");
+        let second = q.pop(t0 + Duration::from_millis(500)).expect("popped");
+        assert_eq!(second.uid, "p");
+        assert_eq!(second.attempts, 2);
+        // Its stale backoffQ entry never brings it back.
+        q.done("p");
+        assert!(q.pop(t0 + Duration::from_millis(1001)).is_none());
+    }
+
+    #[test]
+    fn s6_errors_and_group_members_keep_their_back_off() {
+        let t0 = Instant::now();
+        let mut q = SchedulingQueue::new();
+        // An error: backoffQ, not popped early.
+        q.add(pod("e", 0), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.error(qp, t0);
+        assert_eq!(q.counts().backoff, 1);
         assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
         assert!(q.pop(t0 + Duration::from_millis(1001)).is_some());
+        // A PodGroup member rejected by a plugin and moved by an event: not popped early.
+        let mut member = (*pod("m", 0)).clone();
+        member
+            .spec
+            .get_or_insert_with(Default::default)
+            .scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some("g".into()),
+            ..Default::default()
+        });
+        q.add(Arc::new(member), None, t0);
+        let qp = q.pop(t0).expect("popped");
+        q.unschedulable(
+            qp,
+            BTreeSet::from([Plugin::NodeAffinity]),
+            BTreeSet::new(),
+            t0,
+        );
+        q.on_event(
+            &ClusterEvent::NodeChanged {
+                labels: true,
+                allocatable: false,
+                taints: false,
+            },
+            |_| None,
+            t0 + Duration::from_millis(100),
+        );
+        assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
     }
 
     #[test]
