@@ -23,8 +23,8 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket. `qps` must be positive; a `burst` of 0 counts as 1 (one request may
-    /// always go).
+    /// A full bucket. A `qps` of 0 or less waits for ever (an hour per request); a `burst` of
+    /// 0 counts as 1 (one request may always go).
     pub fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket {
@@ -48,7 +48,8 @@ impl TokenBucket {
         if tokens >= 0.0 {
             Duration::ZERO
         } else {
-            Duration::from_secs_f64(-tokens / self.qps)
+            // A qps too small to be meaningful waits an hour rather than overflowing.
+            Duration::try_from_secs_f64(-tokens / self.qps).unwrap_or(Duration::from_secs(3600))
         }
     }
 

@@ -11,7 +11,7 @@
 //! deallocation, a deleted claim, an Unreserve) bumps a generation that makes the loop rebuild
 //! its index from [`ClusterCache::allocated_state`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use devicelet_allocator::AllocatedState;
@@ -23,7 +23,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use tracing::warn;
 
 use crate::gang::{GroupKey, group_of};
@@ -32,7 +32,7 @@ use crate::filters::image_locality::NodeImages;
 use crate::filters::labels::Selector;
 use crate::filters::node_resources_fit::{PodUsage, allocatable};
 use crate::filters::pod_topology_spread::SpreadOwners;
-use crate::filters::volumes::VolumeObjects;
+use crate::filters::volumes::{NodeAttachments, VolumeObjects, csi_volume};
 use crate::filters::{NodeUsage, ResourceList};
 
 /// `namespace/name`.
@@ -136,6 +136,9 @@ pub struct ClusterCache {
     volume_claims: HashMap<(String, String), Arc<PersistentVolumeClaim>>,
     volumes: HashMap<String, Arc<PersistentVolume>>,
     storage_classes: HashMap<String, Arc<StorageClass>>,
+    /// CSINodes by node name and VolumeAttachments by name (NodeVolumeLimits).
+    csi_nodes: HashMap<String, Arc<CSINode>>,
+    volume_attachments: HashMap<String, Arc<VolumeAttachment>>,
     /// Set for a cache filled from a snapshot without volume objects (offline explain).
     volumes_unknown: bool,
 }
@@ -745,6 +748,38 @@ impl ClusterCache {
         self.storage_classes.retain(|k, _| names.contains(k));
     }
 
+    /// A CSINode was added or changed (its drivers' attach limits).
+    pub fn upsert_csi_node(&mut self, node: CSINode) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        self.csi_nodes.insert(name, Arc::new(node));
+    }
+
+    /// A CSINode was deleted.
+    pub fn remove_csi_node(&mut self, name: &str) {
+        self.csi_nodes.remove(name);
+    }
+
+    /// Keeps only the CSINodes a relist found.
+    pub fn retain_csi_nodes(&mut self, names: &HashSet<String>) {
+        self.csi_nodes.retain(|k, _| names.contains(k));
+    }
+
+    /// A VolumeAttachment was added or changed.
+    pub fn upsert_volume_attachment(&mut self, va: VolumeAttachment) {
+        let name = va.metadata.name.clone().unwrap_or_default();
+        self.volume_attachments.insert(name, Arc::new(va));
+    }
+
+    /// A VolumeAttachment was deleted.
+    pub fn remove_volume_attachment(&mut self, name: &str) {
+        self.volume_attachments.remove(name);
+    }
+
+    /// Keeps only the VolumeAttachments a relist found.
+    pub fn retain_volume_attachments(&mut self, names: &HashSet<String>) {
+        self.volume_attachments.retain(|k, _| names.contains(k));
+    }
+
     /// The objects default spreading finds pods' siblings by.
     pub fn spread_owners(&self) -> &SpreadOwners {
         &self.spread_owners
@@ -1235,6 +1270,80 @@ fn pod_key_of_meta(
 impl VolumeObjects for ClusterCache {
     fn knows_volumes(&self) -> bool {
         !self.volumes_unknown
+    }
+
+    fn attach_limits(&self, drivers: &BTreeSet<String>) -> BTreeMap<String, NodeAttachments> {
+        let mut out: BTreeMap<String, NodeAttachments> = BTreeMap::new();
+        for (node, csi_node) in &self.csi_nodes {
+            let limits: BTreeMap<String, i64> = csi_node
+                .spec
+                .drivers
+                .iter()
+                .filter(|d| drivers.contains(&d.name))
+                .filter_map(|d| Some((d.name.clone(), i64::from(d.allocatable.as_ref()?.count?))))
+                .collect();
+            if !limits.is_empty() {
+                out.insert(
+                    node.clone(),
+                    NodeAttachments {
+                        limits,
+                        ..NodeAttachments::default()
+                    },
+                );
+            }
+        }
+        if out.is_empty() {
+            return out;
+        }
+        // Every CSI volume of the pods bound or assumed on those nodes (claims of
+        // `persistentVolumeClaim` and generic ephemeral volumes, bound to a volume).
+        for a in self.assigned.values() {
+            let Some(at) = out.get_mut(&a.node) else {
+                continue;
+            };
+            let ns = a.pod.metadata.namespace.as_deref().unwrap_or("");
+            let pod_name = a.pod.metadata.name.as_deref().unwrap_or("");
+            for v in a.pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                let claim = match (&v.persistent_volume_claim, &v.ephemeral) {
+                    (Some(c), _) => c.claim_name.clone(),
+                    (None, Some(_)) => format!("{pod_name}-{}", v.name),
+                    _ => continue,
+                };
+                let csi = self
+                    .volume_claims
+                    .get(&(ns.to_owned(), claim))
+                    .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+                    .and_then(|name| self.volumes.get(&name))
+                    .and_then(|pv| csi_volume(pv));
+                if let Some((driver, unique)) = csi {
+                    at.used.insert(unique, driver);
+                }
+            }
+        }
+        // And the volumes attached there (`getNodeVolumeAttachmentInfo`: by the attacher and
+        // the volume's handle).
+        for va in self.volume_attachments.values() {
+            let Some(at) = out.get_mut(&va.spec.node_name) else {
+                continue;
+            };
+            if va.spec.attacher.is_empty() {
+                continue;
+            }
+            let handle = va
+                .spec
+                .source
+                .persistent_volume_name
+                .as_ref()
+                .and_then(|name| self.volumes.get(name))
+                .and_then(|pv| Some(pv.spec.as_ref()?.csi.as_ref()?.volume_handle.clone()));
+            if let Some(handle) = handle {
+                let unique = format!("{}/{handle}", va.spec.attacher);
+                if !at.used.contains_key(&unique) {
+                    at.attached_only.insert(unique, va.spec.attacher.clone());
+                }
+            }
+        }
+        out
     }
 
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {

@@ -632,8 +632,12 @@ fn client_rate(qps: Option<f64>, burst: Option<i64>) -> Result<Option<ClientRate
         return Ok(None);
     }
     let qps = qps.unwrap_or(0.0);
-    if qps < 0.0 || !qps.is_finite() {
-        return Err(invalid("clientConnection.qps", "must be zero or positive"));
+    if !qps.is_finite() {
+        return Err(invalid("clientConnection.qps", "must be a number"));
+    }
+    // client-go: a negative qps turns the client-side limit off.
+    if qps < 0.0 {
+        return Ok(None);
     }
     let burst = u32::try_from(burst.unwrap_or(0))
         .map_err(|_| invalid("clientConnection.burst", "must be zero or positive"))?;
@@ -1008,8 +1012,9 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                             format!("Duplicate value: {:?}", r.name),
                         ));
                     }
-                    // Upstream's validation: the resources are balanced, not weighed.
-                    if r.weight.unwrap_or(1) != 1 {
+                    // Upstream's defaulting (0 is 1) and validation: the resources are
+                    // balanced, not weighed.
+                    if !matches!(r.weight, None | Some(0) | Some(1)) {
                         return Err(invalid(format!("{at}.weight"), "must be 1"));
                     }
                     names.push(r.name);
@@ -1262,7 +1267,8 @@ mod tests {
                 burst: 7
             })
         );
-        assert!(parse_with("clientConnection: {qps: -1}\n").is_err());
+        let off = parse_with("clientConnection: {qps: -1}\n").expect("negative qps");
+        assert_eq!(off.client_rate, None, "client-go: no limit");
         assert!(c.leader_election.leader_elect);
         assert_eq!(c.leader_election.namespace, "kube-system");
         assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));

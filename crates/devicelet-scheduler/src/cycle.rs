@@ -956,8 +956,10 @@ impl<'a> Engine<'a> {
         // that want alternatives (the pod-group search).
         // Claims of the pod allocated already add the same on every node (as upstream counts
         // them, before normalising).
+        // Upstream scores nothing when nothing is allocated in this cycle.
         let allocated_dra: i64 = state
             .iter()
+            .filter(|_| !to_allocate.is_empty())
             .map(|s| dra::allocated_score(s.claims.iter().map(|c| &*c.claim)))
             .sum();
         let breakdowns = self.score_breakdowns(

@@ -17,6 +17,7 @@ pub enum Plugin {
     NodePorts,
     NodeResourcesFit,
     VolumeRestrictions,
+    NodeVolumeLimits,
     VolumeBinding,
     VolumeZone,
     PodTopologySpread,
@@ -34,7 +35,7 @@ pub enum Plugin {
 
 impl Plugin {
     /// Every plugin that can reject a pod, for metrics that list them all.
-    pub const ALL: [Plugin; 15] = [
+    pub const ALL: [Plugin; 16] = [
         Plugin::SchedulingGates,
         Plugin::NodeUnschedulable,
         Plugin::NodeName,
@@ -43,6 +44,7 @@ impl Plugin {
         Plugin::NodePorts,
         Plugin::NodeResourcesFit,
         Plugin::VolumeRestrictions,
+        Plugin::NodeVolumeLimits,
         Plugin::VolumeBinding,
         Plugin::VolumeZone,
         Plugin::PodTopologySpread,
@@ -63,6 +65,7 @@ impl Plugin {
             Plugin::NodePorts => "NodePorts",
             Plugin::NodeResourcesFit => "NodeResourcesFit",
             Plugin::VolumeRestrictions => "VolumeRestrictions",
+            Plugin::NodeVolumeLimits => "NodeVolumeLimits",
             Plugin::VolumeBinding => "VolumeBinding",
             Plugin::VolumeZone => "VolumeZone",
             Plugin::PodTopologySpread => "PodTopologySpread",

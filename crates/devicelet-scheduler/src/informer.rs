@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::resource::v1beta2::DeviceTaintRule;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -591,6 +591,51 @@ pub async fn start(
                 Change::Relisted(names) => {
                     s.cache()
                         .retain_storage_classes(&names.into_iter().map(|(_, n)| n).collect());
+                    return;
+                }
+            }
+            event(s, ClusterEvent::VolumeChanged);
+        }
+    );
+    // NodeVolumeLimits: the drivers' attach limits per node and what is attached. A limit
+    // raised or a volume detached may let a pod in.
+    spawn_watch!(
+        Api::<CSINode>::all(client.clone()),
+        "csinodes",
+        false,
+        |s: &Shared, c: Change<CSINode>| {
+            match c {
+                Change::Upsert(k) => s.cache().upsert_csi_node(k),
+                Change::Delete(k) => s
+                    .cache()
+                    .remove_csi_node(k.metadata.name.as_deref().unwrap_or("")),
+                Change::Relisted(names) => {
+                    s.cache()
+                        .retain_csi_nodes(&names.into_iter().map(|(_, n)| n).collect());
+                    return;
+                }
+            }
+            event(s, ClusterEvent::VolumeChanged);
+        }
+    );
+    spawn_watch!(
+        Api::<VolumeAttachment>::all(client.clone()),
+        "volumeattachments",
+        false,
+        |s: &Shared, c: Change<VolumeAttachment>| {
+            // Only a detached volume can let a pod in (upstream registers VolumeAttachment
+            // deletions only); status updates are frequent and requeue nothing.
+            match c {
+                Change::Upsert(k) => {
+                    s.cache().upsert_volume_attachment(k);
+                    return;
+                }
+                Change::Delete(k) => s
+                    .cache()
+                    .remove_volume_attachment(k.metadata.name.as_deref().unwrap_or("")),
+                Change::Relisted(names) => {
+                    s.cache()
+                        .retain_volume_attachments(&names.into_iter().map(|(_, n)| n).collect());
                     return;
                 }
             }

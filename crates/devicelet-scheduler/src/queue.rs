@@ -155,8 +155,9 @@ fn interested(plugin: Plugin, event: &ClusterEvent, pod: &QueuedPod) -> bool {
             event,
             E::VolumeChanged | E::NodeAdded | E::NodeChanged { labels: true, .. }
         ),
-        // A ReadWriteOncePod claim is freed when the pod using it goes.
-        Plugin::VolumeRestrictions => {
+        // A ReadWriteOncePod claim is freed when the pod using it goes; an attached volume
+        // when its pod or VolumeAttachment goes, a limit when a CSINode changes.
+        Plugin::VolumeRestrictions | Plugin::NodeVolumeLimits => {
             matches!(event, E::VolumeChanged | E::AssignedPodDeleted)
         }
         // Both count pods per topology domain: any assigned pod's change, a node's labels
@@ -238,6 +239,9 @@ pub struct QueuedPod {
     pub claim_names: BTreeSet<(String, String)>,
     /// Gated: PreEnqueue refused it (scheduling gates, claims not there yet).
     pub gated: bool,
+    /// Its last attempt failed with an error (or its binding failed): its back-off is kept
+    /// (upstream's `podErrorBackoffQ`, never popped early by S6).
+    error_backoff: bool,
     seq: u64,
 }
 
@@ -461,6 +465,7 @@ impl SchedulingQueue {
             rejected_by: BTreeSet::new(),
             claim_names: BTreeSet::new(),
             gated: false,
+            error_backoff: false,
             seq: 0,
         };
         if apply_gate(&mut qp, gate) {
@@ -638,7 +643,7 @@ impl SchedulingQueue {
             .filter(|b| {
                 matches!(self.pods.get(&b.uid), Some((qp, Place::Backoff, _))
                     if qp.seq == b.seq
-                        && !qp.rejected_by.is_empty()
+                        && !qp.error_backoff
                         && crate::gang::group_of(&qp.pod).is_none())
             })
             .min_by_key(|b| b.expiry)?
@@ -710,6 +715,7 @@ impl SchedulingQueue {
         }
         qp.rejected_by = plugins;
         qp.claim_names = claim_names;
+        qp.error_backoff = false;
         if let Some((current, _, _)) = self.pods.get(&qp.uid) {
             qp.pod = current.pod.clone();
         }
@@ -727,6 +733,7 @@ impl SchedulingQueue {
     /// needed.
     pub fn error(&mut self, mut qp: QueuedPod, now: Instant) {
         self.in_flight_events.remove(&qp.uid);
+        qp.error_backoff = true;
         if let Some((current, _, _)) = self.pods.get(&qp.uid) {
             qp.pod = current.pod.clone();
         }
@@ -735,10 +742,11 @@ impl SchedulingQueue {
 
     /// A pod whose binding failed comes back (it left the queue at [`SchedulingQueue::done`]),
     /// unless it was deleted meanwhile; `false` then.
-    pub fn binding_failed(&mut self, qp: QueuedPod, now: Instant) -> bool {
+    pub fn binding_failed(&mut self, mut qp: QueuedPod, now: Instant) -> bool {
         if !self.binding.remove(&qp.uid) {
             return false;
         }
+        qp.error_backoff = true;
         self.push_backoff(qp, now);
         true
     }
@@ -871,6 +879,7 @@ mod tests {
             rejected_by: BTreeSet::new(),
             claim_names: BTreeSet::new(),
             gated: false,
+            error_backoff: false,
             seq: 0,
         };
         let mut seen = Vec::new();
@@ -928,13 +937,29 @@ mod tests {
     fn s6_errors_and_group_members_keep_their_back_off() {
         let t0 = Instant::now();
         let mut q = SchedulingQueue::new();
-        // An error: backoffQ, not popped early.
+        // An error: backoffQ, not popped early; also after an earlier plugin rejection.
         q.add(pod("e", 0), None, t0);
         let qp = q.pop(t0).expect("popped");
+        q.unschedulable(
+            qp,
+            BTreeSet::from([Plugin::NodeAffinity]),
+            BTreeSet::new(),
+            t0,
+        );
+        q.on_event(
+            &ClusterEvent::NodeChanged {
+                labels: true,
+                allocatable: false,
+                taints: false,
+            },
+            |_| None,
+            t0,
+        );
+        let qp = q.pop(t0).expect("S6: moved by an event, popped at once");
         q.error(qp, t0);
         assert_eq!(q.counts().backoff, 1);
         assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
-        assert!(q.pop(t0 + Duration::from_millis(1001)).is_some());
+        assert!(q.pop(t0 + Duration::from_millis(2001)).is_some());
         // A PodGroup member rejected by a plugin and moved by an event: not popped early.
         let mut member = (*pod("m", 0)).clone();
         member
@@ -942,7 +967,6 @@ mod tests {
             .get_or_insert_with(Default::default)
             .scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
             pod_group_name: Some("g".into()),
-            ..Default::default()
         });
         q.add(Arc::new(member), None, t0);
         let qp = q.pop(t0).expect("popped");

@@ -47,6 +47,10 @@ pub struct SchedulerConfig {
     pub binding_timeout: Duration,
     /// `podInitialBackoffSeconds`, `podMaxBackoffSeconds` (S3).
     pub backoff: (Duration, Duration),
+    /// `clientConnection.qps`/`burst`: one token bucket for the scheduler's requests. The
+    /// Lease is renewed outside it, as kube-scheduler's leader election has a client of its own
+    /// (a backlog of bindings must not cost the leadership).
+    pub client_rate: Option<crate::config::ClientRate>,
 }
 
 impl Default for SchedulerConfig {
@@ -58,6 +62,7 @@ impl Default for SchedulerConfig {
             metrics_address: None,
             binding_timeout: crate::binding_conditions::DEFAULT_BINDING_TIMEOUT,
             backoff: (crate::queue::INITIAL_BACKOFF, crate::queue::MAX_BACKOFF),
+            client_rate: None,
         }
     }
 }
@@ -89,6 +94,11 @@ pub async fn run(
     if config.profiles.is_empty() {
         config.profiles.push(Profile::named("devicelet-scheduler"));
     }
+    let lease_client = client.clone();
+    let client = match config.client_rate {
+        Some(rate) => devicelet_kube::rate_limit::rate_limited(client, rate.qps, rate.burst),
+        None => client,
+    };
     let name = config.profiles[0].scheduler_name.clone();
     let metrics = SchedulerMetrics::new(&name);
     let mut shared = Shared::new(&name, metrics.clone(), config.binding_timeout);
@@ -125,7 +135,7 @@ pub async fn run(
         let me = leader::identity();
         info!(identity = %me, lease = %format!("{}/{}", config.lease.namespace, config.lease.name), "campaigning for the leader lease");
         tasks.push(tokio::spawn(leader::run(
-            client.clone(),
+            lease_client,
             config.lease.clone(),
             me,
             leader_tx,

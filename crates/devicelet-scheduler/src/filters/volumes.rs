@@ -1,7 +1,11 @@
 //! The volume plugins for claims that are already bound (spec workloads.md E.3, S113):
 //! VolumeBinding (`pkg/scheduler/framework/plugins/volumebinding/volume_binding.go` PreFilter,
-//! `binder.go` `checkBoundClaims`), VolumeZone (`volumezone/volume_zone.go`) and the
-//! ReadWriteOncePod part of VolumeRestrictions (`volumerestrictions/volume_restrictions.go`).
+//! `binder.go` `checkBoundClaims`), VolumeZone (`volumezone/volume_zone.go`), the
+//! ReadWriteOncePod part of VolumeRestrictions (`volumerestrictions/volume_restrictions.go`)
+//! and NodeVolumeLimits for CSI volumes (`nodevolumelimits/csi.go`: a node's CSINode limits
+//! per driver against the distinct CSI volumes its pods and VolumeAttachments use). In-tree
+//! volume types are not translated to their CSI drivers (csi-translation-lib): they do not
+//! count toward a limit here.
 //!
 //! A pod's PersistentVolumeClaims (and generic ephemeral volumes' claims, `<pod>-<volume>`) are
 //! looked up once per attempt: missing, lost, being deleted or (ephemeral) not the pod's own
@@ -28,6 +32,8 @@ pub const PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
 /// VolumeZone's `ErrReasonConflict`.
 pub const ZONE_CONFLICT: &str = "node(s) had no available volume zone";
+/// NodeVolumeLimits' `ErrReasonMaxVolumeCountExceeded`.
+pub const MAX_VOLUME_COUNT: &str = "node(s) exceed max volume count";
 /// VolumeRestrictions' `ErrReasonReadWriteOncePodConflict`.
 pub const RWOP_CONFLICT: &str = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
 
@@ -62,6 +68,35 @@ pub trait VolumeObjects {
     /// Whether a pod other than `uid` that is bound or assumed uses claim `namespace/name` as
     /// a `persistentVolumeClaim` volume.
     fn claim_in_use_by_other(&self, namespace: &str, name: &str, uid: &str) -> bool;
+    /// Per node whose CSINode limits one of `drivers`: its limits and the CSI volumes in use
+    /// there (NodeVolumeLimits). None known: no limits.
+    fn attach_limits(&self, drivers: &BTreeSet<String>) -> BTreeMap<String, NodeAttachments> {
+        let _ = drivers;
+        BTreeMap::new()
+    }
+}
+
+/// A node's CSI attach limits and what is attached (NodeVolumeLimits).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeAttachments {
+    /// Per driver, `CSINode.spec.drivers[].allocatable.count`.
+    pub limits: BTreeMap<String, i64>,
+    /// Unique volume name (`driver/handle`) → driver, of the volumes the node's pods use.
+    pub used: BTreeMap<String, String>,
+    /// The same of the node's VolumeAttachments whose volume no pod there uses (they count,
+    /// but a pod's volume attached only this way is still counted as new, as upstream).
+    pub attached_only: BTreeMap<String, String>,
+}
+
+/// A PersistentVolume's CSI driver and unique name (`getVolumeUniqueName`: `driver/handle`).
+pub fn csi_volume(pv: &PersistentVolume) -> Option<(String, String)> {
+    let csi = pv.spec.as_ref()?.csi.as_ref()?;
+    (!csi.driver.is_empty() && !csi.volume_handle.is_empty()).then(|| {
+        (
+            csi.driver.clone(),
+            format!("{}/{}", csi.driver, csi.volume_handle),
+        )
+    })
 }
 
 /// Where a bound claim's volume can be used.
@@ -90,6 +125,10 @@ pub struct PodVolumes {
     bound: Vec<BoundVolume>,
     /// A ReadWriteOncePod claim of the pod is used by another pod.
     rwop_in_use: bool,
+    /// The pod's CSI volumes: unique name → driver.
+    csi: BTreeMap<String, String>,
+    /// The nodes with limits for the pod's CSI drivers.
+    attach: BTreeMap<String, NodeAttachments>,
 }
 
 /// The outcome of [`pre_filter`].
@@ -293,7 +332,14 @@ pub fn pre_filter(pod: &Pod, objects: &impl VolumeObjects) -> Option<VolumeCheck
                 format!("persistentvolume {volume_name:?} not found"),
             ));
         }
+        if let Some((driver, unique)) = pv.as_deref().and_then(csi_volume) {
+            out.csi.insert(unique, driver);
+        }
         out.bound.push(bound_volume(pv.as_deref(), !r.ephemeral));
+    }
+    if !out.csi.is_empty() {
+        let drivers: BTreeSet<String> = out.csi.values().cloned().collect();
+        out.attach = objects.attach_limits(&drivers);
     }
     Some(VolumeCheck::Bound(Arc::new(out)))
 }
@@ -343,6 +389,13 @@ impl PodVolumes {
                 RWOP_CONFLICT,
             ));
         }
+        if self.exceeds_limits(node.metadata.name.as_deref().unwrap_or("")) {
+            return Some(Rejection::new(
+                Plugin::NodeVolumeLimits,
+                Code::Unschedulable,
+                MAX_VOLUME_COUNT,
+            ));
+        }
         // `checkBoundClaims`: the first volume that is missing or does not allow the node.
         // `CheckNodeAffinity` sees the node's labels only (a `metadata.name` field matches
         // nothing).
@@ -365,6 +418,29 @@ impl PodVolumes {
         }
         self.zone_conflict(node)
             .then(|| Rejection::unresolvable(Plugin::VolumeZone, ZONE_CONFLICT))
+    }
+
+    /// NodeVolumeLimits (`CSILimits.Filter`): per driver the node limits, the volumes attached
+    /// there plus the pod's volumes not attached there already must stay within the limit.
+    fn exceeds_limits(&self, node: &str) -> bool {
+        let Some(at) = self.attach.get(node) else {
+            return false;
+        };
+        let mut attached: BTreeMap<&str, i64> = BTreeMap::new();
+        for driver in at.used.values().chain(at.attached_only.values()) {
+            *attached.entry(driver.as_str()).or_default() += 1;
+        }
+        let mut new: BTreeMap<&str, i64> = BTreeMap::new();
+        for (unique, driver) in &self.csi {
+            if !at.used.contains_key(unique) {
+                *new.entry(driver.as_str()).or_default() += 1;
+            }
+        }
+        new.iter().any(|(driver, count)| {
+            at.limits
+                .get(*driver)
+                .is_some_and(|limit| attached.get(driver).copied().unwrap_or(0) + count > *limit)
+        })
     }
 
     /// VolumeZone: a node with any zone or region label must carry each volume's, with one
@@ -555,6 +631,88 @@ mod tests {
                 .unwrap()
                 .len(),
             3
+        );
+    }
+
+    fn csi_volume_named(name: &str, handle: &str) -> PersistentVolume {
+        let mut pv = volume(name, None, None);
+        if let Some(spec) = pv.spec.as_mut() {
+            spec.csi = Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+                driver: "csi.example.com".into(),
+                volume_handle: handle.into(),
+                ..Default::default()
+            });
+        }
+        pv
+    }
+
+    fn csi_node(name: &str, limit: i32) -> k8s_openapi::api::storage::v1::CSINode {
+        use k8s_openapi::api::storage::v1::{
+            CSINode, CSINodeDriver, CSINodeSpec, VolumeNodeResources,
+        };
+        let mut n = CSINode {
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: "csi.example.com".into(),
+                    node_id: name.into(),
+                    allocatable: Some(VolumeNodeResources { count: Some(limit) }),
+                    ..Default::default()
+                }],
+            },
+            ..Default::default()
+        };
+        n.metadata.name = Some(name.into());
+        n
+    }
+
+    #[test]
+    fn node_volume_limits_count_distinct_csi_volumes_per_driver() {
+        let mut cache = cluster();
+        let p = Profile::named("s");
+        for (c, v, h) in [
+            ("a", "pv-a", "h-a"),
+            ("b", "pv-b", "h-b"),
+            ("c", "pv-c", "h-c"),
+        ] {
+            cache.upsert_volume_claim(claim(c, Some(v), None, &["ReadWriteMany"]));
+            cache.upsert_volume(csi_volume_named(v, h));
+        }
+        // n1 takes one volume of the driver, n2 two; n3 reports no limit.
+        cache.upsert_csi_node(csi_node("n1", 1));
+        cache.upsert_csi_node(csi_node("n2", 2));
+        bind_in(&mut cache, with_claim("on-n1", "a"), "n1");
+        bind_in(&mut cache, with_claim("on-n2", "b"), "n2");
+        // A new volume: over n1's limit, within n2's.
+        assert_eq!(
+            sorted(placements(&mut cache, &with_claim("new", "c"), &p).unwrap()),
+            ["n2", "n3"]
+        );
+        // The volume n1 has attached already counts once.
+        assert_eq!(
+            sorted(placements(&mut cache, &with_claim("shared", "a"), &p).unwrap()),
+            ["n1", "n2", "n3"]
+        );
+        // A VolumeAttachment counts as attached too: n2 is full then.
+        let mut va = k8s_openapi::api::storage::v1::VolumeAttachment::default();
+        va.metadata.name = Some("va".into());
+        va.spec.node_name = "n2".into();
+        va.spec.attacher = "csi.example.com".into();
+        va.spec.source.persistent_volume_name = Some("pv-c".into());
+        cache.upsert_volume_attachment(va);
+        // Upstream counts a volume attached only by a VolumeAttachment as new for the pod.
+        let err = placements(&mut cache, &with_claim("third", "c"), &p);
+        assert_eq!(sorted(err.unwrap()), ["n3"]);
+        cache.upsert_volume_claim(claim("d", Some("pv-d"), None, &["ReadWriteMany"]));
+        cache.upsert_volume(csi_volume_named("pv-d", "h-d"));
+        cache.remove_csi_node("n3");
+        assert_eq!(
+            sorted(placements(&mut cache, &with_claim("fourth", "d"), &p).unwrap()),
+            ["n3"]
+        );
+        cache.upsert_csi_node(csi_node("n3", 0));
+        assert_eq!(
+            placements(&mut cache, &with_claim("fifth", "d"), &p).unwrap_err(),
+            format!("0/3 nodes are available: 3 {MAX_VOLUME_COUNT}. no new claims to deallocate")
         );
     }
 

@@ -15,7 +15,7 @@ use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
-    let (config, kubeconfig, client_rate) = match &args.config {
+    let (config, kubeconfig) = match &args.config {
         Some(path) => from_file(path, metrics_address(args.metrics_address))?,
         None => {
             // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
@@ -33,17 +33,14 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
                 binding_timeout: args.binding_timeout,
                 ..SchedulerConfig::default()
             };
-            (config, None, None)
+            (config, None)
         }
     };
     let mut cluster = args.cluster.clone();
     if cluster.kubeconfig.is_none() {
         cluster.kubeconfig = kubeconfig;
     }
-    let mut client = devicelet_kube::connect(&source(&cluster)).await?;
-    if let Some(rate) = client_rate {
-        client = devicelet_kube::rate_limit::rate_limited(client, rate.qps, rate.burst);
-    }
+    let client = devicelet_kube::connect(&source(&cluster)).await?;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     let shutdown = async move {
@@ -61,7 +58,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
 fn from_file(
     path: &Path,
     metrics_address: Option<std::net::SocketAddr>,
-) -> anyhow::Result<(SchedulerConfig, Option<PathBuf>, Option<config::ClientRate>)> {
+) -> anyhow::Result<(SchedulerConfig, Option<PathBuf>)> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("read config {}", path.display()))?;
     let file = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
@@ -88,8 +85,9 @@ fn from_file(
         lease,
         metrics_address,
         backoff: (file.pod_initial_backoff, file.pod_max_backoff),
+        client_rate: file.client_rate,
     };
-    Ok((config, file.kubeconfig, file.client_rate))
+    Ok((config, file.kubeconfig))
 }
 
 /// `--metrics-address`: `off` (or absent) serves nothing.
