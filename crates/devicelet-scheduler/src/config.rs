@@ -457,32 +457,19 @@ const EXTENSION_POINTS: &[&str] = &[
     "placementScore",
 ];
 
-/// The in-tree plugins of the default profile and the workload gates (W112).
-const IN_TREE: &[&str] = &[
-    "SchedulingGates",
-    "PrioritySort",
-    "NodeUnschedulable",
-    "NodeName",
-    "TaintToleration",
-    "NodeAffinity",
-    "NodePorts",
-    "NodeResourcesFit",
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
-    "VolumeBinding",
-    "VolumeZone",
-    "PodTopologySpread",
-    "InterPodAffinity",
-    "DynamicResources",
-    "DefaultPreemption",
-    "NodeResourcesBalancedAllocation",
-    "ImageLocality",
-    "DefaultBinder",
+/// The in-tree plugins outside the default profile: the workload gates' (W112) and
+/// NodeDeclaredFeatures.
+const OTHER_IN_TREE: &[&str] = &[
     "NodeDeclaredFeatures",
     "GangScheduling",
     "TopologyPlacementGenerator",
     "PodGroupPodsCount",
 ];
+
+/// Whether `name` is an in-tree plugin.
+fn in_tree(name: &str) -> bool {
+    DEFAULT_PROFILE.contains(&name) || OTHER_IN_TREE.contains(&name)
+}
 
 /// The default profile's plugins (1.36.3 `getDefaultPlugins` with DynamicResources).
 const DEFAULT_PROFILE: &[&str] = &[
@@ -857,7 +844,7 @@ fn plugin_set(
     for (k, plugin) in set.disabled.iter().flatten().enumerate() {
         let f = format!("{field}.disabled[{k}]");
         let name = plugin.name.as_str();
-        if name != "*" && !IN_TREE.contains(&name) {
+        if name != "*" && !in_tree(name) {
             return Err(unsupported(&f, format!("unknown plugin {name:?}")));
         }
         match point {
@@ -883,7 +870,7 @@ fn plugin_set(
     for (k, plugin) in set.enabled.iter().flatten().enumerate() {
         let f = format!("{field}.enabled[{k}]");
         let name = plugin.name.as_str();
-        if !IN_TREE.contains(&name) {
+        if !in_tree(name) {
             return Err(unsupported(
                 &f,
                 format!("unknown plugin {name:?} (out-of-tree plugins)"),
@@ -1142,7 +1129,7 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
                 });
             }
         }
-        name if IN_TREE.contains(&name) => {
+        name if in_tree(name) => {
             return Err(unsupported(
                 format!("{field}.args"),
                 format!("arguments of {name}"),
