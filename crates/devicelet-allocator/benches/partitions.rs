@@ -113,36 +113,36 @@ fn churn(text: &str, gpus: usize, steps: usize, seed: u64, pack: bool) -> (usize
     let mut held: Vec<(AllocationResult, usize)> = Vec::new();
     let (mut whole_refused, mut quarter_refused) = (0, 0);
     let capacity = gpus * 4;
-    let state_of = |held: &[(AllocationResult, usize)]| {
+    // One allocation call for `claim` with the held devices in use.
+    let allocate = |held: &[(AllocationResult, usize)], claim: &ResourceClaim| {
         let mut state = AllocatedState::default();
         for (a, _) in held {
             for r in a.devices.iter().flat_map(|d| d.results.iter().flatten()) {
                 state.add_result(r, false).expect("valid result");
             }
         }
-        state
+        let allocator = Allocator::new(
+            features,
+            Semantics::Fixed,
+            &state,
+            &s.device_classes,
+            &s.resource_slices,
+            selectors.clone(),
+        );
+        allocator.allocate(&s.nodes[0], &[claim], &options)
     };
     for _ in 0..steps {
         let in_use: usize = held.iter().map(|(_, q)| q).sum();
         // Keep utilisation around 60 %: allocate below it, release above it (some noise).
-        let allocate =
-            in_use * 100 < capacity * 50 + (rng.next() % (capacity as u64 * 20)) as usize;
-        if allocate || held.is_empty() {
+        let grow = in_use * 100 < capacity * 50 + (rng.next() % (capacity as u64 * 20)) as usize;
+        if grow || held.is_empty() {
             // One job in ten wants a whole GPU.
             let (claim, quarters) = if rng.next().is_multiple_of(10) {
                 (whole, 4)
             } else {
                 (quarter, 1)
             };
-            let allocator = Allocator::new(
-                features,
-                Semantics::Fixed,
-                &state_of(&held),
-                &s.device_classes,
-                &s.resource_slices,
-                selectors.clone(),
-            );
-            match allocator.allocate(&s.nodes[0], &[claim], &options) {
+            match allocate(&held, claim) {
                 Ok(Some(mut results)) => held.push((results.remove(0), quarters)),
                 Ok(None) if quarters == 4 => whole_refused += 1,
                 Ok(None) => quarter_refused += 1,
@@ -155,22 +155,9 @@ fn churn(text: &str, gpus: usize, steps: usize, seed: u64, pack: bool) -> (usize
     }
     // Whole GPUs still free: ask for them one by one.
     let mut free = 0;
-    loop {
-        let allocator = Allocator::new(
-            features,
-            Semantics::Fixed,
-            &state_of(&held),
-            &s.device_classes,
-            &s.resource_slices,
-            selectors.clone(),
-        );
-        match allocator.allocate(&s.nodes[0], &[whole], &options) {
-            Ok(Some(mut results)) => {
-                held.push((results.remove(0), 4));
-                free += 1;
-            }
-            _ => break,
-        }
+    while let Ok(Some(mut results)) = allocate(&held, whole) {
+        held.push((results.remove(0), 4));
+        free += 1;
     }
     (free, whole_refused, quarter_refused)
 }

@@ -88,6 +88,20 @@ pub struct ScoreWeights {
 }
 
 impl ScoreWeights {
+    /// The weights in the order of a score breakdown (`framework::SCORE_PLUGINS`).
+    pub fn in_score_order(&self) -> [i64; 8] {
+        [
+            self.taint_toleration,
+            self.node_affinity,
+            self.node_resources_fit,
+            self.pod_topology_spread,
+            self.inter_pod_affinity,
+            self.dynamic_resources,
+            self.balanced_allocation,
+            self.image_locality,
+        ]
+    }
+
     /// Every score plugin disabled.
     pub fn none() -> Self {
         ScoreWeights {

@@ -1162,6 +1162,7 @@ impl<'a> Engine<'a> {
             Vec::new()
         };
         let max_preferred = preferred.iter().copied().max().unwrap_or(0);
+        let weight_order = weights.in_score_order();
         feasible
             .iter()
             .enumerate()
@@ -1212,16 +1213,13 @@ impl<'a> Engine<'a> {
                 } else {
                     0
                 };
-                [
-                    taint * weights.taint_toleration,
-                    affinity * weights.node_affinity,
-                    fit * weights.node_resources_fit,
-                    0,
-                    0,
-                    dra * weights.dynamic_resources,
-                    balanced * weights.balanced_allocation,
-                    image * weights.image_locality,
-                ]
+                // The inter-pod slots are filled by the caller.
+                let raw = [taint, affinity, fit, 0, 0, dra, balanced, image];
+                let mut weighted = ScoreBreakdown::default();
+                for ((out, score), weight) in weighted.iter_mut().zip(raw).zip(weight_order) {
+                    *out = score * weight;
+                }
+                weighted
             })
             .collect()
     }

@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 
 use crate::cache::ClusterCache;
 use crate::dra;
-use crate::filters::pod_topology_spread::{OwnerKind, OwnerSelector};
+use crate::filters::pod_topology_spread::SpreadOwner;
 use crate::framework::Plugin;
 use crate::queue::{ClusterEvent, Gate};
 use crate::shared::Shared;
@@ -227,25 +227,17 @@ fn on_pod(shared: &Shared, change: Change<Pod>) {
     }
 }
 
-/// A change of a pod owner of `kind` (default spreading); `selector` reads what it selects by.
-fn on_owner<K: Resource>(
-    shared: &Shared,
-    change: Change<K>,
-    kind: OwnerKind,
-    selector: impl FnOnce(K) -> Option<OwnerSelector>,
-) {
+/// A change of a pod owner (default spreading).
+fn on_owner<K: Resource + SpreadOwner>(shared: &Shared, change: Change<K>) {
     let mut cache = shared.cache();
     let owners = cache.spread_owners_mut();
     match change {
-        Change::Upsert(k) => {
-            let (ns, name) = name_of(&k);
-            owners.upsert(kind, &ns, &name, selector(k));
-        }
+        Change::Upsert(k) => owners.upsert_owner(&k),
         Change::Delete(k) => {
             let (ns, name) = name_of(&k);
-            owners.remove(kind, &ns, &name);
+            owners.remove(K::OWNER_KIND, &ns, &name);
         }
-        Change::Relisted(names) => owners.retain(kind, &names),
+        Change::Relisted(names) => owners.retain(K::OWNER_KIND, &names),
     }
 }
 
@@ -501,38 +493,25 @@ pub async fn start(
         Api::<Service>::all(client.clone()),
         "services",
         false,
-        |s: &Shared, c: Change<Service>| on_owner(s, c, OwnerKind::Service, |k| {
-            k.spec.and_then(|s| s.selector).map(OwnerSelector::Labels)
-        })
+        |s: &Shared, c: Change<Service>| on_owner(s, c)
     );
     spawn_watch!(
         Api::<ReplicationController>::all(client.clone()),
         "replicationcontrollers",
         false,
-        |s: &Shared, c: Change<ReplicationController>| on_owner(
-            s,
-            c,
-            OwnerKind::ReplicationController,
-            |k| Some(OwnerSelector::Labels(
-                k.spec.and_then(|s| s.selector).unwrap_or_default()
-            ))
-        )
+        |s: &Shared, c: Change<ReplicationController>| on_owner(s, c)
     );
     spawn_watch!(
         Api::<ReplicaSet>::all(client.clone()),
         "replicasets",
         false,
-        |s: &Shared, c: Change<ReplicaSet>| on_owner(s, c, OwnerKind::ReplicaSet, |k| {
-            Some(OwnerSelector::of(k.spec.map(|s| s.selector).as_ref()))
-        })
+        |s: &Shared, c: Change<ReplicaSet>| on_owner(s, c)
     );
     spawn_watch!(
         Api::<StatefulSet>::all(client.clone()),
         "statefulsets",
         false,
-        |s: &Shared, c: Change<StatefulSet>| on_owner(s, c, OwnerKind::StatefulSet, |k| {
-            Some(OwnerSelector::of(k.spec.map(|s| s.selector).as_ref()))
-        })
+        |s: &Shared, c: Change<StatefulSet>| on_owner(s, c)
     );
     // The volume plugins: a pod's claims, their volumes and classes.
     spawn_watch!(

@@ -937,24 +937,29 @@ mod tests {
     fn s6_errors_and_group_members_keep_their_back_off() {
         let t0 = Instant::now();
         let mut q = SchedulingQueue::new();
+        // Pops `uid`, NodeAffinity rejects it, and a node's labels change at `at`.
+        let rejected_then_moved = |q: &mut SchedulingQueue, uid: &str, at: Instant| {
+            let qp = q.pop(t0).expect("popped");
+            assert_eq!(qp.uid, uid);
+            q.unschedulable(
+                qp,
+                BTreeSet::from([Plugin::NodeAffinity]),
+                BTreeSet::new(),
+                t0,
+            );
+            q.on_event(
+                &ClusterEvent::NodeChanged {
+                    labels: true,
+                    allocatable: false,
+                    taints: false,
+                },
+                |_| None,
+                at,
+            );
+        };
         // An error: backoffQ, not popped early; also after an earlier plugin rejection.
         q.add(pod("e", 0), None, t0);
-        let qp = q.pop(t0).expect("popped");
-        q.unschedulable(
-            qp,
-            BTreeSet::from([Plugin::NodeAffinity]),
-            BTreeSet::new(),
-            t0,
-        );
-        q.on_event(
-            &ClusterEvent::NodeChanged {
-                labels: true,
-                allocatable: false,
-                taints: false,
-            },
-            |_| None,
-            t0,
-        );
+        rejected_then_moved(&mut q, "e", t0);
         let qp = q.pop(t0).expect("S6: moved by an event, popped at once");
         q.error(qp, t0);
         assert_eq!(q.counts().backoff, 1);
@@ -969,22 +974,7 @@ mod tests {
             pod_group_name: Some("g".into()),
         });
         q.add(Arc::new(member), None, t0);
-        let qp = q.pop(t0).expect("popped");
-        q.unschedulable(
-            qp,
-            BTreeSet::from([Plugin::NodeAffinity]),
-            BTreeSet::new(),
-            t0,
-        );
-        q.on_event(
-            &ClusterEvent::NodeChanged {
-                labels: true,
-                allocatable: false,
-                taints: false,
-            },
-            |_| None,
-            t0 + Duration::from_millis(100),
-        );
+        rejected_then_moved(&mut q, "m", t0 + Duration::from_millis(100));
         assert!(q.pop(t0 + Duration::from_millis(500)).is_none());
     }
 

@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use crate::cache::ClusterCache;
 use crate::config::{self, Profile, SchedulerConfiguration};
 use crate::cycle::{CycleInputs, Decision, with_engine};
-use crate::filters::pod_topology_spread::{OwnerKind, OwnerSelector};
 use crate::framework::{Code, Rejection, SCORE_PLUGINS};
 use crate::preemption::{self, PreemptionInputs, Verdict};
 
@@ -207,40 +206,17 @@ fn cache_of(case: &SchedulingCase) -> ClusterCache {
         cache.upsert_storage_class(sc.clone());
     }
     let owners = cache.spread_owners_mut();
-    let key = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        (
-            m.namespace.clone().unwrap_or_default(),
-            m.name.clone().unwrap_or_default(),
-        )
-    };
-    for s in &case.services {
-        let (ns, name) = key(&s.metadata);
-        let selector = s
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.clone())
-            .map(OwnerSelector::Labels);
-        owners.upsert(OwnerKind::Service, &ns, &name, selector);
+    for o in &case.services {
+        owners.upsert_owner(o);
     }
-    for rc in &case.replication_controllers {
-        let (ns, name) = key(&rc.metadata);
-        let labels = rc.spec.as_ref().and_then(|s| s.selector.clone());
-        owners.upsert(
-            OwnerKind::ReplicationController,
-            &ns,
-            &name,
-            Some(OwnerSelector::Labels(labels.unwrap_or_default())),
-        );
+    for o in &case.replication_controllers {
+        owners.upsert_owner(o);
     }
-    for rs in &case.replica_sets {
-        let (ns, name) = key(&rs.metadata);
-        let selector = OwnerSelector::of(rs.spec.as_ref().map(|s| &s.selector));
-        owners.upsert(OwnerKind::ReplicaSet, &ns, &name, Some(selector));
+    for o in &case.replica_sets {
+        owners.upsert_owner(o);
     }
-    for ss in &case.stateful_sets {
-        let (ns, name) = key(&ss.metadata);
-        let selector = OwnerSelector::of(ss.spec.as_ref().map(|s| &s.selector));
-        owners.upsert(OwnerKind::StatefulSet, &ns, &name, Some(selector));
+    for o in &case.stateful_sets {
+        owners.upsert_owner(o);
     }
     cache
 }
@@ -285,17 +261,7 @@ pub fn run_case(case: &SchedulingCase) -> CaseResult {
         )
     };
     let enabled: Vec<(usize, &str)> = {
-        let w = &profile.weights;
-        let weights = [
-            w.taint_toleration,
-            w.node_affinity,
-            w.node_resources_fit,
-            w.pod_topology_spread,
-            w.inter_pod_affinity,
-            w.dynamic_resources,
-            w.balanced_allocation,
-            w.image_locality,
-        ];
+        let weights = profile.weights.in_score_order();
         SCORE_PLUGINS
             .iter()
             .enumerate()

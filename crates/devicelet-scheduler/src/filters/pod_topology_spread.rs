@@ -19,8 +19,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::core::v1::{Node, Pod, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Node, Pod, ReplicationController, Service, TopologySpreadConstraint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::PodFacts;
 use super::labels::Selector;
@@ -70,7 +73,61 @@ impl OwnerSelector {
     }
 }
 
+/// An object default spreading finds a pod's siblings by, and what it selects them by.
+pub trait SpreadOwner: k8s_openapi::Metadata<Ty = ObjectMeta> {
+    const OWNER_KIND: OwnerKind;
+    /// `None`: it selects nothing (a Service without a selector).
+    fn owner_selector(&self) -> Option<OwnerSelector>;
+}
+
+impl SpreadOwner for Service {
+    const OWNER_KIND: OwnerKind = OwnerKind::Service;
+    fn owner_selector(&self) -> Option<OwnerSelector> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .map(OwnerSelector::Labels)
+    }
+}
+
+impl SpreadOwner for ReplicationController {
+    const OWNER_KIND: OwnerKind = OwnerKind::ReplicationController;
+    fn owner_selector(&self) -> Option<OwnerSelector> {
+        Some(OwnerSelector::Labels(
+            self.spec
+                .as_ref()
+                .and_then(|s| s.selector.clone())
+                .unwrap_or_default(),
+        ))
+    }
+}
+
+impl SpreadOwner for ReplicaSet {
+    const OWNER_KIND: OwnerKind = OwnerKind::ReplicaSet;
+    fn owner_selector(&self) -> Option<OwnerSelector> {
+        Some(OwnerSelector::of(self.spec.as_ref().map(|s| &s.selector)))
+    }
+}
+
+impl SpreadOwner for StatefulSet {
+    const OWNER_KIND: OwnerKind = OwnerKind::StatefulSet;
+    fn owner_selector(&self) -> Option<OwnerSelector> {
+        Some(OwnerSelector::of(self.spec.as_ref().map(|s| &s.selector)))
+    }
+}
+
 impl SpreadOwners {
+    /// `owner` was added or changed.
+    pub fn upsert_owner<K: SpreadOwner>(&mut self, owner: &K) {
+        let meta = owner.metadata();
+        self.upsert(
+            K::OWNER_KIND,
+            meta.namespace.as_deref().unwrap_or(""),
+            meta.name.as_deref().unwrap_or(""),
+            owner.owner_selector(),
+        );
+    }
+
     /// An owner was seen; `None`: it selects nothing (a Service without a selector) and is
     /// not kept.
     pub fn upsert(
