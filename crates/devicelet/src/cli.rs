@@ -155,8 +155,8 @@ SIGTERM/SIGINT.
 It places only the pods whose spec.schedulerName is --scheduler-name (default \
 devicelet-scheduler); every other pod is left to its own scheduler. Filters: NodeName, \
 NodeUnschedulable, TaintToleration, NodeAffinity, NodePorts, NodeResourcesFit, the volume \
-plugins for bound claims (VolumeBinding, VolumeZone, VolumeRestrictions), PodTopologySpread, \
-InterPodAffinity and DynamicResources, whose claims devicelet's DRA allocator allocates (it \
+plugins for bound claims (VolumeBinding, VolumeZone, VolumeRestrictions, NodeVolumeLimits for \
+CSI volumes), PodTopologySpread, InterPodAffinity and DynamicResources, whose claims devicelet's DRA allocator allocates (it \
 writes the finalizer, status.allocation and status.reservedFor, then binds the pod). A pod that \
 needs what this scheduler does not implement (a volume claim still waiting for its first \
 consumer) is not placed: its PodScheduled condition and a FailedScheduling event name the \
