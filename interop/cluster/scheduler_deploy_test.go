@@ -8,7 +8,10 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,7 +143,10 @@ profiles:
 		t.Fatal(err)
 	}
 	// /readyz needs every watch listed: a missing list or watch verb stops here.
-	proc, _ := startSchedulerWith(t, serviceAccountKubeconfig(t, "devicelet-system", "devicelet-scheduler"), "--config", config)
+	secure := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	proc, _ := startSchedulerWith(t, serviceAccountKubeconfig(t, "devicelet-system", "devicelet-scheduler"),
+		"--config", config, "--secure-address", secure)
+	checkSecurePort(t, secure)
 	priority := func(class string) func(*corev1.PodSpec) {
 		return func(s *corev1.PodSpec) { s.PriorityClassName = class }
 	}
@@ -222,7 +228,8 @@ func TestDeployKustomizationsBuildAndValidate(t *testing.T) {
 				pod := o.Spec.Template.Spec
 				sc := pod.Containers[0].SecurityContext
 				if *o.Spec.Replicas != 2 || pod.Containers[0].ReadinessProbe.HTTPGet.Path != "/readyz" ||
-					pod.Containers[0].LivenessProbe.HTTPGet.Path != "/healthz" || sc == nil ||
+					pod.Containers[0].LivenessProbe.HTTPGet.Path != "/livez" || sc == nil ||
+					pod.Containers[0].ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS ||
 					!*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation || pod.ServiceAccountName != "devicelet-scheduler" {
 					t.Errorf("deploy/%s: Deployment is not as documented: %+v", dir, o.Spec)
 				}
@@ -252,5 +259,86 @@ func TestDeployKustomizationsBuildAndValidate(t *testing.T) {
 				t.Errorf("deploy/%s: the API server refuses %T: %v", dir, obj, err)
 			}
 		}
+	}
+}
+
+// secureGet is GET https://addr/path (the self-signed certificate accepted) with token as
+// bearer token; returns the status code and body.
+func secureGet(t *testing.T, addr, path, token string) (int, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	req, err := http.NewRequest("GET", "https://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET https://%s%s: %v", addr, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// saToken is a token of ServiceAccount ns/name, made by the TokenRequest API.
+func saToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	c := controlPlane.admin
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx(t), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx(t), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// checkSecurePort: the probes answer anyone; /metrics needs a token the API server accepts
+// (TokenReview) for someone RBAC allows (SubjectAccessReview): 401 without, 403 for a
+// ServiceAccount not bound to devicelet-scheduler-metrics-reader, 200 once bound. The
+// scheduler makes the reviews under deploy/scheduler's role alone.
+func checkSecurePort(t *testing.T, addr string) {
+	t.Helper()
+	for _, path := range []string{"/livez", "/healthz", "/readyz"} {
+		if code, body := secureGet(t, addr, path, ""); code != 200 {
+			t.Errorf("%s without a token: %d %s", path, code, body)
+		}
+	}
+	if code, body := secureGet(t, addr, "/metrics", ""); code != 401 {
+		t.Errorf("/metrics without a token: %d %s, want 401", code, body)
+	}
+	if code, _ := secureGet(t, addr, "/metrics", "not-a-token"); code != 401 {
+		t.Errorf("/metrics with a bad token: %d, want 401", code)
+	}
+	ns := "devicelet-system"
+	if code, body := secureGet(t, addr, "/metrics", saToken(t, ns, "not-prometheus")); code != 403 || !strings.Contains(body, "system:serviceaccount:devicelet-system:not-prometheus") {
+		t.Errorf("/metrics for an unbound ServiceAccount: %d %s, want 403 naming it", code, body)
+	}
+	token := saToken(t, ns, "prometheus")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "devicelet-scheduler-metrics-reader-test"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "devicelet-scheduler-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: ns}},
+	}
+	if _, err := controlPlane.admin.RbacV1().ClusterRoleBindings().Create(ctx(t), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = controlPlane.admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	// RBAC's cache may lag the binding by a moment.
+	waitFor(t, 10*time.Second, "/metrics allowed once bound", func() (bool, string) {
+		code, body := secureGet(t, addr, "/metrics", token)
+		return code == 200 && strings.Contains(body, "scheduler_"), fmt.Sprint(code)
+	})
+	if code, body := secureGet(t, addr, "/debug/snapshot", token); code != 200 || !strings.Contains(body, "live snapshot") {
+		t.Errorf("/debug/snapshot for the metrics reader: %d %.200s", code, body)
 	}
 }

@@ -564,7 +564,7 @@ func TestSchedulerLeaderFailover(t *testing.T) {
 		}
 		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", ""
 	})
-	startScheduler(t, "--leader-elect")
+	second, _ := startScheduler(t, "--leader-elect")
 	schedPod(t, ns, "before", "gpu", "", nil)
 	waitForBound(t, ns, "before", 30*time.Second)
 	killed := time.Now()
@@ -575,6 +575,29 @@ func TestSchedulerLeaderFailover(t *testing.T) {
 	if time.Since(killed) < 5*time.Second {
 		t.Errorf("bound %v after the kill: the standby did not wait for the lease to expire", time.Since(killed))
 	}
+	// A leader stopped by SIGTERM (a rollout, a deleted pod) releases the Lease on its way
+	// out: the next standby leads at its next retry (2 s), not after the 15 s lease.
+	holder := func() string {
+		l, err := controlPlane.admin.CoordinationV1().Leases("kube-system").Get(ctx(t), schedulerName, metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	leading := holder()
+	startScheduler(t, "--leader-elect")
+	stopped := time.Now()
+	second.stop()
+	if !strings.Contains(second.output.String(), "released the leader lease") {
+		t.Errorf("the leader did not release its Lease on SIGTERM:\n%s", lastLines(second.output.String(), 20))
+	}
+	waitFor(t, 3*time.Second, "the standby leads within 3 s of the leader's SIGTERM", func() (bool, string) {
+		h := holder()
+		return h != "" && h != leading, h
+	})
+	t.Logf("the standby led %v after the leader's SIGTERM", time.Since(stopped))
+	schedPod(t, ns, "third", "gpu", "", nil)
+	waitForBound(t, ns, "third", 30*time.Second)
 }
 
 func waitForBound(t *testing.T, ns, name string, timeout time.Duration) {

@@ -17,7 +17,9 @@
 //!   identity) for the node's DRA preparation;
 //! - [`snapshot`] and [`explain`]: read-only tools for users, not part of the node: the
 //!   cluster's DRA state as a replayable `AllocationScenario`, and why a pod's claims do not
-//!   allocate (`devicelet snapshot`, `devicelet explain`).
+//!   allocate (`devicelet snapshot`, `devicelet explain`);
+//! - [`serving`] (feature `serving`): a control-plane component's secure port, TLS with
+//!   authentication and authorization delegated to the API server (the scheduler's metrics).
 //!
 //! Everything the node decides goes through [`NodeCore`]; this crate holds no device state.
 #![forbid(unsafe_code)]
@@ -40,6 +42,8 @@ pub mod node_status;
 pub mod pod_status;
 pub mod pods;
 pub mod rate_limit;
+#[cfg(feature = "serving")]
+pub mod serving;
 pub mod slices;
 pub mod snapshot;
 pub mod startup;

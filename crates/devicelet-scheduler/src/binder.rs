@@ -16,6 +16,11 @@
 //! Then `pods/binding`. On any failure Unreserve runs: in-flight allocations are dropped, the
 //! pod's `reservedFor` entries are removed by patch (S46), the assumed pod is forgotten and the
 //! pod goes back to the queue with back-off.
+//!
+//! Shutdown (SIGTERM): every task the scheduler spawned is tracked here. A binding cycle still
+//! waiting (for a slot, binding conditions, its group, a shared claim) gives up and is undone by
+//! Unreserve; one writing finishes; `drain` waits for all of them at most a bounded time, so a
+//! replacement replica never finds half-written pods it cannot explain.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +34,8 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::binding_conditions::{Readiness, has_binding_conditions, readiness};
@@ -55,6 +62,8 @@ const GROUP_WAIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(60
 const SHARED_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often PreBind looks at claims waiting for binding conditions.
 const BINDING_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Why a binding cycle that was waiting stops on shutdown.
+const SHUTTING_DOWN: &str = "the scheduler is shutting down";
 
 /// Runs binding cycles.
 #[derive(Clone)]
@@ -64,6 +73,10 @@ pub struct Binder {
     reporter: Reporter,
     /// Binding cycles allowed to talk to the API server at once.
     slots: Arc<Semaphore>,
+    /// Every task spawned for the scheduling loop (bindings, preemption, events).
+    tasks: TaskTracker,
+    /// Cancelled on shutdown: waiting binding cycles give up.
+    stopping: CancellationToken,
 }
 
 impl std::fmt::Debug for Binder {
@@ -102,7 +115,60 @@ impl Binder {
             shared,
             reporter,
             slots: Arc::new(Semaphore::new(BINDING_SLOTS)),
+            tasks: TaskTracker::new(),
+            stopping: CancellationToken::new(),
         }
+    }
+
+    /// Runs `task` on `handle`, tracked so that shutdown waits for it.
+    pub fn spawn<F>(&self, handle: &tokio::runtime::Handle, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        handle.spawn(self.tasks.track_future(task));
+    }
+
+    /// Runs the task `make` builds from a clone of this binder, tracked as `spawn`'s.
+    pub fn spawn_with<F, Fut>(&self, handle: &tokio::runtime::Handle, make: F)
+    where
+        F: FnOnce(Binder) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.spawn(handle, make(self.clone()));
+    }
+
+    /// Shutdown: waiting binding cycles give up (and are undone), the others finish; returns
+    /// the number of tasks still running after `limit` (they are abandoned with the process).
+    pub async fn drain(&self, limit: std::time::Duration) -> usize {
+        self.stopping.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(limit, self.tasks.wait())
+            .await
+            .is_err()
+        {
+            return self.tasks.len();
+        }
+        0
+    }
+
+    /// `wait` unless the scheduler stops first.
+    async fn unless_stopping<T>(
+        &self,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, String> {
+        tokio::select! {
+            r = wait => Ok(r),
+            _ = self.stopping.cancelled() => Err(SHUTTING_DOWN.to_owned()),
+        }
+    }
+
+    /// A binding slot, unless the scheduler stops first (`None`: proceed without one, only to
+    /// undo what was written).
+    async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.unless_stopping(self.slots.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
     }
 
     /// How many of the group members `written` (UIDs, in `pod`'s namespace) are deleted or
@@ -178,8 +244,7 @@ impl Binder {
                 let _ = self.wait_for_shared_allocation(claim.clone()).await;
             }
         }
-        // The semaphore is never closed; without a permit the binding would just not wait.
-        let mut slot = self.slots.clone().acquire_owned().await.ok();
+        let mut slot = self.slot().await;
         let pod = qp.pod.clone();
         let pod_key = format!(
             "{}/{}",
@@ -189,9 +254,12 @@ impl Binder {
         let mut reserved: Vec<Arc<ResourceClaim>> = Vec::new();
         let mut created: Option<ResourceClaim> = None;
         let t = Instant::now();
-        let prebind = self
-            .pre_bind(&pod, &placement, &mut reserved, &mut created)
-            .await;
+        let prebind = if self.stopping.is_cancelled() {
+            Err(SHUTTING_DOWN.to_owned())
+        } else {
+            self.pre_bind(&pod, &placement, &mut reserved, &mut created)
+                .await
+        };
         self.shared
             .metrics
             .extension_point("PreBind", prebind.is_ok(), t.elapsed());
@@ -201,16 +269,21 @@ impl Binder {
                 // No binding slot is held while waiting: a group larger than the slots would
                 // wait for itself.
                 drop(slot.take());
-                let keeps_quorum = barrier
-                    .arrive(
+                // On shutdown the group does not bind: each member undoes its writes.
+                let keeps_quorum = self
+                    .unless_stopping(barrier.arrive(
                         &qp.uid,
                         prebind.is_ok(),
                         self.shared.binding_timeout + GROUP_WAIT_MARGIN,
                         async |written: Vec<String>| self.members_gone(&pod, &written).await,
-                    )
-                    .await;
-                slot = self.slots.clone().acquire_owned().await.ok();
+                    ))
+                    .await
+                    .unwrap_or(false);
+                slot = self.slot().await;
                 match prebind {
+                    Ok(()) if !keeps_quorum && self.stopping.is_cancelled() => {
+                        Err(SHUTTING_DOWN.to_owned())
+                    }
                     Ok(()) if !keeps_quorum => Err(format!(
                         "pod group {group} fell short of its quorum while its members' claims were written; no member is bound, the group is retried"
                     )),
@@ -388,7 +461,8 @@ impl Binder {
                     "claim {ns}/{name} is still being allocated by another member of the pod group"
                 ));
             }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            self.unless_stopping(tokio::time::sleep(std::time::Duration::from_millis(20)))
+                .await?;
             claim = self
                 .shared
                 .cache()
@@ -529,7 +603,8 @@ impl Binder {
             if now >= deadline {
                 return Err("device binding timeout".to_owned());
             }
-            tokio::time::sleep(BINDING_POLL.min(deadline - now)).await;
+            self.unless_stopping(tokio::time::sleep(BINDING_POLL.min(deadline - now)))
+                .await?;
         }
     }
 

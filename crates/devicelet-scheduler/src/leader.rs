@@ -8,6 +8,10 @@
 //! duration; every write is conflict-checked on resourceVersion, so two candidates never both
 //! win. The leader renews every retry period; when it cannot renew within the renew deadline it
 //! steps down, and the process stops scheduling (as kube-scheduler exits on a lost lease).
+//!
+//! On shutdown a leader releases the Lease (client-go's `ReleaseOnCancel`, which kube-scheduler
+//! sets): no holder, a duration of 1 s, so a standby takes over at its next retry instead of
+//! waiting out the lease duration.
 
 use std::time::{Duration, Instant};
 
@@ -137,6 +141,38 @@ async fn try_acquire_or_renew(
     spec.lease_duration_seconds = Some(settings.lease_seconds());
     spec.renew_time = Some(now());
     match api.replace(name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up if `me` holds it (`release` in client-go's leaderelection): the holder is
+/// cleared and the duration set to 1 s. `Ok(false)`: someone else holds it, nothing written.
+pub async fn release(
+    client: Client,
+    settings: &LeaseSettings,
+    me: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client, &settings.namespace);
+    let Some(mut lease) = api.get_opt(&settings.name).await? else {
+        return Ok(false);
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return Ok(false);
+    };
+    if spec.holder_identity.as_deref() != Some(me) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(now());
+    spec.renew_time = Some(now());
+    // Conflict-checked: a Lease taken over meanwhile is left alone.
+    match api
+        .replace(&settings.name, &PostParams::default(), &lease)
+        .await
+    {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
         Err(e) => Err(e),

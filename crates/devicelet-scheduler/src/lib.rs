@@ -49,4 +49,4 @@ pub mod simulate;
 #[cfg(test)]
 pub(crate) mod testing;
 
-pub use scheduler::{SchedulerConfig, SchedulerError, run};
+pub use scheduler::{SchedulerConfig, SchedulerError, SecureServing, run};

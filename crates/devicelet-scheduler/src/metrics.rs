@@ -409,13 +409,19 @@ impl SchedulerMetrics {
 /// Produces the `/debug/snapshot` document.
 pub type SnapshotFn = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
-/// Serves `/metrics`, `/healthz`, `/readyz` and `/debug/snapshot` (the scheduler's view as an
-/// AllocationScenario) on `listener` until the task is dropped.
+/// Serves [`router`] in plain HTTP on `listener` (loopback only, see `--metrics-address`) until
+/// the task is dropped.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: SchedulerMetrics,
     snapshot: SnapshotFn,
 ) -> std::io::Result<()> {
+    axum::serve(listener, router(metrics, snapshot)).await
+}
+
+/// `/metrics`, `/healthz` and `/livez` (alive), `/readyz` (caches synced, not shutting down)
+/// and `/debug/snapshot` (the scheduler's view as an AllocationScenario).
+pub fn router(metrics: SchedulerMetrics, snapshot: SnapshotFn) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
     let m1 = metrics.clone();
@@ -471,21 +477,19 @@ pub async fn serve(
                     }
                 }
             }),
-        )
-        .route(
-            "/healthz",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    if m.healthy() {
-                        (StatusCode::OK, "ok")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
-                    }
-                }
-            }),
         );
-    axum::serve(listener, app).await
+    // kube-scheduler serves both: `/healthz` (older probes) and `/livez`.
+    let alive = get(move || {
+        let m = metrics.clone();
+        async move {
+            if m.healthy() {
+                (StatusCode::OK, "ok")
+            } else {
+                (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
+            }
+        }
+    });
+    app.route("/healthz", alive.clone()).route("/livez", alive)
 }
 
 #[cfg(test)]

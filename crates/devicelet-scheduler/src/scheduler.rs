@@ -11,6 +11,7 @@ use devicelet_allocator::{
     AllocateOptions, AllocatedIndex, CelFeatures, ClusterSnapshot, Features, MonotonicClock,
     SelectorCache,
 };
+use devicelet_kube::serving::{DelegatedAuth, ServingCertificate};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
 use kube::Client;
 use tokio::runtime::Handle;
@@ -41,8 +42,10 @@ pub struct SchedulerConfig {
     /// Run leader election on `lease`.
     pub leader_elect: bool,
     pub lease: LeaseSettings,
-    /// `/metrics` and `/healthz`.
+    /// `/metrics`, the probes and `/debug/snapshot` in plain HTTP (loopback).
     pub metrics_address: Option<SocketAddr>,
+    /// The same on a secure port: TLS, authentication and authorization by the API server.
+    pub secure: Option<SecureServing>,
     /// How long PreBind waits for a device's binding conditions (KEP-5007, S54).
     pub binding_timeout: Duration,
     /// `podInitialBackoffSeconds`, `podMaxBackoffSeconds` (S3).
@@ -60,11 +63,21 @@ impl Default for SchedulerConfig {
             leader_elect: false,
             lease: LeaseSettings::named("devicelet-scheduler"),
             metrics_address: None,
+            secure: None,
             binding_timeout: crate::binding_conditions::DEFAULT_BINDING_TIMEOUT,
             backoff: (crate::queue::INITIAL_BACKOFF, crate::queue::MAX_BACKOFF),
             client_rate: None,
         }
     }
+}
+
+/// The secure port (`--secure-address`).
+#[derive(Clone, Debug)]
+pub struct SecureServing {
+    pub address: SocketAddr,
+    pub certificate: ServingCertificate,
+    /// TokenReviews and SubjectAccessReviews, and the paths that need neither.
+    pub auth: Arc<DelegatedAuth>,
 }
 
 /// Why the scheduler stopped.
@@ -76,6 +89,13 @@ pub enum SchedulerError {
         address: SocketAddr,
         #[source]
         source: std::io::Error,
+    },
+    /// The secure port's certificate could not be loaded.
+    #[error("secure port {address}: {source}")]
+    Serving {
+        address: SocketAddr,
+        #[source]
+        source: devicelet_kube::serving::ServingError,
     },
     /// The leader Lease was lost (another replica takes over).
     #[error("leader election lost")]
@@ -124,24 +144,55 @@ pub async fn run(
             }
         });
     }
+    if let Some(secure) = config.secure.clone() {
+        let address = secure.address;
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| SchedulerError::Metrics { address, source })?;
+        // A bad certificate file stops the start, not a task later.
+        let tls = secure
+            .certificate
+            .server_config()
+            .map_err(|source| SchedulerError::Serving { address, source })?;
+        let s = shared.clone();
+        let app = crate::metrics::router(metrics.clone(), Arc::new(move || s.snapshot()));
+        info!(%address, "secure port: TLS, authentication and authorization by the API server");
+        tokio::spawn(async move {
+            if let Err(e) =
+                devicelet_kube::serving::serve_secure(listener, tls, secure.auth, app).await
+            {
+                warn!(error = %e, "secure port stopped");
+            }
+        });
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leader_tx, mut leader_rx) = watch::channel(if config.leader_elect {
         Leadership::Candidate
     } else {
         Leadership::Leader
     });
-    let mut tasks = Vec::new();
-    if config.leader_elect {
+    let mut tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    // Without leader election the sender stays here: dropped, it would read as a lost lease.
+    let mut _always_leader = None;
+    let campaign = if !config.leader_elect {
+        _always_leader = Some(leader_tx);
+        None
+    } else {
         let me = leader::identity();
         info!(identity = %me, lease = %format!("{}/{}", config.lease.namespace, config.lease.name), "campaigning for the leader lease");
-        tasks.push(tokio::spawn(leader::run(
-            lease_client,
-            config.lease.clone(),
+        Some(Campaign {
+            task: tokio::spawn(leader::run(
+                lease_client.clone(),
+                config.lease.clone(),
+                me.clone(),
+                leader_tx,
+                stop_rx.clone(),
+            )),
+            client: lease_client,
+            settings: config.lease.clone(),
             me,
-            leader_tx,
-            stop_rx.clone(),
-        )));
-    }
+        })
+    };
     // SIGTERM is honoured while the caches fill (an unreachable API server must not keep a
     // rollout waiting for the whole grace period).
     tokio::pin!(shutdown);
@@ -150,6 +201,7 @@ pub async fn run(
         _ = &mut shutdown => {
             info!("stopped before the caches synced");
             let _ = stop_tx.send(true);
+            step_down(campaign, *leader_rx.borrow()).await;
             for t in tasks {
                 t.abort();
             }
@@ -178,6 +230,10 @@ pub async fn run(
             _ = &mut shutdown => {
                 metrics.set_ready(false);
                 let _ = stop_tx.send(true);
+                step_down(campaign, *leader_rx.borrow()).await;
+                for t in tasks {
+                    t.abort();
+                }
                 return Ok(());
             }
             changed = leader_rx.changed() => if changed.is_err() { break },
@@ -215,12 +271,64 @@ pub async fn run(
     }
     stop.store(true, Ordering::Relaxed);
     shared.notify();
-    let _ = stop_tx.send(true);
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    // Bindings in flight finish or are undone before the Lease goes: a standby taking over
+    // finds every pod bound or back in its queue, with its claims as they were.
+    let abandoned = binder.drain(DRAIN_LIMIT).await;
+    if abandoned > 0 {
+        warn!(tasks = abandoned, limit = ?DRAIN_LIMIT, "shutdown: binding tasks still running are abandoned");
+    } else {
+        info!("shutdown: no binding in flight");
+    }
+    let _ = stop_tx.send(true);
+    let held = if result.is_ok() {
+        Leadership::Leader
+    } else {
+        Leadership::Lost
+    };
+    step_down(campaign, held).await;
     for t in tasks {
         t.abort();
     }
     result
+}
+
+/// How long shutdown waits for bindings in flight (a Deployment's default grace period is
+/// 30 s; the API writes of one binding take milliseconds).
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// How long shutdown waits to release the Lease.
+const RELEASE_LIMIT: Duration = Duration::from_secs(2);
+
+/// This replica's leader election.
+struct Campaign {
+    task: tokio::task::JoinHandle<()>,
+    client: Client,
+    settings: LeaseSettings,
+    me: String,
+}
+
+/// Stops campaigning and, when this replica leads (`state`), releases the Lease so a standby
+/// takes over at its next retry. `stop` must already be sent.
+async fn step_down(campaign: Option<Campaign>, state: Leadership) {
+    let Some(c) = campaign else {
+        return;
+    };
+    // No renewal may land after the release.
+    if tokio::time::timeout(RELEASE_LIMIT, c.task).await.is_err() {
+        warn!("leader election did not stop in time");
+    }
+    if state != Leadership::Leader {
+        return;
+    }
+    let lease = format!("{}/{}", c.settings.namespace, c.settings.name);
+    match tokio::time::timeout(RELEASE_LIMIT, leader::release(c.client, &c.settings, &c.me)).await {
+        Ok(Ok(true)) => info!(lease = %lease, "released the leader lease"),
+        Ok(Ok(false)) => {
+            debug!(lease = %lease, "leader lease held by another replica; not released")
+        }
+        Ok(Err(e)) => warn!(lease = %lease, error = %e, "leader lease not released"),
+        Err(_) => warn!(lease = %lease, "leader lease not released in time"),
+    }
 }
 
 /// Pops the next pod, waiting on the queue; `None` once `stop` is set.
@@ -418,7 +526,7 @@ fn handle_decision(
                 cache.assume_pod(&pod, &placement.node);
                 shared.queue().done(&uid);
             }
-            handle.spawn(binder.clone().bind(qp, placement, started));
+            binder.spawn(handle, binder.clone().bind(qp, placement, started));
         }
         Decision::Unschedulable {
             mut fit,
@@ -471,13 +579,12 @@ fn handle_decision(
                 let mut queue = shared.queue();
                 queue.unschedulable(qp, fit.plugins(), claim_names, Instant::now());
             }
-            let binder = binder.clone();
             let had_nomination = pod
                 .status
                 .as_ref()
                 .and_then(|s| s.nominated_node_name.as_deref())
                 .is_some_and(|n| !n.is_empty());
-            handle.spawn(async move {
+            binder.spawn_with(handle, move |binder| async move {
                 if let Some(candidate) = nominate {
                     let node = candidate.node.clone();
                     let client = binder.client().clone();
@@ -511,8 +618,7 @@ fn handle_decision(
                 .metrics_of(&pod)
                 .attempt(AttemptResult::Error, started.elapsed());
             shared.queue().error(qp, Instant::now());
-            let binder = binder.clone();
-            handle.spawn(async move {
+            binder.spawn_with(handle, move |binder| async move {
                 binder
                     .reporter()
                     .failed(&pod, FailureReason::SchedulerError, &e)

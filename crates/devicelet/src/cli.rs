@@ -682,11 +682,42 @@ pub struct SchedulerArgs {
     /// retry): of several replicas one schedules.
     #[arg(long, conflicts_with = "config")]
     pub leader_elect: bool,
-    /// Serve /metrics, /healthz, /readyz and /debug/snapshot (opaque driver configuration
-    /// redacted) on HOST:PORT, plain HTTP (`off`, the default: none). Keep it on loopback or
-    /// behind a NetworkPolicy: the snapshot shows every claim, pod and node it holds.
+    /// Serve /metrics, /healthz, /livez, /readyz and /debug/snapshot (opaque driver
+    /// configuration redacted) on HOST:PORT in plain HTTP without authentication, for
+    /// development: a loopback address only (`off`, the default: none). Use --secure-address
+    /// for anything else.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_address)]
     pub metrics_address: Option<MetricsAddress>,
+    /// Serve the same endpoints on HOST:PORT over TLS (kube-scheduler's secure port; `off`,
+    /// the default: none). A bearer token is authenticated by a TokenReview and the request
+    /// authorized by a SubjectAccessReview (non-resource path, verb get), both answered by the
+    /// API server; the always-allowed paths need neither. Without --tls-cert-file the
+    /// certificate is self-signed, made at start.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_metrics_address)]
+    pub secure_address: Option<MetricsAddress>,
+    /// The secure port's certificate (PEM, leaf first).
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The secure port's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Kubeconfig for the TokenReviews (default: the scheduler's own connection; its identity
+    /// needs create on tokenreviews.authentication.k8s.io).
+    #[arg(long, value_name = "FILE")]
+    pub authentication_kubeconfig: Option<PathBuf>,
+    /// Kubeconfig for the SubjectAccessReviews (default: the scheduler's own connection; its
+    /// identity needs create on subjectaccessreviews.authorization.k8s.io).
+    #[arg(long, value_name = "FILE")]
+    pub authorization_kubeconfig: Option<PathBuf>,
+    /// Paths the secure port serves without authentication or authorization (a trailing `*`
+    /// matches a prefix).
+    #[arg(
+        long,
+        value_name = "PATHS",
+        value_delimiter = ',',
+        default_value = "/healthz,/readyz,/livez"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
     /// Give up one node's DRA allocation after this long (the DRA Filter timeout; 0 = never).
     #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DURATION", conflicts_with = "config")]
     pub filter_timeout: Duration,

@@ -1,7 +1,8 @@
 //! `devicelet scheduler` as a process (issue 39): SIGTERM stops it while its caches cannot fill
 //! (an unreachable API server must not keep a rollout waiting for the whole grace period), and
 //! `--metrics-address off` is accepted as `serve` accepts it; `/readyz` says not ready while
-//! `/healthz` says alive.
+//! `/healthz` says alive. The secure port: TLS, probes without credentials, 401 for the rest
+//! without a token the API server accepts; plain HTTP only on loopback.
 
 #![allow(clippy::unwrap_used)]
 
@@ -106,4 +107,112 @@ async fn readyz_says_not_ready_while_the_caches_cannot_fill() {
     assert_eq!(status_of(&metrics, "/healthz"), 200, "{}", proc.log());
     assert_eq!(status_of(&metrics, "/readyz"), 503, "{}", proc.log());
     proc.terminate().await;
+}
+
+/// The status code of `GET path` on `https://address` by curl (self-signed certificate
+/// accepted), with `token` as bearer token.
+fn secure_status_of(address: &str, path: &str, token: Option<&str>) -> u16 {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args([
+        "-sk",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "10",
+    ]);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd
+        .arg(format!("https://{address}{path}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+fn free_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn the_secure_port_serves_probes_to_anyone_and_metrics_to_no_one_unauthenticated() {
+    let root = Root::new();
+    let kubeconfig = unreachable_kubeconfig(&root);
+    let secure = free_address();
+    let proc = root.spawn(
+        "scheduler",
+        &[
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--secure-address",
+            &secure,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while secure_status_of(&secure, "/livez", None) != 200 {
+        assert!(Instant::now() < deadline, "no TLS /livez:\n{}", proc.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(secure_status_of(&secure, "/healthz", None), 200);
+    assert_eq!(
+        secure_status_of(&secure, "/readyz", None),
+        503,
+        "{}",
+        proc.log()
+    );
+    assert_eq!(
+        secure_status_of(&secure, "/metrics", None),
+        401,
+        "{}",
+        proc.log()
+    );
+    assert_eq!(secure_status_of(&secure, "/debug/snapshot", None), 401);
+    // The API server cannot review the token: nobody is authenticated on a guess.
+    assert_eq!(
+        secure_status_of(&secure, "/metrics", Some("some-token")),
+        401
+    );
+    // Plain HTTP on the secure port is refused by the TLS handshake.
+    let mut stream = std::net::TcpStream::connect(&secure).unwrap();
+    use std::io::{Read, Write};
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(
+        !answer.contains("# HELP"),
+        "metrics served without TLS: {answer}"
+    );
+    proc.terminate().await;
+}
+
+#[tokio::test]
+async fn plain_metrics_are_refused_off_loopback() {
+    let root = Root::new();
+    let kubeconfig = unreachable_kubeconfig(&root);
+    let (code, _, err) = common::cli(
+        root.path(),
+        &[
+            "scheduler",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--metrics-address",
+            "0.0.0.0:0",
+        ],
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("loopback") && err.contains("--secure-address"),
+        "{err}"
+    );
 }

@@ -358,7 +358,7 @@ fn wait_for_preemption(
     let reporter = binder.reporter().clone();
     let group_object = (**group).clone();
     let name = group_name.to_owned();
-    handle.spawn(async move {
+    binder.spawn(handle, async move {
         match actuate::actuate_group(client, reporter, group_object, nominations, victims).await {
             Ok(n) => debug!(podgroup = %name, victims = n, "pod group preemption"),
             Err(e) => warn!(podgroup = %name, error = %e, "pod group preemption failed"),
@@ -397,7 +397,7 @@ fn clear_nominations(
         if nominated_in_status {
             let client = binder.client().clone();
             let pod = qp.pod.clone();
-            handle.spawn(async move {
+            binder.spawn(handle, async move {
                 if let Err(e) = actuate::set_nomination(&client, &pod, None).await {
                     debug!(error = %e, "nomination not cleared");
                 }
@@ -408,9 +408,8 @@ fn clear_nominations(
 
 /// W15 (and S11 for a pod alone): a pod being deleted is not scheduled, and says so.
 pub fn skip_deleting(binder: &Binder, handle: &Handle, pod: &Arc<k8s_openapi::api::core::v1::Pod>) {
-    let binder = binder.clone();
     let pod = pod.clone();
-    handle.spawn(async move {
+    binder.spawn_with(handle, move |binder| async move {
         let note = format!(
             "skip schedule deleting pod: {}/{}",
             pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -443,9 +442,8 @@ fn error_members(
     for qp in members {
         let pod = qp.pod.clone();
         shared.queue().error(qp, now);
-        let binder = binder.clone();
         let message = message.to_owned();
-        handle.spawn(async move {
+        binder.spawn_with(handle, move |binder| async move {
             binder
                 .reporter()
                 .failed(&pod, FailureReason::SchedulerError, &message)
@@ -502,7 +500,8 @@ fn commit(
         }
     }
     for (qp, placement) in to_bind {
-        handle.spawn(
+        binder.spawn(
+            handle,
             binder
                 .clone()
                 .bind_member(qp, placement, started, barrier.clone()),
@@ -531,9 +530,8 @@ fn commit(
 /// Writes what the PostFilter chose (W55, W56). The claim's update is the event that brings
 /// the members back; a failed write is tried again at the next failure.
 fn run_post_filter(binder: &Binder, handle: &Handle, action: PostFilterAction, group_name: &str) {
-    let binder = binder.clone();
     let group_name = group_name.to_owned();
-    handle.spawn(async move {
+    binder.spawn_with(handle, move |binder| async move {
         let result = match &action {
             PostFilterAction::Nothing => return,
             PostFilterAction::Deallocate(claims) => {
@@ -570,9 +568,8 @@ fn fail_members(
         shared
             .queue()
             .unschedulable(qp, plugins.clone(), claim_names.clone(), now);
-        let binder = binder.clone();
         let message = message.to_owned();
-        handle.spawn(async move {
+        binder.spawn_with(handle, move |binder| async move {
             binder
                 .reporter()
                 .failed(&pod, FailureReason::Unschedulable, &message)
@@ -592,5 +589,7 @@ fn write_condition(
     };
     let client = binder.client().clone();
     let group = group.clone();
-    handle.spawn(async move { status::write(&client, &group, condition).await });
+    binder.spawn(handle, async move {
+        status::write(&client, &group, condition).await
+    });
 }

@@ -2,12 +2,15 @@
 //! until SIGTERM/SIGINT (issue 25).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use devicelet_scheduler::SchedulerConfig;
+use devicelet_kube::ClusterSource;
+use devicelet_kube::serving::{DelegatedAuth, ServingCertificate};
 use devicelet_scheduler::config::{self, Profile};
 use devicelet_scheduler::leader::LeaseSettings;
+use devicelet_scheduler::{SchedulerConfig, SecureServing};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{MetricsAddress, SchedulerArgs};
@@ -15,8 +18,17 @@ use crate::commands::snapshot::source;
 
 /// Runs the scheduler.
 pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
-    let (config, kubeconfig) = match &args.config {
-        Some(path) => from_file(path, metrics_address(args.metrics_address))?,
+    let plain = metrics_address(args.metrics_address);
+    if let Some(address) = plain
+        && !address.ip().is_loopback()
+    {
+        anyhow::bail!(
+            "--metrics-address {address}: plain HTTP without authentication is served on a loopback address only; use --secure-address for {}",
+            address.ip()
+        );
+    }
+    let (mut config, kubeconfig) = match &args.config {
+        Some(path) => from_file(path, plain)?,
         None => {
             // kube-scheduler's validation of DynamicResourcesArgs.bindingTimeout.
             if args.binding_timeout < Duration::from_secs(1) {
@@ -29,7 +41,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
                 lease: LeaseSettings::named(&args.scheduler_name),
                 profiles: vec![profile],
                 leader_elect: args.leader_elect,
-                metrics_address: metrics_address(args.metrics_address),
+                metrics_address: plain,
                 binding_timeout: args.binding_timeout,
                 ..SchedulerConfig::default()
             };
@@ -41,6 +53,7 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
         cluster.kubeconfig = kubeconfig;
     }
     let client = devicelet_kube::connect(&source(&cluster)).await?;
+    config.secure = secure_serving(&args, &client).await?;
     let mut terminate = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
     let shutdown = async move {
@@ -52,6 +65,42 @@ pub async fn run(args: SchedulerArgs) -> anyhow::Result<()> {
     devicelet_scheduler::run(client, config, shutdown)
         .await
         .context("devicelet scheduler")
+}
+
+/// `--secure-address` and its TLS and delegated-authentication flags.
+async fn secure_serving(
+    args: &SchedulerArgs,
+    client: &kube::Client,
+) -> anyhow::Result<Option<SecureServing>> {
+    let Some(address) = metrics_address(args.secure_address) else {
+        return Ok(None);
+    };
+    let certificate = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(cert), Some(key)) => ServingCertificate::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => ServingCertificate::self_signed_for(address),
+    };
+    let connect =
+        async |kubeconfig: &Option<PathBuf>, what: &str| -> anyhow::Result<kube::Client> {
+            match kubeconfig {
+                Some(path) => devicelet_kube::connect(&ClusterSource::Kubeconfig(path.clone()))
+                    .await
+                    .with_context(|| format!("--{what}-kubeconfig {}", path.display())),
+                None => Ok(client.clone()),
+            }
+        };
+    let auth = DelegatedAuth::new(
+        connect(&args.authentication_kubeconfig, "authentication").await?,
+        connect(&args.authorization_kubeconfig, "authorization").await?,
+        args.authorization_always_allow_paths.clone(),
+    );
+    Ok(Some(SecureServing {
+        address,
+        certificate,
+        auth: Arc::new(auth),
+    }))
 }
 
 /// `--config FILE`: the scheduler's settings and the kubeconfig it names (`--kubeconfig` wins).
@@ -84,6 +133,7 @@ fn from_file(
         leader_elect: le.leader_elect,
         lease,
         metrics_address,
+        secure: None,
         backoff: (file.pod_initial_backoff, file.pod_max_backoff),
         client_rate: file.client_rate,
     };
