@@ -422,7 +422,10 @@ impl DelegatedAuth {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| Refusal::Error(format!("authorization review failed: {e}")))?;
+            .map_err(|e| {
+                warn!(error = %e, "SubjectAccessReview failed");
+                Refusal::Error(format!("authorization review failed: {e}"))
+            })?;
         let status = answer.status.unwrap_or_default();
         let decision = if status.allowed {
             Ok(())
