@@ -9,25 +9,47 @@
 # Image name: devicelet.local/devicelet:dev (deploy/scheduler's Deployment uses it).
 # Usage: deploy/image/build.sh [OUT_TAR]     (default target/image/devicelet-image.tar)
 # Prints the binary's, the layer's and the archive's sizes.
+#
+# Tests: DEVICELET_PREBUILT=PATH packs that binary instead of building one (no static build,
+# which takes a while on a small machine). A dynamically linked one is stripped and gets its
+# shared libraries and program interpreter beside it (as `ldd` lists them): an image for the
+# CRI suite (interop/cri/run.sh), not for release.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${1:-$PWD/target/image/devicelet-image.tar}"
 name="${IMAGE_NAME:-devicelet.local/devicelet:dev}"
 target=x86_64-unknown-linux-gnu
-# Its own target directory: the static flags would otherwise rebuild target/release.
-RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --profile dist -p devicelet \
-  --target "$target" --target-dir target/static
-bin="target/static/$target/dist/devicelet"
-# A static(-pie) binary has no program interpreter.
-if readelf -l "$bin" | grep -q 'program interpreter'; then
-  echo "build.sh: $bin is dynamically linked" >&2
-  exit 1
-fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
 mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc/ssl/certs" "$rootfs/tmp"
 chmod 1777 "$rootfs/tmp"
+if [ -n "${DEVICELET_PREBUILT:-}" ]; then
+  bin="$work/devicelet"
+  cp "$DEVICELET_PREBUILT" "$bin"
+  strip "$bin"
+  if readelf -l "$bin" | grep -q 'program interpreter'; then
+    # Each library at the path the dynamic loader looks it up by.
+    ldd "$bin" | grep -o '/[^ ]*' | while read -r lib; do
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -L "$lib" "$rootfs$lib"
+    done
+  fi
+  kind="prebuilt, stripped"
+  level=-1  # a test image: fast over small
+else
+  # Its own target directory: the static flags would otherwise rebuild target/release.
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --profile dist -p devicelet \
+    --target "$target" --target-dir target/static
+  bin="target/static/$target/dist/devicelet"
+  # A static(-pie) binary has no program interpreter.
+  if readelf -l "$bin" | grep -q 'program interpreter'; then
+    echo "build.sh: $bin is dynamically linked" >&2
+    exit 1
+  fi
+  kind="static, stripped"
+  level=-9
+fi
 install -m 0755 "$bin" "$rootfs/usr/local/bin/devicelet"
 install -m 0644 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
 printf 'root:x:0:0:root:/:/sbin/nologin\ndevicelet:x:65532:65532:devicelet:/:/sbin/nologin\n' > "$rootfs/etc/passwd"
@@ -37,7 +59,7 @@ mkdir -p "$layout/blobs/sha256"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00:00' \
   -C "$rootfs" -cf "$work/layer.tar" .
 diff_id="$(sha256sum "$work/layer.tar" | cut -d' ' -f1)"
-gzip -n -9 "$work/layer.tar"
+gzip -n "$level" "$work/layer.tar"
 
 blob() { # moves file $1 into the layout, prints "digest size"
   local d s
@@ -60,4 +82,4 @@ mkdir -p "$(dirname "$out")"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00:00' \
   -C "$layout" -cf "$out" oci-layout index.json blobs
 echo "image $name: $out"
-echo "binary $(stat -c %s "$bin") bytes (static, stripped); layer $layer_size bytes gzipped; archive $(stat -c %s "$out") bytes; manifest sha256:$man_digest"
+echo "binary $(stat -c %s "$bin") bytes ($kind); layer $layer_size bytes gzipped; archive $(stat -c %s "$out") bytes; manifest sha256:$man_digest"

@@ -7,7 +7,8 @@
 # oom_score_adj runc may not lower), imports devicelet.local/busybox:1 and
 # devicelet.local/pause:1 built from busybox-static (no registry), then runs
 #   - crates/devicelet/tests/cri.rs (local mode: devices, CDI, cpuset, restarts, adoption),
-#   - and, when CRI_CLUSTER=1, the cluster suite's TestCRI* tests (Jobs Succeeded/Failed).
+#   - and, when CRI_CLUSTER=1, the cluster suite's TestCRI* tests (Jobs Succeeded/Failed,
+#     volumes, and deploy/scheduler's pods on a devicelet node from the image of DEVICELET_BIN).
 # Usage: interop/cri/run.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,7 +79,14 @@ export DEVICELET_CRI_ENDPOINT="unix://$sock"
 status=0
 cargo test --locked -p devicelet --test cri "$@" -- --nocapture --test-threads 3 || status=$?
 if [ "$status" -eq 0 ] && [ "${CRI_CLUSTER:-0}" = 1 ]; then
-  DEVICELET_BIN="${DEVICELET_BIN:-$PWD/target/debug/devicelet}" CLUSTER_E2E_TIMEOUT="${CLUSTER_E2E_TIMEOUT:-900}" \
+  bin="${DEVICELET_BIN:-$PWD/target/debug/devicelet}"
+  # The scheduler's pods run the binary under test, packed by the repo's image script (a
+  # prebuilt, dynamically linked binary with its libraries: no static build in CI).
+  DEVICELET_PREBUILT="$bin" IMAGE_NAME=devicelet.local/devicelet:test \
+    bash deploy/image/build.sh "$work/devicelet-test-image.tar"
+  ctr --address "$sock" --namespace k8s.io images import "$work/devicelet-test-image.tar" >/dev/null
+  DEVICELET_TEST_IMAGE=devicelet.local/devicelet:test DEVICELET_BIN="$bin" \
+    CLUSTER_E2E_TIMEOUT="${CLUSTER_E2E_TIMEOUT:-900}" \
     bash interop/cluster/run.sh -run 'TestCRI' -v || status=$?
 fi
 if [ "$status" -ne 0 ]; then
