@@ -796,9 +796,14 @@ mod tests {
         fn config_map<'a>(
             &'a self,
             _: &'a str,
-            _: &'a str,
+            name: &'a str,
         ) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
-            Box::pin(async { Ok(None) })
+            Box::pin(async move {
+                Ok((name == "kube-root-ca.crt").then(|| ConfigMap {
+                    data: Some(BTreeMap::from([("ca.crt".to_owned(), "CA".to_owned())])),
+                    ..Default::default()
+                }))
+            })
         }
         fn secret<'a>(
             &'a self,
@@ -859,6 +864,64 @@ mod tests {
         assert!(get(expired).await.is_err());
         cache.forget("u");
         assert!(cache.lock().is_empty());
+    }
+
+    /// The volume the API server's ServiceAccount admission injects, as it injects it.
+    fn kube_api_access_pod() -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "volumes": [{"name": "kube-api-access-abcde", "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt",
+                                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+                    ]}}]
+            }
+        }))
+        .expect("pod")
+    }
+
+    #[tokio::test]
+    async fn the_default_service_account_volume_is_written() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let api = Arc::new(FakeApi {
+            now: Mutex::new(SystemTime::now()),
+            issued: AtomicUsize::new(0),
+            fail: false.into(),
+        });
+        let manager = VolumeManager::new(Some(PodApiHandle(api)), VOLUME_REFRESH);
+        let pod = kube_api_access_pod();
+        manager.prepare(&pod, tmp.path()).await.expect("prepare");
+        let dir = tmp
+            .path()
+            .join("kubernetes.io~projected/kube-api-access-abcde");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("file");
+        assert_eq!(read("token"), "token-0");
+        assert_eq!(read("ca.crt"), "CA");
+        assert_eq!(read("namespace"), "ns");
+        assert!(dir.join("..data").is_symlink());
+
+        // Local mode: no API server, a clear error.
+        let local = VolumeManager::new(None, VOLUME_REFRESH);
+        let err = local
+            .prepare(&pod, tmp.path())
+            .await
+            .expect_err("local mode")
+            .to_string();
+        assert!(err.contains("need cluster mode"), "{err}");
+        assert_eq!(
+            RuntimeError::Volume {
+                volume: String::new(),
+                why: String::new()
+            }
+            .waiting_reason(),
+            "CreateContainerConfigError"
+        );
     }
 
     #[test]
