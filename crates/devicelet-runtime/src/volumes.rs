@@ -527,13 +527,21 @@ impl VolumeManager {
     }
 
     /// The periodic refresh: every [`VOLUME_REFRESH`] the volumes are read again and rewritten
-    /// where something changed. A failure keeps the files as they are (logged).
+    /// where something changed, and at once for a pod not seen yet (one adopted after a
+    /// restart of devicelet, whose token would otherwise expire). A failure keeps the files as
+    /// they are (logged).
     pub async fn refresh(&self, pod: &Pod, volumes_dir: &Path) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let due = self
-            .synced()
-            .get(&uid)
-            .is_some_and(|s| s.ok_once && s.at.elapsed() >= self.refresh);
+        let has_volumes = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|v| v.iter().any(|v| api_volume_kind(v).is_some()));
+        let due = has_volumes
+            && self
+                .synced()
+                .get(&uid)
+                .is_none_or(|s| s.at.elapsed() >= self.refresh);
         if !due {
             return;
         }
@@ -787,6 +795,7 @@ mod tests {
 
     /// A fake API server issuing tokens valid for their requested lifetime from a fake clock.
     struct FakeApi {
+        ca: Mutex<String>,
         now: Mutex<SystemTime>,
         issued: AtomicUsize,
         fail: std::sync::atomic::AtomicBool,
@@ -799,8 +808,9 @@ mod tests {
             name: &'a str,
         ) -> BoxFuture<'a, Result<Option<ConfigMap>, String>> {
             Box::pin(async move {
+                let ca = self.ca.lock().expect("ca").clone();
                 Ok((name == "kube-root-ca.crt").then(|| ConfigMap {
-                    data: Some(BTreeMap::from([("ca.crt".to_owned(), "CA".to_owned())])),
+                    data: Some(BTreeMap::from([("ca.crt".to_owned(), ca)])),
                     ..Default::default()
                 }))
             })
@@ -836,6 +846,7 @@ mod tests {
     async fn the_token_cache_rotates_on_the_fake_clock() {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let api = FakeApi {
+            ca: Mutex::new("CA".into()),
             now: Mutex::new(start),
             issued: AtomicUsize::new(0),
             fail: false.into(),
@@ -890,11 +901,12 @@ mod tests {
     async fn the_default_service_account_volume_is_written() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let api = Arc::new(FakeApi {
+            ca: Mutex::new("CA".into()),
             now: Mutex::new(SystemTime::now()),
             issued: AtomicUsize::new(0),
             fail: false.into(),
         });
-        let manager = VolumeManager::new(Some(PodApiHandle(api)), VOLUME_REFRESH);
+        let manager = VolumeManager::new(Some(PodApiHandle(api.clone())), VOLUME_REFRESH);
         let pod = kube_api_access_pod();
         manager.prepare(&pod, tmp.path()).await.expect("prepare");
         let dir = tmp
@@ -905,6 +917,21 @@ mod tests {
         assert_eq!(read("ca.crt"), "CA");
         assert_eq!(read("namespace"), "ns");
         assert!(dir.join("..data").is_symlink());
+
+        // A changed object reaches the files at the next refresh, not before.
+        *api.ca.lock().expect("ca") = "CA2".into();
+        manager.refresh(&pod, tmp.path()).await;
+        assert_eq!(read("ca.crt"), "CA", "not due yet");
+        tokio::time::pause();
+        tokio::time::advance(VOLUME_REFRESH + Duration::from_secs(1)).await;
+        manager.refresh(&pod, tmp.path()).await;
+        assert_eq!(read("ca.crt"), "CA2");
+        assert_eq!(read("token"), "token-0", "the token is still fresh");
+        // A pod the manager has not seen (adopted after a restart) is refreshed at once.
+        *api.ca.lock().expect("ca") = "CA3".into();
+        let restarted = VolumeManager::new(Some(PodApiHandle(api.clone())), VOLUME_REFRESH);
+        restarted.refresh(&pod, tmp.path()).await;
+        assert_eq!(read("ca.crt"), "CA3");
 
         // Local mode: no API server, a clear error.
         let local = VolumeManager::new(None, VOLUME_REFRESH);
