@@ -50,6 +50,11 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     if args.capacity.is_some() && cluster_source(&args).is_none() {
         warn!("--capacity only changes what a Node advertises in cluster mode; ignored here");
     }
+    if args.pod_api_server != PodApiServerArg::Service
+        && (cluster_source(&args).is_none() || args.runtime != RuntimeArg::Cri)
+    {
+        warn!("--pod-api-server only matters in cluster mode with --runtime cri; ignored here");
+    }
     // Cluster mode: the client exists before the daemon, whose DRA admission reads the pods'
     // ResourceClaims from the API server instead of the local store.
     let client = match cluster_source(&args) {
