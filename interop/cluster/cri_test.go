@@ -37,7 +37,7 @@ func criEndpoint(t *testing.T) string {
 }
 
 // criPodSpec runs `script` in busybox on node `nodeName` with the host's network and no
-// service account token (devicelet's CRI runtime mounts emptyDir and hostPath volumes only).
+// service account token (these tests need none; cri_volumes_test.go has pods with one).
 func criPodSpec(nodeName, script string, grace int64) corev1.PodSpec {
 	return corev1.PodSpec{
 		NodeSelector:                  map[string]string{"kubernetes.io/hostname": nodeName},

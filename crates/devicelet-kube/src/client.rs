@@ -29,7 +29,22 @@ pub enum ClusterSource {
 /// Builds a client for `source`.
 pub async fn connect(source: &ClusterSource) -> Result<Client, ClusterError> {
     install_crypto_provider();
-    let mut config = match source {
+    let mut config = load_config(source).await?;
+    config.connect_timeout = Some(Duration::from_secs(10));
+    // Watches hold a request open for up to their server-side timeout (290 s in kube's
+    // watcher); every other call is bounded by `with_deadline`.
+    config.read_timeout = Some(Duration::from_secs(300));
+    config.write_timeout = Some(API_DEADLINE);
+    Client::try_from(config).map_err(ClusterError::Client)
+}
+
+/// The API server's URL `source` names (`https://127.0.0.1:6443`).
+pub async fn server_url(source: &ClusterSource) -> Result<http::Uri, ClusterError> {
+    Ok(load_config(source).await?.cluster_url)
+}
+
+async fn load_config(source: &ClusterSource) -> Result<Config, ClusterError> {
+    Ok(match source {
         ClusterSource::Kubeconfig(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).map_err(|source| ClusterError::Kubeconfig {
@@ -44,13 +59,7 @@ pub async fn connect(source: &ClusterSource) -> Result<Client, ClusterError> {
                 })?
         }
         ClusterSource::Infer => Config::infer().await?,
-    };
-    config.connect_timeout = Some(Duration::from_secs(10));
-    // Watches hold a request open for up to their server-side timeout (290 s in kube's
-    // watcher); every other call is bounded by `with_deadline`.
-    config.read_timeout = Some(Duration::from_secs(300));
-    config.write_timeout = Some(API_DEADLINE);
-    Client::try_from(config).map_err(ClusterError::Client)
+    })
 }
 
 /// Runs one API call with [`API_DEADLINE`]; `what` names it in errors and logs.

@@ -39,6 +39,7 @@ pub mod machine;
 pub mod metrics;
 pub mod node;
 pub mod node_status;
+pub mod pod_objects;
 pub mod pod_status;
 pub mod pods;
 pub mod rate_limit;

@@ -251,7 +251,9 @@ pub fn sandbox_config(
 }
 
 /// Where a pod's volumes live for the runtime: `emptyDir` volumes are directories under
-/// `volumes_dir`, `hostPath` volumes the host's path.
+/// `volumes_dir`, as are `configMap`, `secret`, `projected` and `downwardAPI` volumes
+/// (`kubernetes.io~configmap/<name>` and so on, written by [`crate::volumes`]); `hostPath`
+/// volumes are the host's path.
 pub fn volume_host_paths(
     pod: &Pod,
     volumes_dir: &Path,
@@ -271,21 +273,31 @@ pub fn volume_host_paths(
             volumes_dir
                 .join("kubernetes.io~empty-dir")
                 .join(&volume.name)
-        } else if volume.projected.is_some() && volume.name.starts_with("kube-api-access-") {
-            return Err(RuntimeError::Config(format!(
-                "volume {:?} (the service account token): devicelet's CRI runtime does not mount \
-                 service account tokens yet; set automountServiceAccountToken: false on the pod",
-                volume.name
-            )));
+        } else if let Some(kind) = crate::volumes::api_volume_kind(volume) {
+            path_safe("volume name", &volume.name)?;
+            crate::volumes::volume_dir(volumes_dir, kind, &volume.name)
         } else {
             return Err(RuntimeError::Config(format!(
-                "volume {:?}: only emptyDir and hostPath volumes are supported by devicelet's CRI runtime",
+                "volume {:?}: only emptyDir, hostPath, configMap, secret, projected and downwardAPI \
+                 volumes are supported by devicelet's CRI runtime",
                 volume.name
             )));
         };
         out.insert(volume.name.clone(), path);
     }
     Ok(out)
+}
+
+/// Whether the pod's volume `name` is mounted read-only whatever the mount says (configMap,
+/// secret, projected, downwardAPI: the kubelet's `mustMountRO`).
+fn must_mount_read_only(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .is_some_and(|v| crate::volumes::api_volume_kind(v).is_some())
 }
 
 /// Everything a container config is made of.
@@ -313,6 +325,8 @@ pub struct ContainerInputs<'a> {
     pub node_name: &'a str,
     /// See `node_name`.
     pub host_ip: &'a str,
+    /// The `kubernetes` Service's env (cluster mode), before the spec's own.
+    pub service_env: &'a [(String, String)],
 }
 
 /// The container config (the kubelet's `generateContainerConfig`).
@@ -329,6 +343,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
         volumes,
         node_name,
         host_ip,
+        service_env,
     } = inputs;
     let id = PodIdentity::of(pod)?;
     let mut labels = pod_labels(&id, instance);
@@ -351,6 +366,9 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
         set_env(k, v.clone());
     }
     for (k, v) in &cdi.env {
+        set_env(k, v.clone());
+    }
+    for (k, v) in service_env {
         set_env(k, v.clone());
     }
     for env in container.env.iter().flatten() {
@@ -406,7 +424,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
         add_mount(
             &vm.mount_path,
             &host.display().to_string(),
-            vm.read_only.unwrap_or(false),
+            vm.read_only.unwrap_or(false) || must_mount_read_only(pod, &vm.name),
         );
     }
 
@@ -475,7 +493,7 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
 }
 
 /// A `fieldRef` of the downward API.
-fn field_value(
+pub(crate) fn field_value(
     pod: &Pod,
     path: &str,
     node_name: &str,
@@ -644,7 +662,8 @@ mod tests {
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "labels": {"app": "x"}},
             "spec": {
                 "hostNetwork": true,
-                "volumes": [{"name": "scratch", "emptyDir": {}}],
+                "volumes": [{"name": "scratch", "emptyDir": {}},
+                            {"name": "cfg", "configMap": {"name": "settings"}}],
                 "containers": [{
                     "name": "c", "image": "busybox",
                     "command": ["sh", "-c"], "args": ["env"],
@@ -653,7 +672,8 @@ mod tests {
                         {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                     ],
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"},
+                                     {"name": "cfg", "mountPath": "/cfg"}],
                     "resources": {"requests": {"cpu": "1", "memory": "64Mi"},
                                   "limits": {"cpu": "1", "memory": "64Mi"}}
                 }]
@@ -704,6 +724,10 @@ mod tests {
             volumes: &volumes,
             node_name: "node-a",
             host_ip: "10.0.0.1",
+            service_env: &[
+                ("KUBERNETES_SERVICE_HOST".into(), "10.96.0.1".into()),
+                ("POD".into(), "from-service".into()),
+            ],
         })
         .expect("config");
         let env: BTreeMap<_, _> = config
@@ -721,6 +745,7 @@ mod tests {
         assert_eq!(env["CDI"], "yes");
         assert_eq!(env["POD"], "p");
         assert_eq!(env["NODE"], "node-a");
+        assert_eq!(env["KUBERNETES_SERVICE_HOST"], "10.96.0.1");
         let mounts: Vec<_> = config
             .mounts
             .iter()
@@ -734,6 +759,11 @@ mod tests {
                     "/scratch",
                     "/root/pods/u1/volumes/kubernetes.io~empty-dir/scratch",
                     false
+                ),
+                (
+                    "/cfg",
+                    "/root/pods/u1/volumes/kubernetes.io~configmap/cfg",
+                    true
                 )
             ]
         );
@@ -789,15 +819,28 @@ mod tests {
         spec.volumes = Some(vec![
             serde_json::from_value(json!({"name": "s", "secret": {"secretName": "x"}}))
                 .expect("volume"),
+            serde_json::from_value(
+                json!({"name": "pvc", "persistentVolumeClaim": {"claimName": "x"}}),
+            )
+            .expect("volume"),
         ]);
         let err = volume_host_paths(&bad, Path::new("/v"))
-            .expect_err("secret volume")
+            .expect_err("pvc volume")
             .to_string();
-        assert!(err.contains("\"s\""), "{err}");
+        assert!(err.contains("\"pvc\""), "{err}");
+        spec_volumes_truncate(&mut bad);
+        let paths = volume_host_paths(&bad, Path::new("/v")).expect("secret volume");
+        assert_eq!(paths["s"], Path::new("/v/kubernetes.io~secret/s"));
         let err = field_value(&bad, "status.podIP", "n", "ip")
             .expect_err("podIP")
             .to_string();
         assert!(err.contains("status.podIP"), "{err}");
+    }
+
+    fn spec_volumes_truncate(pod: &mut Pod) {
+        if let Some(v) = pod.spec.as_mut().and_then(|s| s.volumes.as_mut()) {
+            v.truncate(1);
+        }
     }
 
     #[test]

@@ -63,15 +63,25 @@ pub enum RuntimeError {
     /// The node gave no settings for a container (it is not admitted, a plugin failed).
     #[error("container settings: {0}")]
     Settings(String),
+    /// A volume's contents (configMap, secret, token, downward API) cannot be read or
+    /// written.
+    #[error("volume {volume:?}: {why}")]
+    Volume {
+        /// The pod's volume.
+        volume: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl RuntimeError {
     /// The kubelet's waiting reason for a container that could not be created because of this.
     pub fn waiting_reason(&self) -> &'static str {
         match self {
-            RuntimeError::Config(_) | RuntimeError::Cdi(_) | RuntimeError::Settings(_) => {
-                "CreateContainerConfigError"
-            }
+            RuntimeError::Config(_)
+            | RuntimeError::Cdi(_)
+            | RuntimeError::Settings(_)
+            | RuntimeError::Volume { .. } => "CreateContainerConfigError",
             _ => "CreateContainerError",
         }
     }

@@ -12,8 +12,12 @@
 //! - [`status`]: what to start and the pod's status from what the runtime reports (pure);
 //! - [`cdi`]: CDI names resolved by devicelet for runtimes that do not apply CDI;
 //! - [`logs`]: the kubelet's log layout and the CRI log format;
+//! - [`atomic_writer`]: the kubelet's atomic writer layout for projected files;
+//! - [`volumes`]: configMap, secret, projected and downwardAPI volumes, service account
+//!   tokens and the `kubernetes` Service's env (cluster mode);
 //! - [`manager`]: [`CriRuntime`], which owns the pods it runs.
 
+pub mod atomic_writer;
 pub mod cdi;
 pub mod config;
 pub mod cri;
@@ -21,9 +25,11 @@ pub mod error;
 pub mod logs;
 pub mod manager;
 pub mod status;
+pub mod volumes;
 
 pub use cdi::{CdiCheck, CdiEdits, CdiResolver, default_spec_dirs, spec_dirs};
 pub use cri::CriClient;
 pub use error::RuntimeError;
 pub use manager::{ContainerSettings, CriConfig, CriRuntime};
 pub use status::{ContainerState, ContainerStatus, PodRuntimeStatus};
+pub use volumes::{IssuedToken, PodApi, PodApiHandle, ServiceAddress, ServicePort, TokenSpec};

@@ -33,6 +33,7 @@ use crate::cri::CriClient;
 use crate::error::RuntimeError;
 use crate::logs::pod_log_dir;
 use crate::status::{self, Facts, Observed, PodRuntimeStatus, RunState};
+use crate::volumes::{PodApiHandle, VOLUME_REFRESH, VolumeManager, service_env};
 
 /// How often every pod is looked at (the kubelet's PLEG relists every second).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -86,6 +87,10 @@ pub struct CriConfig {
     pub host_ip: String,
     /// Where CRI calls and container starts are counted (the kubelet's metric names).
     pub metrics: devicelet_metrics::Metrics,
+    /// Cluster mode: where configMap, secret and projected volumes, service account tokens
+    /// and the `kubernetes` Service's env come from. `None` (local mode): such volumes are
+    /// refused.
+    pub pod_api: Option<PodApiHandle>,
 }
 
 impl CriConfig {
@@ -141,6 +146,8 @@ pub struct CriRuntime {
     config: CriConfig,
     settings: Arc<dyn ContainerSettings>,
     cdi: CdiResolver,
+    /// configMap, secret, projected and downwardAPI volumes.
+    volumes: VolumeManager,
     pods: Mutex<BTreeMap<String, Managed>>,
     statuses: Mutex<BTreeMap<String, PodRuntimeStatus>>,
     /// One sync or kill of a pod at a time.
@@ -190,6 +197,7 @@ impl CriRuntime {
             runtime_version: version.runtime_version,
             instance: config::instance_id(&config.root, &config.node_name),
             cdi: CdiResolver::new(config.cdi_spec_dirs.clone()),
+            volumes: VolumeManager::new(config.pod_api.clone(), VOLUME_REFRESH),
             config,
             settings,
             pods: Mutex::new(pods),
@@ -306,6 +314,7 @@ impl CriRuntime {
         }
         lock(&self.terminating).remove(uid);
         lock(&self.statuses).remove(uid);
+        self.volumes.forget(uid);
         lock(&self.cancels).remove(uid);
         // The UID comes from a request path: only a name that cannot leave the root is used
         // to remove files (a pod with any other UID was never recorded).
@@ -479,6 +488,10 @@ impl CriRuntime {
         let pod = &pod;
         let id = PodIdentity::of(pod)?;
         let log_dir = pod_log_dir(&self.config.logs_dir(), &id.namespace, &id.name, &id.uid);
+        // configMaps, secrets and tokens change: read again every VOLUME_REFRESH.
+        self.volumes
+            .refresh(pod, &self.config.volumes_dir(&id.uid))
+            .await;
         let selector = [
             (LABEL_MANAGED, self.instance.as_str()),
             (LABEL_POD_UID, uid),
@@ -693,6 +706,16 @@ impl CriRuntime {
         for path in volumes.values().filter(|p| p.starts_with(&volumes_dir)) {
             make_dir(path)?;
         }
+        self.volumes.prepare(pod, &volumes_dir).await?;
+        let service_env = match self.volumes.api() {
+            Some(api) => {
+                let address = api.kubernetes_service().await.map_err(|e| {
+                    RuntimeError::Config(format!("the kubernetes Service's env: {e}"))
+                })?;
+                service_env("kubernetes", &address)
+            }
+            None => Vec::new(),
+        };
         for vm in container.volume_mounts.iter().flatten() {
             if let (Some(sub), Some(volume)) = (
                 vm.sub_path.as_deref().filter(|s| !s.is_empty()),
@@ -714,6 +737,7 @@ impl CriRuntime {
             volumes: &volumes,
             node_name: &self.config.node_name,
             host_ip: &self.config.host_ip,
+            service_env: &service_env,
         })?;
         let sandbox_config = config::sandbox_config(pod, &self.instance, 0, log_dir)?;
         let container_id = self
@@ -793,16 +817,22 @@ fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
         .find(|c| c.name == name)
 }
 
-/// A `subPath` must stay inside its volume: no component may be a symbolic link (a container
-/// could otherwise point one at `/` and have a later mount expose the host, the kubelet's
-/// CVE-2017-1002101). Missing directories are created, as the kubelet does. A link swapped in
-/// between this check and the runtime's mount is not caught (the kubelet's openat walk is not
-/// reproduced).
+/// A `subPath` must stay inside its volume: a component that is a symbolic link must resolve
+/// inside the volume (a container could otherwise point one at `/` and have a later mount
+/// expose the host, the kubelet's CVE-2017-1002101; the kubelet too resolves the links and
+/// checks the result is within the volume, so a configMap key, a link into `..data`, works).
+/// Missing directories are created, as the kubelet does. A link swapped in between this check
+/// and the runtime's mount is not caught (the kubelet's openat walk is not reproduced).
 fn check_sub_path(volume: &Path, sub: &str) -> Result<(), RuntimeError> {
     let mut path = volume.to_path_buf();
+    let inside = |p: &Path| match (p.canonicalize(), volume.canonicalize()) {
+        (Ok(resolved), Ok(base)) => resolved.starts_with(base),
+        _ => false,
+    };
     for part in sub.split('/').filter(|p| !p.is_empty() && *p != ".") {
         path.push(part);
         match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() && inside(&path) => {}
             Ok(meta) if meta.file_type().is_symlink() => {
                 return Err(RuntimeError::Config(format!(
                     "subPath {sub:?}: {} is a symbolic link; it could leave the volume",
@@ -891,6 +921,8 @@ mod tests {
             .to_string();
         assert!(err.contains("symbolic link"), "{err}");
         check_sub_path(&volume, "a/b").expect("plain directories");
+        std::os::unix::fs::symlink("a", volume.join("inside")).expect("symlink");
+        check_sub_path(&volume, "inside/b").expect("a link resolving inside the volume");
         assert!(volume.join("a/b").is_dir(), "created");
     }
 }

@@ -340,6 +340,7 @@ async fn runtime_with(
             node_name: node.into(),
             host_ip: "10.0.0.1".into(),
             metrics: metrics.clone(),
+            pod_api: None,
         },
         Arc::new(Settings),
     )

@@ -297,6 +297,13 @@ pub struct ServeArgs {
     /// containerd 1.6, which ignores the field).
     #[arg(long)]
     pub runtime_applies_cdi: bool,
+    /// With `--runtime cri` in cluster mode: where pods are told the API server is
+    /// (`KUBERNETES_SERVICE_HOST`/`_PORT` and `KUBERNETES_PORT*`, read by client-go's
+    /// in-cluster config). `service`: the `kubernetes` Service's ClusterIP and port, as the
+    /// kubelet does; `from-kubeconfig`: the host and port of the API server this node itself
+    /// uses (for host-network pods on a cluster without kube-proxy).
+    #[arg(long, value_enum, default_value_t = PodApiServerArg::Service)]
+    pub pod_api_server: PodApiServerArg,
     /// Pods the Node accepts (`maxPods`, reported in its capacity) [default: 110].
     #[arg(long)]
     pub max_pods: Option<u64>,
@@ -375,6 +382,15 @@ fn parse_capacity(text: &str) -> Result<Capacity, String> {
         return Err("empty: give cpu=N, memory=QUANTITY and/or pods=N".to_owned());
     }
     Ok(capacity)
+}
+
+/// A `--pod-api-server` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodApiServerArg {
+    /// The `kubernetes` Service in `default` (its ClusterIP and port).
+    Service,
+    /// The API server of this node's own kubeconfig.
+    FromKubeconfig,
 }
 
 /// A `--runtime` value.

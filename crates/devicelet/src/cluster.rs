@@ -193,3 +193,112 @@ impl devicelet_kube::PodRuntime for ClusterRuntime {
         self.0.changes()
     }
 }
+
+/// The runtime's reads from the API server for pods' volumes and env
+/// ([`devicelet_runtime::PodApi`]), under the node identity.
+#[derive(Debug, Clone)]
+pub struct ClusterPodApi {
+    /// The reads.
+    pub objects: devicelet_kube::pod_objects::PodObjects,
+    /// Where pods are told the API server is.
+    pub server: devicelet_kube::pod_objects::PodApiServer,
+}
+
+impl devicelet_runtime::PodApi for ClusterPodApi {
+    fn config_map<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<k8s_openapi::api::core::v1::ConfigMap>, String>>
+    {
+        Box::pin(async move {
+            self.objects
+                .config_map(namespace, name)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<k8s_openapi::api::core::v1::Secret>, String>>
+    {
+        Box::pin(async move {
+            self.objects
+                .secret(namespace, name)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn token<'a>(
+        &'a self,
+        spec: &'a devicelet_runtime::TokenSpec,
+    ) -> futures::future::BoxFuture<'a, Result<devicelet_runtime::IssuedToken, String>> {
+        Box::pin(async move {
+            let token = self
+                .objects
+                .token(
+                    &spec.namespace,
+                    &spec.service_account,
+                    &spec.audiences,
+                    spec.expiration_seconds,
+                    &spec.pod_name,
+                    &spec.pod_uid,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let expires = std::time::UNIX_EPOCH
+                + std::time::Duration::from_secs(u64::try_from(token.expires_unix).unwrap_or(0));
+            Ok(devicelet_runtime::IssuedToken {
+                token: token.token,
+                expires,
+                expiration_seconds: token.expiration_seconds,
+            })
+        })
+    }
+
+    fn kubernetes_service(
+        &self,
+    ) -> futures::future::BoxFuture<'_, Result<devicelet_runtime::ServiceAddress, String>> {
+        Box::pin(async move {
+            match &self.server {
+                devicelet_kube::pod_objects::PodApiServer::Fixed { host, port } => {
+                    Ok(devicelet_runtime::ServiceAddress {
+                        host: host.clone(),
+                        ports: vec![devicelet_runtime::ServicePort {
+                            name: "https".to_owned(),
+                            port: i32::from(*port),
+                            protocol: "TCP".to_owned(),
+                        }],
+                    })
+                }
+                devicelet_kube::pod_objects::PodApiServer::Service => {
+                    let (host, ports) = self
+                        .objects
+                        .kubernetes_service()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if host.is_empty() || host == "None" || ports.is_empty() {
+                        return Err(
+                            "the kubernetes Service in default has no ClusterIP or port".to_owned()
+                        );
+                    }
+                    Ok(devicelet_runtime::ServiceAddress {
+                        host,
+                        ports: ports
+                            .into_iter()
+                            .map(|(name, port, protocol)| devicelet_runtime::ServicePort {
+                                name,
+                                port,
+                                protocol,
+                            })
+                            .collect(),
+                    })
+                }
+            }
+        })
+    }
+}

@@ -16,7 +16,7 @@ use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
-use crate::cli::{MetricsAddress, RuntimeArg, ServeArgs};
+use crate::cli::{MetricsAddress, PodApiServerArg, RuntimeArg, ServeArgs};
 use crate::cluster::{ClusterNode, ClusterRuntime};
 use devicelet_kube::{
     ApiClaimSource, Cluster, ClusterConfig, ClusterMetrics, ClusterSource, Runtime,
@@ -49,6 +49,11 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
     let node_name = config.node_name.clone();
     if args.capacity.is_some() && cluster_source(&args).is_none() {
         warn!("--capacity only changes what a Node advertises in cluster mode; ignored here");
+    }
+    if args.pod_api_server != PodApiServerArg::Service
+        && (cluster_source(&args).is_none() || args.runtime != RuntimeArg::Cri)
+    {
+        warn!("--pod-api-server only matters in cluster mode with --runtime cri; ignored here");
     }
     // Cluster mode: the client exists before the daemon, whose DRA admission reads the pods'
     // ResourceClaims from the API server instead of the local store.
@@ -84,6 +89,9 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
                     .await
                     .context("cluster mode: connect to the API server")?,
             };
+            if let Some(runtime) = config.runtime.as_mut() {
+                runtime.pod_api = Some(pod_api(&client, &source, &args).await?);
+            }
             config.dra_claims = ClaimOrigin::Api(Arc::new(ApiClaimSource::new(client.clone())));
             config.pods_from_api_server = true;
             config.dra_slices = Some(devicelet_rpc::control::dra::SliceLister(Arc::new(
@@ -137,7 +145,37 @@ fn cri_config(
         node_name: node_name.to_owned(),
         host_ip: devicelet_kube::machine::read_machine(args.max_pods).internal_ip,
         metrics: metrics.clone(),
+        pod_api: None,
     })
+}
+
+/// Cluster mode with `--runtime cri`: the pods' configMaps, secrets, tokens and the API
+/// server's address (`--pod-api-server`) come from the API server, under the node identity.
+async fn pod_api(
+    client: &devicelet_kube::Client,
+    source: &ClusterSource,
+    args: &ServeArgs,
+) -> anyhow::Result<devicelet_runtime::PodApiHandle> {
+    use devicelet_kube::pod_objects::{PodApiServer, PodObjects, host_and_port};
+    let server = match args.pod_api_server {
+        PodApiServerArg::Service => PodApiServer::Service,
+        PodApiServerArg::FromKubeconfig => {
+            let url = devicelet_kube::client::server_url(source)
+                .await
+                .context("--pod-api-server from-kubeconfig: read the API server's URL")?;
+            let (host, port) = host_and_port(&url).with_context(|| {
+                format!("--pod-api-server from-kubeconfig: no host in the API server URL {url}")
+            })?;
+            info!(host = %host, port, "pods are told the API server is the one this node uses");
+            PodApiServer::Fixed { host, port }
+        }
+    };
+    Ok(devicelet_runtime::PodApiHandle(Arc::new(
+        crate::cluster::ClusterPodApi {
+            objects: PodObjects::new(client.clone()),
+            server,
+        },
+    )))
 }
 
 /// The machine the Node reports: this host's, with `--capacity` and `--max-pods` applied.
