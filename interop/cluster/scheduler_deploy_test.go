@@ -590,5 +590,9 @@ func securePortProblems(addr, unbound, unboundUser, reader string) []string {
 	if code, body := get("/debug/snapshot", reader); code != 200 || !strings.Contains(body, "live snapshot") {
 		problems = append(problems, fmt.Sprintf("/debug/snapshot for the metrics reader: %d %.200s", code, body))
 	}
+	// Driver configuration unredacted is a path of its own, which the reader role does not grant.
+	if code, body := get("/debug/snapshot/unredacted", reader); code != 403 {
+		problems = append(problems, fmt.Sprintf("/debug/snapshot/unredacted for the metrics reader: %d %.200s, want 403", code, body))
+	}
 	return problems
 }
