@@ -7,6 +7,7 @@ package cluster
 // device plugin's devices allocatable.
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -80,10 +81,12 @@ func TestDeploySimulatedNodesJoinAsWritten(t *testing.T) {
 	if len(node) == 0 || node[0] != "serve" || len(plugin) == 0 || plugin[0] != "example-plugin" {
 		t.Fatalf("containers: node %v, plugin %v", node, plugin)
 	}
+	// Registered first, so it runs last: once the node's process is gone (a running node
+	// registers a deleted Node again, and a stopped one would stay, tainted, for later tests).
+	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	startProcess(t, "simulated node", append(node, "--node-name", name)...)
 	startProcess(t, "example plugin", plugin...)
 	waitFor(t, 60*time.Second, "node "+name+" Ready", func() (bool, string) { return nodeReady(t, name) })
-	t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(ctx(t), name, metav1.DeleteOptions{}) })
 	nd, err := c.CoreV1().Nodes().Get(ctx(t), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
