@@ -119,7 +119,7 @@ impl DraNode {
                 let resolved = self.allocate_and_reserve(pod)?;
                 let objects = self.store.snapshot();
                 let namespace = ns_of(&resolved.metadata);
-                let claims = pod_claim_names(&resolved)?
+                pod_claim_names(&resolved)?
                     .into_iter()
                     .filter_map(|n| {
                         let c = objects
@@ -127,21 +127,19 @@ impl DraNode {
                             .get(&key(&namespace, &n.claim_name))?;
                         Some((n.pod_claim, c.clone()))
                     })
-                    .collect::<Vec<_>>();
-                claims
+                    .collect::<Vec<_>>()
             }
             ClaimOrigin::Api(source) => {
                 let mut resolved = pod.clone();
                 resolved.metadata.namespace = Some(ns_of(&pod.metadata));
                 let fetched = Prefetched::read(&resolved, source.as_ref()).await?;
-                let claims = pod_claim_names(&resolved)?
+                pod_claim_names(&resolved)?
                     .into_iter()
                     .filter_map(|n| {
                         let c = fetched.claim(&n.claim_name)?;
                         Some((n.pod_claim, c.clone()))
                     })
-                    .collect::<Vec<_>>();
-                claims
+                    .collect::<Vec<_>>()
             }
         };
         let slices = self.node_slices().await;
