@@ -185,11 +185,17 @@ func startProcess(t *testing.T, name string, args ...string) *process {
 // on a signal), its last lines logged if the test failed.
 func startProgram(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
+	// devicelet's per-pod start-up record is a debug line (the scale tests read it).
+	return startProgramEnv(t, name, bin, []string{"RUST_LOG=info,devicelet_kube::startup=debug", "NO_COLOR=1"}, args...)
+}
+
+// startProgramEnv is startProgram with `env` added to this process's environment.
+func startProgramEnv(t *testing.T, name, bin string, env []string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, output: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	// devicelet's per-pod start-up record is a debug line (the scale tests read it).
-	p.cmd.Env = append(os.Environ(), "RUST_LOG=info,devicelet_kube::startup=debug", "NO_COLOR=1")
+	p.cmd.Env = append(os.Environ(), env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}

@@ -16,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,25 +133,8 @@ const schedulerLogEnv = "RUST_LOG=info,devicelet_scheduler=debug"
 func startSchedulerProcess(t *testing.T, name, kubeconfig string, extra ...string) (*process, string) {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := &process{name: name, output: &lockedBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Getenv("DEVICELET_BIN"), append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-address", addr}, extra...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
-	p.cmd.Env = append(os.Environ(), schedulerLogEnv, "NO_COLOR=1")
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	children.add(p.cmd)
-	go func() {
-		_ = p.cmd.Wait()
-		children.remove(p.cmd)
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("--- output of %s:\n%s", p.name, lastLines(p.output.String(), 60))
-		}
-	})
+	p := startProgramEnv(t, name, os.Getenv("DEVICELET_BIN"), []string{schedulerLogEnv, "NO_COLOR=1"},
+		append([]string{"scheduler", "--kubeconfig", kubeconfig, "--metrics-address", addr}, extra...)...)
 	return p, addr
 }
 
@@ -589,6 +571,10 @@ func securePortProblems(addr, unbound, unboundUser, reader string) []string {
 	}
 	if code, body := get("/debug/snapshot", reader); code != 200 || !strings.Contains(body, "live snapshot") {
 		problems = append(problems, fmt.Sprintf("/debug/snapshot for the metrics reader: %d %.200s", code, body))
+	}
+	// Driver configuration unredacted is a path of its own, which the reader role does not grant.
+	if code, body := get("/debug/snapshot/unredacted", reader); code != 403 {
+		problems = append(problems, fmt.Sprintf("/debug/snapshot/unredacted for the metrics reader: %d %.200s, want 403", code, body))
 	}
 	return problems
 }

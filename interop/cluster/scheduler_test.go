@@ -503,6 +503,16 @@ func TestSchedulerRaceForTheLastDevicesAndMessages(t *testing.T) {
 	if strings.Contains(string(body), "race-s3cr3t") || !strings.Contains(string(body), "devicelet.dev/redacted") {
 		t.Errorf("/debug/snapshot shows the claims' opaque configuration instead of redacting it")
 	}
+	// Asked for on its own path (RBAC can grant one without the other), it is all there.
+	if unredacted, err := http.Get("http://" + metricsAddr + "/debug/snapshot/unredacted"); err != nil {
+		t.Error(err)
+	} else {
+		full, _ := io.ReadAll(unredacted.Body)
+		unredacted.Body.Close()
+		if !strings.Contains(string(full), "race-s3cr3t") {
+			t.Errorf("/debug/snapshot/unredacted does not show the opaque configuration")
+		}
+	}
 	var scenario struct {
 		Kind      string `json:"kind"`
 		Allocated struct {

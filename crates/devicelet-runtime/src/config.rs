@@ -374,7 +374,9 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
     for env in container.env.iter().flatten() {
         let value = match (&env.value, &env.value_from) {
             (_, Some(from)) => match &from.field_ref {
-                Some(field) => field_value(pod, &field.field_path, node_name, host_ip)?,
+                Some(field) => {
+                    crate::downward::field_value(pod, &field.field_path, node_name, host_ip)?
+                }
                 None => {
                     return Err(RuntimeError::Config(format!(
                         "env {:?}: only value and fieldRef are supported by devicelet's CRI runtime",
@@ -489,53 +491,6 @@ pub fn container_config(inputs: ContainerInputs<'_>) -> Result<cri::ContainerCon
             Vec::new()
         },
         ..Default::default()
-    })
-}
-
-/// A `fieldRef` of the downward API.
-pub(crate) fn field_value(
-    pod: &Pod,
-    path: &str,
-    node_name: &str,
-    host_ip: &str,
-) -> Result<String, RuntimeError> {
-    let m = &pod.metadata;
-    Ok(match path {
-        "metadata.name" => m.name.clone().unwrap_or_default(),
-        "metadata.namespace" => m.namespace.clone().unwrap_or_default(),
-        "metadata.uid" => m.uid.clone().unwrap_or_default(),
-        "spec.nodeName" => node_name.to_owned(),
-        "spec.serviceAccountName" => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone())
-            .unwrap_or_default(),
-        "status.hostIP" => host_ip.to_owned(),
-        other => {
-            if let Some(key) = other
-                .strip_prefix("metadata.labels['")
-                .and_then(|k| k.strip_suffix("']"))
-            {
-                return Ok(m
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(key).cloned())
-                    .unwrap_or_default());
-            }
-            if let Some(key) = other
-                .strip_prefix("metadata.annotations['")
-                .and_then(|k| k.strip_suffix("']"))
-            {
-                return Ok(m
-                    .annotations
-                    .as_ref()
-                    .and_then(|l| l.get(key).cloned())
-                    .unwrap_or_default());
-            }
-            return Err(RuntimeError::Config(format!(
-                "fieldRef {other:?} is not supported by devicelet's CRI runtime"
-            )));
-        }
     })
 }
 
@@ -831,7 +786,7 @@ mod tests {
         spec_volumes_truncate(&mut bad);
         let paths = volume_host_paths(&bad, Path::new("/v")).expect("secret volume");
         assert_eq!(paths["s"], Path::new("/v/kubernetes.io~secret/s"));
-        let err = field_value(&bad, "status.podIP", "n", "ip")
+        let err = crate::downward::field_value(&bad, "status.podIP", "n", "ip")
             .expect_err("podIP")
             .to_string();
         assert!(err.contains("status.podIP"), "{err}");

@@ -21,6 +21,7 @@ pub mod atomic_writer;
 pub mod cdi;
 pub mod config;
 pub mod cri;
+pub mod downward;
 pub mod error;
 pub mod logs;
 pub mod manager;

@@ -389,7 +389,7 @@ fn downward_value(pod: &Pod, item: &DownwardAPIVolumeFile) -> Result<String, Str
         return match field.field_path.as_str() {
             "metadata.labels" => Ok(format_map(m.labels.as_ref())),
             "metadata.annotations" => Ok(format_map(m.annotations.as_ref())),
-            path => crate::config::field_value(pod, path, "", "").map_err(|e| e.to_string()),
+            path => crate::downward::field_value(pod, path, "", "").map_err(|e| e.to_string()),
         };
     }
     if let Some(resource) = &item.resource_field_ref {

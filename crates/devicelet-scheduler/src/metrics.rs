@@ -406,8 +406,8 @@ impl SchedulerMetrics {
     }
 }
 
-/// Produces the `/debug/snapshot` document.
-pub type SnapshotFn = std::sync::Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// Produces the `/debug/snapshot` document (argument: redact opaque driver configuration).
+pub type SnapshotFn = std::sync::Arc<dyn Fn(bool) -> Result<String, String> + Send + Sync>;
 
 /// Serves [`router`] in plain HTTP on `listener` (loopback only, see `--metrics-address`) until
 /// the task is dropped.
@@ -433,31 +433,15 @@ pub fn router(metrics: SchedulerMetrics, snapshot: SnapshotFn) -> axum::Router {
                 async move { ([(header::CONTENT_TYPE, CONTENT_TYPE)], m.encode()) }
             }),
         )
+        // Redacted, and unredacted on a path of its own so RBAC can grant one without the
+        // other (`nonResourceURLs`); the metrics-reader role grants the redacted one only.
         .route(
             "/debug/snapshot",
-            get(move || {
-                let snapshot = snapshot.clone();
-                async move {
-                    // Cloning the cache's view is quick but not free: off the async workers.
-                    match tokio::task::spawn_blocking(move || snapshot()).await {
-                        Ok(Ok(json)) => (
-                            StatusCode::OK,
-                            [(header::CONTENT_TYPE, "application/json")],
-                            json,
-                        ),
-                        Ok(Err(e)) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(header::CONTENT_TYPE, "text/plain")],
-                            e,
-                        ),
-                        Err(e) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(header::CONTENT_TYPE, "text/plain")],
-                            e.to_string(),
-                        ),
-                    }
-                }
-            }),
+            get(snapshot_handler(snapshot.clone(), true)),
+        )
+        .route(
+            "/debug/snapshot/unredacted",
+            get(snapshot_handler(snapshot, false)),
         )
         .route(
             "/readyz",
@@ -490,6 +474,35 @@ pub fn router(metrics: SchedulerMetrics, snapshot: SnapshotFn) -> axum::Router {
         }
     });
     app.route("/healthz", alive.clone()).route("/livez", alive)
+}
+
+/// `GET /debug/snapshot[/unredacted]`.
+fn snapshot_handler(
+    snapshot: SnapshotFn,
+    redact: bool,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>
++ Clone
++ Send
++ Sync
++ 'static {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    move || {
+        let snapshot = snapshot.clone();
+        Box::pin(async move {
+            // Cloning the cache's view is quick but not free: off the async workers.
+            match tokio::task::spawn_blocking(move || snapshot(redact)).await {
+                Ok(Ok(json)) => (
+                    StatusCode::OK,
+                    [(header::CONTENT_TYPE, "application/json")],
+                    json,
+                )
+                    .into_response(),
+                Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            }
+        })
+    }
 }
 
 #[cfg(test)]

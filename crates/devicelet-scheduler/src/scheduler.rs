@@ -137,7 +137,7 @@ pub async fn run(
             .map_err(|source| SchedulerError::Metrics { address, source })?;
         let m = metrics.clone();
         let s = shared.clone();
-        let snapshot = Arc::new(move || s.snapshot());
+        let snapshot = Arc::new(move |redact| s.snapshot(redact));
         tokio::spawn(async move {
             if let Err(e) = crate::metrics::serve(listener, m, snapshot).await {
                 warn!(error = %e, "metrics server stopped");
@@ -155,7 +155,8 @@ pub async fn run(
             .server_config()
             .map_err(|source| SchedulerError::Serving { address, source })?;
         let s = shared.clone();
-        let app = crate::metrics::router(metrics.clone(), Arc::new(move || s.snapshot()));
+        let app =
+            crate::metrics::router(metrics.clone(), Arc::new(move |redact| s.snapshot(redact)));
         info!(%address, "secure port: TLS, authentication and authorization by the API server");
         tokio::spawn(async move {
             if let Err(e) =

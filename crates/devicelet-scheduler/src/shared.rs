@@ -54,8 +54,8 @@ impl Shared {
     /// The scheduler's view as an AllocationScenario (`GET /debug/snapshot`): what
     /// `devicelet snapshot --redact-config` writes from the API, from this scheduler's watches,
     /// with the claims it wrote and the allocations still in flight; `devicelet allocate -f`
-    /// replays it.
-    pub fn snapshot(&self) -> Result<String, String> {
+    /// replays it. Opaque driver configuration is redacted unless `redact_config` is false.
+    pub fn snapshot(&self, redact_config: bool) -> Result<String, String> {
         let pending: Vec<k8s_openapi::api::core::v1::Pod> = self
             .queue()
             .pending_pods()
@@ -71,7 +71,7 @@ impl Shared {
         let options = devicelet_kube::snapshot::ScenarioOptions {
             name: format!("{} live snapshot", self.name),
             // Served over the network: opaque driver configuration may hold credentials.
-            redact_config: true,
+            redact_config,
         };
         let scenario = devicelet_kube::snapshot::to_scenario(&state, &options);
         devicelet_kube::snapshot::scenario_value(&scenario)

@@ -77,7 +77,7 @@ async fn sigterm_stops_a_scheduler_whose_api_server_is_unreachable() {
     let log = std::fs::read_to_string(log).unwrap_or_default();
     assert_eq!(code, 0, "{log}");
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(2),
         "SIGTERM before the caches synced took {took:?}:\n{log}"
     );
     assert!(log.contains("stopped before the caches synced"), "{log}");
