@@ -16,6 +16,11 @@
 //!
 //! Devices on NUMA nodes the machine lacks are ignored for alignment as the kubelet does, but
 //! logged by name and named in the rejection, so the cause is visible.
+//!
+//! Beyond upstream 1.36: DRA claim devices are a fourth hint provider ([`ClaimTopology`],
+//! `crate::dra::numa`): a claim's devices whose ResourceSlice gives
+//! `resource.kubernetes.io/numaNode` (KEP-6072) give the containers that use the claim (the
+//! whole pod under scope `pod`) a fixed hint, the NUMA mask of those devices.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,12 +37,71 @@ use devicelet_memorymanager::{
 };
 use devicelet_topology::{
     ContainerSpec, DeviceNuma, MachineConfig, NumaMask, NumaTopology, PodAdmission, Policy,
-    ProviderHints, ScopeName, TopologyManager, pod_effective_limits, resource_hints,
+    ProviderHints, ScopeName, TopologyManager, allocated_device_hints, pod_effective_limits,
+    resource_hints,
 };
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use crate::admitted::ContainerView;
+use crate::dra::ClaimNuma;
+
+/// A pod's DRA claims as the Topology Manager sees them: each claim's allocated devices with
+/// their NUMA nodes, and which claims each container lists in `resources.claims`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimTopology {
+    /// The pod's claims.
+    pub claims: Vec<ClaimNuma>,
+    /// Container name → the pod claim names it uses.
+    pub used_by: BTreeMap<String, Vec<String>>,
+}
+
+impl ClaimTopology {
+    /// `claims` with the users read from `pod` (init and app containers).
+    pub fn new(pod: &k8s_openapi::api::core::v1::Pod, claims: Vec<ClaimNuma>) -> Self {
+        let mut used_by = BTreeMap::new();
+        let spec = pod.spec.as_ref();
+        let containers = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .chain(spec.map(|s| s.containers.iter()).into_iter().flatten());
+        for c in containers {
+            let names: Vec<String> = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|rc| rc.name.clone())
+                .collect();
+            if !names.is_empty() {
+                used_by.insert(c.name.clone(), names);
+            }
+        }
+        ClaimTopology { claims, used_by }
+    }
+
+    /// The claims any of `containers` uses, each once, in the pod's order.
+    fn used(&self, containers: &[&str]) -> Vec<&ClaimNuma> {
+        self.claims
+            .iter()
+            .filter(|c| {
+                containers.iter().any(|name| {
+                    self.used_by
+                        .get(*name)
+                        .is_some_and(|names| names.contains(&c.pod_claim))
+                })
+            })
+            .collect()
+    }
+}
+
+/// Hint key of a claim: `claim:<pod claim name>`, the naming of the claim's
+/// `allocatedResourcesStatus` entries (B17).
+fn claim_resource(claim: &ClaimNuma) -> String {
+    format!("claim:{}", claim.pod_claim)
+}
 
 /// The resource-manager part of a KubeletConfiguration file, plus devicelet's own `devicelet`
 /// block. Other KubeletConfiguration fields are accepted and ignored (listed in `ignored`).
@@ -406,6 +470,7 @@ impl Alignment {
         manager: &DeviceManager,
         info: &PodCpuInfo,
         requests: Vec<ContainerRequest>,
+        claims: &ClaimTopology,
     ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
         if let Some(cpu) = &self.cpu {
             cpu.register_pod(info);
@@ -414,7 +479,7 @@ impl Alignment {
             memory.register_pod(info);
         }
         let start = std::time::Instant::now();
-        let result = self.admit_inner(manager, info, requests).await;
+        let result = self.admit_inner(manager, info, requests, claims).await;
         // The kubelet's Topology Manager `Admit` counts every pod, whatever the policy, and any
         // failure of the scope (refusal or allocation error) as an error.
         manager
@@ -428,6 +493,7 @@ impl Alignment {
         manager: &DeviceManager,
         info: &PodCpuInfo,
         requests: Vec<ContainerRequest>,
+        claims: &ClaimTopology,
     ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
         let pod = &info.spec;
         // The Topology Manager's scope decides when hints are asked for and merged (none: never;
@@ -462,10 +528,16 @@ impl Alignment {
                         .as_ref()
                         .map(|m| m.pod_hints(pod))
                         .unwrap_or_default();
-                    vec![devices, cpus, memory]
+                    let dra = self.claim_hints(&claims.used(&names), &mut pod_unknown);
+                    vec![devices, cpus, memory, dra]
                 })
                 .map_err(|_| {
-                    let asked = self.asked(&pod_limits, info.pod_guaranteed_cpus());
+                    let names: Vec<&str> = pod.all_containers().map(|c| c.name.as_str()).collect();
+                    let asked = self.asked(
+                        &pod_limits,
+                        info.pod_guaranteed_cpus(),
+                        &claims.used(&names),
+                    );
                     self.count_aligned(manager, ScopeName::Pod, true);
                     reject(
                         Some(tm.policy()),
@@ -504,11 +576,16 @@ impl Alignment {
                         .as_ref()
                         .map(|m| m.container_hints(pod, spec))
                         .unwrap_or_default();
-                    vec![devices, cpus, memory]
+                    let dra =
+                        self.claim_hints(&claims.used(&[request.container.as_str()]), &mut unknown);
+                    vec![devices, cpus, memory, dra]
                 })
                 .map_err(|_| {
-                    let asked =
-                        self.asked(&request.limits, info.guaranteed_cpus(&request.container));
+                    let asked = self.asked(
+                        &request.limits,
+                        info.guaranteed_cpus(&request.container),
+                        &claims.used(&[request.container.as_str()]),
+                    );
                     let what = format!("container {:?}", request.container);
                     self.count_aligned(manager, ScopeName::Container, true);
                     // Only a merge refuses, so a Topology Manager is configured.
@@ -600,8 +677,9 @@ impl Alignment {
             .aligned_compute_resources(scope, AlignBoundary::NumaNode, failed);
     }
 
-    /// "example.com/gpu=2, exclusive cpus=4" for a rejection message.
-    fn asked(&self, limits: &BTreeMap<String, u64>, cpus: usize) -> String {
+    /// "example.com/gpu=2, exclusive cpus=4, claim "gpu" (ResourceClaim default/gpu) with
+    /// devices on NUMA nodes [1] (gpu.example.com/node-a/gpu-2 on [1])" for a rejection message.
+    fn asked(&self, limits: &BTreeMap<String, u64>, cpus: usize, claims: &[&ClaimNuma]) -> String {
         let mut asked: Vec<String> = limits.iter().map(|(r, n)| format!("{r}={n}")).collect();
         if cpus > 0
             && self
@@ -611,11 +689,48 @@ impl Alignment {
         {
             asked.push(format!("exclusive cpus={cpus}"));
         }
+        for claim in claims {
+            asked.push(claim_text(claim));
+        }
         if asked.is_empty() {
             "no aligned resources".to_owned()
         } else {
             asked.join(", ")
         }
+    }
+
+    /// Whether admissions ask providers for hints (a Topology Manager policy other than
+    /// `none`): only then do claim devices' NUMA nodes matter before the claims are prepared.
+    pub fn uses_hints(&self) -> bool {
+        self.topology
+            .as_ref()
+            .is_some_and(|tm| tm.policy().name() != devicelet_topology::PolicyName::None)
+    }
+
+    /// The DRA hint provider (devicelet's addition): one fixed hint list per claim, keyed
+    /// `claim:<pod claim>`, from the NUMA nodes of its allocated devices
+    /// ([`allocated_device_hints`]); a claim none of whose devices has a known NUMA node gives
+    /// no preference.
+    fn claim_hints(&self, claims: &[&ClaimNuma], unknown: &mut Vec<String>) -> ProviderHints {
+        let mut hints = ProviderHints::new();
+        for claim in claims {
+            let devices: Vec<DeviceNuma> = claim
+                .devices
+                .iter()
+                .map(|d| DeviceNuma::new(d.device.clone(), d.numa_nodes.clone()))
+                .collect();
+            let generated = allocated_device_hints(&devices, self.machine);
+            for (device, node) in generated.unknown_numa_nodes {
+                warn!(claim = %claim.claim, device = %device, node,
+                    "claim device names a NUMA node this machine does not have; ignored for alignment");
+                unknown.push(format!(
+                    "claim {:?} device {device} names NUMA node {node}, which this machine does not have",
+                    claim.pod_claim
+                ));
+            }
+            hints.insert(claim_resource(claim), generated.hints);
+        }
+        hints
     }
 
     /// The device manager's `GetTopologyHints` / `GetPodTopologyHints` (spec §4.7) for the
@@ -823,6 +938,32 @@ impl Alignment {
             _ => Vec::new(),
         }
     }
+}
+
+/// `claim "gpu" (ResourceClaim default/gpu) with devices on NUMA nodes [1]
+/// (gpu.example.com/node-a/gpu-2 on [1])`; devices without the attribute say so.
+fn claim_text(claim: &ClaimNuma) -> String {
+    let mut nodes: Vec<i64> = claim
+        .devices
+        .iter()
+        .flat_map(|d| d.numa_nodes.iter().flatten().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let devices: Vec<String> = claim
+        .devices
+        .iter()
+        .map(|d| match &d.numa_nodes {
+            Some(n) => format!("{} on {n:?}", d.device),
+            None => format!("{} without NUMA node", d.device),
+        })
+        .collect();
+    format!(
+        "claim {:?} (ResourceClaim {}) with devices on NUMA nodes {nodes:?} ({})",
+        claim.pod_claim,
+        claim.claim,
+        devices.join(", ")
+    )
 }
 
 fn refs(v: &[String]) -> Vec<&str> {

@@ -26,7 +26,7 @@ pub mod health;
 pub mod pods;
 
 pub use admitted::{ActivePods, AdmittedPod, PodList, PodSync};
-pub use alignment::{Alignment, AlignmentConfig, AlignmentError, MachineSource};
+pub use alignment::{Alignment, AlignmentConfig, AlignmentError, ClaimTopology, MachineSource};
 pub use dra::{ClaimOrigin, DraNode, DraNodeError};
 pub use durable::{AllocRespCodec, DurableState};
 pub use pods::{PodAdmitter, PodError};

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::info;
 
 pub use crate::admitted::{ActivePods, AdmittedPod, ContainerView, PodList, PodRef, PodSync};
-use crate::alignment::{AdmitFailure, Alignment, AlignmentRejection};
+use crate::alignment::{AdmitFailure, Alignment, AlignmentRejection, ClaimTopology};
 use crate::dra::DraNode;
 use crate::durable::{DurableError, DurableState};
 
@@ -360,6 +360,15 @@ impl PodAdmitter {
             .collect();
         // The pod as the Topology and CPU managers see it, converted once.
         let info = pod_from_k8s(pod).map_err(|e| PodError::Invalid(e.to_string()))?;
+        // DRA claims as a hint provider (devicelet's addition, docs/topology.md): their devices
+        // are chosen before alignment (local mode: allocated and reserved here, as the
+        // scheduler would have), so the Topology Manager sees their NUMA nodes. Only when
+        // hints are asked for; otherwise claims are handled after alignment as before.
+        let early_claims = match &self.dra {
+            Some(dra) if self.alignment.uses_hints() => Some(dra.claim_numa(pod).await?),
+            _ => None,
+        };
+        let claim_topology = ClaimTopology::new(pod, early_claims.clone().unwrap_or_default());
         // From here on the pod holds devices and CPUs: the guard gives them back on every
         // return that is not the commit below.
         let guard = AdmissionGuard {
@@ -368,7 +377,26 @@ impl PodAdmitter {
             committed: false,
         };
         // Topology Manager + device and CPU allocation.
-        let aligned = self.alignment.admit(&self.manager, &info, requests).await?;
+        let aligned = match self
+            .alignment
+            .admit(&self.manager, &info, requests, &claim_topology)
+            .await
+        {
+            Ok(aligned) => aligned,
+            Err(failure) => {
+                drop(guard);
+                drop(serial);
+                // Local mode allocated and reserved the claims above: a refused pod keeps none.
+                if let (Some(dra), Some(claims)) = (&self.dra, &early_claims)
+                    && !claims.is_empty()
+                    && matches!(dra.origin(), crate::dra::ClaimOrigin::Local)
+                    && let Err(e) = dra.remove(&uid).await
+                {
+                    tracing::warn!(pod_uid = %uid, error = %e, "releasing the claims of a refused pod failed");
+                }
+                return Err(failure.into());
+            }
+        };
         timings.plugin_allocate = aligned.iter().map(|a| a.plugin_allocate).sum();
         let mut containers: Vec<ContainerView> = plan
             .into_iter()

@@ -335,6 +335,11 @@ impl Daemon {
             message: format!("DRA state: {e}"),
         })?;
         dra.cache().set_metrics(config.metrics.clone());
+        // Cluster mode: the NUMA attribute of claim devices is read from the slices the API
+        // server holds for the node too (the Topology Manager's DRA hints).
+        if let Some(slices) = &config.dra_slices {
+            dra.set_slice_source(Arc::clone(&slices.0));
+        }
         let (dra_run, rx) = (Arc::clone(&dra), shutdown_rx.clone());
         tasks.push((
             "dra",

@@ -176,6 +176,50 @@ pub fn resource_hints(
     device_hints(all, free, reusable, request, machine)
 }
 
+/// Hints for devices that are already chosen and cannot change: a DRA claim's allocated
+/// devices, each with the NUMA ids its ResourceSlice gives in `resource.kubernetes.io/numaNode`
+/// (KEP-6072; `None` when the device has no such attribute). devicelet's addition: upstream
+/// 1.36 has no DRA hint provider (kubernetes/website#56232).
+///
+/// Like the device manager's hints for devices a container holds already
+/// (`generateDeviceTopologyHints(allocated, {}, len(allocated))`), a mask is a hint when every
+/// device touches it, and preferred when it is as narrow as these devices allow (the narrowest
+/// set of nodes that every device touches). Unlike it, `min_affinity` is taken from the
+/// chosen devices, not from every device of the driver: the claim cannot get other devices
+/// on this node, so no narrower placement exists for it. Devices without the attribute, or
+/// naming only NUMA nodes the machine lacks (returned in `unknown_numa_nodes`), take no part:
+/// when no device has a known node the answer is no preference.
+pub fn allocated_device_hints(devices: &[DeviceNuma], machine: NumaMask) -> DeviceHints {
+    let (_, unknown_numa_nodes) = device_numa_nodes(devices, machine);
+    let items: Vec<NumaMask> = devices
+        .iter()
+        .map(|d| d.mask().and(machine))
+        .filter(|m| !m.is_empty())
+        .collect();
+    if items.is_empty() {
+        return DeviceHints {
+            hints: ResourceHints::NoPreference,
+            unknown_numa_nodes,
+        };
+    }
+    let universe = items.iter().fold(NumaMask::EMPTY, |u, m| u.or(*m));
+    let request = items.len();
+    // Every item touches the universe, so a cover always exists.
+    let min_affinity = HintFamily::min_nodes_to_cover(universe, &items, request)
+        .unwrap_or(universe.count())
+        .max(1);
+    DeviceHints {
+        hints: ResourceHints::Family(HintFamily::new(
+            universe,
+            items,
+            vec![],
+            request,
+            min_affinity,
+        )),
+        unknown_numa_nodes,
+    }
+}
+
 /// Devices split by the merged affinity, as `filterByAffinity` does: devices on a node of the
 /// affinity, devices on other nodes, devices without topology. Upstream returns sets; here each
 /// list is ordered by the kubelet's node order (affinity nodes, then others, each by ascending

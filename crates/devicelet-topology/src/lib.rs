@@ -25,8 +25,8 @@ pub mod policy;
 pub mod reference;
 
 pub use device::{
-    AffinityGroups, DeviceHints, DeviceNuma, check_device_numa_nodes, device_hints,
-    device_numa_nodes, filter_by_affinity, has_topology_alignment, resource_hints,
+    AffinityGroups, DeviceHints, DeviceNuma, allocated_device_hints, check_device_numa_nodes,
+    device_hints, device_numa_nodes, filter_by_affinity, has_topology_alignment, resource_hints,
 };
 pub use error::{AdmissionError, ConfigError, CpuListError, DiscoveryError, TopologyError};
 pub use gates::{FeatureGateError, FeatureGates};

@@ -654,3 +654,60 @@ fn devices_spanning_two_nodes_stay_fast_on_64_nodes() {
         );
     }
 }
+
+// ---- allocated_device_hints: a DRA claim's chosen devices (devicelet's DRA hint provider) ----
+
+mod claim_devices {
+    use super::*;
+    use devicelet_topology::{allocated_device_hints, merge_single_numa_node};
+
+    fn two_nodes() -> NumaMask {
+        mask(&[0, 1])
+    }
+
+    #[test]
+    fn int_attribute_gives_its_node_preferred() {
+        let got = allocated_device_hints(&[numa_dev("gpu-4", 1)], two_nodes());
+        assert_eq!(spelled(got.hints), Some(vec![h(&[1], true)]));
+        assert!(got.unknown_numa_nodes.is_empty());
+    }
+
+    #[test]
+    fn list_attribute_device_is_close_to_each_of_its_nodes() {
+        let dev = DeviceNuma::new("nic-0", Some(vec![0, 1]));
+        let got = allocated_device_hints(&[dev], two_nodes());
+        assert_eq!(
+            spelled(got.hints),
+            Some(vec![h(&[0], true), h(&[1], true), h(&[0, 1], false)])
+        );
+    }
+
+    #[test]
+    fn devices_without_the_attribute_give_no_preference() {
+        let got = allocated_device_hints(&[plain_dev("gpu-0"), plain_dev("gpu-1")], two_nodes());
+        assert_eq!(got.hints, ResourceHints::NoPreference);
+        // Mixed: only the device with a node counts.
+        let got = allocated_device_hints(&[plain_dev("gpu-0"), numa_dev("gpu-5", 1)], two_nodes());
+        assert_eq!(spelled(got.hints), Some(vec![h(&[1], true)]));
+    }
+
+    #[test]
+    fn devices_on_two_nodes_need_both_and_no_single_node_hint_exists() {
+        let devices = [numa_dev("gpu-0", 0), numa_dev("gpu-7", 1)];
+        let got = allocated_device_hints(&devices, two_nodes());
+        // The only placement holding both chosen devices; as narrow as they allow.
+        assert_eq!(spelled(got.hints.clone()), Some(vec![h(&[0, 1], true)]));
+        // single-numa-node has nothing left to admit.
+        let providers: Vec<ProviderHints> =
+            vec![[("claim:gpu".to_owned(), got.hints)].into_iter().collect()];
+        let merged = merge_single_numa_node(&providers, two_nodes());
+        assert!(!merged.preferred, "{merged:?}");
+    }
+
+    #[test]
+    fn unknown_nodes_are_reported_and_ignored() {
+        let got = allocated_device_hints(&[numa_dev("gpu-9", 5)], two_nodes());
+        assert_eq!(got.hints, ResourceHints::NoPreference);
+        assert_eq!(got.unknown_numa_nodes, vec![("gpu-9".to_owned(), 5)]);
+    }
+}

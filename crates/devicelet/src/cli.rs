@@ -597,6 +597,11 @@ pub struct ExampleDriverArgs {
     /// Number of devices (`gpu-0` …).
     #[arg(long, default_value_t = 4)]
     pub devices: usize,
+    /// NUMA nodes the devices are spread over (contiguous blocks, as the example plugin's
+    /// `--numa-nodes`); each device then publishes the standard attribute
+    /// `resource.kubernetes.io/numaNode`. 0 (the default) publishes no NUMA attribute.
+    #[arg(long, default_value_t = 0)]
+    pub numa_nodes: usize,
     /// Where CDI spec files are written (default R/cdi; a container runtime reads /var/run/cdi).
     #[arg(long)]
     pub cdi_dir: Option<PathBuf>,

@@ -33,14 +33,19 @@ use super::{ClaimOrigin, DraNodeError};
 
 /// The claims of one pod, read from the API server once, all at once; the claim cache's reads
 /// are answered from here.
-struct Prefetched {
+pub(super) struct Prefetched {
     claims: HashMap<String, ResourceClaim>,
 }
 
 impl Prefetched {
+    /// The claim read for `name`.
+    pub(super) fn claim(&self, name: &str) -> Option<&ResourceClaim> {
+        self.claims.get(name)
+    }
+
     /// GETs every claim of `pod` through `source` (de-duplicated; a template claim not created
     /// yet or a refused read is the error, as the claim cache would report it).
-    async fn read(pod: &Pod, source: &dyn ClaimSource) -> Result<Self, DraNodeError> {
+    pub(super) async fn read(pod: &Pod, source: &dyn ClaimSource) -> Result<Self, DraNodeError> {
         let namespace = ns_of(&pod.metadata);
         let names: Vec<String> = distinct_pod_claim_names(pod)?
             .into_iter()

@@ -17,6 +17,8 @@
 //!   `"DRAPlugin"` handler is devicelet-rpc's `DraHandler`), their `v1alpha1` health streams
 //!   (cancel handle stored before the stream starts, E21) and the wipe of a driver's published
 //!   ResourceSlices when no instance came back within the wipe delay (§1.11).
+//! - [`numa`]: the NUMA nodes of a pod's claim devices (`resource.kubernetes.io/numaNode`),
+//!   the Topology Manager's DRA hints (devicelet's addition, not upstream 1.36).
 //! - `views`: what the node shows (claim devices per container, CDI devices, `GET /v1/dra`).
 //!
 //! The seam that replaces the API server: drivers publish their ResourceSlices with
@@ -38,12 +40,14 @@ mod drivers;
 mod health;
 mod health_cache;
 mod node;
+pub mod numa;
 mod objects;
 mod release;
 pub mod store;
 pub mod views;
 
 pub use node::DraNode;
+pub use numa::{ClaimDeviceNuma, ClaimNuma, NUMA_NODE_ATTRIBUTE};
 pub use store::{LocalStore, Objects, recover_dra};
 pub use views::{ClaimDeviceView, DraSnapshot, DriverView};
 

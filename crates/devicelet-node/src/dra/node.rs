@@ -39,6 +39,9 @@ pub struct DraNode {
     pub(super) origin: ClaimOrigin,
     /// Cluster mode after a reboot: pods whose claims are to be prepared again.
     pub(super) reprepare: Mutex<BTreeSet<String>>,
+    /// Where the node's ResourceSlices are listed besides the control socket (cluster mode),
+    /// for the NUMA attribute of claim devices (`numa.rs`).
+    pub(super) slice_source: Mutex<Option<Arc<dyn devicelet_dra::SliceSource>>>,
 }
 
 impl std::fmt::Debug for DraNode {
@@ -108,6 +111,7 @@ impl DraNode {
             pending: Mutex::new(pending),
             unprepare_warned: Mutex::default(),
             origin,
+            slice_source: Mutex::default(),
         }))
     }
 

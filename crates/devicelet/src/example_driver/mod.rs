@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use devicelet_node::dra::NUMA_NODE_ATTRIBUTE;
 use devicelet_proto::constants;
 use devicelet_proto::dra::{v1, v1beta1};
 use devicelet_proto::dra_health::v1alpha1 as health_pb;
@@ -50,6 +51,8 @@ struct Core {
     driver: String,
     pool: String,
     devices: usize,
+    /// NUMA nodes the devices are spread over; 0: no `resource.kubernetes.io/numaNode`.
+    numa_nodes: usize,
     cdi_dir: PathBuf,
     /// Host device node each prepared device gets in its CDI spec.
     device_node: Option<String>,
@@ -62,26 +65,36 @@ struct Core {
 }
 
 impl Core {
+    /// Device `i`'s attributes: `index`, `model` and, with `--numa-nodes K`, the standard
+    /// `resource.kubernetes.io/numaNode` (KEP-6072), devices split over the K nodes in
+    /// contiguous blocks as the example device plugin does.
+    fn attributes(&self, i: usize) -> BTreeMap<String, DeviceAttribute> {
+        let int = |v: usize| DeviceAttribute {
+            int: i64::try_from(v).ok(),
+            ..DeviceAttribute::default()
+        };
+        let mut attributes = BTreeMap::from([
+            ("index".to_owned(), int(i)),
+            (
+                "model".to_owned(),
+                DeviceAttribute {
+                    string: Some("example-gpu".to_owned()),
+                    ..DeviceAttribute::default()
+                },
+            ),
+        ]);
+        if self.numa_nodes > 0 {
+            let node = i * self.numa_nodes / self.devices.max(1);
+            attributes.insert(NUMA_NODE_ATTRIBUTE.to_owned(), int(node));
+        }
+        attributes
+    }
+
     fn slice(&self) -> ResourceSlice {
         let devices = (0..self.devices)
             .map(|i| Device {
                 name: format!("gpu-{i}"),
-                attributes: Some(BTreeMap::from([
-                    (
-                        "index".to_owned(),
-                        DeviceAttribute {
-                            int: i64::try_from(i).ok(),
-                            ..DeviceAttribute::default()
-                        },
-                    ),
-                    (
-                        "model".to_owned(),
-                        DeviceAttribute {
-                            string: Some("example-gpu".to_owned()),
-                            ..DeviceAttribute::default()
-                        },
-                    ),
-                ])),
+                attributes: Some(self.attributes(i)),
                 capacity: Some(BTreeMap::from([(
                     "memory".to_owned(),
                     DeviceCapacity {
@@ -476,6 +489,7 @@ pub async fn run(root_dir: &Path, args: ExampleDriverArgs) -> anyhow::Result<()>
         driver: args.name.clone(),
         pool: devicelet_rpc::daemon::host_name(),
         devices: args.devices,
+        numa_nodes: args.numa_nodes,
         cdi_dir: cdi_dir.clone(),
         device_node: args.device_node.as_ref().map(|p| p.display().to_string()),
         control: ControlClient::new(&paths.control_socket),
