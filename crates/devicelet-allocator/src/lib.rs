@@ -26,7 +26,8 @@ pub mod types;
 pub mod workloads;
 
 pub use allocator::{
-    ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClassTotals, ClusterSnapshot, Stats,
+    ALLOCATION_RESULTS_MAX_SIZE, AllocatedIndex, Allocator, ClassTotals, ClusterSnapshot,
+    NUMA_NODE_ATTRIBUTE, Stats, numa_mask,
 };
 pub use quantity::{Quantity, QuantityError, QuantityFormat};
 pub use selector::{CelFeatures, SelectorCache};

@@ -757,6 +757,7 @@ fn options_for(
         }),
         share_ids: share_ids.clone(),
         pack_partitions,
+        numa_node: None,
     }
 }
 

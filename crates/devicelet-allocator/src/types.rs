@@ -134,6 +134,11 @@ pub struct AllocateOptions {
     /// requests that need one. The results differ from upstream's only in which devices are
     /// picked, never in whether a claim fits.
     pub pack_partitions: bool,
+    /// devicelet's own, off by default: only devices on this NUMA node
+    /// (`resource.kubernetes.io/numaNode` is it, or a list holding it) or on none (no such
+    /// attribute) may be allocated. The scheduler sets it to put a pod's devices where its
+    /// node still has the pod's exclusive CPUs (issue 41, docs/topology.md).
+    pub numa_node: Option<u8>,
 }
 
 /// A time bound for one allocation call and the clock that measures it. The allocator never
@@ -212,6 +217,7 @@ impl AllocateOptions {
             time_limit: None,
             share_ids: None,
             pack_partitions: false,
+            numa_node: None,
         }
     }
 }

@@ -87,6 +87,18 @@ pub trait NodeCore: Send + Sync + 'static {
     fn dra_drivers(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// What each NUMA node can still give a new pod, for the scheduler
+    /// ([`crate::numa_resources`]); `None` when the node aligns nothing.
+    fn numa_resources(&self) -> Option<crate::numa_resources::NumaResources> {
+        None
+    }
+
+    /// Bumped whenever an admission or a release changes what [`NodeCore::numa_resources`]
+    /// says; `None` when it never changes.
+    fn allocation_changes(&self) -> Option<watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// What a container runtime reports of one pod, in the API's shapes: `phase`, and

@@ -6,6 +6,8 @@
 //! does what the kubelet's device half does there (spec cluster.md):
 //! - [`node`]: registers the Node and patches its status with device plugin resources
 //!   (`pkg/kubelet/kubelet_node_status.go`, `nodestatus/setters.go`);
+//! - [`numa_resources`]: what each NUMA node can still give, on the Node for the scheduler
+//!   (devicelet's addition);
 //! - [`lease`]: renews the node's Lease in `kube-node-lease` (`pkg/kubelet/nodelease`);
 //! - [`pods`]: watches the pods bound to the node, admits them through [`NodeCore`],
 //!   reports their status ([`pod_status`], [`status_manager`]), releases and deletes them;
@@ -39,6 +41,7 @@ pub mod machine;
 pub mod metrics;
 pub mod node;
 pub mod node_status;
+pub mod numa_resources;
 pub mod pod_objects;
 pub mod pod_status;
 pub mod pods;

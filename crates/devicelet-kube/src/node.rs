@@ -34,6 +34,7 @@ use crate::core::NodeCore;
 use crate::error::ClusterError;
 use crate::metrics::ClusterMetrics;
 use crate::node_status::{self, MachineInfo, Readiness};
+use crate::numa_resources;
 
 /// How often the status is recomputed without an inventory change (the kubelet's
 /// `nodeStatusUpdateFrequency`); grace-period expiry is noticed at this pace.
@@ -119,6 +120,7 @@ impl<N: NodeCore> NodeReporter<N> {
     /// Runs until `shutdown` turns true.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) {
         let mut changes = self.node.inventory_changes();
+        let mut allocations = self.node.allocation_changes();
         let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
         let mut registered: Option<Node> = None;
         let mut existing: BTreeMap<String, Quantity> = BTreeMap::new();
@@ -168,6 +170,8 @@ impl<N: NodeCore> NodeReporter<N> {
                 &ready_since,
                 &self.name,
             );
+            let mut patch = patch;
+            self.annotate(&mut patch, registered.as_ref());
             let key = node_status::without_heartbeat(&patch);
             let due = match &last_sent {
                 None => true,
@@ -241,9 +245,36 @@ impl<N: NodeCore> NodeReporter<N> {
                         return;
                     }
                 }
+                changed = async {
+                    match allocations.as_mut() {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if changed.is_err() {
+                        allocations = None;
+                    }
+                }
                 _ = tokio::time::sleep(STATUS_CHECK_PERIOD) => {}
             }
         }
+    }
+
+    /// Adds the node's NUMA figures to the patch ([`crate::numa_resources`]); where the node has
+    /// none, removes an annotation a previous run left.
+    fn annotate(&self, patch: &mut Value, registered: Option<&Node>) {
+        let value = match self.node.numa_resources() {
+            Some(r) => Value::String(r.to_annotation()),
+            None if registered
+                .and_then(|n| n.metadata.annotations.as_ref())
+                .is_some_and(|a| a.contains_key(numa_resources::ANNOTATION)) =>
+            {
+                Value::Null
+            }
+            None => return,
+        };
+        patch["metadata"] =
+            serde_json::json!({ "annotations": { numa_resources::ANNOTATION: value } });
     }
 
     fn publish_uid(&self, node: &Node) {

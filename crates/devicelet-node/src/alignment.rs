@@ -325,6 +325,17 @@ pub struct AlignedContainer {
     pub plugin_allocate: std::time::Duration,
 }
 
+/// What one NUMA node can still give a new pod ([`Alignment::numa_free`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumaFree {
+    /// NUMA node id.
+    pub id: usize,
+    /// CPUs a new exclusive allocation may take there; `None` without the static CPU policy.
+    pub cpus: Option<u64>,
+    /// Bytes of `memory` the Static memory policy can pin there; `None` without it.
+    pub memory: Option<u64>,
+}
+
 /// Topology Manager + CPU and memory managers for one node.
 #[derive(Debug)]
 pub struct Alignment {
@@ -920,6 +931,50 @@ impl Alignment {
             .as_ref()
             .map(MemoryManager::allocatable_memory)
             .unwrap_or_default()
+    }
+
+    /// The Topology Manager's policy and scope names (`none` and `container` without one).
+    pub fn topology_names(&self) -> (&'static str, &'static str) {
+        match &self.topology {
+            Some(tm) => (
+                tm.policy().name().as_str(),
+                tm.scope().unwrap_or_default().as_str(),
+            ),
+            None => ("none", "container"),
+        }
+    }
+
+    /// Per NUMA node of the machine, what a new pod can still get there: the CPUs a new
+    /// exclusive allocation may take (static CPU policy) and the `memory` the Static memory
+    /// policy can pin on that node alone (a node already serving a multi-NUMA group gives
+    /// none to a single-NUMA allocation). What the scheduler reads to pick a NUMA node for a
+    /// pod's DRA devices (`devicelet_kube::numa_resources`).
+    pub fn numa_free(&self) -> Vec<NumaFree> {
+        let cpus = self
+            .cpu
+            .as_ref()
+            .filter(|c| c.policy() == CpuPolicyName::Static)
+            .map(|c| (c.available_cpus(), c.topology()));
+        let memory = self.memory.as_ref().map(MemoryManager::machine_state);
+        self.machine
+            .nodes()
+            .map(|id| NumaFree {
+                id,
+                cpus: cpus.as_ref().map(|(free, topology)| {
+                    topology
+                        .cpus()
+                        .iter()
+                        .filter(|c| c.numa == id && free.contains(c.id))
+                        .count() as u64
+                }),
+                memory: memory.as_ref().map(|m| {
+                    m.get(&id)
+                        .filter(|n| n.cells.len() <= 1 || n.number_of_assignments == 0)
+                        .and_then(|n| n.memory_map.get("memory"))
+                        .map_or(0, |t| t.free)
+                }),
+            })
+            .collect()
     }
 
     /// CPUs that can be handed out exclusively (PodResources `GetAllocatableResources`):

@@ -1061,6 +1061,17 @@ impl ClusterCache {
         }
     }
 
+    /// The NUMA nodes (as bits) `driver`'s device `pool`/`device` names in its ResourceSlice
+    /// ([`devicelet_allocator::numa_mask`]); 0 when none or the device is not known.
+    pub fn device_numa_mask(&self, driver: &str, pool: &str, device: &str) -> u64 {
+        self.slices
+            .values()
+            .filter(|s| s.spec.driver == driver && s.spec.pool.name == pool)
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .find(|d| d.name == device)
+            .map_or(0, devicelet_allocator::numa_mask)
+    }
+
     /// Remembers a claim this scheduler wrote (S47) until the watch delivers it.
     pub fn assume_claim(&mut self, claim: ResourceClaim) {
         let key = key_of(&claim);

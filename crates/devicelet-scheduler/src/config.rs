@@ -161,6 +161,11 @@ pub struct Profile {
     /// DynamicResourcesArgs `packPartitions`, devicelet's own: inside a node, partitions of
     /// devices already in use are tried first ([`devicelet_allocator::AllocateOptions`]).
     pub pack_partitions: bool,
+    /// DynamicResourcesArgs `numaAlignment`, devicelet's own (default true): on a node that
+    /// publishes its NUMA nodes' free CPUs and memory under a policy that refuses misaligned
+    /// pods, a pod's devices go to a NUMA node that still has its exclusive CPUs
+    /// ([`crate::numa`]).
+    pub numa_alignment: bool,
     /// DefaultPreemption's args; `None` when `plugins.postFilter` disables it.
     pub preemption: Option<PreemptionArgs>,
     /// InterPodAffinityArgs.
@@ -253,6 +258,7 @@ impl Profile {
             filter_timeout: Some(devicelet_allocator::SCHEDULER_FILTER_TIMEOUT),
             binding_timeout: None,
             pack_partitions: false,
+            numa_alignment: true,
             balanced_resources: vec!["cpu".to_owned(), "memory".to_owned()],
             added_affinity: None,
             preemption: Some(PreemptionArgs::default()),
@@ -407,6 +413,8 @@ struct RawDraArgs {
     binding_timeout: Option<String>,
     /// devicelet's own (kube-scheduler's strict decoding refuses it).
     pack_partitions: Option<bool>,
+    /// devicelet's own, like `packPartitions`.
+    numa_alignment: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -593,7 +601,14 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
     // One process allocates with one DRA Filter bound and one binding timeout.
     for (i, p) in profiles.iter().enumerate().skip(1) {
         let first = &profiles[0];
-        let dra = |p: &Profile| (p.filter_timeout, p.binding_timeout, p.pack_partitions);
+        let dra = |p: &Profile| {
+            (
+                p.filter_timeout,
+                p.binding_timeout,
+                p.pack_partitions,
+                p.numa_alignment,
+            )
+        };
         if dra(p) != dra(first) {
             return Err(unsupported(
                 format!("profiles[{i}].pluginConfig"),
@@ -987,6 +1002,9 @@ fn plugin_args(field: &str, pc: RawPluginConfig, p: &mut Profile) -> Result<(), 
             if let Some(pack) = raw.pack_partitions {
                 p.pack_partitions = pack;
             }
+            if let Some(numa) = raw.numa_alignment {
+                p.numa_alignment = numa;
+            }
         }
         "NodeAffinity" => {
             let raw: RawNodeAffinityArgs =
@@ -1332,7 +1350,7 @@ profiles:
         type: MostAllocated
         resources: [{name: cpu, weight: 1}, {name: nvidia.com/gpu, weight: 3}]
   - name: DynamicResources
-    args: {filterTimeout: 0s, bindingTimeout: 2m, packPartitions: true}
+    args: {filterTimeout: 0s, bindingTimeout: 2m, packPartitions: true, numaAlignment: false}
 "#,
         )
         .expect("valid");
@@ -1352,6 +1370,13 @@ profiles:
         assert_eq!(p.filter_timeout, None, "0 turns the limit off");
         assert_eq!(p.binding_timeout, Some(Duration::from_secs(120)));
         assert!(p.pack_partitions);
+        assert!(!p.numa_alignment);
+        assert!(
+            parse_with("profiles: [{schedulerName: a}]\n")
+                .expect("default")
+                .profiles[0]
+                .numa_alignment
+        );
         // Two profiles, one process.
         let two = parse_with("profiles: [{schedulerName: a}, {schedulerName: b}]\n").expect("two");
         let names: Vec<&str> = two

@@ -38,6 +38,7 @@ use crate::filters::taint_toleration;
 use crate::filters::volumes::{PodVolumes, VolumeCheck};
 use crate::filters::{self, PodFacts};
 use crate::framework::{FitError, Plugin, Rejection, ScoreBreakdown};
+use crate::numa::{self, NumaInputs};
 
 /// The DRA PostFilter's answer for a pod without claims, or whose claims PreFilter could not
 /// resolve (upstream's PreFilter records an empty state before it looks at them).
@@ -149,6 +150,9 @@ pub struct CycleInputs {
     pub all_nodes: Option<Vec<NodeEntry>>,
     /// The pod's images and how many nodes hold each (ImageLocality).
     pub images: Arc<PodImages>,
+    /// The NUMA nodes of the nodes that publish them, for a pod with exclusive CPUs and
+    /// claims ([`crate::numa`]).
+    pub numa: Arc<NumaInputs>,
 }
 
 impl CycleInputs {
@@ -162,8 +166,12 @@ impl CycleInputs {
                 .find(|c| extended::is_special_claim_of(c, pod))
         });
         let volumes = filters::volumes::pre_filter(pod, cache);
+        let nodes = cache.node_entries_for(pod);
+        let pod_info = PodInfo::of(pod).with_namespaces_resolved(|s| cache.namespaces_matching(s));
+        let numa = NumaInputs::read(pod_info.numa_use.as_deref(), &nodes, cache);
         CycleInputs {
-            nodes: cache.node_entries_for(pod),
+            nodes,
+            numa: Arc::new(numa),
             dra: dra::pre_filter(pod, cache, binding_timeout),
             unsupported: match &volumes {
                 Some(VolumeCheck::Unsupported(fields)) => fields.clone(),
@@ -173,9 +181,7 @@ impl CycleInputs {
             extended,
             leftover_special,
             held: cache.held_devices_for(pod),
-            pod_info: Arc::new(
-                PodInfo::of(pod).with_namespaces_resolved(|s| cache.namespaces_matching(s)),
-            ),
+            pod_info: Arc::new(pod_info),
             namespace_labels: Arc::new(
                 cache.namespace_labels(pod.metadata.namespace.as_deref().unwrap_or("")),
             ),
@@ -887,13 +893,28 @@ impl<'a> Engine<'a> {
             {
                 Some(known) => known,
                 None => {
-                    let outcome = dra::filter_node(
-                        state,
-                        allocator.as_ref(),
-                        claims,
-                        &entry.node,
-                        &self.options,
-                    );
+                    let numa = inputs
+                        .numa
+                        .nodes
+                        .get(entry.name())
+                        .filter(|_| profile.numa_alignment);
+                    let outcome = match numa {
+                        Some(numa) => numa::filter_node(
+                            state,
+                            allocator.as_ref(),
+                            claims,
+                            &entry.node,
+                            &self.options,
+                            numa,
+                        ),
+                        None => dra::filter_node(
+                            state,
+                            allocator.as_ref(),
+                            claims,
+                            &entry.node,
+                            &self.options,
+                        ),
+                    };
                     if let Some(m) = memo_here
                         && !matches!(outcome, NodeOutcome::Error(_))
                     {

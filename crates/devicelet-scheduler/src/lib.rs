@@ -40,6 +40,7 @@ pub mod gang;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod numa;
 pub mod preemption;
 pub mod queue;
 pub mod report;

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use devicelet_kube::numa_resources::{NumaNodeResources, NumaResources};
 use devicelet_kube::{AdmitStages, DeviceCapacity, NodeCore, Rejection, ReleaseError};
 use devicelet_node::pods::{PodAdmitter, PodError};
 use k8s_openapi::api::core::v1::{Pod, ResourceHealth, ResourceStatus};
@@ -14,12 +15,21 @@ use tokio::sync::watch;
 #[derive(Debug, Clone)]
 pub struct ClusterNode {
     pods: Arc<PodAdmitter>,
+    /// Bumped after each admission or release (what each NUMA node can give changed).
+    allocations: watch::Sender<u64>,
 }
 
 impl ClusterNode {
     /// Wraps the daemon's pod admitter.
     pub fn new(pods: Arc<PodAdmitter>) -> Self {
-        ClusterNode { pods }
+        ClusterNode {
+            pods,
+            allocations: watch::channel(0).0,
+        }
+    }
+
+    fn allocations_changed(&self) {
+        self.allocations.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
@@ -52,6 +62,8 @@ pub fn rejection(err: &PodError) -> Rejection {
 impl NodeCore for ClusterNode {
     async fn admit(&self, pod: &Pod) -> Result<AdmitStages, Rejection> {
         let (result, timings) = self.pods.admit_timed(pod).await;
+        // A refusal may have held and released resources on the way: report either way.
+        self.allocations_changed();
         result.map_err(|e| rejection(&e))?;
         Ok(AdmitStages {
             claim_get: timings.claims.claim_get,
@@ -62,10 +74,55 @@ impl NodeCore for ClusterNode {
     }
 
     async fn release(&self, uid: &str) -> Result<(), ReleaseError> {
-        match self.pods.remove_with_claims(uid).await {
+        let removed = self.pods.remove_with_claims(uid).await;
+        self.allocations_changed();
+        match removed {
             Ok(()) | Err(PodError::NotFound { .. }) => Ok(()),
             Err(e) => Err(Box::new(e)),
         }
+    }
+
+    fn numa_resources(&self) -> Option<NumaResources> {
+        let alignment = self.pods.alignment();
+        let (policy, scope) = alignment.topology_names();
+        let numa_nodes: Vec<NumaNodeResources> = alignment
+            .numa_free()
+            .into_iter()
+            .map(|f| NumaNodeResources {
+                id: f.id as i64,
+                cpus: f.cpus,
+                memory: f.memory,
+            })
+            .collect();
+        // Nothing to align, or nothing the scheduler could weigh: no annotation.
+        if policy == "none"
+            || numa_nodes
+                .iter()
+                .all(|n| n.cpus.is_none() && n.memory.is_none())
+        {
+            return None;
+        }
+        let pods = self
+            .pods
+            .snapshot()
+            .iter()
+            .filter(|p| {
+                p.containers
+                    .iter()
+                    .any(|c| c.cpus.is_some() || !c.memory.is_empty())
+            })
+            .map(|p| p.pod.uid.clone())
+            .collect();
+        Some(NumaResources {
+            topology_manager_policy: policy.to_owned(),
+            topology_manager_scope: scope.to_owned(),
+            numa_nodes,
+            pods,
+        })
+    }
+
+    fn allocation_changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.allocations.subscribe())
     }
 
     fn dra_drivers(&self) -> Vec<String> {

@@ -42,6 +42,8 @@ pub(crate) struct DeviceData<'a> {
     pub has_binding_conditions: bool,
     pub binds_to_node: bool,
     pub taints: &'a [DeviceTaint],
+    /// NUMA nodes from `resource.kubernetes.io/numaNode`, as bits; 0 for none.
+    pub numa: u64,
 }
 
 /// One slice, prepared once per allocator.

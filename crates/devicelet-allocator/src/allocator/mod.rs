@@ -51,7 +51,7 @@ pub use data::ALLOCATION_RESULTS_MAX_SIZE;
 use data::Result;
 pub(crate) use data::{DeviceData, claim_ref};
 use search::{Location, Search, Stop};
-pub use snapshot::ClusterSnapshot;
+pub use snapshot::{ClusterSnapshot, NUMA_NODE_ATTRIBUTE, numa_mask};
 pub use state::{Allocator, Stats};
 pub(crate) use taints::taint_blocks;
 pub use totals::ClassTotals;

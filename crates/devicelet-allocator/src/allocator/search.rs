@@ -102,6 +102,8 @@ pub(super) struct Search<'r, 'a> {
     /// Per pool index, the counter sets that allocated devices consume (computed on first
     /// use, with `pack_partitions` only).
     used_sets: FastMap<usize, Vec<&'a str>>,
+    /// [`AllocateOptions::numa_node`] as a mask; every bit set without it.
+    numa_allowed: u64,
 }
 
 impl<'r, 'a> Search<'r, 'a> {
@@ -155,6 +157,10 @@ impl<'r, 'a> Search<'r, 'a> {
             share_ids: options.share_ids.as_deref(),
             phases: if options.pack_partitions { 2 } else { 1 },
             used_sets: FastMap::default(),
+            numa_allowed: options
+                .numa_node
+                .filter(|&n| n < 64)
+                .map_or(u64::MAX, |n| 1u64 << n),
         }
     }
 
@@ -413,6 +419,9 @@ impl<'r, 'a> Search<'r, 'a> {
             return Ok(None);
         }
         if !req.admin && self.in_use(dev.gid) {
+            return Ok(None);
+        }
+        if dev.numa != 0 && (dev.numa & self.numa_allowed) == 0 {
             return Ok(None);
         }
         if !f.partitionable_devices && !dev.consumes.is_empty() {

@@ -274,6 +274,7 @@ impl<'a> ClusterSnapshot<'a> {
                         .is_some_and(|b| !b.is_empty()),
                     binds_to_node: dev.binds_to_node == Some(true),
                     taints: dev.taints.as_deref().unwrap_or(&[]),
+                    numa: numa_mask(dev),
                 });
                 instance = instance.wrapping_add(1);
             }
@@ -395,4 +396,25 @@ impl<'a> ClusterSnapshot<'a> {
         }
         slot
     }
+}
+
+/// The standard attribute naming a device's NUMA node(s) (KEP-6072; an int, or a list of ints
+/// with KEP-5491's list-type attributes).
+pub const NUMA_NODE_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
+
+/// The NUMA nodes `dev` names in [`NUMA_NODE_ATTRIBUTE`] as a bit mask (ids 0-63); 0 when it
+/// names none in that range (the device is then on no particular NUMA node).
+pub fn numa_mask(dev: &k8s_openapi::api::resource::v1::Device) -> u64 {
+    let Some(attr) = dev
+        .attributes
+        .as_ref()
+        .and_then(|a| a.get(NUMA_NODE_ATTRIBUTE))
+    else {
+        return 0;
+    };
+    attr.int
+        .iter()
+        .chain(attr.ints.iter().flatten())
+        .filter(|&&n| (0..64).contains(&n))
+        .fold(0u64, |m, &n| m | (1u64 << n))
 }

@@ -4,6 +4,7 @@
 //! `WeightedAffinityTerm`, `getNamespacesFromPodAffinityTerm`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, WeightedPodAffinityTerm};
 
@@ -65,6 +66,9 @@ pub struct PodInfo {
     pub required_anti_affinity: Vec<AffinityTerm>,
     pub preferred_affinity: Vec<WeightedTerm>,
     pub preferred_anti_affinity: Vec<WeightedTerm>,
+    /// What the pod takes exclusively from a NUMA node (`None` for most pods), for the NUMA
+    /// view of nodes it runs on ([`crate::numa`]).
+    pub numa_use: Option<Arc<crate::numa::PodNumaUse>>,
 }
 
 impl PodInfo {
@@ -112,6 +116,7 @@ impl PodInfo {
                     .as_ref()
             })),
             namespace,
+            numa_use: crate::numa::PodNumaUse::of(pod).map(Arc::new),
         }
     }
 
