@@ -612,6 +612,15 @@ pub struct ExampleDriverArgs {
     /// Delay every NodePrepareResources (tests of a driver restart mid-prepare).
     #[arg(long, hide = true, value_parser = parse_duration, default_value = "0s")]
     pub prepare_delay: Duration,
+    /// Talk to a cluster's API server as drivers do there: the ResourceSlice is published
+    /// to it (for `--node-name`) and claims are read from it. Without it, devicelet's
+    /// control socket stands in for the API server (local mode).
+    #[arg(long, value_name = "FILE", requires = "node_name")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The node the driver serves: its slice's pool and `spec.nodeName` (default: this host's
+    /// name).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
 }
 
 /// `devicelet allocate`.

@@ -34,7 +34,8 @@ use devicelet_proto::pluginregistration::v1 as reg;
 use devicelet_rpc::{ControlClient, RootPaths, transport};
 use futures::Stream;
 use k8s_openapi::api::resource::v1::{
-    Device, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    Device, DeviceAttribute, DeviceCapacity, ResourceClaim, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -57,11 +58,26 @@ struct Core {
     /// Host device node each prepared device gets in its CDI spec.
     device_node: Option<String>,
     control: ControlClient,
+    /// With `--kubeconfig`: the API server (slices published there, claims read there), as a
+    /// driver built on the kubeletplugin helper does in a cluster.
+    api: Option<ApiClient>,
+    /// The node the slice is for (`--node-name`; the pool and `spec.nodeName`), with `api`.
+    node_name: Option<String>,
     prepare_delay: Duration,
     /// Serializes prepare/unprepare, as the helper does by default.
     serial: Mutex<()>,
     health: watch::Receiver<BTreeMap<String, (i32, String)>>,
     registered: mpsc::UnboundedSender<()>,
+}
+
+/// The API server client (`kube::Client` has no `Debug`).
+#[derive(Clone)]
+struct ApiClient(kube::Client);
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiClient")
+    }
 }
 
 impl Core {
@@ -111,6 +127,7 @@ impl Core {
                 ..ObjectMeta::default()
             },
             spec: ResourceSliceSpec {
+                node_name: self.node_name.clone(),
                 driver: self.driver.clone(),
                 pool: ResourcePool {
                     name: self.pool.clone(),
@@ -121,6 +138,41 @@ impl Core {
                 ..ResourceSliceSpec::default()
             },
         }
+    }
+
+    /// The claim, from the API server with `--kubeconfig`, else from devicelet's control API.
+    async fn resource_claim(&self, namespace: &str, name: &str) -> anyhow::Result<ResourceClaim> {
+        match &self.api {
+            Some(client) => Ok(kube::Api::<ResourceClaim>::namespaced(client.0.clone(), namespace)
+                .get(name)
+                .await?),
+            None => Ok(self.control.resource_claim(namespace, name).await?),
+        }
+    }
+
+    /// Publishes the slice: created or replaced on the API server with `--kubeconfig` (the
+    /// node identity may write slices whose `spec.nodeName` is its node), else to devicelet.
+    async fn publish(&self, slice: &ResourceSlice) -> anyhow::Result<()> {
+        let Some(client) = &self.api else {
+            return Ok(self
+                .control
+                .publish_slices(&self.driver, std::slice::from_ref(slice))
+                .await?);
+        };
+        let api = kube::Api::<ResourceSlice>::all(client.0.clone());
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        match api.get_opt(&name).await? {
+            Some(existing) => {
+                let mut next = slice.clone();
+                next.metadata.resource_version = existing.metadata.resource_version;
+                api.replace(&name, &kube::api::PostParams::default(), &next)
+                    .await?;
+            }
+            None => {
+                api.create(&kube::api::PostParams::default(), slice).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Prepares a batch; a claim that cannot be read fails the whole call, as in the helper.
@@ -134,13 +186,9 @@ impl Core {
         }
         let mut out = HashMap::new();
         for c in claims {
-            let claim = self
-                .control
-                .resource_claim(&c.namespace, &c.name)
-                .await
-                .map_err(|e| {
-                    Status::internal(format!("get ResourceClaim {}/{}: {e}", c.namespace, c.name))
-                })?;
+            let claim = self.resource_claim(&c.namespace, &c.name).await.map_err(|e| {
+                Status::internal(format!("get ResourceClaim {}/{}: {e}", c.namespace, c.name))
+            })?;
             if claim.metadata.uid.as_deref() != Some(c.uid.as_str()) {
                 return Err(Status::internal(format!(
                     "claim {}/{} got replaced",
@@ -485,9 +533,22 @@ pub async fn run(root_dir: &Path, args: ExampleDriverArgs) -> anyhow::Result<()>
     let health_file = plugin_dir.join("health");
     let (health_tx, health_rx) = watch::channel(BTreeMap::new());
     let (registered_tx, mut registered_rx) = mpsc::unbounded_channel();
+    let api = match &args.kubeconfig {
+        Some(path) => Some(ApiClient(
+            devicelet_kube::connect(&devicelet_kube::ClusterSource::Kubeconfig(path.clone()))
+                .await
+                .context("connect to the API server (--kubeconfig)")?,
+        )),
+        None => None,
+    };
     let core = Arc::new(Core {
         driver: args.name.clone(),
-        pool: devicelet_rpc::daemon::host_name(),
+        pool: args
+            .node_name
+            .clone()
+            .unwrap_or_else(devicelet_rpc::daemon::host_name),
+        api,
+        node_name: args.kubeconfig.as_ref().and(args.node_name.clone()),
         devices: args.devices,
         numa_nodes: args.numa_nodes,
         cdi_dir: cdi_dir.clone(),
@@ -545,11 +606,7 @@ pub async fn run(root_dir: &Path, args: ExampleDriverArgs) -> anyhow::Result<()>
             while registered_rx.recv().await.is_some() {
                 let slice = core.slice();
                 for attempt in 0..50 {
-                    match core
-                        .control
-                        .publish_slices(&core.driver, std::slice::from_ref(&slice))
-                        .await
-                    {
+                    match core.publish(&slice).await {
                         Ok(()) => {
                             info!(devices = core.devices, "ResourceSlice published");
                             break;
