@@ -955,7 +955,11 @@ impl Alignment {
             .as_ref()
             .filter(|c| c.policy() == CpuPolicyName::Static)
             .map(|c| (c.available_cpus(), c.topology()));
-        let memory = self.memory.as_ref().map(MemoryManager::machine_state);
+        let memory = self
+            .memory
+            .as_ref()
+            .filter(|m| m.policy() == devicelet_memorymanager::MemoryPolicyName::Static)
+            .map(MemoryManager::machine_state);
         self.machine
             .nodes()
             .map(|id| NumaFree {

@@ -601,14 +601,8 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
     // One process allocates with one DRA Filter bound and one binding timeout.
     for (i, p) in profiles.iter().enumerate().skip(1) {
         let first = &profiles[0];
-        let dra = |p: &Profile| {
-            (
-                p.filter_timeout,
-                p.binding_timeout,
-                p.pack_partitions,
-                p.numa_alignment,
-            )
-        };
+        // `numaAlignment` may differ: each profile's own is read per cycle.
+        let dra = |p: &Profile| (p.filter_timeout, p.binding_timeout, p.pack_partitions);
         if dra(p) != dra(first) {
             return Err(unsupported(
                 format!("profiles[{i}].pluginConfig"),

@@ -143,9 +143,11 @@ impl Core {
     /// The claim, from the API server with `--kubeconfig`, else from devicelet's control API.
     async fn resource_claim(&self, namespace: &str, name: &str) -> anyhow::Result<ResourceClaim> {
         match &self.api {
-            Some(client) => Ok(kube::Api::<ResourceClaim>::namespaced(client.0.clone(), namespace)
-                .get(name)
-                .await?),
+            Some(client) => Ok(
+                kube::Api::<ResourceClaim>::namespaced(client.0.clone(), namespace)
+                    .get(name)
+                    .await?,
+            ),
             None => Ok(self.control.resource_claim(namespace, name).await?),
         }
     }
@@ -160,18 +162,28 @@ impl Core {
                 .await?);
         };
         let api = kube::Api::<ResourceSlice>::all(client.0.clone());
-        let name = slice.metadata.name.clone().unwrap_or_default();
-        match api.get_opt(&name).await? {
-            Some(existing) => {
-                let mut next = slice.clone();
-                next.metadata.resource_version = existing.metadata.resource_version;
-                api.replace(&name, &kube::api::PostParams::default(), &next)
-                    .await?;
-            }
-            None => {
-                api.create(&kube::api::PostParams::default(), slice).await?;
-            }
+        let post = kube::api::PostParams::default();
+        match api.create(&post, slice).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            other => return other.map(|_| ()).map_err(Into::into),
         }
+        // The Node authorizer lets a node list (not get) the slices of its own node.
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        let mine = kube::api::ListParams::default().fields(&format!(
+            "spec.nodeName={},spec.driver={}",
+            self.node_name.as_deref().unwrap_or(""),
+            self.driver
+        ));
+        let existing = api
+            .list(&mine)
+            .await?
+            .items
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name.as_str()))
+            .ok_or_else(|| anyhow::anyhow!("ResourceSlice {name} exists but is not this node's"))?;
+        let mut next = slice.clone();
+        next.metadata.resource_version = existing.metadata.resource_version;
+        api.replace(&name, &post, &next).await?;
         Ok(())
     }
 
@@ -186,9 +198,12 @@ impl Core {
         }
         let mut out = HashMap::new();
         for c in claims {
-            let claim = self.resource_claim(&c.namespace, &c.name).await.map_err(|e| {
-                Status::internal(format!("get ResourceClaim {}/{}: {e}", c.namespace, c.name))
-            })?;
+            let claim = self
+                .resource_claim(&c.namespace, &c.name)
+                .await
+                .map_err(|e| {
+                    Status::internal(format!("get ResourceClaim {}/{}: {e}", c.namespace, c.name))
+                })?;
             if claim.metadata.uid.as_deref() != Some(c.uid.as_str()) {
                 return Err(Status::internal(format!(
                     "claim {}/{} got replaced",
