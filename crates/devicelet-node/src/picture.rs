@@ -731,12 +731,7 @@ mod tests {
         let mut i = input();
         i.plugin_devices.resources.clear();
         let p = build(i);
-        let nic = p
-            .no_numa
-            .devices
-            .iter()
-            .find(|d| d.id == "nic-1")
-            .unwrap();
+        let nic = p.no_numa.devices.iter().find(|d| d.id == "nic-1").unwrap();
         assert_eq!(nic.holders[0].pod, "default/a");
         assert_eq!(nic.health, "Unknown");
     }

@@ -467,6 +467,14 @@ pub struct TopArgs {
     /// Refresh interval, e.g. 500ms, 2s.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     pub interval: Duration,
+    /// The node as a picture: each NUMA node with its CPUs (exclusive ones by pod, shared
+    /// pool, reserved), memory and huge pages, and devices (device plugins and DRA) with the
+    /// pods holding them; devices without a NUMA node in a separate box.
+    #[arg(long)]
+    pub numa: bool,
+    /// Columns of the picture (60-120) [default: the terminal's width, else 100].
+    #[arg(long, requires = "numa")]
+    pub width: Option<usize>,
 }
 
 /// `devicelet admit`.
