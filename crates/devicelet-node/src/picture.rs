@@ -246,6 +246,53 @@ fn numa_ids(nodes: &[i64]) -> Vec<usize> {
     set.into_iter().collect()
 }
 
+/// A CPU list as the kernel and the kubelet write it: `1-3,6`; `-` when empty.
+pub fn cpu_list(cpus: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        let mut end = start;
+        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
+            i += 1;
+            end = cpus[i];
+        }
+        out.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    if out.is_empty() {
+        "-".to_owned()
+    } else {
+        out.join(",")
+    }
+}
+
+/// Bytes for people: `4Gi`, `1.5Gi`, `512Mi` (one decimal, cut, not rounded).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if n >= size {
+            let whole = n / size;
+            let tenth = (n % size) * 10 / size;
+            return if tenth == 0 {
+                format!("{whole}{unit}")
+            } else {
+                format!("{whole}.{tenth}{unit}")
+            };
+        }
+    }
+    n.to_string()
+}
+
 /// Builds the picture. Pure: every input is data.
 pub fn build(input: PictureInput) -> NodePicture {
     let PictureInput {
@@ -745,6 +792,15 @@ mod tests {
         assert!(p.numa_nodes[0].devices.iter().any(|d| d.id == "gpu-9"));
         assert!(p.numa_nodes[1].devices.iter().any(|d| d.id == "gpu-9"));
         assert_eq!(p.no_numa.devices.len(), 1);
+    }
+
+    #[test]
+    fn lists_and_sizes_read_as_people_write_them() {
+        assert_eq!(cpu_list(&[1, 2, 3, 6]), "1-3,6");
+        assert_eq!(cpu_list(&[]), "-");
+        assert_eq!(human_bytes(1536 << 20), "1.5Gi");
+        assert_eq!(human_bytes(2 << 20), "2Mi");
+        assert_eq!(human_bytes(512), "512");
     }
 
     #[test]

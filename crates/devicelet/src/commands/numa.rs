@@ -11,7 +11,9 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::Context;
-use devicelet_node::picture::{DeviceSource, DeviceUse, Holder, NodePicture, NumaView};
+use devicelet_node::picture::{
+    DeviceSource, DeviceUse, Holder, NodePicture, NumaView, cpu_list, human_bytes as bytes,
+};
 use devicelet_rpc::{ControlClient, RootPaths};
 
 use crate::cli::{OutputFormat, TopArgs};
@@ -30,53 +32,6 @@ fn clean(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
-}
-
-/// `1-3,6`.
-pub fn cpu_list(cpus: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let start = cpus[i];
-        let mut end = start;
-        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
-            i += 1;
-            end = cpus[i];
-        }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    if out.is_empty() {
-        "-".to_owned()
-    } else {
-        out.join(",")
-    }
-}
-
-/// Bytes as `4Gi`, `1.5Gi`, `512Mi`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ];
-    for (unit, size) in UNITS {
-        if n >= size {
-            let whole = n / size;
-            let tenth = (n % size) * 10 / size;
-            return if tenth == 0 {
-                format!("{whole}{unit}")
-            } else {
-                format!("{whole}.{tenth}{unit}")
-            };
-        }
-    }
-    n.to_string()
 }
 
 /// A box of `width` columns: `+- title ---+`, `| line |` rows, `+----+`.
@@ -173,7 +128,7 @@ fn cpu_letters(picture: &NodePicture) -> BTreeMap<String, char> {
 }
 
 fn numa_box(frame: &mut Frame, node: &NumaView, letters: &BTreeMap<String, char>) {
-    frame.top(&format!("NUMA node {} ", node.id));
+    frame.top(&format!("NUMA node {}", node.id));
     if node.cpus.all.is_empty() {
         frame.line("CPUs      (no CPU manager)");
     } else {
@@ -286,7 +241,7 @@ pub fn render(picture: &NodePicture, width: usize) -> String {
     for node in &picture.numa_nodes {
         numa_box(&mut frame, node, &letters);
     }
-    frame.top("no NUMA ");
+    frame.top("no NUMA");
     if picture.no_numa.devices.is_empty() {
         frame.line("devices   none");
     } else {
@@ -462,14 +417,5 @@ mod tests {
         assert!(!text.contains('\x1b') && !text.contains('\x07'), "{text:?}");
         assert!(text.contains("pods: default/?]0;pwned?xxx"), "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= 80));
-    }
-
-    #[test]
-    fn lists_and_sizes_read_as_people_write_them() {
-        assert_eq!(cpu_list(&[1, 2, 3, 6]), "1-3,6");
-        assert_eq!(cpu_list(&[]), "-");
-        assert_eq!(bytes(1536 << 20), "1.5Gi");
-        assert_eq!(bytes(2 << 20), "2Mi");
-        assert_eq!(bytes(512), "512");
     }
 }
