@@ -6,7 +6,7 @@
 //! listed in the log. `--metrics-address` (default [`DEFAULT_METRICS_ADDRESS`]) serves the
 //! node's metrics on `/metrics` (`devicelet_rpc::metrics`; list in docs/observability.md).
 //! `--ui-address` (off by default; loopback unless `--ui-allow-remote`) serves the read-only
-//! live page of the node's picture (`devicelet_rpc::ui`, docs/ui.md).
+//! live page of the node's picture (`devicelet_rpc::ui`, docs/picture.md).
 
 use std::net::SocketAddr;
 use std::path::Path;
