@@ -150,11 +150,12 @@ fn numa(out: &mut String, node: &NumaView) {
         out.push_str("<p class=\"muted\">no memory manager</p>");
     }
     for m in &node.memory {
-        let percent = if m.allocatable == 0 {
-            0
-        } else {
-            (m.allocated.saturating_mul(100) / m.allocatable).min(100)
-        };
+        let percent = m
+            .allocated
+            .saturating_mul(100)
+            .checked_div(m.allocatable)
+            .unwrap_or(0)
+            .min(100);
         let _ = write!(
             out,
             "<div class=\"mem\"><div class=\"memhead\"><b>{}</b> {} of {} allocated \

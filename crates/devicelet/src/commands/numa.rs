@@ -221,7 +221,7 @@ pub fn render(picture: &NodePicture, width: usize) -> String {
     };
     frame.out.push_str(&fit(
         &format!(
-            "devicelet node picture  CPU manager {}  memory manager {}  generation {}\n",
+            "node picture  CPU manager {}  memory manager {}  generation {}\n",
             policy(&picture.cpu_manager_policy),
             policy(&picture.memory_manager_policy),
             picture.generation
