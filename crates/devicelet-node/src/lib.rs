@@ -11,6 +11,8 @@
 //! - [`dra`]: DRA claims on the node ([`DraNode`]): the local object store, admission of a
 //!   pod's claims, the drivers' health, unprepare retries.
 //! - [`health`]: KEP-4680 resource health for pod status.
+//! - [`picture`]: the node as a picture ([`picture::NodePicture`]): NUMA nodes with their CPUs,
+//!   memory, devices and the pods holding them (`top --numa`, the `serve --ui-address` page).
 //!
 //! This crate holds no wire types: no tonic, prost, axum or hyper (`cargo tree -p
 //! devicelet-node`). Its API is typed domain calls; the servers in devicelet-rpc only decode,
@@ -23,6 +25,7 @@ pub mod alignment;
 pub mod dra;
 pub mod durable;
 pub mod health;
+pub mod picture;
 pub mod pods;
 
 pub use admitted::{ActivePods, AdmittedPod, PodList, PodSync};

@@ -77,6 +77,22 @@ pub enum RpcError {
         /// The server error.
         message: String,
     },
+    /// The `--ui-address` could not be bound.
+    #[error("cannot bind the page's address {address}: {source}")]
+    UiBind {
+        /// The address asked for.
+        address: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The page's HTTP server failed.
+    #[error("page server on {address} failed: {message}")]
+    UiServe {
+        /// The address served.
+        address: String,
+        /// The server error.
+        message: String,
+    },
     /// The plugin watcher could not watch its directory (e.g. inotify limits).
     #[error("cannot watch {}: {message}", path.display())]
     Watch {

@@ -21,6 +21,7 @@ pub mod root_guard;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod test_utils;
 pub mod transport;
+pub mod ui;
 
 pub use control::{ControlClient, ControlState};
 pub use daemon::{Daemon, DaemonConfig, RootPaths, check_root};

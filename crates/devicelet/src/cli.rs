@@ -240,6 +240,16 @@ pub struct ServeArgs {
     /// address given here that is taken is an error. `off` disables the endpoint.
     #[arg(long, value_parser = parse_metrics_address)]
     pub metrics_address: Option<MetricsAddress>,
+    /// Serve a read-only live web page of the node (NUMA nodes with their CPUs, memory,
+    /// devices and the pods holding them; `top --numa` in a browser) on http://HOST:PORT/,
+    /// JSON on /api/numa. Off by default. Loopback addresses only, unless
+    /// --ui-allow-remote is given too (the page has no authentication).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub ui_address: Option<SocketAddr>,
+    /// Allow a non-loopback --ui-address: anyone who reaches it sees the node's pods and
+    /// devices (read-only).
+    #[arg(long, requires = "ui_address")]
+    pub ui_allow_remote: bool,
     /// How long a disconnected plugin's resource is kept before it becomes inactive
     /// (kubelet: 5m). For tests; accepts e.g. 500ms, 2s, 5m.
     #[arg(long, hide = true, env = "DEVICELET_ENDPOINT_GRACE_PERIOD", value_parser = parse_duration, default_value = "5m")]
@@ -467,6 +477,14 @@ pub struct TopArgs {
     /// Refresh interval, e.g. 500ms, 2s.
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     pub interval: Duration,
+    /// The node as a picture: each NUMA node with its CPUs (exclusive ones by pod, shared
+    /// pool, reserved), memory and huge pages, and devices (device plugins and DRA) with the
+    /// pods holding them; devices without a NUMA node in a separate box.
+    #[arg(long)]
+    pub numa: bool,
+    /// Columns of the picture (60-120) [default: the terminal's width, else 100].
+    #[arg(long, requires = "numa")]
+    pub width: Option<usize>,
 }
 
 /// `devicelet admit`.

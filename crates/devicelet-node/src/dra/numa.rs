@@ -152,7 +152,7 @@ impl DraNode {
     /// The slices the node knows: applied, published through the control socket and, in
     /// cluster mode, those the API server holds for the node. A failed list is logged and
     /// leaves the devices it would have described without topology.
-    async fn node_slices(&self) -> Vec<ResourceSlice> {
+    pub(crate) async fn node_slices(&self) -> Vec<ResourceSlice> {
         let mut slices = self.slices();
         let source = lock(&self.slice_source).clone();
         if let Some(source) = source {

@@ -21,6 +21,8 @@
 //!   `POST /v1/resourceslices/{driver}` (a driver publishes), `GET /v1/resourceslices` (what
 //!   the drivers published for the node; in cluster mode read from the API server), `GET|DELETE
 //!   /v1/resourceclaims/{namespace}/{name}`
+//! - `GET /v1/picture` → [`NodePicture`] (`top --numa`): NUMA nodes with their CPUs, memory,
+//!   devices and the pods holding them
 //! - `GET /healthz` → `ok`
 //!
 //! Errors are JSON `{"error": "..."}` with a fitting status code.
@@ -52,6 +54,7 @@ use tokio::net::UnixStream;
 
 use crate::error::ControlError;
 use devicelet_node::health;
+use devicelet_node::picture::NodePicture;
 use devicelet_node::pods::{ActivePods, AdmittedPod, PodAdmitter, PodError, PodList, PodSync};
 
 /// Shared state of the control API handlers.
@@ -105,6 +108,12 @@ pub fn router(state: ControlState) -> Router {
             post(start_container),
         )
         .route("/v1/pods/{uid}/runtime", get(pod_runtime_status))
+        .route(
+            "/v1/picture",
+            get(|State(state): State<ControlState>| async move {
+                Json(state.pods.picture().await)
+            }),
+        )
         .with_state(state)
         .merge(dra)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "no such route") })
@@ -369,6 +378,11 @@ impl ControlClient {
     /// `GET /v1/pods`.
     pub async fn pods(&self) -> Result<PodList, ControlError> {
         self.get_json("/v1/pods").await
+    }
+
+    /// `GET /v1/picture`.
+    pub async fn picture(&self) -> Result<NodePicture, ControlError> {
+        self.get_json("/v1/picture").await
     }
 
     /// `GET /v1/pods/watch`: waits up to `timeout` for the pods to differ from `since`.

@@ -1,4 +1,4 @@
-//! One module per subcommand; each exposes `run`.
+//! One module per subcommand; each exposes `run` (`numa` is `top --numa`).
 
 pub mod admit;
 pub mod allocate;
@@ -8,6 +8,7 @@ pub mod example_plugin;
 pub mod explain;
 pub mod get;
 pub mod logs;
+pub mod numa;
 pub mod remove;
 pub mod resources;
 pub mod schedule;

@@ -5,13 +5,17 @@
 //! Manager and CPU manager settings are used (docs/topology.md), other fields are ignored and
 //! listed in the log. `--metrics-address` (default [`DEFAULT_METRICS_ADDRESS`]) serves the
 //! node's metrics on `/metrics` (`devicelet_rpc::metrics`; list in docs/observability.md).
+//! `--ui-address` (off by default; loopback unless `--ui-allow-remote`) serves the read-only
+//! live page of the node's picture (`devicelet_rpc::ui`, docs/picture.md).
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use anyhow::Context;
 use devicelet_devicemanager::DeviceManager;
+use devicelet_node::PodAdmitter;
 use devicelet_node::{AlignmentConfig, ClaimOrigin};
+use devicelet_rpc::ui::UiServer;
 use devicelet_rpc::{DEFAULT_METRICS_ADDRESS, Daemon, DaemonConfig, MetricsServer, RootPaths};
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
@@ -25,6 +29,8 @@ use std::sync::Arc;
 
 /// Runs `serve`.
 pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
+    // Refused before anything starts: a page for the whole network is never an accident.
+    check_ui_address(args.ui_address, args.ui_allow_remote)?;
     let mut config = DaemonConfig::new(root_dir);
     if let Some(path) = &args.config {
         config.alignment = load_config(path)?;
@@ -105,6 +111,10 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("start devicelet on {}", root_dir.display()))?;
     let metrics = start_metrics(args.metrics_address, daemon.manager()).await?;
+    let ui = match args.ui_address {
+        Some(address) => Some(start_ui(address, daemon.pods().clone()).await?),
+        None => None,
+    };
     let cluster = client.map(|client| start_cluster(&daemon, client, &node_name, &args));
     info!(root = %root_dir.display(), cluster = cluster.is_some(), "devicelet serving");
 
@@ -117,6 +127,9 @@ pub async fn run(root_dir: &Path, args: ServeArgs) -> anyhow::Result<()> {
         cluster.stop().await;
     }
     if let Some(task) = metrics {
+        task.abort();
+    }
+    if let Some(task) = ui {
         task.abort();
     }
     let shutdown = daemon.shutdown().await;
@@ -339,9 +352,52 @@ async fn start_metrics(
     })))
 }
 
+/// `--ui-address` must be loopback unless `--ui-allow-remote` says otherwise.
+fn check_ui_address(address: Option<SocketAddr>, allow_remote: bool) -> anyhow::Result<()> {
+    match address {
+        Some(address) if !address.ip().is_loopback() && !allow_remote => anyhow::bail!(
+            "--ui-address {address} is not a loopback address: the page has no authentication \
+             and shows every pod and device of the node; use 127.0.0.1:PORT (or [::1]:PORT), \
+             or add --ui-allow-remote to serve it to the network"
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Starts the page. An address that cannot be bound is an error (it was asked for).
+async fn start_ui(
+    address: SocketAddr,
+    pods: Arc<PodAdmitter>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let server = UiServer::bind(address, pods)
+        .await
+        .with_context(|| format!("start the page: {address} is taken or unusable"))?;
+    let bound = server.local_addr().unwrap_or(address);
+    if !bound.ip().is_loopback() {
+        warn!(address = %bound, "the node's page is served beyond loopback (--ui-allow-remote)");
+    }
+    info!(url = %format!("http://{bound}/"), "node page listening");
+    Ok(tokio::spawn(async move {
+        if let Err(err) = server.serve().await {
+            warn!(error = %err, "node page server failed");
+        }
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_remote_page_needs_the_explicit_flag() {
+        let remote: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let err = check_ui_address(Some(remote), false).unwrap_err();
+        assert!(err.to_string().contains("--ui-allow-remote"), "{err}");
+        assert!(check_ui_address(Some(remote), true).is_ok());
+        assert!(check_ui_address(Some("127.0.0.1:0".parse().unwrap()), false).is_ok());
+        assert!(check_ui_address(Some("[::1]:0".parse().unwrap()), false).is_ok());
+        assert!(check_ui_address(None, false).is_ok());
+    }
 
     #[test]
     fn a_kubelet_configuration_header_is_not_reported_as_ignored() {

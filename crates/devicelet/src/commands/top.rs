@@ -1,6 +1,7 @@
 //! `devicelet top`: a live per-resource allocation view from the control API
 //! (`GET /v1/resources`): capacity, allocatable, allocated, unhealthy and the plugin state,
-//! refreshed every `--interval` until interrupted, or printed once with `--once`.
+//! refreshed every `--interval` until interrupted, or printed once with `--once`. `--numa`
+//! draws the node as a picture instead ([`crate::commands::numa`]).
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -114,6 +115,9 @@ fn usage_bar(used: u64, capacity: u64) -> String {
 
 /// Runs `top`.
 pub async fn run(root_dir: &Path, args: TopArgs) -> anyhow::Result<()> {
+    if args.numa {
+        return crate::commands::numa::run(root_dir, args).await;
+    }
     let client = ControlClient::new(RootPaths::new(root_dir).control_socket);
     let redraw =
         !args.once && args.output.output == OutputFormat::Table && std::io::stdout().is_terminal();
