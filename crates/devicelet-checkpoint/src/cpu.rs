@@ -23,9 +23,9 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::cpuset::CpuSet;
 use crate::error::{DecodeError, parse_json};
 use crate::gojson::{self, read};
-use crate::cpuset::CpuSet;
 use crate::hash::Fnv1a32;
 use crate::spew;
 
@@ -116,7 +116,10 @@ fn write_spew<W: fmt::Write>(
 }
 
 /// `PodEntries:(state.PodCPUAssignments)map[...]` of layout v3; `cpus` are each pod's CPUs.
-fn write_pod_entries_spew<W: fmt::Write>(w: &mut W, pods: &BTreeMap<String, CpuSet>) -> fmt::Result {
+fn write_pod_entries_spew<W: fmt::Write>(
+    w: &mut W,
+    pods: &BTreeMap<String, CpuSet>,
+) -> fmt::Result {
     w.write_str(" PodEntries:(state.PodCPUAssignments)")?;
     spew::map(w, Some(pods), |w, (pod, set)| {
         write!(
@@ -151,9 +154,14 @@ fn write_spew_v3<W: fmt::Write>(
 fn parse_pod_sets(pods: &CpuPodEntries) -> Result<BTreeMap<String, CpuSet>, DecodeError> {
     pods.iter()
         .map(|(pod, set)| {
-            CpuSet::parse(set)
-                .map(|s| (pod.clone(), s))
-                .map_err(|_| read::shape(FORMAT, &format!("podEntries.{pod}.cpuSet"), "a CPU list", &Value::String(set.clone())))
+            CpuSet::parse(set).map(|s| (pod.clone(), s)).map_err(|_| {
+                read::shape(
+                    FORMAT,
+                    &format!("podEntries.{pod}.cpuSet"),
+                    "a CPU list",
+                    &Value::String(set.clone()),
+                )
+            })
         })
         .collect()
 }
@@ -418,7 +426,9 @@ fn decode_v3_only(value: &Value) -> Result<CpuCheckpoint, DecodeError> {
             let path = format!("podEntries.{pod}");
             let set = match read::object(entry, &path, FORMAT)? {
                 None => String::new(),
-                Some(e) => read::string(read::field(e, "cpuSet"), &format!("{path}.cpuSet"), FORMAT)?,
+                Some(e) => {
+                    read::string(read::field(e, "cpuSet"), &format!("{path}.cpuSet"), FORMAT)?
+                }
             };
             pods.insert(pod.clone(), set);
         }

@@ -137,7 +137,11 @@ fn pod_level_resources_give_the_qos_class_and_the_pod_cpus_under_the_gates() {
     assert_eq!(info.qos, QosClass::Burstable);
     let level = info.pod_level.clone().expect("spec.resources");
     assert!(level.set);
-    assert_eq!(level.qos, QosClass::Guaranteed, "requests defaulted to the limits");
+    assert_eq!(
+        level.qos,
+        QosClass::Guaranteed,
+        "requests defaulted to the limits"
+    );
     assert_eq!(level.cpu_request_millis, Some(4000));
     let mem = level.memory_requests.expect("whole bytes");
     assert_eq!(mem["memory"], 2 << 30);

@@ -41,11 +41,7 @@ fn kubelet_pod_level_state_file_loads_and_is_written_back_byte_for_byte() {
         KUBELET_FILE
     );
     // devicelet with the gate off refuses it, as the kubelet does (checksum mismatch).
-    assert!(
-        CheckpointFile::new(dir.path(), "static")
-            .load()
-            .is_err()
-    );
+    assert!(CheckpointFile::new(dir.path(), "static").load().is_err());
 }
 
 #[test]
@@ -195,13 +191,23 @@ fn with_the_gate_off_a_pod_with_pod_level_resources_is_left_alone() {
     m.register_pod(&info);
     assert!(!m.manages_at_pod_level("p"));
     assert!(m.pod_hints(&info.spec).is_empty());
-    assert!(m.container_hints(&info.spec, &info.spec.containers[0]).is_empty());
+    assert!(
+        m.container_hints(&info.spec, &info.spec.containers[0])
+            .is_empty()
+    );
     m.assign_container(&info.spec, &info.spec.containers[0], &no_hint())
         .expect("nothing to do");
     assert!(m.state().assignments.is_empty());
     // The pod-level amounts give the QoS class under PodLevelResources (on by default).
-    assert_eq!(info.qos_with(PodLevelGates::default()), QosClass::Guaranteed);
-    assert_eq!(info.pod_guaranteed_cpus(), 2, "podGuaranteedCPUs without the manager gate");
+    assert_eq!(
+        info.qos_with(PodLevelGates::default()),
+        QosClass::Guaranteed
+    );
+    assert_eq!(
+        info.pod_guaranteed_cpus(),
+        2,
+        "podGuaranteedCPUs without the manager gate"
+    );
 }
 
 #[test]
@@ -217,6 +223,10 @@ fn under_the_container_scope_only_containers_guaranteed_on_their_own_get_cpus() 
         .expect("b");
     let state = m.state();
     assert_eq!(state.get("p", "a").map(|s| s.len()), Some(2));
-    assert_eq!(state.get("p", "b"), None, "b's requests differ from its limits");
+    assert_eq!(
+        state.get("p", "b"),
+        None,
+        "b's requests differ from its limits"
+    );
     assert!(state.pod_entries.is_empty());
 }

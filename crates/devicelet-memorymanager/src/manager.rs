@@ -229,7 +229,12 @@ impl MemoryManager {
 
     /// `getContainerRequestedResources`: under pod-level management, nothing for a container
     /// that is not Guaranteed on its own.
-    fn container_requests(&self, inner: &Inner, pod_uid: &str, container: &ContainerSpec) -> Requests {
+    fn container_requests(
+        &self,
+        inner: &Inner,
+        pod_uid: &str,
+        container: &ContainerSpec,
+    ) -> Requests {
         let info = inner.pods.get(pod_uid);
         if info.is_some_and(|p| {
             p.managed_at_pod_level(self.gates) && !p.is_equivalent_guaranteed(&container.name)
@@ -242,10 +247,9 @@ impl MemoryManager {
     /// `getPodRequestedResources`; `None` when the pod's own amounts are not whole bytes.
     fn pod_requests(&self, inner: &Inner, pod: &PodSpec) -> Option<Requests> {
         match inner.pods.get(&pod.uid) {
-            Some(p) if p.managed_at_pod_level(self.gates) => p
-                .pod_level
-                .as_ref()
-                .and_then(|l| l.memory_requests.clone()),
+            Some(p) if p.managed_at_pod_level(self.gates) => {
+                p.pod_level.as_ref().and_then(|l| l.memory_requests.clone())
+            }
             _ => Some(policy::pod_requests(pod)),
         }
     }
@@ -299,7 +303,9 @@ impl MemoryManager {
         // An empty shared pool: every requested resource gets an empty list (no hint fits).
         if let Some(info) = inner.pods.get(&pod.uid)
             && info.managed_at_pod_level(self.gates)
-            && self.validate_pod_shared_memory(&inner, info, &requests).is_err()
+            && self
+                .validate_pod_shared_memory(&inner, info, &requests)
+                .is_err()
         {
             return requests
                 .keys()
@@ -470,7 +476,9 @@ impl MemoryManager {
                 if reqs.is_empty() {
                     for (name, &pool) in total {
                         if exclusive.get(name).copied().unwrap_or(0) >= pool {
-                            return Err(format!("pod rejected, pod has shared init containers but no {name} available for them"));
+                            return Err(format!(
+                                "pod rejected, pod has shared init containers but no {name} available for them"
+                            ));
                         }
                     }
                 }
@@ -497,7 +505,9 @@ impl MemoryManager {
         if shared_long_running {
             for (name, &pool) in total {
                 if exclusive.get(name).copied().unwrap_or(0) >= pool {
-                    return Err(format!("pod rejected, sum of exclusive container {name} requests equals pod budget, leaving no memory for shared containers"));
+                    return Err(format!(
+                        "pod rejected, sum of exclusive container {name} requests equals pod budget, leaving no memory for shared containers"
+                    ));
                 }
             }
         }

@@ -31,7 +31,10 @@ fn kubelet_pod_level_state_file_loads_and_is_written_back_byte_for_byte() {
     let state = file.load().expect("loads").expect("present");
     assert_eq!(state.pod_entries.len(), 3);
     let pod = &state.pod_entries["0000000b-0000-4000-8000-000000000006"];
-    assert_eq!((pod[0].numa_affinity.clone(), pod[0].size), (vec![2], 1536 * MI));
+    assert_eq!(
+        (pod[0].numa_affinity.clone(), pod[0].size),
+        (vec![2], 1536 * MI)
+    );
     file.store(&state).expect("store");
     assert_eq!(std::fs::read(&path).expect("read"), KUBELET_FILE);
     // With the gate off such a file is refused.
@@ -125,9 +128,16 @@ fn assign_pod_places_the_pod_once_and_splits_it() {
     m.assign_pod(&info.spec, &hint(&[1])).expect("allocates");
     let state = m.state();
     let pod = &state.pod_entries["p"];
-    assert_eq!((pod[0].numa_affinity.clone(), pod[0].size), (vec![1], 3 * GI));
+    assert_eq!(
+        (pod[0].numa_affinity.clone(), pod[0].size),
+        (vec![1], 3 * GI)
+    );
     assert_eq!(m.memory_blocks("p", "a")[0].size, GI);
-    assert_eq!(m.memory_blocks("p", "b")[0].size, 2 * GI, "b shares what a left");
+    assert_eq!(
+        m.memory_blocks("p", "b")[0].size,
+        2 * GI,
+        "b shares what a left"
+    );
     // Only the pod's amount counts against the node.
     let node = &state.machine[&1];
     assert_eq!(node.memory_map["memory"].reserved, 3 * GI);
@@ -148,9 +158,9 @@ fn an_empty_shared_pool_is_refused() {
     let info = pod_level_pod("p", GI, &[("a", GI), ("b", 0)]);
     m.register_pod(&info);
     assert!(
-        m.pod_hints(&info.spec)
-            .get("memory")
-            .is_some_and(|h| matches!(h, devicelet_topology::ResourceHints::Hints(v) if v.is_empty()))
+        m.pod_hints(&info.spec).get("memory").is_some_and(
+            |h| matches!(h, devicelet_topology::ResourceHints::Hints(v) if v.is_empty())
+        )
     );
     match m.assign_pod(&info.spec, &hint(&[0])) {
         Err(MemoryManagerError::EmptyPodSharedPool(text)) => assert_eq!(

@@ -541,7 +541,10 @@ impl Alignment {
         let gates = self.pod_level_gates;
         let pod_level_refusal = |failure: AdmitFailure, scope: PodLevelScope| match failure {
             AdmitFailure::Rejected(AlignmentRejection::TopologyAffinity { detail }) => {
-                AdmitFailure::Rejected(AlignmentRejection::PodLevelTopologyAffinity { scope, detail })
+                AdmitFailure::Rejected(AlignmentRejection::PodLevelTopologyAffinity {
+                    scope,
+                    detail,
+                })
             }
             other => other,
         };
@@ -770,7 +773,8 @@ impl Alignment {
         }
         if let Some(mm) = &self.memory {
             let pinned = mm.policy() == MemoryPolicyName::Static
-                && info.qos_with(self.pod_level_gates) == devicelet_cpumanager::QosClass::Guaranteed;
+                && info.qos_with(self.pod_level_gates)
+                    == devicelet_cpumanager::QosClass::Guaranteed;
             let allocated = mm.assign_pod(pod, hint);
             if pinned {
                 manager.metrics().memory_pinning(allocated.is_err());

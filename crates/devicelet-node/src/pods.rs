@@ -86,10 +86,9 @@ impl PodError {
                 "Resources cannot be allocated with Topology locality".to_owned(),
             ),
             // KEP-5526: `PodLevelTopologyAffinityError`, same reason, its own message.
-            PodError::Alignment(AlignmentRejection::PodLevelTopologyAffinity { scope, .. }) => (
-                "TopologyAffinityError",
-                scope.kubelet_message().to_owned(),
-            ),
+            PodError::Alignment(AlignmentRejection::PodLevelTopologyAffinity { scope, .. }) => {
+                ("TopologyAffinityError", scope.kubelet_message().to_owned())
+            }
             // KEP-5526: `EmptyPodSharedPoolError`, the policy's text as the message.
             PodError::Alignment(AlignmentRejection::Cpus {
                 source: CpuManagerError::EmptyPodSharedPool(text),
