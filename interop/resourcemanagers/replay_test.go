@@ -8,7 +8,8 @@ package resourcemanagers
 // Manager (every policy, scope and option) with the CPU Manager's none and static policies and
 // the reserved CPUs; cpu-options adds subsets of the static policy's options; memory adds the
 // Memory Manager's static policy with reservedMemory and hugepages. podlevel (KEP-5526) is a
-// run of its own (subtest podlevel, RM_PODLEVEL_SEQUENCES=N, default 1000): pods with pod-level
+// run of its own (subtest podlevel, RM_PODLEVEL_SEQUENCES=N, default 1500, so that over 1000
+// run with both gates on): pods with pod-level
 // resources mixed with ordinary ones, the gates PodLevelResources and PodLevelResourceManagers
 // on in most cases, the Memory Manager in half. RM_SEQUENCES=N (default 1000), RM_SEED=S
 // (default fixed; `random` draws one), RM_KEEP=1 keeps the work directory.
@@ -140,7 +141,7 @@ func TestResourceManagers(t *testing.T) {
 	}
 	if podlevel {
 		t.Run("podlevel", func(t *testing.T) {
-			n := envInt("RM_PODLEVEL_SEQUENCES", 1000)
+			n := envInt("RM_PODLEVEL_SEQUENCES", 1500)
 			t.Logf("RM_SEED=%d RM_PODLEVEL_SEQUENCES=%d", seed, n)
 			runSuite(t, bin, map[string]bool{"podlevel": true}, n, seed)
 		})
@@ -232,6 +233,9 @@ func runSuite(t *testing.T, bin string, areas map[string]bool, n int, seed int64
 		if k.ConfigError != nil {
 			stats["refused configs"]++
 			continue
+		}
+		if cases[i].FeatureGates["PodLevelResources"] && cases[i].FeatureGates["PodLevelResourceManagers"] {
+			stats["sequences with the pod-level gates on"]++
 		}
 		for j, s := range k.Steps {
 			switch {

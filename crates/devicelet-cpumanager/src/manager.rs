@@ -13,6 +13,14 @@
 //! QoS class, so admission registers each pod's [`PodCpuInfo`] first
 //! ([`CpuManager::register_pod`]); an unregistered pod gets no exclusive CPUs.
 //!
+//! Pod-level resource management (KEP-5526; `PodLevelResourceManagers` with
+//! `PodLevelResources`, read from `featureGates`) follows `policy_static.go` `AllocatePod`,
+//! `podGuaranteedCPUs`, `validatePodScopeResources` and `RemoveContainer`: a pod with
+//! `spec.resources` gets one set of CPUs for its own whole CPU request
+//! ([`CpuManager::assign_pod`], recorded as its `podEntries` set), split among its containers,
+//! and released with its last container. With the gates off such a pod gets nothing, as in the
+//! kubelet.
+//!
 //! CPU hints are returned as a [`HintFamily`] (free CPUs as items, init-container CPUs to reuse
 //! as required units), so the merge never enumerates NUMA subsets.
 //!

@@ -14,6 +14,11 @@
 //! each container in order. Unlike the kubelet, a rejection at any step frees everything the
 //! pod got in this admission (upstream leaves earlier containers' allocations to a later GC).
 //!
+//! KEP-5526 (`PodLevelResourceManagers`): under the pod scope a pod with pod-level resources is
+//! allocated as a whole (`scope_pod.go` `admitUsingPodResources`: the CPU then the memory
+//! manager's `AllocatePod`), and its refusals carry the kubelet's `PodLevelTopologyAffinityError`
+//! and `EmptyPodSharedPoolError` texts.
+//!
 //! Devices on NUMA nodes the machine lacks are ignored for alignment as the kubelet does, but
 //! logged by name and named in the rejection, so the cause is visible.
 //!
