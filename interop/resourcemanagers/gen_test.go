@@ -105,10 +105,30 @@ func genCase(r *rand.Rand, index int, areas map[string]bool) *Case {
 		EvictionHard:   map[string]string{"memory.available": "100Mi"},
 		FeatureGates:   map[string]bool{},
 	}
+	// podlevel: KEP-5526 pod-level resource managers. Half the cases add the Memory Manager,
+	// a quarter the CPU options; most turn both gates on, some leave them off (pods with
+	// pod-level resources are then left alone), a few turn on PodLevelResourceManagers
+	// without PodLevelResources (the kubelet refuses the configuration).
+	podlevel := areas["podlevel"]
+	memory := areas["memory"]
+	if podlevel && !memory {
+		memory = r.Intn(2) == 0
+	}
+	if podlevel {
+		switch x := r.Intn(20); {
+		case x < 16:
+			c.FeatureGates["PodLevelResources"] = true
+			c.FeatureGates["PodLevelResourceManagers"] = true
+		case x < 19:
+		default:
+			c.FeatureGates["PodLevelResources"] = false
+			c.FeatureGates["PodLevelResourceManagers"] = true
+		}
+	}
 	// The kubelet's merge tries every combination of the providers' hints: with memory and
 	// huge pages hints on 8 NUMA nodes that is 255^3 or more per container, minutes per case.
 	// best-effort and restricted are exercised on the shapes with at most 4 NUMA nodes there.
-	if areas["memory"] && c.Shape.numaNodes() > 4 && (c.TopologyPolicy == "best-effort" || c.TopologyPolicy == "restricted") {
+	if memory && c.Shape.numaNodes() > 4 && (c.TopologyPolicy == "best-effort" || c.TopologyPolicy == "restricted") {
 		c.TopologyPolicy = pick(r, "none", "single-numa-node")
 	}
 	if r.Intn(5) == 0 {
@@ -117,7 +137,7 @@ func genCase(r *rand.Rand, index int, areas map[string]bool) *Case {
 	if r.Intn(12) == 0 {
 		c.CPUPolicy = "none"
 	}
-	if areas["cpu-options"] && c.CPUPolicy == "static" {
+	if (areas["cpu-options"] || (podlevel && r.Intn(4) == 0)) && c.CPUPolicy == "static" {
 		opts := map[string]string{}
 		for _, name := range cpuOptionNames {
 			if r.Intn(4) == 0 {
@@ -160,7 +180,7 @@ func genCase(r *rand.Rand, index int, areas map[string]bool) *Case {
 			c.KubeReserved["cpu"] = "0" // the static policy refuses a zero reservation
 		}
 	}
-	if areas["memory"] {
+	if memory {
 		c.MemoryPolicy = "Static"
 		if c.KubeReserved == nil {
 			c.KubeReserved = map[string]string{}
@@ -190,7 +210,12 @@ func genSteps(r *rand.Rand, c *Case, areas map[string]bool) {
 			live = append(live[:k], live[k+1:]...)
 			continue
 		}
-		pod := genPod(r, c, i, areas)
+		var pod *v1.Pod
+		if areas["podlevel"] && r.Intn(10) < 7 {
+			pod = genPodLevelPod(r, c, i)
+		} else {
+			pod = genPod(r, c, i, areas)
+		}
 		live = append(live, string(pod.UID))
 		c.Steps = append(c.Steps, Step{Admit: pod})
 	}
@@ -218,6 +243,7 @@ func genPod(r *rand.Rand, c *Case, i int, areas map[string]bool) *v1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: "default", UID: types.UID(uid)},
 	}
 	nodeCPUs := c.Shape.CoresPerNUMA * c.Shape.ThreadsPerCore
+	memory := c.MemoryPolicy != ""
 	container := func(name string) v1.Container {
 		ct := v1.Container{Name: name, Image: "registry.k8s.io/pause:3.10"}
 		if q == bestEffort {
@@ -234,11 +260,11 @@ func genPod(r *rand.Rand, c *Case, i int, areas map[string]bool) *v1.Pod {
 			cpu = fmt.Sprint(pick(r, nodeCPUs, nodeCPUs+2, 2*nodeCPUs-1, nodeCPUs/2+1))
 		}
 		mem := pick(r, "128Mi", "512Mi", "1Gi", "3Gi")
-		if areas["memory"] && r.Intn(8) == 0 {
+		if memory && r.Intn(8) == 0 {
 			mem = fmt.Sprintf("%dGi", c.Shape.MemoryBytes/gib+uint64(r.Intn(4))) // more than a node
 		}
 		res := v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
-		if areas["memory"] && r.Intn(4) == 0 {
+		if memory && r.Intn(4) == 0 {
 			if c.Shape.Huge2Mi > 0 {
 				res["hugepages-2Mi"] = resource.MustParse(fmt.Sprintf("%dMi", 2*(1+r.Intn(int(c.Shape.Huge2Mi/2)))))
 			} else if c.Shape.Huge1Gi > 0 {
@@ -286,4 +312,126 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// genPodLevelPod draws a pod with pod-level resources (spec.resources, KEP-2837) that the API
+// server would accept: the pod's requests cover its containers' (app containers and sidecars
+// together, or the largest init phase), its limits its containers'. Containers are Guaranteed
+// on their own (integral or fractional CPUs), Burstable (requests only) or have no resources;
+// the pod is Guaranteed (requests equal limits) most of the time. Now and then the pod's CPUs
+// or memory leave nothing for the containers that share them (the kubelet refuses those).
+func genPodLevelPod(r *rand.Rand, c *Case, i int) *v1.Pod {
+	uid := fmt.Sprintf("%08x-0000-4000-8000-%012x", c.Index, i)
+	pod := &v1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: "default", UID: types.UID(uid)},
+	}
+	nodeCPUs := c.Shape.CoresPerNUMA * c.Shape.ThreadsPerCore
+	memory := c.MemoryPolicy != ""
+	const mi = int64(1) << 20
+	hugeName, hugeUnit := "", int64(0)
+	if memory && c.Shape.Huge2Mi > 0 {
+		hugeName, hugeUnit = "hugepages-2Mi", 2*mi
+	} else if memory && c.Shape.Huge1Gi > 0 {
+		hugeName, hugeUnit = "hugepages-1Gi", 1024*mi
+	}
+	// amounts: milli-CPUs, memory bytes, hugepages bytes.
+	type amounts struct{ cpu, mem, huge int64 }
+	container := func(name string) (v1.Container, amounts) {
+		ct := v1.Container{Name: name, Image: "registry.k8s.io/pause:3.10"}
+		var a amounts
+		switch x := r.Intn(10); {
+		case x < 4: // Guaranteed on its own, whole CPUs: exclusive CPUs and memory.
+			a = amounts{cpu: int64(1+r.Intn(3)) * 1000, mem: pick(r, int64(128), 256, 512, 1024) * mi}
+			if hugeName != "" && r.Intn(4) == 0 {
+				a.huge = hugeUnit * int64(1+r.Intn(2))
+			}
+		case x < 5: // Guaranteed on its own, fractional CPUs: shared CPUs, exclusive memory.
+			a = amounts{cpu: pick(r, int64(250), 500, 1500), mem: pick(r, int64(128), 256) * mi}
+		case x < 7: // Burstable: requests only.
+			a = amounts{cpu: pick(r, int64(100), 200, 1000), mem: pick(r, int64(64), 128) * mi}
+			ct.Resources = v1.ResourceRequirements{Requests: v1.ResourceList{
+				v1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
+				v1.ResourceMemory: *resource.NewQuantity(a.mem, resource.BinarySI),
+			}}
+			return ct, a
+		default: // Nothing of its own.
+			return ct, a
+		}
+		res := v1.ResourceList{
+			v1.ResourceCPU:    *resource.NewMilliQuantity(a.cpu, resource.DecimalSI),
+			v1.ResourceMemory: *resource.NewQuantity(a.mem, resource.BinarySI),
+		}
+		if a.huge > 0 {
+			res[v1.ResourceName(hugeName)] = *resource.NewQuantity(a.huge, resource.BinarySI)
+		}
+		ct.Resources = v1.ResourceRequirements{Requests: res, Limits: res.DeepCopy()}
+		return ct, a
+	}
+	var apps, sidecars, initPeak amounts
+	add := func(x *amounts, a amounts) { x.cpu += a.cpu; x.mem += a.mem; x.huge += a.huge }
+	maxInto := func(x *amounts, a amounts) {
+		x.cpu = max(x.cpu, a.cpu)
+		x.mem = max(x.mem, a.mem)
+		x.huge = max(x.huge, a.huge)
+	}
+	if r.Intn(3) == 0 {
+		for k := 0; k < 1+r.Intn(2); k++ {
+			ct, a := container(fmt.Sprintf("init-%d", k))
+			if r.Intn(2) == 0 {
+				always := v1.ContainerRestartPolicyAlways
+				ct.RestartPolicy = &always
+				ct.Name = fmt.Sprintf("sidecar-%d", k)
+				add(&sidecars, a)
+			} else {
+				phase := sidecars
+				add(&phase, a)
+				maxInto(&initPeak, phase)
+			}
+			pod.Spec.InitContainers = append(pod.Spec.InitContainers, ct)
+		}
+	}
+	for k := 0; k < 1+r.Intn(3); k++ {
+		ct, a := container(fmt.Sprintf("app-%d", k))
+		add(&apps, a)
+		pod.Spec.Containers = append(pod.Spec.Containers, ct)
+	}
+	need := apps
+	add(&need, sidecars)
+	maxInto(&need, initPeak)
+	// The pod's CPUs: whole CPUs covering the containers plus 0-2 more, a whole NUMA node now
+	// and then, or (rarely) a fraction.
+	cpu := (need.cpu+999)/1000*1000 + int64(r.Intn(3))*1000
+	switch x := r.Intn(12); {
+	case x == 0 && int64(nodeCPUs)*1000 >= need.cpu:
+		cpu = int64(nodeCPUs) * 1000
+	case x == 1:
+		cpu = need.cpu + 500
+	}
+	if cpu == 0 {
+		cpu = 1000
+	}
+	mem := need.mem + pick(r, int64(0), 256, 1024)*mi
+	if mem == 0 {
+		mem = 256 * mi
+	}
+	huge := need.huge
+	if hugeName != "" && r.Intn(6) == 0 {
+		huge += hugeUnit
+	}
+	requests := v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(cpu, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
+	}
+	if huge > 0 {
+		requests[v1.ResourceName(hugeName)] = *resource.NewQuantity(huge, resource.BinarySI)
+	}
+	pod.Spec.Resources = &v1.ResourceRequirements{Requests: requests, Limits: requests.DeepCopy()}
+	switch r.Intn(10) {
+	case 0: // Burstable: higher CPU limit.
+		pod.Spec.Resources.Limits[v1.ResourceCPU] = *resource.NewMilliQuantity(cpu+2000, resource.DecimalSI)
+	case 1: // Burstable: requests only.
+		pod.Spec.Resources.Limits = nil
+	}
+	return pod
 }

@@ -136,6 +136,8 @@ func setFeatureGates(gates map[string]bool) error {
 		"CPUManagerPolicyBetaOptions":       true,
 		"TopologyManagerPolicyAlphaOptions": false,
 		"TopologyManagerPolicyBetaOptions":  true,
+		"PodLevelResources":                 true,
+		"PodLevelResourceManagers":          false,
 	}
 	for k, v := range gates {
 		all[k] = v

@@ -4,11 +4,15 @@ package resourcemanagers
 // through `devicelet resources replay` (a few batches in parallel), then each step's
 // decision, CPU sets, NUMA affinities, memory blocks and state files are compared.
 //
-// RM_AREAS=cpu,cpu-options,memory (default: the areas that pass): cpu is the Topology Manager
-// (every policy, scope and option) with the CPU Manager's none and static policies and the
-// reserved CPUs; cpu-options adds subsets of the static policy's options; memory adds the
-// Memory Manager's static policy with reservedMemory and hugepages., RM_SEQUENCES=N (default 1000),
-// RM_SEED=S (default fixed; `random` draws one), RM_KEEP=1 keeps the work directory.
+// RM_AREAS=cpu,cpu-options,memory,podlevel (default: the areas that pass): cpu is the Topology
+// Manager (every policy, scope and option) with the CPU Manager's none and static policies and
+// the reserved CPUs; cpu-options adds subsets of the static policy's options; memory adds the
+// Memory Manager's static policy with reservedMemory and hugepages. podlevel (KEP-5526) is a
+// run of its own (subtest podlevel, RM_PODLEVEL_SEQUENCES=N, default 1500, so that over 1000
+// run with both gates on): pods with pod-level
+// resources mixed with ordinary ones, the gates PodLevelResources and PodLevelResourceManagers
+// on in most cases, the Memory Manager in half. RM_SEQUENCES=N (default 1000), RM_SEED=S
+// (default fixed; `random` draws one), RM_KEEP=1 keeps the work directory.
 
 import (
 	"bytes"
@@ -34,7 +38,7 @@ import (
 )
 
 // defaultAreas is what CI runs: the areas where devicelet matches the kubelet.
-const defaultAreas = "cpu,cpu-options,memory"
+const defaultAreas = "cpu,cpu-options,memory,podlevel"
 
 // StepResult is one step's outcome, in `devicelet resources replay`'s JSON.
 type StepResult struct {
@@ -109,10 +113,17 @@ func TestResourceManagers(t *testing.T) {
 		areasText = defaultAreas
 	}
 	areas := map[string]bool{}
+	podlevel := false
 	for _, a := range strings.Split(areasText, ",") {
-		areas[strings.TrimSpace(a)] = true
+		a = strings.TrimSpace(a)
+		if a == "podlevel" {
+			podlevel = true
+			continue
+		}
+		if a != "" {
+			areas[a] = true
+		}
 	}
-	n := envInt("RM_SEQUENCES", 1000)
 	seed := int64(20260601)
 	if v := os.Getenv("RM_SEED"); v == "random" {
 		seed = time.Now().UnixNano()
@@ -123,8 +134,23 @@ func TestResourceManagers(t *testing.T) {
 		}
 		seed = s
 	}
-	t.Logf("RM_SEED=%d RM_SEQUENCES=%d RM_AREAS=%s", seed, n, areasText)
+	if len(areas) > 0 {
+		n := envInt("RM_SEQUENCES", 1000)
+		t.Logf("RM_SEED=%d RM_SEQUENCES=%d RM_AREAS=%s", seed, n, areasText)
+		runSuite(t, bin, areas, n, seed)
+	}
+	if podlevel {
+		t.Run("podlevel", func(t *testing.T) {
+			n := envInt("RM_PODLEVEL_SEQUENCES", 1500)
+			t.Logf("RM_SEED=%d RM_PODLEVEL_SEQUENCES=%d", seed, n)
+			runSuite(t, bin, map[string]bool{"podlevel": true}, n, seed)
+		})
+	}
+}
 
+// runSuite generates n cases for the areas from the seed, replays them on both sides and
+// compares them.
+func runSuite(t *testing.T, bin string, areas map[string]bool, n int, seed int64) {
 	work, err := os.MkdirTemp("", "resourcemanagers-")
 	if err != nil {
 		t.Fatal(err)
@@ -164,23 +190,36 @@ func TestResourceManagers(t *testing.T) {
 	// The kubelet side in a few goroutines: the state files are written with fsync, so the
 	// time is mostly waiting. Only building a node reads the feature gates it sets
 	// (newKubeletNode holds buildLock).
+	// The pod-level gates are read while pods are admitted, not only when a node is built, so
+	// the cases run in groups that share them (one group outside the podlevel area).
 	kubeResults := make([]Replay, n)
-	var kwg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < 4; w++ {
-		kwg.Add(1)
-		go func() {
-			defer kwg.Done()
-			for i := range next {
-				kubeResults[i] = runKubelet(cases[i], filepath.Join(work, "kubelet", strconv.Itoa(i)))
-			}
-		}()
+	groups := map[string][]int{}
+	var keys []string
+	for i, c := range cases {
+		k := podLevelGateKey(c)
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], i)
 	}
-	for i := range cases {
-		next <- i
+	for _, k := range keys {
+		var kwg sync.WaitGroup
+		next := make(chan int)
+		for w := 0; w < 4; w++ {
+			kwg.Add(1)
+			go func() {
+				defer kwg.Done()
+				for i := range next {
+					kubeResults[i] = runKubelet(cases[i], filepath.Join(work, "kubelet", strconv.Itoa(i)))
+				}
+			}()
+		}
+		for _, i := range groups[k] {
+			next <- i
+		}
+		close(next)
+		kwg.Wait()
 	}
-	close(next)
-	kwg.Wait()
 	kubeTime := time.Since(start)
 	wg.Wait()
 	t.Logf("kubelet side %v, both sides %v", kubeTime.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -195,12 +234,24 @@ func TestResourceManagers(t *testing.T) {
 			stats["refused configs"]++
 			continue
 		}
+		if cases[i].FeatureGates["PodLevelResources"] && cases[i].FeatureGates["PodLevelResourceManagers"] {
+			stats["sequences with the pod-level gates on"]++
+		}
 		for j, s := range k.Steps {
 			switch {
 			case cases[i].Steps[j].Remove != "":
 				stats["removals"]++
 			case s.Admitted:
 				stats["admitted pods"]++
+				if cases[i].Steps[j].Admit.Spec.Resources != nil {
+					stats["admitted pods with pod-level resources"]++
+				}
+				if s.CPUManagerState != nil && strings.Contains(*s.CPUManagerState, `"podEntries"`) {
+					stats["steps with cpu podEntries"]++
+				}
+				if s.MemoryManagerState != nil && strings.Contains(*s.MemoryManagerState, `"podEntries"`) {
+					stats["steps with memory podEntries"]++
+				}
 				for _, c := range s.Containers {
 					if c.CPUs != "" {
 						stats["containers with exclusive CPUs"]++
@@ -252,6 +303,17 @@ func TestResourceManagers(t *testing.T) {
 	if mismatches > 0 {
 		t.Errorf("%d of %d sequences differ (by first difference: %v); seed %d", mismatches, n, counts, seed)
 	}
+}
+
+// podLevelGateKey: the values a case gives the gates that the managers read at admission.
+func podLevelGateKey(c *Case) string {
+	k := ""
+	for _, g := range []string{"PodLevelResources", "PodLevelResourceManagers"} {
+		if v, ok := c.FeatureGates[g]; ok {
+			k += fmt.Sprintf("%s=%v,", g, v)
+		}
+	}
+	return k
 }
 
 // runKubelet replays a case through the kubelet's managers.
@@ -379,7 +441,7 @@ func compare(c *Case, kube, dl *Replay, areas map[string]bool) (string, int, str
 	if kube.ConfigError != nil {
 		return "", 0, "", ""
 	}
-	memory := areas["memory"] && dl.MemoryManager
+	memory := (areas["memory"] || (areas["podlevel"] && kube.MemoryManager)) && dl.MemoryManager
 	if len(kube.Steps) != len(dl.Steps) {
 		return "steps", -1, fmt.Sprintf("kubelet %d steps, devicelet %d", len(kube.Steps), len(dl.Steps)), ""
 	}
@@ -479,17 +541,26 @@ func sameMemoryStateButBlockOrder(k, d *string) bool {
 			return "", false
 		}
 		delete(v, "checksum")
+		byType := func(blocks any) {
+			bs, _ := blocks.([]any)
+			sort.Slice(bs, func(i, j int) bool {
+				bi, _ := bs[i].(map[string]any)
+				bj, _ := bs[j].(map[string]any)
+				return fmt.Sprint(bi["type"]) < fmt.Sprint(bj["type"])
+			})
+		}
 		entries, _ := v["entries"].(map[string]any)
 		for _, containers := range entries {
 			cs, _ := containers.(map[string]any)
 			for _, blocks := range cs {
-				bs, _ := blocks.([]any)
-				sort.Slice(bs, func(i, j int) bool {
-					bi, _ := bs[i].(map[string]any)
-					bj, _ := bs[j].(map[string]any)
-					return fmt.Sprint(bi["type"]) < fmt.Sprint(bj["type"])
-				})
+				byType(blocks)
 			}
+		}
+		// podEntries (PodLevelResourceManagers): the pod's blocks, also in Go map order.
+		pods, _ := v["podEntries"].(map[string]any)
+		for _, entry := range pods {
+			e, _ := entry.(map[string]any)
+			byType(e["memoryBlocks"])
 		}
 		b, err := json.Marshal(v)
 		return string(b), err == nil

@@ -460,7 +460,7 @@ fn inspect_dra(bytes: &[u8]) -> InspectReport {
 }
 
 fn cpu_body(cp: &cpu::CpuCheckpoint) -> InspectBody {
-    let entries = match &cp.entries {
+    let mut entries: Vec<CpuRow> = match &cp.entries {
         cpu::CpuCheckpointEntries::V2(e) => e
             .iter()
             .flatten()
@@ -482,6 +482,12 @@ fn cpu_body(cp: &cpu::CpuCheckpoint) -> InspectBody {
             })
             .collect(),
     };
+    // Layout v3 (`PodLevelResourceManagers`): each pod's whole set, with no container name.
+    entries.extend(cp.pod_entries.iter().flatten().map(|(pod, set)| CpuRow {
+        owner: pod.clone(),
+        container: String::new(),
+        cpuset: set.clone(),
+    }));
     InspectBody::CpuManager {
         policy_name: cp.policy_name.clone(),
         default_cpu_set: cp.default_cpu_set.clone(),
@@ -490,7 +496,9 @@ fn cpu_body(cp: &cpu::CpuCheckpoint) -> InspectBody {
 }
 
 fn inspect_cpu(bytes: &[u8]) -> InspectReport {
-    match cpu::decode(bytes) {
+    // v1/v2 as the kubelet reads them with default gates, else the v3 layout its
+    // `PodLevelResourceManagers` gate writes.
+    match cpu::decode(bytes).or_else(|e| cpu::decode_v3(bytes).map_err(|_| e)) {
         Ok(cp) => {
             let mut warnings: Vec<String> =
                 unknown_warning(&cp.unknown_fields).into_iter().collect();

@@ -49,6 +49,8 @@ fn pods() -> Vec<PodCpuInfo> {
                 },
                 qos: QosClass::Guaranteed,
                 cpu_requests_millis: [("c".to_string(), cpus * 1000)].into_iter().collect(),
+                pod_level: None,
+                equivalent_guaranteed: Default::default(),
             }
         })
         .collect()

@@ -148,6 +148,11 @@ pub enum CpuManagerError {
         /// Threads per core.
         cpus_per_core: usize,
     },
+    /// Pod-level management (KEP-5526): the containers that need the pod's shared pool would
+    /// find it empty (`validatePodScopeResources`; the kubelet's `EmptyPodSharedPoolError`,
+    /// whose message is this text).
+    #[error("{0}")]
+    EmptyPodSharedPool(String),
     /// The checkpoint could not be restored (`state_checkpoint.go` wording).
     #[error(
         "could not restore state from checkpoint: {detail}, please drain this node and delete the CPU manager checkpoint file {path:?} before restarting Kubelet"

@@ -13,6 +13,14 @@
 //! QoS class, so admission registers each pod's [`PodCpuInfo`] first
 //! ([`CpuManager::register_pod`]); an unregistered pod gets no exclusive CPUs.
 //!
+//! Pod-level resource management (KEP-5526; `PodLevelResourceManagers` with
+//! `PodLevelResources`, read from `featureGates`) follows `policy_static.go` `AllocatePod`,
+//! `podGuaranteedCPUs`, `validatePodScopeResources` and `RemoveContainer`: a pod with
+//! `spec.resources` gets one set of CPUs for its own whole CPU request
+//! ([`CpuManager::assign_pod`], recorded as its `podEntries` set), split among its containers,
+//! and released with its last container. With the gates off such a pod gets nothing, as in the
+//! kubelet.
+//!
 //! CPU hints are returned as a [`HintFamily`] (free CPUs as items, init-container CPUs to reuse
 //! as required units), so the merge never enumerates NUMA subsets.
 //!
@@ -36,7 +44,7 @@ use crate::assign::take_by_topology_with;
 use crate::bits::CpuBits;
 use crate::error::CpuManagerError;
 use crate::options::StaticPolicyOptions;
-use crate::pod::PodCpuInfo;
+use crate::pod::{PodCpuInfo, PodLevelGates};
 use crate::state::{CheckpointFile, CpuState};
 use crate::topology::CpuTopology;
 
@@ -155,6 +163,8 @@ pub struct CpuManager {
     /// Every thread of the cores holding a reserved CPU (`reservedPhysicalCPUs`).
     reserved_physical: CpuBits,
     checkpoint: CheckpointFile,
+    /// `PodLevelResources` / `PodLevelResourceManagers`.
+    gates: PodLevelGates,
     inner: Mutex<Inner>,
     /// The version of `state` the file holds. Held for the whole write (lock order: this, then
     /// `inner`), so writes are serialised and each writes the newest state: an older state can
@@ -181,7 +191,10 @@ impl CpuManager {
         state_dir: &Path,
     ) -> Result<Self, CpuManagerError> {
         let policy: CpuPolicyName = config.policy.parse()?;
-        let checkpoint = CheckpointFile::new(state_dir, policy.as_str());
+        let gates = PodLevelGates::from_gates(&config.feature_gates);
+        // The kubelet's state layout follows `PodLevelResourceManagers` alone.
+        let checkpoint =
+            CheckpointFile::new(state_dir, policy.as_str()).with_pod_level(gates.managers);
         let (options, reserved) = match policy {
             CpuPolicyName::None => {
                 if !config.policy_options.is_empty() {
@@ -228,6 +241,7 @@ impl CpuManager {
             reserved,
             reserved_physical,
             checkpoint,
+            gates,
             inner: Mutex::new(Inner {
                 state,
                 version: 0,
@@ -422,11 +436,34 @@ impl CpuManager {
         }
     }
 
-    fn guaranteed_cpus(inner: &Inner, pod_uid: &str, container: &str) -> usize {
+    fn guaranteed_cpus(&self, inner: &Inner, pod_uid: &str, container: &str) -> usize {
         inner
             .pods
             .get(pod_uid)
-            .map_or(0, |p| p.guaranteed_cpus(container))
+            .map_or(0, |p| p.guaranteed_cpus_with(self.gates, container))
+    }
+
+    /// A pod with pod-level resources that the gates keep from the manager: the kubelet gives
+    /// it no hints and no CPUs ("allocation skipped").
+    fn skipped(&self, inner: &Inner, pod_uid: &str) -> bool {
+        inner
+            .pods
+            .get(pod_uid)
+            .is_some_and(|p| p.skipped_for_pod_level(self.gates))
+    }
+
+    /// The feature gates this manager reads for pod-level resources.
+    pub fn pod_level_gates(&self) -> PodLevelGates {
+        self.gates
+    }
+
+    /// Whether the pod is managed at pod level: the gates are on and it has pod-level
+    /// resources (the Topology Manager's pod scope then calls [`CpuManager::assign_pod`]).
+    pub fn manages_at_pod_level(&self, pod_uid: &str) -> bool {
+        self.lock()
+            .pods
+            .get(pod_uid)
+            .is_some_and(|p| p.managed_at_pod_level(self.gates))
     }
 
     /// The static policy's `Allocate` for one container, aligned with `hint` (the Topology
@@ -483,8 +520,8 @@ impl CpuManager {
             return Ok(None);
         }
         let mut inner = self.lock();
-        let count = Self::guaranteed_cpus(&inner, &pod.uid, &container.name);
-        if count == 0 {
+        let count = self.guaranteed_cpus(&inner, &pod.uid, &container.name);
+        if count == 0 || self.skipped(&inner, &pod.uid) {
             return Ok(None);
         }
         // Deliberate deviation (not in the spec's bug list): the kubelet runs the
@@ -495,7 +532,34 @@ impl CpuManager {
             Self::update_cpus_to_reuse(&mut inner, pod, container, &set);
             return Ok(None);
         }
-        let available = inner.state.default_cpu_set.difference(&self.reserved);
+        self.enforce_smt_alignment(&inner, count)?;
+        let reusable = inner
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        let result = self.choose_cpus(&inner, count, hint.affinity, &reusable)?;
+
+        let reuse_before = inner.cpus_to_reuse.clone();
+        let state = &mut inner.state;
+        state.default_cpu_set = state.default_cpu_set.difference(&result);
+        state
+            .assignments
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(container.name.clone(), result.clone());
+        inner.version += 1;
+        Self::update_cpus_to_reuse(&mut inner, pod, container, &result);
+        Ok(Some(Assigned {
+            pod_uid: pod.uid.clone(),
+            container: container.name.clone(),
+            cpus: result,
+            reuse_before,
+        }))
+    }
+
+    /// `enforceSMTAlignment` (`full-pcpus-only`).
+    fn enforce_smt_alignment(&self, inner: &Inner, count: usize) -> Result<(), CpuManagerError> {
         if self.options.full_pcpus_only {
             let per_core = self.topology.cpus_per_core().max(1);
             if !count.is_multiple_of(per_core) {
@@ -519,14 +583,23 @@ impl CpuManager {
                 });
             }
         }
-        let reusable = inner
-            .cpus_to_reuse
-            .get(&pod.uid)
-            .cloned()
-            .unwrap_or_default();
-        let allocatable = available.union(&reusable);
+        Ok(())
+    }
+
+    /// `allocateCPUs` without its state change: `count` CPUs from the free ones (minus the
+    /// reserved) plus `reusable`, those in the hint's NUMA nodes (or their sockets under
+    /// `align-by-socket`) first.
+    fn choose_cpus(
+        &self,
+        inner: &Inner,
+        count: usize,
+        affinity: Option<NumaMask>,
+        reusable: &CpuBits,
+    ) -> Result<CpuBits, CpuManagerError> {
+        let available = inner.state.default_cpu_set.difference(&self.reserved);
+        let allocatable = available.union(reusable);
         let mut result = CpuBits::new();
-        if let Some(mask) = hint.affinity {
+        if let Some(mask) = affinity {
             let region = if self.options.align_by_socket {
                 self.topology.cpus_in_sockets_of_numa_mask(mask)
             } else {
@@ -542,24 +615,78 @@ impl CpuManager {
             count - result.len(),
             &self.options,
         )?;
-        result = result.union(&rest);
+        Ok(result.union(&rest))
+    }
 
-        let reuse_before = inner.cpus_to_reuse.clone();
+    /// The static policy's `AllocatePod` (KEP-5526), in memory only like
+    /// [`CpuManager::assign_container`]: one set of CPUs for the whole pod (its own whole CPU
+    /// request, aligned with the pod's `hint`), recorded as the pod's entry, then split among
+    /// its containers. Containers Guaranteed on their own take exclusive CPUs from it
+    /// (regular init containers from all of it but the sidecars' CPUs taken so far; sidecars
+    /// and app containers for good); a regular init container without its own CPUs gets all of
+    /// it but the sidecars'; every other container shares what the exclusive ones left.
+    pub fn assign_pod(&self, pod: &PodSpec, hint: &TopologyHint) -> Result<(), CpuManagerError> {
+        if self.policy == CpuPolicyName::None {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        let Some(info) = inner.pods.get(&pod.uid).cloned() else {
+            return Ok(());
+        };
+        let total = info.pod_guaranteed_cpus_with(self.gates);
+        if total == 0 {
+            return Ok(());
+        }
+        validate_pod_shared_cpus(&info, self.gates).map_err(CpuManagerError::EmptyPodSharedPool)?;
+        // Deliberate deviation, as in `assign`: the kubelet allocates again when a pod is
+        // admitted twice; devicelet keeps what the pod already holds (re-admission after a
+        // restart is idempotent).
+        if inner.state.pod_entries.contains_key(&pod.uid) {
+            return Ok(());
+        }
+        self.enforce_smt_alignment(&inner, total)?;
+        let pod_set = self.choose_cpus(&inner, total, hint.affinity, &CpuBits::new())?;
+
+        // The split is computed before anything changes, so a failure leaves the state as it
+        // was (the kubelet has by then taken the pod's CPUs and leaves them to nobody).
+        let mut exclusive: BTreeMap<String, CpuBits> = BTreeMap::new();
+        let mut sidecars = CpuBits::new();
+        for c in &pod.init_containers {
+            let n = info.guaranteed_cpus_with(self.gates, &c.name);
+            if n > 0 {
+                let pool = pod_set.difference(&sidecars);
+                let set = take_by_topology_with(&self.topology, &pool, n, &self.options)?;
+                if c.restartable {
+                    sidecars = sidecars.union(&set);
+                }
+                exclusive.insert(c.name.clone(), set);
+            } else if !c.restartable {
+                exclusive.insert(c.name.clone(), pod_set.difference(&sidecars));
+            }
+        }
+        let mut shared = pod_set.difference(&sidecars);
+        for c in &pod.containers {
+            let n = info.guaranteed_cpus_with(self.gates, &c.name);
+            if n > 0 {
+                let set = take_by_topology_with(&self.topology, &shared, n, &self.options)?;
+                shared = shared.difference(&set);
+                exclusive.insert(c.name.clone(), set);
+            }
+        }
+
         let state = &mut inner.state;
-        state.default_cpu_set = state.default_cpu_set.difference(&result);
-        state
-            .assignments
-            .entry(pod.uid.clone())
-            .or_default()
-            .insert(container.name.clone(), result.clone());
+        state.default_cpu_set = state.default_cpu_set.difference(&pod_set);
+        state.pod_entries.insert(pod.uid.clone(), pod_set);
+        let slot = state.assignments.entry(pod.uid.clone()).or_default();
+        for c in pod.all_containers() {
+            let set = exclusive
+                .get(&c.name)
+                .cloned()
+                .unwrap_or_else(|| shared.clone());
+            slot.insert(c.name.clone(), set);
+        }
         inner.version += 1;
-        Self::update_cpus_to_reuse(&mut inner, pod, container, &result);
-        Ok(Some(Assigned {
-            pod_uid: pod.uid.clone(),
-            container: container.name.clone(),
-            cpus: result,
-            reuse_before,
-        }))
+        Ok(())
     }
 
     /// `updateCPUsToReuse`: one pod at a time; regular init containers add their CPUs,
@@ -607,6 +734,18 @@ impl CpuManager {
         let Some(set) = pod.remove(container) else {
             return false;
         };
+        // A pod managed at pod level gives its whole set back with its last container; its
+        // containers' sets are parts of it (only pods restored or admitted with
+        // `PodLevelResourceManagers` have an entry).
+        if let Some(pod_set) = state.pod_entries.get(pod_uid).cloned() {
+            if pod.is_empty() {
+                state.assignments.remove(pod_uid);
+                state.pod_entries.remove(pod_uid);
+                state.default_cpu_set = state.default_cpu_set.union(&pod_set);
+            }
+            inner.version += 1;
+            return true;
+        }
         let in_use = pod.values().fold(CpuBits::new(), |a, s| a.union(s));
         state.default_cpu_set = state.default_cpu_set.union(&set.difference(&in_use));
         if pod.is_empty() {
@@ -630,6 +769,12 @@ impl CpuManager {
             let mut freed = false;
             for name in names {
                 freed |= Self::free_container(&mut inner, pod_uid, &name);
+            }
+            // A pod-level set left without containers (restored from a file) goes too.
+            if let Some(set) = inner.state.pod_entries.remove(pod_uid) {
+                inner.state.default_cpu_set = inner.state.default_cpu_set.union(&set);
+                inner.version += 1;
+                freed = true;
             }
             inner.pods.remove(pod_uid);
             inner.cpus_to_reuse.remove(pod_uid);
@@ -664,6 +809,10 @@ impl CpuManager {
                 for set in containers.values() {
                     inner.state.default_cpu_set = inner.state.default_cpu_set.union(set);
                 }
+            }
+            // The last container of a pod-level pod releases the pod's whole set.
+            if let Some(set) = inner.state.pod_entries.remove(uid) {
+                inner.state.default_cpu_set = inner.state.default_cpu_set.union(&set);
             }
             inner.pods.remove(uid);
             inner.cpus_to_reuse.remove(uid);
@@ -741,8 +890,8 @@ impl CpuManager {
             return ProviderHints::new();
         }
         let inner = self.lock();
-        let request = Self::guaranteed_cpus(&inner, &pod.uid, &container.name);
-        if request == 0 {
+        let request = self.guaranteed_cpus(&inner, &pod.uid, &container.name);
+        if request == 0 || self.skipped(&inner, &pod.uid) {
             return ProviderHints::new();
         }
         if let Some(allocated) = inner.state.get(&pod.uid, &container.name) {
@@ -766,16 +915,22 @@ impl CpuManager {
             return ProviderHints::new();
         }
         let inner = self.lock();
-        let request = inner
-            .pods
-            .get(&pod.uid)
-            .map_or(0, PodCpuInfo::pod_guaranteed_cpus);
-        if request == 0 {
+        let info = inner.pods.get(&pod.uid);
+        let request = info.map_or(0, |p| p.pod_guaranteed_cpus_with(self.gates));
+        if request == 0 || self.skipped(&inner, &pod.uid) {
             return ProviderHints::new();
+        }
+        // Under pod-level management a pod whose shared containers would find no CPU left is
+        // refused by the merge (no hint fits).
+        if let Some(info) = info
+            && info.managed_at_pod_level(self.gates)
+            && validate_pod_shared_cpus(info, self.gates).is_err()
+        {
+            return Self::hints_map(ResourceHints::Hints(vec![]));
         }
         let mut assigned = CpuBits::new();
         for c in pod.all_containers() {
-            let want = Self::guaranteed_cpus(&inner, &pod.uid, &c.name);
+            let want = self.guaranteed_cpus(&inner, &pod.uid, &c.name);
             if let Some(set) = inner.state.get(&pod.uid, &c.name) {
                 if set.len() != want {
                     return Self::hints_map(ResourceHints::Hints(vec![]));
@@ -815,4 +970,41 @@ impl HintProvider for CpuManager {
         self.allocate_container(pod, container, affinity)
             .map_err(|e| Box::new(e) as ProviderError)
     }
+}
+
+/// `validatePodScopeResources` (CPU): under pod-level management, the containers that run on
+/// the pod's shared CPUs must find some. A regular init container without exclusive CPUs runs
+/// on what the sidecars started before it left; app containers and sidecars without exclusive
+/// CPUs share what every long-running exclusive container leaves. Err: the kubelet's message.
+pub fn validate_pod_shared_cpus(info: &PodCpuInfo, gates: PodLevelGates) -> Result<(), String> {
+    let total = info.pod_guaranteed_cpus_with(gates);
+    let mut shared_long_running = false;
+    let mut exclusive_long_running = 0usize;
+    for c in &info.spec.init_containers {
+        let n = info.guaranteed_cpus_with(gates, &c.name);
+        if !c.restartable {
+            if n == 0 && exclusive_long_running >= total {
+                return Err(
+                    "pod rejected, pod has shared init containers but no cpus available for them"
+                        .into(),
+                );
+            }
+        } else if n == 0 {
+            shared_long_running = true;
+        } else {
+            exclusive_long_running += n;
+        }
+    }
+    for c in &info.spec.containers {
+        let n = info.guaranteed_cpus_with(gates, &c.name);
+        if n == 0 {
+            shared_long_running = true;
+        } else {
+            exclusive_long_running += n;
+        }
+    }
+    if shared_long_running && exclusive_long_running >= total {
+        return Err("pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no cpus for shared containers".into());
+    }
+    Ok(())
 }

@@ -2,6 +2,10 @@
 //! `cpumanager/state/state_mem.go` (default set + assignments) and `state_checkpoint.go`
 //! (restore on start, store after every change). The file format, checksum and the atomic,
 //! fsynced write come from `devicelet-checkpoint`.
+//!
+//! With `PodLevelResourceManagers` (KEP-5526) the state also holds each pod-level pod's whole
+//! CPU set (`podEntries`), and the file is written in the kubelet's layout v3 (its checksum
+//! covers `podEntries` even when there are none); with the gate off the layout stays v2.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +27,8 @@ pub struct CpuState {
     pub default_cpu_set: CpuBits,
     /// Exclusive assignments.
     pub assignments: Assignments,
+    /// pod UID → the pod's whole CPU set, for pods managed at pod level (`podEntries`).
+    pub pod_entries: BTreeMap<String, CpuBits>,
 }
 
 impl CpuState {
@@ -31,7 +37,7 @@ impl CpuState {
         self.assignments.get(pod_uid)?.get(container)
     }
 
-    /// Union of every assignment.
+    /// Union of every assignment, pod-level sets included.
     pub fn assigned(&self) -> CpuBits {
         let mut out = CpuBits::new();
         for pod in self.assignments.values() {
@@ -39,10 +45,13 @@ impl CpuState {
                 out = out.union(set);
             }
         }
+        for set in self.pod_entries.values() {
+            out = out.union(set);
+        }
         out
     }
 
-    fn encode(&self, policy: &str) -> Vec<u8> {
+    fn encode(&self, policy: &str, pod_level: bool) -> Vec<u8> {
         let entries: BTreeMap<String, BTreeMap<String, String>> = self
             .assignments
             .iter()
@@ -54,6 +63,19 @@ impl CpuState {
                 )
             })
             .collect();
+        if pod_level {
+            let pods: BTreeMap<String, String> = self
+                .pod_entries
+                .iter()
+                .map(|(pod, set)| (pod.clone(), set.to_string()))
+                .collect();
+            // Every set comes from `CpuBits`, whose text always parses.
+            if let Ok(bytes) =
+                cpu::encode_v3(policy, &self.default_cpu_set.to_string(), &entries, &pods)
+            {
+                return bytes;
+            }
+        }
         cpu::encode(policy, &self.default_cpu_set.to_string(), &entries)
     }
 }
@@ -63,6 +85,8 @@ impl CpuState {
 pub struct CheckpointFile {
     path: PathBuf,
     policy: String,
+    /// `PodLevelResourceManagers`: read and write layout v3.
+    pod_level: bool,
 }
 
 impl CheckpointFile {
@@ -71,7 +95,15 @@ impl CheckpointFile {
         CheckpointFile {
             path: dir.join(cpu::CPU_CHECKPOINT_FILE),
             policy: policy.to_string(),
+            pod_level: false,
         }
+    }
+
+    /// The same file in the kubelet's layout v3 when `pod_level` (`PodLevelResourceManagers`
+    /// on): pod-level entries are read and written, and the checksum covers them.
+    pub fn with_pod_level(mut self, pod_level: bool) -> Self {
+        self.pod_level = pod_level;
+        self
     }
 
     /// The file path.
@@ -94,7 +126,12 @@ impl CheckpointFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(self.restore_err(e.to_string())),
         };
-        let cp = cpu::decode(&bytes).map_err(|e| self.restore_err(e.to_string()))?;
+        let decoded = if self.pod_level {
+            cpu::decode_v3(&bytes)
+        } else {
+            cpu::decode(&bytes)
+        };
+        let cp = decoded.map_err(|e| self.restore_err(e.to_string()))?;
         if cp.policy_name != self.policy {
             return Err(self.restore_err(format!(
                 "configured policy {:?} differs from state checkpoint policy {:?}",
@@ -124,15 +161,20 @@ impl CheckpointFile {
             }
             CpuCheckpointEntries::V1(_) => {}
         }
+        let mut pod_entries = BTreeMap::new();
+        for (pod, set) in cp.pod_entries.into_iter().flatten() {
+            pod_entries.insert(pod, parse(&set)?);
+        }
         Ok(Some(CpuState {
             default_cpu_set,
             assignments,
+            pod_entries,
         }))
     }
 
     /// `storeState`: atomic, fsynced write.
     pub fn store(&self, state: &CpuState) -> Result<(), CpuManagerError> {
-        write_file_atomic(&self.path, &state.encode(&self.policy)).map_err(|e| {
+        write_file_atomic(&self.path, &state.encode(&self.policy, self.pod_level)).map_err(|e| {
             CpuManagerError::Write {
                 path: self.path.clone(),
                 detail: e.to_string(),

@@ -118,3 +118,52 @@ fn bad_quantities_are_typed_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn pod_level_resources_give_the_qos_class_and_the_pod_cpus_under_the_gates() {
+    use devicelet_cpumanager::pod::PodLevelGates;
+    let p = k8s_pod(json!({
+        "metadata": {"uid": "u"},
+        "spec": {
+            "resources": {"limits": {"cpu": "4", "memory": "2Gi", "hugepages-2Mi": "4Mi"}},
+            "containers": [
+                container("a", json!({"cpu": "2", "memory": "1Gi"}), json!({"cpu": "2", "memory": "1Gi"})),
+                container("b", json!({"cpu": "1", "memory": "1Gi"}), json!({})),
+            ]
+        }
+    }));
+    let info = pod_from_k8s(&p).expect("converts");
+    // From the containers alone the pod is Burstable (b has no limits).
+    assert_eq!(info.qos, QosClass::Burstable);
+    let level = info.pod_level.clone().expect("spec.resources");
+    assert!(level.set);
+    assert_eq!(
+        level.qos,
+        QosClass::Guaranteed,
+        "requests defaulted to the limits"
+    );
+    assert_eq!(level.cpu_request_millis, Some(4000));
+    let mem = level.memory_requests.expect("whole bytes");
+    assert_eq!(mem["memory"], 2 << 30);
+    assert_eq!(mem["hugepages-2Mi"], 4 << 20);
+    assert!(info.is_equivalent_guaranteed("a"));
+    assert!(!info.is_equivalent_guaranteed("b"));
+
+    let on = PodLevelGates {
+        resources: true,
+        managers: true,
+    };
+    assert!(info.managed_at_pod_level(on));
+    assert_eq!(info.qos_with(on), QosClass::Guaranteed);
+    assert_eq!(info.pod_guaranteed_cpus_with(on), 4);
+    assert_eq!(info.guaranteed_cpus_with(on, "a"), 2);
+    assert_eq!(info.guaranteed_cpus_with(on, "b"), 0);
+    // Gate off: the managers leave the pod alone.
+    assert!(info.skipped_for_pod_level(PodLevelGates::default()));
+    // PodLevelResources off too: the containers decide, as before the feature.
+    let off = PodLevelGates {
+        resources: false,
+        managers: false,
+    };
+    assert_eq!(info.qos_with(off), QosClass::Burstable);
+}

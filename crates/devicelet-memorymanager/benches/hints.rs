@@ -37,6 +37,8 @@ fn pod(uid: &str, mem: u64, hp: u64) -> PodCpuInfo {
         },
         qos: QosClass::Guaranteed,
         cpu_requests_millis: BTreeMap::new(),
+        pod_level: None,
+        equivalent_guaranteed: Default::default(),
     }
 }
 

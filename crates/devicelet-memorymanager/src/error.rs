@@ -86,6 +86,11 @@ pub enum MemoryManagerError {
     #[error("[memorymanager] failed to represent quantity as int64")]
     RequestNotInteger,
     /// Writing the checkpoint failed; the file keeps its previous content.
+    /// Pod-level management (KEP-5526): the containers that need the pod's shared memory
+    /// would find none (`validatePodScopeResources`; the kubelet's `EmptyPodSharedPoolError`,
+    /// whose message is this text).
+    #[error("{0}")]
+    EmptyPodSharedPool(String),
     #[error("cannot write memory manager checkpoint {path}: {detail}")]
     Write {
         /// The file.

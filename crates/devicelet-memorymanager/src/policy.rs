@@ -286,6 +286,14 @@ pub fn calculate_hints(
     pod_uid: &str,
     requests: &Requests,
 ) -> Option<Vec<TopologyHint>> {
+    // The kubelet's hints are a map by resource: nothing requested, no entry, and its
+    // `getDefaultHint` then fails ("no NUMA nodes with enough memory"). Only a container
+    // without requests of its own in a pod managed at pod level (KEP-5526) under the container
+    // or none scope gets here: upstream refuses that pod (UnexpectedAdmissionError), and
+    // devicelet keeps that behaviour.
+    if requests.is_empty() {
+        return None;
+    }
     let ids: Vec<usize> = machine.keys().copied().collect();
     let min_size = min_affinity_size(machine, requests);
     let mut hints = vec![];
@@ -641,6 +649,12 @@ pub fn validate_state(
     }
     let mut expected = default.clone();
     for (pod, containers) in &state.assignments {
+        // A pod managed at pod level (KEP-5526) holds the pod's blocks; its containers' blocks
+        // are parts of them and count once, as the pod's.
+        if let Some(blocks) = state.pod_entries.get(pod).filter(|b| !b.is_empty()) {
+            expect_blocks(&mut expected, blocks, pod, "")?;
+            continue;
+        }
         for (c, blocks) in containers {
             expect_blocks(&mut expected, blocks, pod, c)?;
         }

@@ -2,8 +2,10 @@
 //! `memorymanager/state/state.go`, `state_mem.go` and `state_checkpoint.go`. The file format,
 //! checksum and the atomic, fsynced write come from `devicelet-checkpoint`.
 //!
-//! Devicelet writes the layout a 1.36 kubelet writes with default feature gates (no pod-level
-//! entries); files with pod-level entries (`PodLevelResourceManagers`, alpha) are refused.
+//! With the default feature gates devicelet writes the layout a 1.36 kubelet writes (v1, no
+//! pod-level entries) and refuses files with pod-level entries. With `PodLevelResourceManagers`
+//! (KEP-5526) it writes and reads the kubelet's v2 layout: each pod-level pod's whole blocks
+//! in `podEntries`, hashed under `MemoryManagerCheckpoint` with the `PodEntries` field.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,8 @@ pub struct MemoryState {
     pub machine: MachineState,
     /// Per container.
     pub assignments: Assignments,
+    /// pod UID → the pod's whole blocks, for pods managed at pod level (`podEntries`).
+    pub pod_entries: BTreeMap<String, Vec<MemoryBlock>>,
 }
 
 impl MemoryState {
@@ -72,8 +76,18 @@ impl MemoryState {
         }
     }
 
-    fn to_checkpoint(&self, policy: &str) -> MemoryCheckpoint {
+    fn to_checkpoint(&self, policy: &str, pod_level: bool) -> MemoryCheckpoint {
         let ids = |v: &[usize]| v.iter().map(|&n| n as i64).collect::<Vec<i64>>();
+        let blocks_of = |blocks: &[MemoryBlock]| -> Vec<cp::Block> {
+            blocks
+                .iter()
+                .map(|b| cp::Block {
+                    numa_affinity: Some(ids(&b.numa_affinity)),
+                    resource: b.resource.clone(),
+                    size: b.size,
+                })
+                .collect()
+        };
         MemoryCheckpoint {
             policy_name: policy.to_string(),
             machine_state: Some(
@@ -120,13 +134,24 @@ impl MemoryState {
                     })
                     .collect(),
             ),
-            pod_entries: None,
+            // The kubelet's v2 checkpoint always carries a (possibly empty) map.
+            pod_entries: pod_level.then(|| {
+                self.pod_entries
+                    .iter()
+                    .map(|(pod, blocks)| (pod.clone(), Some(blocks_of(blocks))))
+                    .collect()
+            }),
         }
     }
 
-    /// The bytes of `memory_manager_state` for this state.
-    pub fn encode(&self, policy: &str) -> Vec<u8> {
-        cp::encode(&self.to_checkpoint(policy), MemoryLayout::V1)
+    /// The bytes of `memory_manager_state` for this state (layout v2 when `pod_level`).
+    pub fn encode(&self, policy: &str, pod_level: bool) -> Vec<u8> {
+        let layout = if pod_level {
+            MemoryLayout::V2
+        } else {
+            MemoryLayout::V1
+        };
+        cp::encode(&self.to_checkpoint(policy, pod_level), layout)
     }
 }
 
@@ -135,6 +160,8 @@ impl MemoryState {
 pub struct CheckpointFile {
     path: PathBuf,
     policy: String,
+    /// `PodLevelResourceManagers`: read and write layout v2.
+    pod_level: bool,
 }
 
 fn node_id(v: i64, what: &str) -> Result<usize, String> {
@@ -147,7 +174,15 @@ impl CheckpointFile {
         CheckpointFile {
             path: dir.join(cp::MEMORY_CHECKPOINT_FILE),
             policy: policy.to_string(),
+            pod_level: false,
         }
+    }
+
+    /// The same file in the kubelet's layout v2 when `pod_level` (`PodLevelResourceManagers`
+    /// on): pod-level entries are read and written.
+    pub fn with_pod_level(mut self, pod_level: bool) -> Self {
+        self.pod_level = pod_level;
+        self
     }
 
     /// The file path.
@@ -179,7 +214,7 @@ impl CheckpointFile {
                 self.policy, c.policy_name
             )));
         }
-        if c.pod_entries.as_ref().is_some_and(|p| !p.is_empty()) {
+        if !self.pod_level && c.pod_entries.as_ref().is_some_and(|p| !p.is_empty()) {
             return Err(self.restore_err(
                 "pod-level memory assignments (PodLevelResourceManagers) are not supported by devicelet",
             ));
@@ -218,12 +253,26 @@ impl CheckpointFile {
                 slot.insert(name, out);
             }
         }
+        for (pod, blocks) in c.pod_entries.into_iter().flatten() {
+            let mut out = vec![];
+            for b in blocks.into_iter().flatten() {
+                out.push(MemoryBlock {
+                    numa_affinity: conv(
+                        b.numa_affinity.as_deref().unwrap_or_default(),
+                        "numaAffinity",
+                    )?,
+                    resource: b.resource,
+                    size: b.size,
+                });
+            }
+            state.pod_entries.insert(pod, out);
+        }
         Ok(Some(state))
     }
 
     /// `storeState`: atomic, fsynced write.
     pub fn store(&self, state: &MemoryState) -> Result<(), MemoryManagerError> {
-        write_file_atomic(&self.path, &state.encode(&self.policy)).map_err(|e| {
+        write_file_atomic(&self.path, &state.encode(&self.policy, self.pod_level)).map_err(|e| {
             MemoryManagerError::Write {
                 path: self.path.clone(),
                 detail: e.to_string(),

@@ -50,6 +50,8 @@ fn allocate(m: &MemoryManager, uid: &str, gib: u64) -> Result<(), MemoryManagerE
         spec: spec.clone(),
         qos: QosClass::Guaranteed,
         cpu_requests_millis: BTreeMap::new(),
+        pod_level: None,
+        equivalent_guaranteed: Default::default(),
     });
     m.allocate_container(&spec, &spec.containers[0], &TopologyHint::default())
 }

@@ -56,6 +56,8 @@ fn register(m: &MemoryManager, p: &PodSpec, qos: QosClass) {
         spec: p.clone(),
         qos,
         cpu_requests_millis: BTreeMap::new(),
+        pod_level: None,
+        equivalent_guaranteed: Default::default(),
     });
 }
 

@@ -14,6 +14,11 @@
 //! each container in order. Unlike the kubelet, a rejection at any step frees everything the
 //! pod got in this admission (upstream leaves earlier containers' allocations to a later GC).
 //!
+//! KEP-5526 (`PodLevelResourceManagers`): under the pod scope a pod with pod-level resources is
+//! allocated as a whole (`scope_pod.go` `admitUsingPodResources`: the CPU then the memory
+//! manager's `AllocatePod`), and its refusals carry the kubelet's `PodLevelTopologyAffinityError`
+//! and `EmptyPodSharedPoolError` texts.
+//!
 //! Devices on NUMA nodes the machine lacks are ignored for alignment as the kubelet does, but
 //! logged by name and named in the rejection, so the cause is visible.
 //!
@@ -26,6 +31,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use devicelet_cpumanager::pod::PodLevelGates;
 use devicelet_cpumanager::{
     CpuManager, CpuManagerConfig, CpuManagerError, CpuPolicyName, CpuTopology, PodCpuInfo,
     ReservedCpus,
@@ -271,6 +277,16 @@ pub enum AlignmentRejection {
         /// Which container (or the pod) and what it asked for.
         detail: String,
     },
+    /// KEP-5526: a pod with pod-level resources refused under `PodLevelResourceManagers`
+    /// (the kubelet's `PodLevelTopologyAffinityError`: reason `TopologyAffinityError`, a
+    /// message naming the scope).
+    #[error("TopologyAffinityError: {}: ({detail})", scope.kubelet_message())]
+    PodLevelTopologyAffinity {
+        /// Which scope refused it.
+        scope: PodLevelScope,
+        /// Which container (or the pod) and what it asked for.
+        detail: String,
+    },
     /// The CPU manager failed (`UnexpectedAdmissionError` in the kubelet).
     #[error(
         "UnexpectedAdmissionError: container {container:?}: Allocate failed due to {source}, which is unexpected"
@@ -291,6 +307,29 @@ pub enum AlignmentRejection {
         /// Cause.
         source: MemoryManagerError,
     },
+}
+
+/// The scope that refused a pod with pod-level resources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodLevelScope {
+    /// `topologyManagerScope: pod`.
+    Pod,
+    /// `topologyManagerScope: container`.
+    Container,
+}
+
+impl PodLevelScope {
+    /// The kubelet's message (`scope_pod.go` / `scope_container.go`).
+    pub fn kubelet_message(&self) -> &'static str {
+        match self {
+            PodLevelScope::Pod => {
+                "Pod Scope pod with pod-level resources failed admission under pod-scope topology manager"
+            }
+            PodLevelScope::Container => {
+                "Pod Scope pod with pod-level resources failed admission with a container-level topology manager"
+            }
+        }
+    }
 }
 
 /// Why [`Alignment::admit`] failed; `crate::pods` turns it into its `PodError`.
@@ -346,6 +385,8 @@ pub struct Alignment {
     machine: NumaMask,
     cpu: Option<CpuManager>,
     memory: Option<MemoryManager>,
+    /// `PodLevelResources` / `PodLevelResourceManagers` (KEP-5526).
+    pod_level_gates: PodLevelGates,
 }
 
 fn field(field: &'static str, message: impl ToString) -> AlignmentError {
@@ -363,6 +404,7 @@ impl Alignment {
             machine: NumaMask::EMPTY,
             cpu: None,
             memory: None,
+            pod_level_gates: PodLevelGates::default(),
         }
     }
 
@@ -409,12 +451,14 @@ impl Alignment {
             config.system_reserved.get("cpu").map(String::as_str),
         )
         .map_err(|e| field("reservedSystemCPUs", e))?;
+        let feature_gates = devicelet_topology::FeatureGates::from_map(&config.feature_gates)
+            .map_err(|e| field("featureGates", e))?;
+        let pod_level_gates = PodLevelGates::from_gates(&feature_gates);
         let cpu_config = CpuManagerConfig {
             policy: config.cpu_manager_policy.clone(),
             reserved,
             policy_options: config.cpu_manager_policy_options.clone(),
-            feature_gates: devicelet_topology::FeatureGates::from_map(&config.feature_gates)
-                .map_err(|e| field("featureGates", e))?,
+            feature_gates,
             topology_manager_policy: config.topology_manager_policy.clone(),
         };
         let cpu = CpuManager::new(cpus, &cpu_config, state_dir).map_err(|e| match e {
@@ -444,7 +488,7 @@ impl Alignment {
             }
             Err(err) => return Err(err),
         };
-        let memory = start_memory_manager(config, memory_topology, state_dir)?;
+        let memory = start_memory_manager(config, memory_topology, state_dir, pod_level_gates)?;
         info!(
             topology_manager_policy = %tm.policy().name(),
             scope = ?tm.scope(),
@@ -459,6 +503,7 @@ impl Alignment {
             machine: numa.default_mask(),
             cpu: Some(cpu),
             memory: Some(memory),
+            pod_level_gates,
         })
     }
 
@@ -507,6 +552,18 @@ impl Alignment {
         claims: &ClaimTopology,
     ) -> Result<Vec<AlignedContainer>, AdmitFailure> {
         let pod = &info.spec;
+        // KEP-5526: with `PodLevelResourceManagers` a pod with pod-level resources is
+        // allocated as a whole under the pod scope, and refused with its own message.
+        let gates = self.pod_level_gates;
+        let pod_level_refusal = |failure: AdmitFailure, scope: PodLevelScope| match failure {
+            AdmitFailure::Rejected(AlignmentRejection::TopologyAffinity { detail }) => {
+                AdmitFailure::Rejected(AlignmentRejection::PodLevelTopologyAffinity {
+                    scope,
+                    detail,
+                })
+            }
+            other => other,
+        };
         // The Topology Manager's scope decides when hints are asked for and merged (none: never;
         // pod: once, here; container: per container, after the previous one allocated).
         let mut pod_limits = BTreeMap::new();
@@ -550,17 +607,29 @@ impl Alignment {
                         &claims.used(&names),
                     );
                     self.count_aligned(manager, ScopeName::Pod, true);
-                    reject(
+                    let failure = reject(
                         Some(tm.policy()),
                         "the pod",
                         &asked,
                         self.machine,
                         &pod_unknown,
-                    )
+                    );
+                    if info.managed_at_pod_level(gates) {
+                        pod_level_refusal(failure, PodLevelScope::Pod)
+                    } else {
+                        failure
+                    }
                 })?,
         };
+        // `scope_pod.go` `admitUsingPodResources`: one `AllocatePod` per provider once every
+        // container has the pod's hint. The kubelet's device manager does nothing there (its
+        // `Allocate` runs when the container starts, with the same stored hint); devicelet
+        // allocates devices at admission as always, with that hint.
+        let whole_pod =
+            matches!(admission, PodAdmission::PerPod(_)) && info.managed_at_pod_level(gates);
         let empty = ContainerSpec::default();
         let mut out = Vec::with_capacity(requests.len());
+        let mut names: Vec<String> = Vec::new();
         for mut request in requests {
             let spec = pod
                 .all_containers()
@@ -601,7 +670,12 @@ impl Alignment {
                     self.count_aligned(manager, ScopeName::Container, true);
                     // Only a merge refuses, so a Topology Manager is configured.
                     let policy = self.topology.as_ref().map(TopologyManager::policy);
-                    reject(policy, &what, &asked, self.machine, &unknown)
+                    let failure = reject(policy, &what, &asked, self.machine, &unknown);
+                    if gates.managers && info.pod_level_set() {
+                        pod_level_refusal(failure, PodLevelScope::Container)
+                    } else {
+                        failure
+                    }
                 })?;
             request.affinity = hint.affinity;
             let allocating = std::time::Instant::now();
@@ -614,6 +688,17 @@ impl Alignment {
                 })?;
             let plugin_allocate = allocating.elapsed();
             let mut cpus = None;
+            if whole_pod {
+                out.push(AlignedContainer {
+                    devices,
+                    numa_affinity: hint.affinity.map(|m| m.nodes().collect()),
+                    cpus: None,
+                    memory: Vec::new(),
+                    plugin_allocate,
+                });
+                names.push(request.container.clone());
+                continue;
+            }
             if let Some(cpu) = &self.cpu {
                 let pinned = cpu.policy() == CpuPolicyName::Static
                     && info.guaranteed_cpus(&request.container) > 0;
@@ -662,8 +747,70 @@ impl Alignment {
             });
             self.count_aligned(manager, ScopeName::Container, false);
         }
+        if let PodAdmission::PerPod(hint) = admission
+            && whole_pod
+        {
+            self.allocate_whole_pod(manager, info, &hint, &names, &mut out)?;
+        }
         self.count_aligned(manager, ScopeName::Pod, false);
         Ok(out)
+    }
+
+    /// KEP-5526 `AllocatePod` of the CPU then the memory manager (the kubelet's provider
+    /// order), then what each container got.
+    fn allocate_whole_pod(
+        &self,
+        manager: &DeviceManager,
+        info: &PodCpuInfo,
+        hint: &devicelet_topology::TopologyHint,
+        names: &[String],
+        out: &mut [AlignedContainer],
+    ) -> Result<(), AdmitFailure> {
+        let pod = &info.spec;
+        // The kubelet keys the pod's hint by its first container.
+        let first = pod
+            .all_containers()
+            .next()
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        if let Some(cpu) = &self.cpu {
+            let pinned = cpu.policy() == CpuPolicyName::Static
+                && info.pod_guaranteed_cpus_with(self.pod_level_gates) > 0;
+            let allocated = cpu.assign_pod(pod, hint);
+            if pinned {
+                manager.metrics().cpu_pinning(allocated.is_err());
+            }
+            allocated.map_err(|source| {
+                AdmitFailure::Rejected(AlignmentRejection::Cpus {
+                    container: first.clone(),
+                    source,
+                })
+            })?;
+        }
+        if let Some(mm) = &self.memory {
+            let pinned = mm.policy() == MemoryPolicyName::Static
+                && info.qos_with(self.pod_level_gates)
+                    == devicelet_cpumanager::QosClass::Guaranteed;
+            let allocated = mm.assign_pod(pod, hint);
+            if pinned {
+                manager.metrics().memory_pinning(allocated.is_err());
+            }
+            allocated.map_err(|source| {
+                AdmitFailure::Rejected(AlignmentRejection::Memory {
+                    container: first.clone(),
+                    source,
+                })
+            })?;
+        }
+        for (name, got) in names.iter().zip(out.iter_mut()) {
+            if let Some(cpu) = &self.cpu {
+                got.cpus = cpu.state().get(&pod.uid, name).map(|set| set.to_string());
+            }
+            if let Some(mm) = &self.memory {
+                got.memory = mm.memory_blocks(&pod.uid, name);
+            }
+        }
+        Ok(())
     }
 
     /// `kubelet_container_aligned_compute_resources_{count,failure_count}{boundary="numa_node"}`
@@ -802,7 +949,16 @@ impl Alignment {
                 .find(|c| pinned(c))
                 .map(|c| c.name.clone())
         };
-        let memory_owner = self.memory.as_ref().and(first(|c| !c.memory.is_empty()));
+        // Containers of a pod managed at pod level (KEP-5526) may hold empty blocks, which
+        // the kubelet writes too: any unwritten change is written, named after the first
+        // container when none holds memory.
+        let memory_owner = self.memory.as_ref().and_then(|mm| {
+            first(|c| !c.memory.is_empty()).or_else(|| {
+                mm.has_unwritten()
+                    .then(|| containers.first().map(|c| c.name.clone()))
+                    .flatten()
+            })
+        });
         let cpu_owner = self.cpu.as_ref().and(first(|c| c.cpus.is_some()));
         if memory_owner.is_none() && cpu_owner.is_none() {
             return Ok(());
@@ -1131,6 +1287,7 @@ fn start_memory_manager(
     config: &AlignmentConfig,
     topology: MemoryTopology,
     state_dir: &Path,
+    gates: PodLevelGates,
 ) -> Result<MemoryManager, AlignmentError> {
     let capacity = topology
         .nodes()
@@ -1149,7 +1306,7 @@ fn start_memory_manager(
             .collect(),
         node_allocatable_reservation: memory_reservation(config, capacity)?,
     };
-    MemoryManager::new(topology, &memory_config, state_dir).map_err(|e| {
+    MemoryManager::new_with_gates(topology, &memory_config, state_dir, gates).map_err(|e| {
         use MemoryManagerError as E;
         match e {
             E::UnknownPolicy(_) | E::BestEffortNotSupported => field("memoryManagerPolicy", e),

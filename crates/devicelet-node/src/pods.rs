@@ -85,6 +85,19 @@ impl PodError {
                 "TopologyAffinityError",
                 "Resources cannot be allocated with Topology locality".to_owned(),
             ),
+            // KEP-5526: `PodLevelTopologyAffinityError`, same reason, its own message.
+            PodError::Alignment(AlignmentRejection::PodLevelTopologyAffinity { scope, .. }) => {
+                ("TopologyAffinityError", scope.kubelet_message().to_owned())
+            }
+            // KEP-5526: `EmptyPodSharedPoolError`, the policy's text as the message.
+            PodError::Alignment(AlignmentRejection::Cpus {
+                source: CpuManagerError::EmptyPodSharedPool(text),
+                ..
+            })
+            | PodError::Alignment(AlignmentRejection::Memory {
+                source: devicelet_memorymanager::MemoryManagerError::EmptyPodSharedPool(text),
+                ..
+            }) => ("EmptyPodSharedPoolError", text.clone()),
             // `full-pcpus-only` refusals are admission errors of their own type in the kubelet
             // (`SMTAlignmentError`), with the CPU manager's text as the message.
             PodError::Alignment(AlignmentRejection::Cpus { source, .. }) if is_smt(source) => {
@@ -114,9 +127,18 @@ impl PodError {
                 | AdmissionError::PreStart { .. } => "DevicePluginError",
                 AdmissionError::Stopped => "Stopping",
             },
-            PodError::Alignment(AlignmentRejection::TopologyAffinity { .. }) => {
-                "TopologyAffinityError"
-            }
+            PodError::Alignment(
+                AlignmentRejection::TopologyAffinity { .. }
+                | AlignmentRejection::PodLevelTopologyAffinity { .. },
+            ) => "TopologyAffinityError",
+            PodError::Alignment(AlignmentRejection::Cpus {
+                source: CpuManagerError::EmptyPodSharedPool(_),
+                ..
+            })
+            | PodError::Alignment(AlignmentRejection::Memory {
+                source: devicelet_memorymanager::MemoryManagerError::EmptyPodSharedPool(_),
+                ..
+            }) => "EmptyPodSharedPoolError",
             PodError::Alignment(AlignmentRejection::Cpus { source, .. }) if is_smt(source) => {
                 "SMTAlignmentError"
             }

@@ -98,6 +98,8 @@ pub fn pod(uid: &str, qos: QosClass, init: &[(&str, i64)], apps: &[(&str, i64)])
             .chain(apps)
             .map(|(n, m)| (n.to_string(), *m))
             .collect(),
+        pod_level: None,
+        equivalent_guaranteed: Default::default(),
     }
 }
 
