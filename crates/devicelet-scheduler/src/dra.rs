@@ -37,48 +37,7 @@ fn ns_name(claim: &ResourceClaim) -> (String, String) {
     )
 }
 
-/// The claim names of `pod` (S26) without looking them up: `Err` with the upstream text when a
-/// template claim is not created yet or an entry names neither field.
-pub fn claim_names(pod: &Pod) -> Result<Vec<(String, String, bool)>, String> {
-    let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let mut out = Vec::new();
-    for pc in pod
-        .spec
-        .iter()
-        .flat_map(|s| s.resource_claims.iter().flatten())
-    {
-        if let Some(claim) = &pc.resource_claim_name {
-            out.push((ns.clone(), claim.clone(), false));
-        } else if pc.resource_claim_template_name.is_some() {
-            let status = pod
-                .status
-                .iter()
-                .flat_map(|s| s.resource_claim_statuses.iter().flatten())
-                .find(|s| s.name == pc.name);
-            match status {
-                // "intentionally not created": nothing to do for this entry.
-                Some(s) if s.resource_claim_name.is_none() => {}
-                Some(s) => out.push((
-                    ns.clone(),
-                    s.resource_claim_name.clone().unwrap_or_default(),
-                    true,
-                )),
-                None => {
-                    return Err(format!(
-                        "pod \"{ns}/{name}\": ResourceClaim not created yet"
-                    ));
-                }
-            }
-        } else {
-            return Err(format!(
-                "pod \"{ns}/{name}\", spec.resourceClaim {:?}: none of the supported fields are set",
-                pc.name
-            ));
-        }
-    }
-    Ok(out)
-}
+pub use crate::pod_claims::claim_names;
 
 /// Whether the claim was made for `pod`: its controller owner is the pod, or the pod's PodGroup
 /// (W47, `IsForPod` with DRAWorkloadResourceClaims: any version of `scheduling.k8s.io`, matched

@@ -41,6 +41,7 @@ pub mod informer;
 pub mod leader;
 pub mod metrics;
 pub mod numa;
+pub mod pod_claims;
 pub mod preemption;
 pub mod queue;
 pub mod report;

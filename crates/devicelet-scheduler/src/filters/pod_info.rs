@@ -68,7 +68,7 @@ pub struct PodInfo {
     pub preferred_anti_affinity: Vec<WeightedTerm>,
     /// What the pod takes exclusively from a NUMA node (`None` for most pods), for the NUMA
     /// view of nodes it runs on ([`crate::numa`]).
-    pub numa_use: Option<Arc<crate::numa::PodNumaUse>>,
+    pub numa_use: Option<Arc<crate::numa::pod_use::PodNumaUse>>,
 }
 
 impl PodInfo {
@@ -116,7 +116,7 @@ impl PodInfo {
                     .as_ref()
             })),
             namespace,
-            numa_use: crate::numa::PodNumaUse::of(pod).map(Arc::new),
+            numa_use: crate::numa::pod_use::PodNumaUse::of(pod).map(Arc::new),
         }
     }
 

@@ -19,7 +19,7 @@
 
 use devicelet_allocator::{AllocateOptions, Allocator};
 use devicelet_kube::numa_resources::{ANNOTATION, NumaResources};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use std::collections::HashMap;
 
@@ -27,78 +27,9 @@ use crate::cache::{ClusterCache, NodeEntry};
 use crate::dra::{self, DraState, NodeOutcome};
 use crate::framework::{Code, Plugin, Rejection};
 
-/// What a pod takes exclusively from one NUMA node under each Topology Manager scope.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PodNumaUse {
-    /// Exclusive CPUs of the containers that use a claim (container scope: only they are
-    /// aligned with the claim's devices).
-    pub claim_cpus: u64,
-    /// Exclusive CPUs of the whole pod (pod scope).
-    pub pod_cpus: u64,
-    /// Memory (bytes) of the containers that use a claim, pinned under the Static policy.
-    pub claim_memory: u64,
-    /// Memory of the whole pod.
-    pub pod_memory: u64,
-    /// The pod's claims, `(namespace, name)`, resolved from its status.
-    pub claims: Vec<(String, String)>,
-}
+pub mod pod_use;
 
-impl PodNumaUse {
-    /// `None` unless the pod is Guaranteed with at least one exclusive CPU (only then does the
-    /// static CPU policy, and with it the Memory Manager's Static policy, pin anything).
-    pub fn of(pod: &Pod) -> Option<Self> {
-        let info = devicelet_cpumanager::pod::pod_from_k8s(pod).ok()?;
-        let pod_cpus = info.pod_guaranteed_cpus() as u64;
-        if pod_cpus == 0 {
-            return None;
-        }
-        let spec = pod.spec.as_ref()?;
-        let uses_claim = |name: &str| {
-            spec.containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .find(|c| c.name == name)
-                .and_then(|c| c.resources.as_ref())
-                .and_then(|r| r.claims.as_ref())
-                .is_some_and(|c| !c.is_empty())
-        };
-        let memory = |c: &devicelet_topology::ContainerSpec| {
-            c.limits.get("memory").copied().unwrap_or(0).max(0) as u64
-        };
-        let apps = &info.spec.containers;
-        let inits = &info.spec.init_containers;
-        // Apps run together, init containers one at a time (sidecars aside, as the CPU
-        // manager's own pod total counts them).
-        let total = |only_claims: bool, f: &dyn Fn(&devicelet_topology::ContainerSpec) -> u64| {
-            let keep = |c: &&devicelet_topology::ContainerSpec| !only_claims || uses_claim(&c.name);
-            let apps: u64 = apps.iter().filter(keep).map(f).sum();
-            apps.max(inits.iter().filter(keep).map(f).max().unwrap_or(0))
-        };
-        let cpus = |c: &devicelet_topology::ContainerSpec| info.guaranteed_cpus(&c.name) as u64;
-        let claim_cpus = total(true, &cpus);
-        let claim_memory = total(true, &memory);
-        let pod_memory = total(false, &memory);
-        let claims = dra::claim_names(pod)
-            .map(|v| v.into_iter().map(|(ns, n, _)| (ns, n)).collect())
-            .unwrap_or_default();
-        Some(PodNumaUse {
-            claim_cpus,
-            pod_cpus,
-            claim_memory,
-            pod_memory,
-            claims,
-        })
-    }
-
-    /// CPUs and memory one NUMA node must give under `scope`.
-    fn under(&self, scope: &str) -> (u64, u64) {
-        if scope == "pod" {
-            (self.pod_cpus, self.pod_memory)
-        } else {
-            (self.claim_cpus, self.claim_memory)
-        }
-    }
-}
+pub use pod_use::PodNumaUse;
 
 /// One NUMA node as this cycle sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -301,7 +232,9 @@ pub fn filter_node<'a>(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::api::core::v1::{Container, PodResourceClaim, PodSpec, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{
+        Container, Pod, PodResourceClaim, PodSpec, ResourceRequirements,
+    };
     use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
