@@ -224,6 +224,24 @@ impl CheckpointFile {
                 .map(|&x| node_id(x, what).map_err(|e| self.restore_err(e)))
                 .collect()
         };
+        // A container's or a pod's blocks (both lists hold the same `Block`s).
+        let blocks_of =
+            |blocks: Option<Vec<cp::Block>>| -> Result<Vec<MemoryBlock>, MemoryManagerError> {
+                blocks
+                    .into_iter()
+                    .flatten()
+                    .map(|b| {
+                        Ok(MemoryBlock {
+                            numa_affinity: conv(
+                                b.numa_affinity.as_deref().unwrap_or_default(),
+                                "numaAffinity",
+                            )?,
+                            resource: b.resource,
+                            size: b.size,
+                        })
+                    })
+                    .collect()
+            };
         let mut state = MemoryState::default();
         for (id, n) in c.machine_state.into_iter().flatten() {
             let id = node_id(id, "machineState key").map_err(|e| self.restore_err(e))?;
@@ -239,33 +257,11 @@ impl CheckpointFile {
         for (pod, containers) in c.entries.into_iter().flatten() {
             let slot = state.assignments.entry(pod).or_default();
             for (name, blocks) in containers.into_iter().flatten() {
-                let mut out = vec![];
-                for b in blocks.into_iter().flatten() {
-                    out.push(MemoryBlock {
-                        numa_affinity: conv(
-                            b.numa_affinity.as_deref().unwrap_or_default(),
-                            "numaAffinity",
-                        )?,
-                        resource: b.resource,
-                        size: b.size,
-                    });
-                }
-                slot.insert(name, out);
+                slot.insert(name, blocks_of(blocks)?);
             }
         }
         for (pod, blocks) in c.pod_entries.into_iter().flatten() {
-            let mut out = vec![];
-            for b in blocks.into_iter().flatten() {
-                out.push(MemoryBlock {
-                    numa_affinity: conv(
-                        b.numa_affinity.as_deref().unwrap_or_default(),
-                        "numaAffinity",
-                    )?,
-                    resource: b.resource,
-                    size: b.size,
-                });
-            }
-            state.pod_entries.insert(pod, out);
+            state.pod_entries.insert(pod, blocks_of(blocks)?);
         }
         Ok(Some(state))
     }
