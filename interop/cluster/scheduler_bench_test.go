@@ -7,6 +7,8 @@ package cluster
 //
 //   - kube: a kube-scheduler v1.36.3 of its own profile, client QPS/burst 5 000;
 //   - devicelet: `devicelet scheduler` (DEVICELET_BIN; use a release build for figures);
+//   - devicelet-http1-json: the same binary as it talked to the API server before issue 42
+//     (HTTP/1.1, one connection per request in flight, every write JSON), for before/after;
 //   - ceiling: a binder that decides nothing (pod i goes to node i/10, device i%10) and writes
 //     exactly what a scheduler writes per pod (claim finalizer Update, allocation+reservedFor
 //     UpdateStatus, pods/binding, the Scheduled event), 64 writers: the API server's own
@@ -22,7 +24,11 @@ package cluster
 //
 //	SCHEDULER_BENCH_NODES   nodes per decider (default 500)
 //	SCHEDULER_BENCH_PODS    pods per decider (default nodes × 10: the nodes full)
-//	SCHEDULER_BENCH_ONLY    comma-separated subset of kube,devicelet,ceiling
+//	SCHEDULER_BENCH_ONLY    comma-separated subset of kube,devicelet,ceiling,devicelet-http1-json
+//
+// Per decider the API server's own counters give what its writes cost there, per bound pod:
+// requests (watches apart) and request and response bytes (apiserver_request_total,
+// apiserver_request_body_size_bytes, apiserver_response_sizes), read before and after.
 
 import (
 	"crypto/tls"
@@ -214,6 +220,7 @@ type benchResult struct {
 	p50, p99  float64       // one scheduling attempt, seconds (NaN: not scraped)
 	algorithm float64       // p99 of the scheduling algorithm alone, seconds
 	attempts  float64
+	traffic   apiCounters // per bound pod, at the API server
 }
 
 func (b *bindWatch) count() int {
@@ -448,7 +455,10 @@ func TestSchedulerThroughputBesideKubeScheduler(t *testing.T) {
 		}
 	}
 	c := benchClient(t)
-	deciders := []string{"ceiling", "kube", "devicelet"}
+	deciders := []string{"ceiling", "kube", "devicelet", "devicelet-http1-json"}
+	if os.Getenv("SCHEDULER_BENCH_ONLY") == "" {
+		only["devicelet-http1-json"] = false
+	}
 	// Everything is created first: nodes, slices, pods and their claims for every decider.
 	for _, d := range deciders {
 		if !only[d] {
@@ -469,6 +479,7 @@ func TestSchedulerThroughputBesideKubeScheduler(t *testing.T) {
 		}
 		ns := "bench-" + d
 		watch := watchBinds(t, c, ns, pods)
+		trafficBefore := apiTraffic(t, c)
 		started := time.Now()
 		var r benchResult
 		switch d {
@@ -483,7 +494,15 @@ func TestSchedulerThroughputBesideKubeScheduler(t *testing.T) {
 			_, addr := startScheduler(t, "--scheduler-name", ns)
 			r = watch.wait(t, "devicelet scheduler", started, 900*time.Second)
 			r.fromMetrics(scrape(t, addr), ns)
+		case "devicelet-http1-json":
+			addr := startSchedulerHTTP1JSON(t, ns)
+			r = watch.wait(t, "devicelet scheduler, HTTP/1.1 + JSON", started, 900*time.Second)
+			r.fromMetrics(scrape(t, addr), ns)
 		}
+		// The decider's writes have reached the API server by the last binding; its last
+		// events may still be on their way.
+		time.Sleep(2 * time.Second)
+		r.traffic = apiTraffic(t, c).minus(trafficBefore).per(float64(r.pods))
 		t.Logf("%s: %d pods bound in %v; %.1f pods/s over the second half; attempt p50 %.1f ms p99 %.1f ms (%.0f attempts), algorithm p99 %.2f ms",
 			r.name, r.pods, r.total.Round(time.Millisecond), r.rate, r.p50*1e3, r.p99*1e3, r.attempts, r.algorithm*1e3)
 		results = append(results, r)
@@ -496,6 +515,10 @@ func TestSchedulerThroughputBesideKubeScheduler(t *testing.T) {
 	fmt.Fprintf(&table, "%-45s %10s %12s %14s %14s\n", "decider", "pods/s", "start→last", "attempt p99", "algorithm p99")
 	for _, r := range results {
 		fmt.Fprintf(&table, "%-45s %10.1f %12v %12.1f ms %12.2f ms\n", r.name, r.rate, r.total.Round(time.Millisecond), r.p99*1e3, r.algorithm*1e3)
+	}
+	fmt.Fprintf(&table, "\nAPI server, per bound pod (every client, watches apart):\n%-45s %9s %14s %14s  %s\n", "decider", "requests", "request bytes", "response bytes", "requests by verb/resource")
+	for _, r := range results {
+		fmt.Fprintf(&table, "%-45s %9.2f %14.0f %14.0f  %s\n", r.name, r.traffic.requests, r.traffic.requestBytes, r.traffic.responseBytes, r.traffic.breakdown())
 	}
 	t.Log(table.String())
 }
@@ -649,4 +672,134 @@ func TestSchedulerSteadyState(t *testing.T) {
 		table.WriteString("\n")
 	}
 	t.Log(table.String())
+}
+
+// startSchedulerHTTP1JSON runs `devicelet scheduler` for profile `name` as it talked to the API
+// server before issue 42: HTTP/1.1 (DEVICELET_KUBE_API_HTTP1) and JSON writes
+// (clientConnection.contentType). Returns its metrics address.
+func startSchedulerHTTP1JSON(t *testing.T, name string) string {
+	t.Helper()
+	schedulerRBAC(t)
+	config := filepath.Join(t.TempDir(), "scheduler.yaml")
+	writeFile(t, config, fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  contentType: application/json
+profiles:
+- schedulerName: %s
+`, name))
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	p := startProgramEnv(t, "devicelet scheduler (HTTP/1.1, JSON)", os.Getenv("DEVICELET_BIN"),
+		[]string{"RUST_LOG=info", "NO_COLOR=1", "DEVICELET_KUBE_API_HTTP1=1"},
+		"scheduler", "--kubeconfig", filepath.Join(controlPlane.state, "scheduler.kubeconfig"),
+		"--metrics-address", addr, "--config", config)
+	if err := schedulerReady(p, addr, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// apiCounters is what the API server counted: requests by verb/resource (watches apart) and
+// the bytes of request bodies and responses.
+type apiCounters struct {
+	requests, requestBytes, responseBytes float64
+	byKind                                map[string]float64
+}
+
+// apiTraffic reads the API server's request counters (as admin).
+func apiTraffic(t *testing.T, c kubernetes.Interface) apiCounters {
+	t.Helper()
+	raw, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
+	if err != nil {
+		t.Fatalf("API server metrics: %v", err)
+	}
+	out := apiCounters{byKind: map[string]float64{}}
+	for _, line := range strings.Split(string(raw), "\n") {
+		name, labels, value, ok := promSample(line)
+		if !ok {
+			continue
+		}
+		verb := labels["verb"]
+		if verb == "WATCH" || verb == "WATCHLIST" || verb == "CONNECT" {
+			continue
+		}
+		switch name {
+		case "apiserver_request_total":
+			out.requests += value
+			kind := verb + " " + labels["resource"]
+			if labels["subresource"] != "" {
+				kind += "/" + labels["subresource"]
+			}
+			out.byKind[kind] += value
+		case "apiserver_request_body_size_bytes_sum":
+			out.requestBytes += value
+		case "apiserver_response_sizes_sum":
+			out.responseBytes += value
+		}
+	}
+	return out
+}
+
+// promSample splits one Prometheus text sample into its name, labels and value.
+func promSample(line string) (string, map[string]string, float64, bool) {
+	if line == "" || line[0] == '#' {
+		return "", nil, 0, false
+	}
+	open := strings.IndexByte(line, '{')
+	end := strings.LastIndexByte(line, '}')
+	if open < 0 || end < open {
+		return "", nil, 0, false
+	}
+	value, err := strconv.ParseFloat(strings.TrimSpace(line[end+1:]), 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	labels := map[string]string{}
+	for _, pair := range strings.Split(line[open+1:end], ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		if ok {
+			labels[k] = strings.Trim(v, `"`)
+		}
+	}
+	return line[:open], labels, value, true
+}
+
+func (a apiCounters) minus(b apiCounters) apiCounters {
+	out := apiCounters{a.requests - b.requests, a.requestBytes - b.requestBytes, a.responseBytes - b.responseBytes, map[string]float64{}}
+	for k, v := range a.byKind {
+		if d := v - b.byKind[k]; d > 0 {
+			out.byKind[k] = d
+		}
+	}
+	return out
+}
+
+func (a apiCounters) per(n float64) apiCounters {
+	out := apiCounters{a.requests / n, a.requestBytes / n, a.responseBytes / n, map[string]float64{}}
+	for k, v := range a.byKind {
+		out.byKind[k] = v / n
+	}
+	return out
+}
+
+// breakdown lists the kinds of request of at least 0.05 per pod, most first.
+func (a apiCounters) breakdown() string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var kinds []kv
+	for k, v := range a.byKind {
+		if v >= 0.05 {
+			kinds = append(kinds, kv{k, v})
+		}
+	}
+	sort.Slice(kinds, func(i, j int) bool { return kinds[i].v > kinds[j].v })
+	var parts []string
+	for _, e := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.2f", e.k, e.v))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -286,6 +286,13 @@ func TestSchedulerBindingConditions(t *testing.T) {
 			failed = failed || strings.Contains(e.Message, "binding failed: reason=Test")
 			deallocated = deallocated || strings.Contains(e.Message, "deallocation of ResourceClaim completed")
 		}
+		// Later FailedScheduling events of the pod are one series with the first (as
+		// kube-scheduler's recorder makes them): the next attempt's message is the condition's.
+		if p, err := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "fails", metav1.GetOptions{}); err == nil {
+			if c := podScheduledCondition(p); c != nil {
+				deallocated = deallocated || strings.Contains(c.Message, "deallocation of ResourceClaim completed")
+			}
+		}
 		return failed && deallocated, fmt.Sprintf("binding failed %v, deallocated %v", failed, deallocated)
 	})
 	if p, _ := controlPlane.admin.CoreV1().Pods(ns).Get(ctx(t), "fails", metav1.GetOptions{}); p.Spec.NodeName != "" {

@@ -9,8 +9,12 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use tower::{BoxError, ServiceBuilder};
 
 use crate::error::ClusterError;
 
@@ -26,16 +30,72 @@ pub enum ClusterSource {
     Infer,
 }
 
-/// Builds a client for `source`.
+/// How long connecting (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// An HTTP/2 connection with nothing received for this long is pinged (client-go's
+/// `ReadIdleTimeout`, 30 s) ...
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// ... and closed when the ping is not answered in this long (client-go's `PingTimeout`, 15 s),
+/// so a dead connection fails its requests and watches, which are then retried on a new one.
+const PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The environment variable that keeps the HTTP/1.1 client.
+pub const HTTP1_ENV: &str = "DEVICELET_KUBE_API_HTTP1";
+
+/// Builds a client for `source`: HTTP/2 where the server offers it, unless [`HTTP1_ENV`] is
+/// set to `1` or `true`.
 pub async fn connect(source: &ClusterSource) -> Result<Client, ClusterError> {
     install_crypto_provider();
     let mut config = load_config(source).await?;
-    config.connect_timeout = Some(Duration::from_secs(10));
-    // Watches hold a request open for up to their server-side timeout (290 s in kube's
-    // watcher); every other call is bounded by `with_deadline`.
-    config.read_timeout = Some(Duration::from_secs(300));
-    config.write_timeout = Some(API_DEADLINE);
-    Client::try_from(config).map_err(ClusterError::Client)
+    if http1_only() {
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        // Watches hold a request open for up to their server-side timeout (290 s in kube's
+        // watcher); every other call is bounded by `with_deadline`.
+        config.read_timeout = Some(Duration::from_secs(300));
+        config.write_timeout = Some(API_DEADLINE);
+        return Client::try_from(config).map_err(ClusterError::Client);
+    }
+    multiplexed_client(&config).map_err(ClusterError::Client)
+}
+
+fn http1_only() -> bool {
+    std::env::var(HTTP1_ENV).is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// kube's client stack (base URI, authentication, extra headers) over a connection pool that
+/// negotiates HTTP/2 by ALPN and keeps one connection per server for every request, falling
+/// back to HTTP/1.1 where the server does not offer `h2`. Per-request deadlines are
+/// [`with_deadline`]'s; a dead connection is found by HTTP/2 pings rather than socket read
+/// timeouts, which would cut a quiet watch sharing the connection.
+fn multiplexed_client(config: &Config) -> Result<Client, kube::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.set_nodelay(true);
+    let tls = config.rustls_client_config()?;
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = config.tls_server_name.as_ref() {
+        let name = rustls::pki_types::ServerName::try_from(name.clone())
+            .map_err(|e| kube::Error::Service(format!("tls-server-name {name:?}: {e}").into()))?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let connector = https.enable_all_versions().wrap_connector(tcp);
+    let pool = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_keep_alive_interval(PING_INTERVAL)
+        .http2_keep_alive_timeout(PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(pool);
+    Ok(ClientBuilder::new(service, config.default_namespace.clone()).build())
 }
 
 /// The API server's URL `source` names (`https://127.0.0.1:6443`).

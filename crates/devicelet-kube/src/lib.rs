@@ -20,6 +20,8 @@
 //! - [`snapshot`] and [`explain`]: read-only tools for users, not part of the node: the
 //!   cluster's DRA state as a replayable `AllocationScenario`, and why a pod's claims do not
 //!   allocate (`devicelet snapshot`, `devicelet explain`);
+//! - [`client`]: the connection (HTTP/2, one multiplexed connection) and per-call deadlines;
+//!   [`protobuf`]: bindings and events written in the Kubernetes protobuf encoding;
 //! - [`serving`] (feature `serving`): a control-plane component's secure port, TLS with
 //!   authentication and authorization delegated to the API server (the scheduler's metrics).
 //!
@@ -45,6 +47,7 @@ pub mod numa_resources;
 pub mod pod_objects;
 pub mod pod_status;
 pub mod pods;
+pub mod protobuf;
 pub mod rate_limit;
 #[cfg(feature = "serving")]
 pub mod serving;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
@@ -242,10 +242,11 @@ async fn write(
         Desired::Status(patch) => {
             with_deadline(
                 format!("patch pod {namespace}/{name} status"),
-                api.patch_status(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(patch.clone()),
+                // The answer (the whole pod) is not needed: asked for in protobuf and dropped.
+                crate::protobuf::strategic_patch(
+                    client,
+                    &format!("{}/{name}/status", api.resource_url()),
+                    patch,
                 ),
             )
             .await?;

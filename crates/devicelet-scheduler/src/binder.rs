@@ -38,6 +38,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
+use crate::config::ContentType;
+use devicelet_kube::protobuf;
+
 use crate::binding_conditions::{Readiness, has_binding_conditions, readiness};
 use crate::cycle::{ExtendedPlacement, Placement};
 use crate::extended;
@@ -109,7 +112,7 @@ fn consumer(pod: &Pod) -> ResourceClaimConsumerReference {
 impl Binder {
     /// A binder writing through `client`.
     pub fn new(client: Client, shared: Arc<Shared>) -> Self {
-        let reporter = Reporter::new(client.clone(), &shared.name);
+        let reporter = Reporter::new(client.clone(), &shared.name, shared.content_type);
         Binder {
             client,
             shared,
@@ -819,11 +822,23 @@ impl Binder {
                 ..ObjectReference::default()
             },
         };
-        let r: Result<serde_json::Value, kube::Error> = api
-            .create_subresource("binding", &name, &PostParams::default(), &binding)
-            .await;
-        r.map(|_| ())
-            .map_err(|e| format!("binding pod {ns}/{name} to {node}: {e}"))
+        let r = match self.shared.content_type {
+            ContentType::Protobuf => {
+                let path = format!("{}/{name}/binding", api.resource_url());
+                let body = protobuf::envelope("v1", "Binding", &protobuf::binding(&binding));
+                protobuf::create(&self.client, &path, body).await
+            }
+            ContentType::Json => api
+                .create_subresource::<_, serde_json::Value>(
+                    "binding",
+                    &name,
+                    &PostParams::default(),
+                    &binding,
+                )
+                .await
+                .map(|_| ()),
+        };
+        r.map_err(|e| format!("binding pod {ns}/{name} to {node}: {e}"))
     }
 
     /// PostFilter's deallocation (S44): allocation, reservations and device status cleared by

@@ -288,6 +288,32 @@ pub struct ClientRate {
     pub burst: u32,
 }
 
+/// `clientConnection.contentType`: how the scheduler's writes are encoded. As in kube-scheduler
+/// the default is protobuf; devicelet writes bindings and events in it (the other writes and
+/// every read stay JSON: `devicelet_kube::protobuf`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContentType {
+    #[default]
+    Protobuf,
+    Json,
+}
+
+impl ContentType {
+    fn parse(value: Option<&str>) -> Result<Self, ConfigError> {
+        match value.unwrap_or("") {
+            "" | devicelet_kube::protobuf::PROTOBUF => Ok(ContentType::Protobuf),
+            "application/json" => Ok(ContentType::Json),
+            other => Err(invalid(
+                "clientConnection.contentType",
+                format!(
+                    "{other:?}: supported values: \"{}\", \"application/json\"",
+                    devicelet_kube::protobuf::PROTOBUF
+                ),
+            )),
+        }
+    }
+}
+
 /// A read and checked configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerConfiguration {
@@ -298,6 +324,9 @@ pub struct SchedulerConfiguration {
     /// `clientConnection.qps` and `burst` when either is given (absent: no client-side limit,
     /// where kube-scheduler defaults to 50 and 100; the binder bounds its own concurrency).
     pub client_rate: Option<ClientRate>,
+    /// `clientConnection.contentType` (`acceptContentTypes` is accepted and not used: reads
+    /// are JSON).
+    pub content_type: ContentType,
     pub leader_election: LeaderElection,
     pub profiles: Vec<Profile>,
 }
@@ -583,7 +612,8 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
         qps: None,
         burst: None,
     });
-    let _ = (client.accept_content_types, client.content_type);
+    let _ = client.accept_content_types;
+    let content_type = ContentType::parse(client.content_type.as_deref())?;
     let client_rate = client_rate(client.qps, client.burst)?;
     let leader_election = leader_election(raw.leader_election)?;
     let mut profiles = Vec::new();
@@ -631,6 +661,7 @@ pub fn parse(text: &str) -> Result<SchedulerConfiguration, ConfigError> {
             .filter(|k| !k.is_empty())
             .map(PathBuf::from),
         client_rate,
+        content_type,
         leader_election,
         profiles,
     })

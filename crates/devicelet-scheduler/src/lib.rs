@@ -33,6 +33,7 @@ pub mod cache;
 pub mod config;
 pub mod cycle;
 pub mod dra;
+pub mod event_series;
 pub mod extended;
 pub mod filters;
 pub mod framework;

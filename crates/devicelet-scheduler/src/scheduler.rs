@@ -54,6 +54,8 @@ pub struct SchedulerConfig {
     /// Lease is renewed outside it, as kube-scheduler's leader election has a client of its own
     /// (a backlog of bindings must not cost the leadership).
     pub client_rate: Option<crate::config::ClientRate>,
+    /// `clientConnection.contentType`: bindings and events in protobuf (the default) or JSON.
+    pub content_type: crate::config::ContentType,
 }
 
 impl Default for SchedulerConfig {
@@ -67,6 +69,7 @@ impl Default for SchedulerConfig {
             binding_timeout: crate::binding_conditions::DEFAULT_BINDING_TIMEOUT,
             backoff: (crate::queue::INITIAL_BACKOFF, crate::queue::MAX_BACKOFF),
             client_rate: None,
+            content_type: crate::config::ContentType::default(),
         }
     }
 }
@@ -122,6 +125,7 @@ pub async fn run(
     let name = config.profiles[0].scheduler_name.clone();
     let metrics = SchedulerMetrics::new(&name);
     let mut shared = Shared::new(&name, metrics.clone(), config.binding_timeout);
+    shared.content_type = config.content_type;
     shared.profiles = config
         .profiles
         .iter()

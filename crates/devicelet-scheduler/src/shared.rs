@@ -21,6 +21,8 @@ pub struct Shared {
     pub profiles: Vec<String>,
     /// How long a claim may wait for its binding conditions (KEP-5007, S39, S54).
     pub binding_timeout: Duration,
+    /// How bindings and events are encoded (`clientConnection.contentType`).
+    pub content_type: crate::config::ContentType,
 }
 
 impl Shared {
@@ -34,6 +36,7 @@ impl Shared {
             metrics,
             name: name.to_owned(),
             profiles: vec![name.to_owned()],
+            content_type: crate::config::ContentType::default(),
         }
     }
 

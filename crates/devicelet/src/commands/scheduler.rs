@@ -136,6 +136,7 @@ fn from_file(
         secure: None,
         backoff: (file.pod_initial_backoff, file.pod_max_backoff),
         client_rate: file.client_rate,
+        content_type: file.content_type,
     };
     Ok((config, file.kubeconfig))
 }
