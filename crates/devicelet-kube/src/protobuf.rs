@@ -26,6 +26,17 @@ use prost::Message;
 
 /// The protobuf media type.
 pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+/// Set to `application/json` to keep the node's writes and their answers JSON (the node's
+/// `--kube-api-content-type`; for comparison, and for servers behind a proxy that lacks
+/// protobuf). The scheduler has `clientConnection.contentType` instead.
+pub const CONTENT_TYPE_ENV: &str = "DEVICELET_KUBE_API_CONTENT_TYPE";
+
+/// Whether the node asks for protobuf answers ([`CONTENT_TYPE_ENV`] is not `application/json`).
+pub fn node_uses_protobuf() -> bool {
+    static PROTOBUF_ANSWERS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROTOBUF_ANSWERS
+        .get_or_init(|| std::env::var(CONTENT_TYPE_ENV).map_or(true, |v| v != "application/json"))
+}
 /// What a protobuf request accepts back: protobuf, or JSON from a server that lacks it.
 const ACCEPT_PROTOBUF: &str = "application/vnd.kubernetes.protobuf, application/json";
 /// The prefix of every protobuf-encoded object.

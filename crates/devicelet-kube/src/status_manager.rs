@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, info, warn};
@@ -240,16 +240,16 @@ async fn write(
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     match desired {
         Desired::Status(patch) => {
-            with_deadline(
-                format!("patch pod {namespace}/{name} status"),
+            let what = format!("patch pod {namespace}/{name} status");
+            if crate::protobuf::node_uses_protobuf() {
                 // The answer (the whole pod) is not needed: asked for in protobuf and dropped.
-                crate::protobuf::strategic_patch(
-                    client,
-                    &format!("{}/{name}/status", api.resource_url()),
-                    patch,
-                ),
-            )
-            .await?;
+                let path = format!("{}/{name}/status", api.resource_url());
+                with_deadline(what, crate::protobuf::strategic_patch(client, &path, patch)).await?;
+            } else {
+                let params = PatchParams::default();
+                let patch = Patch::Strategic(patch);
+                with_deadline(what, api.patch_status(name, &params, &patch)).await?;
+            }
             debug!(pod = %format!("{namespace}/{name}"), pod_uid = %uid, "pod status written");
         }
         Desired::Delete => {
