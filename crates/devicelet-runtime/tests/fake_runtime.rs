@@ -81,6 +81,9 @@ impl Fake {
     }
 }
 
+/// The label a listing of one pod selects on.
+const POD_UID: &str = "io.kubernetes.pod.uid";
+
 fn now_nanos() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -157,8 +160,12 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::ListPodSandboxRequest>,
     ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
-        self.count("ListPodSandbox");
         let selector = r.into_inner().filter.unwrap_or_default().label_selector;
+        self.count(if selector.contains_key(POD_UID) {
+            "ListPodSandbox of one pod"
+        } else {
+            "ListPodSandbox"
+        });
         let s = self.state();
         let items = s
             .sandboxes
@@ -253,8 +260,12 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::ListContainersRequest>,
     ) -> Result<Response<cri::ListContainersResponse>, Status> {
-        self.count("ListContainers");
         let selector = r.into_inner().filter.unwrap_or_default().label_selector;
+        self.count(if selector.contains_key(POD_UID) {
+            "ListContainers of one pod"
+        } else {
+            "ListContainers"
+        });
         let containers = self
             .state()
             .containers
@@ -693,7 +704,8 @@ async fn an_exit_is_seen_on_the_next_relist_and_the_restart_waits_out_the_back_o
     let status = rt.status("crash").unwrap();
     let last = serde_json::to_value(&status.containers[0].last_state).unwrap();
     assert_eq!(last["terminated"]["exitCode"], 1, "{last}");
-    // During the 10 s back-off the pod costs no call of its own.
+    // During the 10 s back-off the pod costs no call of its own: only the relists (one
+    // listing of all pods, not of this pod).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let before = fake.calls();
     tokio::time::sleep_until(exited + Duration::from_secs(9)).await;
