@@ -492,8 +492,8 @@ impl CriRuntime {
                 (uid, outcome)
             }
             Job::Volumes { uid } => {
-                let wake = self.refresh_volumes(&uid).await;
-                (uid, Outcome::Done(wake))
+                let due = self.refresh_volumes(&uid).await;
+                (uid, Outcome::Refreshed(due))
             }
         }
     }
@@ -587,8 +587,8 @@ impl CriRuntime {
     }
 
     /// Reads pod `uid`'s configMap, secret and projected volumes again if due (no runtime
-    /// call).
-    async fn refresh_volumes(&self, uid: &str) -> Wake {
+    /// call); when they are due next.
+    async fn refresh_volumes(&self, uid: &str) -> Option<tokio::time::Instant> {
         let pod_lock = self.pod_lock(uid);
         let _held = pod_lock.lock().await;
         let pod = lock(&self.pods)
@@ -600,10 +600,7 @@ impl CriRuntime {
                 .refresh(&pod, &self.config.volumes_dir(uid))
                 .await;
         }
-        Wake {
-            backoff: None,
-            volumes: self.volumes_due(uid),
-        }
+        self.volumes_due(uid)
     }
 
     /// The pod's sandboxes and containers, listed for it alone.

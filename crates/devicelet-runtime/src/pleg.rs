@@ -279,8 +279,11 @@ pub struct Wake {
 /// How a job of the loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Done; when the pod wants to be looked at again.
+    /// A sync is done; when the pod wants to be looked at again.
     Done(Wake),
+    /// A volume refresh is done; when the volumes are due again (a back-off the pod waits
+    /// out stays as it was).
+    Refreshed(Option<Instant>),
     /// The sync failed: the pod is synced again on the next relist.
     Failed,
 }
@@ -435,6 +438,12 @@ impl Schedule {
                         self.volumes.remove(uid);
                     }
                 }
+            }
+            Outcome::Refreshed(Some(at)) => {
+                self.volumes.insert(uid.to_owned(), at);
+            }
+            Outcome::Refreshed(None) => {
+                self.volumes.remove(uid);
             }
             Outcome::Failed => {
                 self.retry.insert(uid.to_owned());
@@ -738,7 +747,7 @@ mod tests {
         s.finished(
             "a",
             Outcome::Done(Wake {
-                backoff: None,
+                backoff: Some(t0 + Duration::from_secs(30)),
                 volumes: Some(t0 + Duration::from_secs(10)),
             }),
         );
@@ -746,6 +755,22 @@ mod tests {
         assert_eq!(
             uids(&s.take_due(t0 + Duration::from_secs(10))),
             [("volumes:a".into(), false)]
+        );
+        s.finished("a", Outcome::Refreshed(Some(t0 + Duration::from_secs(20))));
+        assert_eq!(
+            uids(&s.take_due(t0 + Duration::from_secs(20))),
+            [("volumes:a".into(), false)]
+        );
+        s.finished("a", Outcome::Refreshed(None));
+        assert_eq!(
+            s.next_wake(),
+            Some(t0 + Duration::from_secs(30)),
+            "a refresh leaves the back-off as it was"
+        );
+        // A volume refresh is no sync: the relist still predates the pod's first sync.
+        assert_eq!(
+            uids(&s.take_due(t0 + Duration::from_secs(30))),
+            [("a".into(), false)]
         );
         s.finished("a", Outcome::Done(Wake::default()));
         s.set_pods(&[]);
