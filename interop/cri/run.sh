@@ -7,6 +7,8 @@
 # oom_score_adj runc may not lower), imports devicelet.local/busybox:1 and
 # devicelet.local/pause:1 built from busybox-static (no registry), then runs
 #   - crates/devicelet/tests/cri.rs (local mode: devices, CDI, cpuset, restarts, adoption),
+#   - with CRI_CALLS_PODS=N and the test name runtime_calls_per_second, a measurement: N idle
+#     running pods, CRI calls per second by operation and CPU of serve and containerd,
 #   - and, when CRI_CLUSTER=1, the cluster suite's TestCRI* tests (Jobs Succeeded/Failed,
 #     volumes, and deploy/scheduler's pods on a devicelet node from the image of DEVICELET_BIN).
 # Usage: interop/cri/run.sh [extra cargo test args]
@@ -76,6 +78,9 @@ if [ -n "${DEVICELET_IMAGE:-}" ]; then
 fi
 
 export DEVICELET_CRI_ENDPOINT="unix://$sock"
+# For runtime_calls_per_second (CRI_CALLS_PODS=200 ... run.sh runtime_calls_per_second): the
+# CPU time of containerd beside devicelet's.
+export CRI_CONTAINERD_PID="$ctrd"
 status=0
 cargo test --locked -p devicelet --test cri "$@" -- --nocapture --test-threads 3 || status=$?
 if [ "$status" -eq 0 ] && [ "${CRI_CLUSTER:-0}" = 1 ]; then

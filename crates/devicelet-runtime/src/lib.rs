@@ -15,6 +15,8 @@
 //! - [`atomic_writer`]: the kubelet's atomic writer layout for projected files;
 //! - [`volumes`]: configMap, secret, projected and downwardAPI volumes, service account
 //!   tokens and the `kubernetes` Service's env (cluster mode);
+//! - [`pleg`]: the relist (one listing of all pods, diffed with the previous one) and the
+//!   sync loop's schedule (pure);
 //! - [`manager`]: [`CriRuntime`], which owns the pods it runs.
 
 pub mod atomic_writer;
@@ -25,6 +27,7 @@ pub mod downward;
 pub mod error;
 pub mod logs;
 pub mod manager;
+pub mod pleg;
 pub mod status;
 pub mod volumes;
 

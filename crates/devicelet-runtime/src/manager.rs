@@ -1,13 +1,16 @@
 //! [`CriRuntime`]: runs admitted pods in a CRI runtime and reports their containers' states.
 //!
 //! Follows the kubelet's `pkg/kubelet/kuberuntime/kuberuntime_manager.go` (`SyncPod`,
-//! `KillPod`) and the PLEG's relist (`pkg/kubelet/pleg/generic.go`): the runtime's own
-//! listing is the truth. Every pod is looked at on each relist (every second, and at once when
-//! something changes): its sandbox is created if it has none, containers that never ran are
-//! started and exited ones restarted per `restartPolicy` (see [`crate::status::plan`]).
+//! `KillPod`) and the PLEG's relist (`pkg/kubelet/pleg/generic.go`, see [`crate::pleg`]): the
+//! runtime's own listing is the truth. Once a second the runtime is listed for all pods at once
+//! (one `ListPodSandbox`, one `ListContainers`); a pod is synced only when that listing shows a
+//! change of its sandboxes or containers, when its object changed (added, updated), when a
+//! back-off it waits out ends, or after a failed sync. A sync creates the sandbox if there is
+//! none, starts containers that never ran and restarts exited ones per `restartPolicy` (see
+//! [`crate::status::plan`]). A pod with nothing to do costs no runtime call.
 //!
 //! Every sandbox and container carries the kubelet's `io.kubernetes.*` labels and
-//! `io.devicelet.managed=true`, and each pod devicelet runs is recorded in
+//! `io.devicelet.managed=<instance>`, and each pod devicelet runs is recorded in
 //! `<root>/runtime/pods/<uid>.json` (its Pod object, written atomically with fsync before its
 //! sandbox is created). A restarted devicelet therefore adopts what it created: a running
 //! container is seen running and is not started again; a sandbox of a pod it no longer runs
@@ -26,17 +29,20 @@ use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
 use crate::cdi::{CdiEdits, CdiResolver};
-use crate::config::{
-    self, ContainerInputs, LABEL_CONTAINER_NAME, LABEL_MANAGED, LABEL_POD_UID, PodIdentity,
-};
+use crate::config::{self, ContainerInputs, LABEL_MANAGED, LABEL_POD_UID, PodIdentity};
 use crate::cri::CriClient;
 use crate::error::RuntimeError;
 use crate::logs::pod_log_dir;
+use crate::pleg::{self, Job, Outcome, PodRecord, Relist, Schedule, Wake};
 use crate::status::{self, Facts, Observed, PodRuntimeStatus, RunState};
 use crate::volumes::{PodApiHandle, VOLUME_REFRESH, VolumeManager, service_env};
 
-/// How often every pod is looked at (the kubelet's PLEG relists every second).
+/// How often the runtime is listed for all pods (the kubelet's PLEG relists every second).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+
+/// A back-off end is slept past by this much, so the sync it wakes for finds it over (the
+/// plan compares wall-clock nanoseconds; the loop sleeps on the monotonic clock).
+const BACKOFF_SLACK: Duration = Duration::from_millis(5);
 
 /// Attempts of a container kept in the runtime (the newest and the one before it).
 const KEPT_ATTEMPTS: usize = 2;
@@ -158,7 +164,11 @@ pub struct CriRuntime {
     /// Pods being killed (their object, for the log directory); `run_pod` refuses them.
     terminating: Mutex<HashMap<String, Pod>>,
     changes: watch::Sender<u64>,
+    /// Pods added or updated since the sync loop last looked (it is woken by `kick`).
+    desired: Mutex<HashSet<String>>,
     kick: Notify,
+    /// The last relist's record of each pod, for syncs that need not list the runtime.
+    relisted: Mutex<Arc<Relist>>,
 }
 
 impl std::fmt::Debug for CriRuntime {
@@ -206,7 +216,9 @@ impl CriRuntime {
             cancels: Mutex::new(HashMap::new()),
             terminating: Mutex::new(HashMap::new()),
             changes: watch::channel(0).0,
+            desired: Mutex::new(HashSet::new()),
             kick: Notify::new(),
+            relisted: Mutex::new(Arc::new(Relist::new())),
         };
         Ok(Arc::new(runtime))
     }
@@ -255,7 +267,11 @@ impl CriRuntime {
         {
             let mut pods = lock(&self.pods);
             if let Some(known) = pods.get_mut(&id.uid) {
-                known.pod = pod.clone();
+                if known.pod != *pod {
+                    known.pod = pod.clone();
+                    lock(&self.desired).insert(id.uid.clone());
+                    self.kick.notify_one();
+                }
                 return Ok(());
             }
         }
@@ -272,6 +288,7 @@ impl CriRuntime {
         })?;
         lock(&self.pods).insert(id.uid.clone(), Managed::new(pod.clone()));
         info!(pod = %id.key(), pod_uid = %id.uid, "pod handed to the container runtime");
+        lock(&self.desired).insert(id.uid.clone());
         self.kick.notify_one();
         Ok(())
     }
@@ -388,45 +405,64 @@ impl CriRuntime {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Looks at every pod on each relist, until `shutdown` turns true.
+    /// The sync loop, until `shutdown` turns true: relists the runtime every [`RELIST_PERIOD`]
+    /// and syncs the pods that need it (see [`crate::pleg::Schedule`]); between relists it
+    /// sleeps until the next relist, the earliest back-off end or volume refresh, or a pod
+    /// being added or updated.
     ///
     /// Each pod's sync is a task of its own: a pod pulling a large image or waiting on a slow
-    /// runtime call holds up no other pod; a pod whose sync is still running is skipped.
+    /// runtime call holds up no other pod; a pod whose sync is still running is synced again
+    /// after it, if it is still due.
     pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut syncing: tokio::task::JoinSet<String> = tokio::task::JoinSet::new();
-        let mut in_flight: HashSet<String> = HashSet::new();
-        let mut last: HashMap<String, tokio::time::Instant> = HashMap::new();
-        let mut kicked = true;
+        let mut jobs: tokio::task::JoinSet<(String, Outcome)> = tokio::task::JoinSet::new();
+        // Which pod each job is for, should one panic.
+        let mut job_pods: HashMap<tokio::task::Id, String> = HashMap::new();
+        let mut schedule = Schedule::new();
+        // What an earlier run recorded is synced from the first relist.
+        schedule.adopt(&self.pods());
+        let mut next_relist = tokio::time::Instant::now();
         loop {
-            let now = tokio::time::Instant::now();
             let pods = self.pods();
-            for uid in &pods {
-                let due = kicked
-                    || last
-                        .get(uid)
-                        .is_none_or(|t| now.duration_since(*t) >= RELIST_PERIOD);
-                if !due || !in_flight.insert(uid.clone()) {
-                    continue;
-                }
-                last.insert(uid.clone(), now);
-                let runtime = Arc::clone(&self);
-                let uid = uid.clone();
-                syncing.spawn(async move {
-                    if let Err(e) = runtime.sync_pod(&uid).await {
-                        warn!(pod_uid = %uid, error = %e, "pod sync failed; retrying on the next relist");
-                    }
-                    uid
-                });
+            schedule.set_pods(&pods);
+            for uid in std::mem::take(&mut *lock(&self.desired)) {
+                schedule.desired_changed(&uid);
             }
-            last.retain(|uid, _| pods.contains(uid));
+            let now = tokio::time::Instant::now();
+            if now >= next_relist {
+                match self.relist().await {
+                    Ok(changed) => schedule.relisted(&changed),
+                    Err(e) => {
+                        warn!(error = %e, "listing the container runtime failed; trying again on the next relist");
+                        schedule.relist_failed();
+                    }
+                }
+                next_relist = tokio::time::Instant::now() + RELIST_PERIOD;
+            }
+            for job in schedule.take_due(tokio::time::Instant::now()) {
+                let uid = job.uid().to_owned();
+                let runtime = Arc::clone(&self);
+                let handle = jobs.spawn(async move { runtime.run_job(job).await });
+                job_pods.insert(handle.id(), uid);
+            }
             self.forget_idle_locks(&pods);
-            kicked = false;
+            let wake = schedule
+                .next_wake()
+                .map_or(next_relist, |at| at.min(next_relist));
             tokio::select! {
-                () = tokio::time::sleep(RELIST_PERIOD / 4) => {}
-                () = self.kick.notified() => kicked = true,
-                Some(done) = syncing.join_next(), if !syncing.is_empty() => {
-                    if let Ok(uid) = done {
-                        in_flight.remove(&uid);
+                () = tokio::time::sleep_until(wake) => {}
+                () = self.kick.notified() => {}
+                Some(done) = jobs.join_next_with_id(), if !jobs.is_empty() => {
+                    match done {
+                        Ok((id, (uid, outcome))) => {
+                            job_pods.remove(&id);
+                            schedule.finished(&uid, outcome);
+                        }
+                        Err(e) => {
+                            if let Some(uid) = job_pods.remove(&e.id()) {
+                                warn!(pod_uid = %uid, error = %e, "pod sync panicked; retrying on the next relist");
+                                schedule.finished(&uid, Outcome::Failed);
+                            }
+                        }
                     }
                 }
                 _ = shutdown.changed() => {}
@@ -435,6 +471,46 @@ impl CriRuntime {
                 return;
             }
         }
+    }
+
+    /// One job of the loop; the pod's UID and when it wants to be looked at again.
+    async fn run_job(&self, job: Job) -> (String, Outcome) {
+        match job {
+            Job::Sync { uid, use_relist } => {
+                let record = if use_relist {
+                    Some(lock(&self.relisted).get(&uid).cloned().unwrap_or_default())
+                } else {
+                    None
+                };
+                let outcome = match self.sync_pod_with(&uid, record).await {
+                    Ok(wake) => Outcome::Done(wake),
+                    Err(e) => {
+                        warn!(pod_uid = %uid, error = %e, "pod sync failed; retrying on the next relist");
+                        Outcome::Failed
+                    }
+                };
+                (uid, outcome)
+            }
+            Job::Volumes { uid } => {
+                let due = self.refresh_volumes(&uid).await;
+                (uid, Outcome::Refreshed(due))
+            }
+        }
+    }
+
+    /// The relist: one `ListPodSandbox` and one `ListContainers` of everything this devicelet
+    /// made, grouped by pod and compared with the previous relist. The pods with an event.
+    pub async fn relist(&self) -> Result<Vec<String>, RuntimeError> {
+        let selector = [(LABEL_MANAGED, self.instance.as_str())];
+        let sandboxes = self.client.list_pod_sandboxes(&selector).await?;
+        let containers = self.client.list_containers(&selector).await?;
+        let current = Arc::new(pleg::group(&sandboxes, &containers));
+        let previous = std::mem::replace(&mut *lock(&self.relisted), Arc::clone(&current));
+        let events = pleg::events(&previous, &current);
+        for e in &events {
+            debug!(pod_uid = %e.pod_uid, id = %e.id, event = ?e.kind, "relist event");
+        }
+        Ok(pleg::changed_pods(&events).into_iter().collect())
     }
 
     /// Drops the locks and cancel switches of pods it no longer runs or stops.
@@ -446,10 +522,22 @@ impl CriRuntime {
         lock(&self.cancels).retain(|uid, _| keep(uid));
     }
 
-    /// One look at every pod.
+    /// One look at every pod, from one relist.
     pub async fn sync_all(&self) {
+        let relisted = match self.relist().await {
+            Ok(_) => Some(Arc::clone(&lock(&self.relisted))),
+            Err(e) => {
+                warn!(error = %e, "listing the container runtime failed; each pod lists its own");
+                None
+            }
+        };
         let uids = self.pods();
-        let syncs = uids.iter().map(|uid| self.sync_pod(uid));
+        let syncs = uids.iter().map(|uid| {
+            let record = relisted
+                .as_ref()
+                .map(|r| r.get(uid).cloned().unwrap_or_default());
+            self.sync_pod_with(uid, record)
+        });
         for (uid, result) in uids.iter().zip(futures::future::join_all(syncs).await) {
             if let Err(e) = result {
                 warn!(pod_uid = %uid, error = %e, "pod sync failed; retrying on the next relist");
@@ -461,28 +549,84 @@ impl CriRuntime {
         Arc::clone(lock(&self.locks).entry(uid.to_owned()).or_default())
     }
 
-    /// One look at pod `uid`: create its sandbox, start or restart its containers, record its
-    /// status.
+    /// One look at pod `uid`, listing the runtime for it: create its sandbox, start or restart
+    /// its containers, record its status.
     pub async fn sync_pod(&self, uid: &str) -> Result<(), RuntimeError> {
+        self.sync_pod_with(uid, None).await.map(drop)
+    }
+
+    /// [`CriRuntime::sync_pod`], from `record` (the pod's part of a relist taken since its last
+    /// sync) instead of listing the runtime when given. When to look again.
+    async fn sync_pod_with(
+        &self,
+        uid: &str,
+        record: Option<PodRecord>,
+    ) -> Result<Wake, RuntimeError> {
         let pod_lock = self.pod_lock(uid);
         let _held = pod_lock.lock().await;
         let mut cancelled = lock(&self.cancels)
             .entry(uid.to_owned())
             .or_insert_with(|| watch::channel(false).0)
             .subscribe();
-        tokio::select! {
-            result = self.sync_pod_locked(uid) => result,
+        let backoff = tokio::select! {
+            result = self.sync_pod_locked(uid, record) => result?,
             // Being killed: drop the calls in flight; the kill removes whatever they made.
-            _ = cancelled.wait_for(|c| *c) => Ok(()),
-        }
+            _ = cancelled.wait_for(|c| *c) => None,
+        };
+        Ok(Wake {
+            backoff: backoff.map(|end| instant_of(end) + BACKOFF_SLACK),
+            volumes: self.volumes_due(uid),
+        })
     }
 
-    async fn sync_pod_locked(&self, uid: &str) -> Result<(), RuntimeError> {
+    /// When pod `uid`'s API-backed volumes are next due to be read (none for a finished pod).
+    fn volumes_due(&self, uid: &str) -> Option<tokio::time::Instant> {
+        let pods = lock(&self.pods);
+        let managed = pods.get(uid).filter(|m| !m.sandbox_stopped)?;
+        self.volumes.refresh_due(&managed.pod)
+    }
+
+    /// Reads pod `uid`'s configMap, secret and projected volumes again if due (no runtime
+    /// call); when they are due next.
+    async fn refresh_volumes(&self, uid: &str) -> Option<tokio::time::Instant> {
+        let pod_lock = self.pod_lock(uid);
+        let _held = pod_lock.lock().await;
+        let pod = lock(&self.pods)
+            .get(uid)
+            .filter(|m| !m.sandbox_stopped)
+            .map(|m| m.pod.clone());
+        if let Some(pod) = pod {
+            self.volumes
+                .refresh(&pod, &self.config.volumes_dir(uid))
+                .await;
+        }
+        self.volumes_due(uid)
+    }
+
+    /// The pod's sandboxes and containers, listed for it alone.
+    async fn list_pod(&self, uid: &str) -> Result<PodRecord, RuntimeError> {
+        let selector = [
+            (LABEL_MANAGED, self.instance.as_str()),
+            (LABEL_POD_UID, uid),
+        ];
+        let containers = self.client.list_containers(&selector).await?;
+        let sandboxes = self.client.list_pod_sandboxes(&selector).await?;
+        Ok(pleg::group(&sandboxes, &containers)
+            .remove(uid)
+            .unwrap_or_default())
+    }
+
+    /// The sync itself; the earliest end (ns since the epoch) of a back-off the pod waits out.
+    async fn sync_pod_locked(
+        &self,
+        uid: &str,
+        mut record: Option<PodRecord>,
+    ) -> Result<Option<i64>, RuntimeError> {
         let Some(mut managed) = lock(&self.pods).get(uid).cloned() else {
-            return Ok(());
+            return Ok(None);
         };
         if managed.sandbox_stopped {
-            return Ok(());
+            return Ok(None);
         }
         let pod = managed.pod.clone();
         let pod = &pod;
@@ -492,19 +636,17 @@ impl CriRuntime {
         self.volumes
             .refresh(pod, &self.config.volumes_dir(&id.uid))
             .await;
-        let selector = [
-            (LABEL_MANAGED, self.instance.as_str()),
-            (LABEL_POD_UID, uid),
-        ];
         let mut sandbox_id: Option<String> = None;
+        let mut next_backoff: Option<i64> = None;
         for _ in 0..2 {
-            let observed = self.observe(uid, &mut managed).await?;
-            let sandboxes = self.client.list_pod_sandboxes(&selector).await?;
-            let ready = sandboxes
-                .iter()
-                .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
-                .max_by_key(|s| s.created_at)
-                .map(|s| s.id.clone());
+            // The relist's record the first time (when given); after starting something, the
+            // pod is listed afresh.
+            let listed = match record.take() {
+                Some(r) => r,
+                None => self.list_pod(uid).await?,
+            };
+            let observed = self.observe(uid, &mut managed, &listed).await?;
+            let ready = listed.ready_sandbox().map(str::to_owned);
             let mut plan = status::plan(
                 pod,
                 Facts {
@@ -519,33 +661,34 @@ impl CriRuntime {
                 // Finished (also when found finished after a restart): stop what is left, never
                 // make a new sandbox for it. Its containers stay for their logs and status.
                 info!(pod = %id.key(), pod_uid = %uid, phase = %plan.status.phase, "pod finished; stopping its sandbox");
-                for s in &sandboxes {
+                for s in &listed.sandboxes {
                     self.client.stop_pod_sandbox(&s.id).await?;
                 }
                 managed.sandbox_stopped = true;
                 self.record(uid, &managed, plan.status);
-                return Ok(());
+                return Ok(None);
             }
             let now = now_nanos();
+            next_backoff = plan.next_backoff_end;
             plan.start.retain(|(name, _)| {
                 managed.failures.get(name).is_none_or(|(count, at)| {
                     let wait = status::backoff(count.saturating_sub(1));
-                    now >= at.saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX))
+                    let end = at.saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX));
+                    if now < end {
+                        next_backoff = Some(next_backoff.map_or(end, |e| e.min(end)));
+                    }
+                    now >= end
                 })
             });
             if plan.start.is_empty() {
                 self.record(uid, &managed, plan.status);
-                return Ok(());
+                return Ok(next_backoff);
             }
             let sandbox = match (ready, &sandbox_id) {
                 (Some(id_), _) => id_,
                 (None, Some(made)) => made.clone(),
                 (None, None) => {
-                    let attempt = sandboxes
-                        .iter()
-                        .filter_map(|s| s.metadata.as_ref().map(|m| m.attempt + 1))
-                        .max()
-                        .unwrap_or(0);
+                    let attempt = listed.next_sandbox_attempt();
                     make_dir(&log_dir)?;
                     let config = config::sandbox_config(pod, &self.instance, attempt, &log_dir)?;
                     let made = self.client.run_pod_sandbox(config).await?;
@@ -588,7 +731,17 @@ impl CriRuntime {
             // Look again at once, so the status says Running (or the error).
             self.record(uid, &managed, plan.status);
         }
-        Ok(())
+        // Started twice over: the next relist shows what came of it. A start that failed now
+        // waits out its back-off.
+        let now = now_nanos();
+        for (count, at) in managed.failures.values() {
+            let wait = status::backoff(count.saturating_sub(1));
+            let end = at.saturating_add(i64::try_from(wait.as_nanos()).unwrap_or(i64::MAX));
+            if now < end {
+                next_backoff = Some(next_backoff.map_or(end, |e| e.min(end)));
+            }
+        }
+        Ok(next_backoff)
     }
 
     /// Stores the pod's bookkeeping and status; tells watchers when the status changed.
@@ -609,27 +762,17 @@ impl CriRuntime {
         }
     }
 
-    /// Every attempt of each container of the pod, oldest first.
+    /// Every attempt of each container of the pod, oldest first, from the pod's listing (the
+    /// state of a container not known to have exited is asked for: `ContainerStatus`).
     async fn observe(
         &self,
         uid: &str,
         managed: &mut Managed,
+        listed: &PodRecord,
     ) -> Result<BTreeMap<String, Vec<Observed>>, RuntimeError> {
-        let selector = [
-            (LABEL_MANAGED, self.instance.as_str()),
-            (LABEL_POD_UID, uid),
-        ];
-        let containers = self.client.list_containers(&selector).await?;
         let mut out: BTreeMap<String, Vec<Observed>> = BTreeMap::new();
-        for c in containers {
-            let Some(name) = c
-                .labels
-                .get(LABEL_CONTAINER_NAME)
-                .cloned()
-                .or_else(|| c.metadata.as_ref().map(|m| m.name.clone()))
-            else {
-                continue;
-            };
+        for c in &listed.containers {
+            let name = c.name.clone();
             let observed = match managed.exited.get(&c.id) {
                 Some(done) => done.clone(),
                 None => {
@@ -898,6 +1041,12 @@ fn load_recorded(dir: &Path) -> Result<BTreeMap<String, Managed>, RuntimeError> 
         }
     }
     Ok(out)
+}
+
+/// The monotonic instant of `nanos` since the epoch (now, for a time already past).
+fn instant_of(nanos: i64) -> tokio::time::Instant {
+    let ahead = u64::try_from(nanos.saturating_sub(now_nanos())).unwrap_or(0);
+    tokio::time::Instant::now() + Duration::from_nanos(ahead)
 }
 
 fn now_nanos() -> i64 {

@@ -550,6 +550,25 @@ impl VolumeManager {
         }
     }
 
+    /// When [`VolumeManager::refresh`] would next read pod `pod`'s volumes again (`None`: it
+    /// has no API-backed volume), for a sync loop that does not look at every pod every second.
+    pub fn refresh_due(&self, pod: &Pod) -> Option<tokio::time::Instant> {
+        let has_volumes = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|v| v.iter().any(|v| api_volume_kind(v).is_some()));
+        if !has_volumes {
+            return None;
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        Some(
+            self.synced()
+                .get(&uid)
+                .map_or_else(tokio::time::Instant::now, |s| s.at + self.refresh),
+        )
+    }
+
     /// Forgets pod `uid` (its files go with the pod's directory).
     pub fn forget(&self, uid: &str) {
         self.synced().remove(uid);

@@ -25,6 +25,8 @@ struct FakeContainer {
     state: cri::ContainerState,
     exit_code: i32,
     starts: u32,
+    /// When it exited (ns since the epoch), 0 while it runs.
+    finished_at: i64,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +42,8 @@ struct State {
     /// CreateContainer fails.
     create_fails: bool,
     creates: u32,
+    /// Every CRI call, by method.
+    calls: BTreeMap<&'static str, u64>,
 }
 
 /// An in-memory CRI runtime: containers run until the test exits them.
@@ -59,13 +63,32 @@ impl Fake {
             {
                 c.state = cri::ContainerState::ContainerExited;
                 c.exit_code = code;
+                c.finished_at = now_nanos();
             }
         }
+    }
+
+    fn count(&self, call: &'static str) {
+        *self.state().calls.entry(call).or_default() += 1;
+    }
+
+    fn calls(&self) -> BTreeMap<&'static str, u64> {
+        self.state().calls.clone()
     }
 
     fn total_starts(&self) -> u32 {
         self.state().containers.values().map(|c| c.starts).sum()
     }
+}
+
+/// The label a listing of one pod selects on.
+const POD_UID: &str = "io.kubernetes.pod.uid";
+
+fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
 }
 
 fn matches(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
@@ -90,6 +113,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::RunPodSandboxRequest>,
     ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
+        self.count("RunPodSandbox");
         let mut s = self.state();
         s.next += 1;
         let id = format!("sb{}", s.next);
@@ -105,6 +129,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::StopPodSandboxRequest>,
     ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
+        self.count("StopPodSandbox");
         let id = r.into_inner().pod_sandbox_id;
         let mut s = self.state();
         s.sandbox_ready.insert(id.clone(), false);
@@ -112,6 +137,7 @@ impl RuntimeService for Fake {
             if c.state == cri::ContainerState::ContainerRunning {
                 c.state = cri::ContainerState::ContainerExited;
                 c.exit_code = 137;
+                c.finished_at = now_nanos();
             }
         }
         Ok(Response::new(cri::StopPodSandboxResponse {}))
@@ -121,6 +147,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::RemovePodSandboxRequest>,
     ) -> Result<Response<cri::RemovePodSandboxResponse>, Status> {
+        self.count("RemovePodSandbox");
         let id = r.into_inner().pod_sandbox_id;
         let mut s = self.state();
         s.sandboxes.remove(&id);
@@ -134,6 +161,11 @@ impl RuntimeService for Fake {
         r: Request<cri::ListPodSandboxRequest>,
     ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
         let selector = r.into_inner().filter.unwrap_or_default().label_selector;
+        self.count(if selector.contains_key(POD_UID) {
+            "ListPodSandbox of one pod"
+        } else {
+            "ListPodSandbox"
+        });
         let s = self.state();
         let items = s
             .sandboxes
@@ -158,6 +190,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::CreateContainerRequest>,
     ) -> Result<Response<cri::CreateContainerResponse>, Status> {
+        self.count("CreateContainer");
         let r = r.into_inner();
         let mut s = self.state();
         s.creates += 1;
@@ -174,6 +207,7 @@ impl RuntimeService for Fake {
                 state: cri::ContainerState::ContainerCreated,
                 exit_code: 0,
                 starts: 0,
+                finished_at: 0,
             },
         );
         Ok(Response::new(cri::CreateContainerResponse {
@@ -185,6 +219,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::StartContainerRequest>,
     ) -> Result<Response<cri::StartContainerResponse>, Status> {
+        self.count("StartContainer");
         let id = r.into_inner().container_id;
         let mut s = self.state();
         let c = s
@@ -200,12 +235,14 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::StopContainerRequest>,
     ) -> Result<Response<cri::StopContainerResponse>, Status> {
+        self.count("StopContainer");
         let r = r.into_inner();
         let mut s = self.state();
         s.stops.push((r.container_id.clone(), r.timeout));
         if let Some(c) = s.containers.get_mut(&r.container_id) {
             c.state = cri::ContainerState::ContainerExited;
             c.exit_code = 143;
+            c.finished_at = now_nanos();
         }
         Ok(Response::new(cri::StopContainerResponse {}))
     }
@@ -214,6 +251,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::RemoveContainerRequest>,
     ) -> Result<Response<cri::RemoveContainerResponse>, Status> {
+        self.count("RemoveContainer");
         self.state().containers.remove(&r.into_inner().container_id);
         Ok(Response::new(cri::RemoveContainerResponse {}))
     }
@@ -223,6 +261,11 @@ impl RuntimeService for Fake {
         r: Request<cri::ListContainersRequest>,
     ) -> Result<Response<cri::ListContainersResponse>, Status> {
         let selector = r.into_inner().filter.unwrap_or_default().label_selector;
+        self.count(if selector.contains_key(POD_UID) {
+            "ListContainers of one pod"
+        } else {
+            "ListContainers"
+        });
         let containers = self
             .state()
             .containers
@@ -244,6 +287,7 @@ impl RuntimeService for Fake {
         &self,
         r: Request<cri::ContainerStatusRequest>,
     ) -> Result<Response<cri::ContainerStatusResponse>, Status> {
+        self.count("ContainerStatus");
         let id = r.into_inner().container_id;
         let s = self.state();
         let c = s
@@ -257,11 +301,7 @@ impl RuntimeService for Fake {
                 state: c.state as i32,
                 exit_code: c.exit_code,
                 started_at: 1_000_000_000,
-                finished_at: if c.state == cri::ContainerState::ContainerExited {
-                    2_000_000_000
-                } else {
-                    0
-                },
+                finished_at: c.finished_at,
                 image_ref: "sha256:fake".into(),
                 ..Default::default()
             }),
@@ -276,6 +316,7 @@ impl ImageService for Fake {
         &self,
         _: Request<cri::ImageStatusRequest>,
     ) -> Result<Response<cri::ImageStatusResponse>, Status> {
+        self.count("ImageStatus");
         let hang = self.state().images_hang;
         if hang {
             tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -562,4 +603,132 @@ async fn a_container_that_cannot_be_created_is_retried_after_a_back_off_not_ever
             .contains("no space left"),
         "{state}"
     );
+}
+
+/// Runs the sync loop of `rt` until the returned sender is dropped or set.
+fn run_loop(rt: &Arc<CriRuntime>) -> tokio::sync::watch::Sender<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(Arc::clone(rt).run(rx));
+    tx
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn diff(
+    after: &BTreeMap<&'static str, u64>,
+    before: &BTreeMap<&'static str, u64>,
+) -> BTreeMap<&'static str, u64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0)))
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_pods_cost_one_listing_per_relist_whatever_their_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cri.sock");
+    let fake = Fake::default();
+    serve(fake.clone(), &socket).await;
+    let rt = runtime(dir.path(), &socket, "node-a").await;
+    // Another devicelet's pod on the same runtime is not this one's to list.
+    let other_root = tempfile::tempdir().unwrap();
+    let theirs = runtime(other_root.path(), &socket, "node-b").await;
+    theirs.run_pod(&pod("other", "Always")).unwrap();
+    theirs.sync_all().await;
+    let _stop = run_loop(&rt);
+    const PODS: usize = 100;
+    for i in 0..PODS {
+        rt.run_pod(&pod(&format!("u{i}"), "Always")).unwrap();
+    }
+    wait_until("every pod runs", Duration::from_secs(30), || {
+        (0..PODS).all(|i| {
+            rt.status(&format!("u{i}"))
+                .is_some_and(|s| s.phase == "Running")
+        })
+    })
+    .await;
+    // The relist after the starts sees the new containers once; then nothing changes.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = fake.calls();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let calls = diff(&fake.calls(), &before);
+    // About one relist a second: one ListPodSandbox and one ListContainers each, not one per
+    // pod; nothing else.
+    let lists = |name| calls.get(name).copied().unwrap_or(0);
+    assert!(
+        (3..=5).contains(&lists("ListPodSandbox")) && (3..=5).contains(&lists("ListContainers")),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.keys().copied().collect::<Vec<_>>(),
+        ["ListContainers", "ListPodSandbox"],
+        "an idle pod costs no call of its own: {calls:?}"
+    );
+    assert_eq!(fake.total_starts(), PODS as u32 + 1, "each started once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_is_seen_on_the_next_relist_and_the_restart_waits_out_the_back_off_without_polling()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cri.sock");
+    let fake = Fake::default();
+    serve(fake.clone(), &socket).await;
+    let rt = runtime(dir.path(), &socket, "node-a").await;
+    let _stop = run_loop(&rt);
+    rt.run_pod(&pod("crash", "Always")).unwrap();
+    wait_until("the pod runs", Duration::from_secs(10), || {
+        rt.status("crash").is_some_and(|s| s.phase == "Running")
+    })
+    .await;
+    let exited = tokio::time::Instant::now();
+    fake.exit("app", 1);
+    wait_until("the exit shows", Duration::from_secs(3), || {
+        rt.status("crash").is_some_and(|s| {
+            serde_json::to_value(&s.containers[0].state).unwrap()["waiting"]["reason"]
+                == "CrashLoopBackOff"
+        })
+    })
+    .await;
+    let status = rt.status("crash").unwrap();
+    let last = serde_json::to_value(&status.containers[0].last_state).unwrap();
+    assert_eq!(last["terminated"]["exitCode"], 1, "{last}");
+    // During the 10 s back-off the pod costs no call of its own: only the relists (one
+    // listing of all pods, not of this pod).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = fake.calls();
+    tokio::time::sleep_until(exited + Duration::from_secs(9)).await;
+    let calls = diff(&fake.calls(), &before);
+    assert_eq!(
+        calls.keys().copied().collect::<Vec<_>>(),
+        ["ListContainers", "ListPodSandbox"],
+        "{calls:?}"
+    );
+    assert_eq!(fake.total_starts(), 1, "not restarted during the back-off");
+    // Restarted when the back-off ends (not a relist period later).
+    wait_until("the restart", Duration::from_secs(3), || {
+        fake.total_starts() == 2
+    })
+    .await;
+    let took = exited.elapsed();
+    assert!(
+        took < Duration::from_millis(10_600),
+        "restarted {took:?} after the exit"
+    );
+    wait_until("running again", Duration::from_secs(3), || {
+        rt.status("crash")
+            .is_some_and(|s| s.phase == "Running" && s.containers[0].restart_count == 1)
+    })
+    .await;
 }

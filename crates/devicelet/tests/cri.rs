@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Proc, Root, WAIT, cli};
+use common::{Proc, Root, WAIT, cli, scrape};
 use serde_json::{Value, json};
 
 const IMAGE: &str = "devicelet.local/busybox:1";
@@ -77,14 +77,15 @@ impl Node {
             "cri",
             "--container-runtime-endpoint",
             endpoint,
-            "--metrics-address",
-            "off",
             "--node-name",
             "node-1",
         ]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+        if !extra.contains(&"--metrics-address") {
+            serve_args.extend(["--metrics-address".to_owned(), "off".to_owned()]);
+        }
         serve_args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut node = Node {
             root,
@@ -567,4 +568,150 @@ async fn removing_a_pod_stops_its_containers_within_the_grace_period_then_frees_
         "the runtime forgot the pod"
     );
     node.root.wait_counts("example.com/foo", 1, 1).await;
+}
+
+/// Issue 42: CRI calls per second with many idle running pods (the PLEG's one relist for all
+/// pods against a per-pod look). A measurement, not a check: it runs only with
+/// `CRI_CALLS_PODS` set, as in
+/// `CRI_CALLS_PODS=200 bash interop/cri/run.sh runtime_calls_per_second`, and prints the rate
+/// of `kubelet_runtime_operations_total` by operation over `CRI_CALLS_SECONDS` (default 20),
+/// with the CPU time of `serve` and of containerd (`CRI_CONTAINERD_PID`, set by run.sh).
+#[tokio::test]
+async fn runtime_calls_per_second() {
+    let Some(endpoint) = endpoint() else { return };
+    let Some(count) = std::env::var("CRI_CALLS_PODS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    else {
+        eprintln!(
+            "skipped: CRI_CALLS_PODS is not set (CRI_CALLS_PODS=200 bash interop/cri/run.sh runtime_calls_per_second)"
+        );
+        return;
+    };
+    let seconds: u64 = std::env::var("CRI_CALLS_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let address = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        format!("127.0.0.1:{port}")
+    };
+    let node = Node::start(&endpoint, &["--metrics-address", &address]).await;
+    let uids: Vec<String> = (0..count).map(|_| uid()).collect();
+    let started = Instant::now();
+    let named: Vec<(usize, &String)> = uids.iter().enumerate().collect();
+    for chunk in named.chunks(8) {
+        let admits = chunk.iter().map(|(i, u)| {
+            let p = pod(
+                u,
+                &format!("idle-{i}"),
+                "sleep 100000",
+                json!({"restartPolicy": "Always", "terminationGracePeriodSeconds": 0}),
+                json!({}),
+            );
+            let node = &node;
+            async move { node.admit(&p).await }
+        });
+        futures::future::join_all(admits).await;
+    }
+    let mut pending: Vec<String> = uids.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        for u in pending {
+            let running = node
+                .runtime_status(&u)
+                .await
+                .is_some_and(|v| v["phase"] == "Running");
+            if !running {
+                still.push(u);
+            }
+        }
+        pending = still;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {count} pods not Running after 600 s\nserve:\n{}",
+            pending.len(),
+            node.serve_log()
+        );
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    eprintln!(
+        "runtime_calls_per_second: {count} pods Running after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Let the starts' own calls settle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let serve_pid = node.serve.as_ref().and_then(|p| p.child.id());
+    let containerd_pid: Option<u32> = std::env::var("CRI_CONTAINERD_PID")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let before = operations(&scrape(&address).await);
+    let cpu_before = (serve_pid.map(cpu_ticks), containerd_pid.map(cpu_ticks));
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let after = operations(&scrape(&address).await);
+    let cpu_after = (serve_pid.map(cpu_ticks), containerd_pid.map(cpu_ticks));
+    let elapsed = t0.elapsed().as_secs_f64();
+    let mut total = 0.0;
+    let mut by_op = Vec::new();
+    for (op, n) in &after {
+        let d = n - before.get(op).copied().unwrap_or(0.0);
+        if d > 0.0 {
+            total += d;
+            by_op.push(format!("{op} {:.1}", d / elapsed));
+        }
+    }
+    let ticks = clock_ticks();
+    let cpu = |b: Option<Option<u64>>, a: Option<Option<u64>>| match (b.flatten(), a.flatten()) {
+        (Some(b), Some(a)) => format!("{:.1}%", (a - b) as f64 / ticks / elapsed * 100.0),
+        _ => "n/a".to_owned(),
+    };
+    eprintln!(
+        "runtime_calls_per_second: {count} running pods, {elapsed:.1} s: {:.1} calls/s ({}); CPU serve {}, containerd {}",
+        total / elapsed,
+        by_op.join(", "),
+        cpu(cpu_before.0, cpu_after.0),
+        cpu(cpu_before.1, cpu_after.1),
+    );
+}
+
+/// `kubelet_runtime_operations_total` by operation type.
+fn operations(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let prefix = "kubelet_runtime_operations_total{operation_type=\"";
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(prefix)?;
+            let (op, value) = rest.split_once("\"} ")?;
+            Some((op.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // state is field 3; utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
 }
