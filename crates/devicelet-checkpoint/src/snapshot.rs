@@ -52,7 +52,7 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"DVLTSNAP";
 /// The version written and the only one read.
 pub const SNAPSHOT_VERSION: u32 = 1;
 /// Length of the header.
-pub const SNAPSHOT_HEADER_LEN: usize = 104;
+pub const SNAPSHOT_HEADER_LEN: usize = 96;
 
 const FLAG_NO_KUBELET_FILE: u32 = 1;
 
@@ -294,7 +294,9 @@ impl<'a> Reader<'a> {
     fn count(&mut self) -> Result<usize, SnapshotMismatch> {
         let n = self.u32()? as usize;
         if n > self.bytes.len() - self.pos {
-            return Err(SnapshotMismatch::Malformed("a count exceeds the bytes left"));
+            return Err(SnapshotMismatch::Malformed(
+                "a count exceeds the bytes left",
+            ));
         }
         Ok(n)
     }
@@ -323,7 +325,9 @@ impl<'a> Reader<'a> {
         match self.u8()? {
             0 => Ok(false),
             1 => Ok(true),
-            _ => Err(SnapshotMismatch::Malformed("an option flag is neither 0 nor 1")),
+            _ => Err(SnapshotMismatch::Malformed(
+                "an option flag is neither 0 nor 1",
+            )),
         }
     }
 }
@@ -516,7 +520,9 @@ pub fn decode_body(body: &[u8]) -> Result<DeviceState, SnapshotMismatch> {
         );
     }
     if r.pos != body.len() {
-        return Err(SnapshotMismatch::Malformed("bytes after the last pod record"));
+        return Err(SnapshotMismatch::Malformed(
+            "bytes after the last pod record",
+        ));
     }
     Ok(state)
 }

@@ -59,9 +59,26 @@ pub struct RecoveredState {
     pub records_replayed: u64,
     /// An incomplete final record that was discarded (it was never acknowledged).
     pub torn_tail: Option<TornTail>,
+    /// Whether the restart snapshot was used, and why not.
+    pub snapshot: SnapshotUse,
     /// Time spent in [`DeviceStore::open`].
     #[serde(with = "duration_ms")]
     pub open_duration: Duration,
+}
+
+/// What became of the restart snapshot (`crate::snapshot`) at open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum SnapshotUse {
+    /// There was none (or no journal to check it against).
+    Absent,
+    /// The kubelet file's state and the journal prefix came from it.
+    Used,
+    /// It was ignored; the files were read instead.
+    Ignored {
+        /// Why (also logged).
+        reason: String,
+    },
 }
 
 mod duration_ms {
@@ -124,7 +141,7 @@ impl DeviceStore {
         // journal is parsed after the file.
         let kubelet_bytes = read_regular(&paths.kubelet_file)?;
         let journal_bytes = read_regular(&paths.journal)?;
-        let snapshot = usable_snapshot(&paths, &kubelet_bytes, &journal_bytes);
+        let (snapshot, mut snapshot_use) = usable_snapshot(&paths, &kubelet_bytes, &journal_bytes);
         let (kubelet_read, journal_read) = std::thread::scope(|scope| {
             let prefix = snapshot.as_ref().map(|(header, _)| header);
             let journal_bytes = &journal_bytes;
@@ -135,7 +152,7 @@ impl DeviceStore {
                 Some((header, bytes)) => match snapshot_state(header, bytes) {
                     Ok(read) => (read, true),
                     Err(reason) => {
-                        snapshot_skipped(&paths, &reason);
+                        snapshot_use = snapshot_skipped(&paths, &reason);
                         (decode_kubelet_file(&kubelet_bytes), false)
                     }
                 },
@@ -154,6 +171,7 @@ impl DeviceStore {
                 journal
             };
             if used {
+                snapshot_use = SnapshotUse::Used;
                 tracing::debug!(snapshot = %paths.snapshot.display(), "restored from the restart snapshot");
             }
             (kubelet, journal)
@@ -346,6 +364,7 @@ impl DeviceStore {
             journal_created,
             records_replayed,
             torn_tail,
+            snapshot: snapshot_use,
             open_duration: started.elapsed(),
         };
         Ok((
@@ -426,9 +445,12 @@ fn parse_journal(read: &FileRead, after: Option<&SnapshotHeader>) -> JournalRead
 }
 
 /// Why the restart snapshot was not checked against the files, or did not match them.
-fn snapshot_skipped(paths: &StorePaths, reason: &dyn std::fmt::Display) {
+fn snapshot_skipped(paths: &StorePaths, reason: &dyn std::fmt::Display) -> SnapshotUse {
     tracing::warn!(snapshot = %paths.snapshot.display(), %reason,
         "restart snapshot not used; reading the kubelet checkpoint and the journal");
+    SnapshotUse::Ignored {
+        reason: reason.to_string(),
+    }
 }
 
 /// Reads the restart snapshot and checks it against the kubelet file and the journal as read;
@@ -438,37 +460,31 @@ fn usable_snapshot(
     paths: &StorePaths,
     kubelet: &FileRead,
     journal: &FileRead,
-) -> Option<(SnapshotHeader, Vec<u8>)> {
+) -> (Option<(SnapshotHeader, Vec<u8>)>, SnapshotUse) {
     let FileRead::Bytes(journal) = journal else {
         // No journal (fresh node or import) or none that can be read: recovery reads the files.
-        return None;
+        return (None, SnapshotUse::Absent);
     };
     let kubelet = match kubelet {
         FileRead::Missing => None,
         FileRead::Bytes(bytes) => Some(bytes.as_slice()),
-        FileRead::NotRegular(_) => return None,
+        FileRead::NotRegular(_) => return (None, SnapshotUse::Absent),
     };
     let bytes = match read_regular(&paths.snapshot) {
         Ok(FileRead::Bytes(bytes)) => bytes,
-        Ok(FileRead::Missing) => return None,
+        Ok(FileRead::Missing) => return (None, SnapshotUse::Absent),
         Ok(FileRead::NotRegular(kind)) => {
-            snapshot_skipped(paths, &format!("it is a {kind}"));
-            return None;
+            return (None, snapshot_skipped(paths, &format!("it is a {kind}")));
         }
-        Err(e) => {
-            snapshot_skipped(paths, &e);
-            return None;
-        }
+        Err(e) => return (None, snapshot_skipped(paths, &e)),
     };
     let checked = snapshot::parse_header(&bytes).and_then(|(header, _)| {
         snapshot::check_sources(&header, kubelet, journal).map(|()| header)
     });
     match checked {
-        Ok(header) => Some((header, bytes)),
-        Err(reason) => {
-            snapshot_skipped(paths, &reason);
-            None
-        }
+        // Used once its body decodes (`SnapshotUse::Used` is set then).
+        Ok(header) => (Some((header, bytes)), SnapshotUse::Absent),
+        Err(reason) => (None, snapshot_skipped(paths, &reason)),
     }
 }
 
