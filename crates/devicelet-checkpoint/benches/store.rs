@@ -5,6 +5,11 @@
 //! * `compact/10000_containers` — folding the journal into the kubelet file.
 //! * `open/10000_containers` — recovery (kubelet file + 500 journal records) to ready.
 //!
+//! First, `snapshot_open_profile` prints the median time of `DeviceStore::open` with 10 000
+//! containers and their pod records, with and without the restart snapshot (`SNAPSHOT_OPEN`
+//! lines; runs alternate), after a clean stop and from a crash image with 2 000 more pods in the
+//! journal. `STORE_BENCH_SNAPSHOT_ONLY=1` prints only that.
+//!
 //! Before the criterion runs, a direct latency profile (p50/p99 over 500 commits at each N) is
 //! printed, since the admission target is stated in percentiles.
 
@@ -118,7 +123,107 @@ fn group_commit_profile() {
     );
 }
 
+fn pod_record(i: usize) -> Change {
+    Change::SetPod {
+        pod_uid: format!("5d9c1f8e-0000-4000-8000-{i:012}"),
+        record: devicelet_checkpoint::state::PodRecord {
+            namespace: "default".into(),
+            name: format!("pod-{i}"),
+            containers: vec![devicelet_checkpoint::state::ContainerRecord {
+                name: "ctr".into(),
+                kind: "app".into(),
+                limits: BTreeMap::from([("example.com/gpu".to_owned(), 1)]),
+                devices: BTreeMap::from([(
+                    "example.com/gpu".to_owned(),
+                    vec![format!("gpu-{}", i % 64)],
+                )]),
+                cpus: None,
+                numa_affinity: None,
+            }],
+        },
+    }
+}
+
+/// Median `DeviceStore::open` with and without the snapshot (see the module docs).
+fn snapshot_open_profile() {
+    const PODS: usize = 10_000;
+    const LATE: usize = 2_000;
+    let manual = || StoreOptions {
+        background_compaction: false,
+        ..StoreOptions::default()
+    };
+    let root = tempfile::tempdir().expect("tempdir");
+    let paths = StorePaths::new(
+        &root.path().join("device-plugins"),
+        &root.path().join("devicelet"),
+    );
+    let commit_range = |store: &DeviceStore, range: std::ops::Range<usize>| {
+        let ids: Vec<usize> = range.collect();
+        for chunk in ids.chunks(100) {
+            let batch: Vec<Change> = chunk
+                .iter()
+                .flat_map(|i| [admission(*i), pod_record(*i)])
+                .collect();
+            store.commit(&batch).expect("commit");
+        }
+    };
+    let (store, _) = DeviceStore::open_with(paths.clone(), manual()).expect("open");
+    commit_range(&store, 0..PODS);
+    store.compact().expect("compact");
+    let clean = tempfile::tempdir().expect("tempdir");
+    let copy = |from: &Path, to: &Path| {
+        for (dir, file) in [
+            ("device-plugins", device::DEVICE_CHECKPOINT_FILE),
+            ("devicelet", devicelet_checkpoint::store::JOURNAL_FILE),
+            ("devicelet", devicelet_checkpoint::snapshot::SNAPSHOT_FILE),
+        ] {
+            std::fs::create_dir_all(to.join(dir)).expect("mkdir");
+            std::fs::copy(from.join(dir).join(file), to.join(dir).join(file)).expect("copy");
+        }
+    };
+    copy(root.path(), clean.path());
+    commit_range(&store, PODS..PODS + LATE);
+    drop(store);
+    for (what, image) in [("clean", clean.path()), ("crash", root.path())] {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..7 {
+            for use_snapshot in [true, false] {
+                let run = tempfile::tempdir().expect("tempdir");
+                copy(image, run.path());
+                let p = StorePaths::new(
+                    &run.path().join("device-plugins"),
+                    &run.path().join("devicelet"),
+                );
+                if !use_snapshot {
+                    std::fs::remove_file(&p.snapshot).expect("remove snapshot");
+                }
+                let t = Instant::now();
+                let (_store, recovered) = DeviceStore::open_with(p, manual()).expect("open");
+                let took = t.elapsed();
+                assert!(recovered.state.pod_records.len() >= PODS);
+                if use_snapshot {
+                    with.push(took);
+                } else {
+                    without.push(took);
+                }
+            }
+        }
+        with.sort();
+        without.sort();
+        println!(
+            "SNAPSHOT_OPEN {what} containers={} with_snapshot_median_ms={:.1} without_snapshot_median_ms={:.1}",
+            if what == "clean" { PODS } else { PODS + LATE },
+            with[3].as_secs_f64() * 1000.0,
+            without[3].as_secs_f64() * 1000.0
+        );
+    }
+}
+
 fn commit_bench(c: &mut Criterion) {
+    snapshot_open_profile();
+    if std::env::var_os("STORE_BENCH_SNAPSHOT_ONLY").is_some() {
+        std::process::exit(0);
+    }
     latency_profile();
     group_commit_profile();
     let mut group = c.benchmark_group("commit");

@@ -190,6 +190,9 @@ pub struct ParsedJournal {
     pub valid_len: u64,
     /// The torn tail, if any.
     pub torn_tail: Option<TornTail>,
+    /// Sequence number of the first record parsed: the header's, or the one after a snapshot's
+    /// prefix ([`parse_after`]).
+    pub first_parsed_seq: u64,
 }
 
 impl ParsedJournal {
@@ -197,7 +200,7 @@ impl ParsedJournal {
     pub fn next_seq(&self) -> u64 {
         self.records
             .last()
-            .map_or(self.header.first_seq, |(_, _, r)| r.seq() + 1)
+            .map_or(self.first_parsed_seq, |(_, _, r)| r.seq() + 1)
     }
 }
 
@@ -249,9 +252,36 @@ pub fn parse_header(bytes: &[u8]) -> Result<JournalHeader, JournalError> {
 /// Parses a whole journal (see the module docs for the torn-tail rules).
 pub fn parse(bytes: &[u8]) -> Result<ParsedJournal, JournalError> {
     let header = parse_header(bytes)?;
+    parse_records(bytes, header, HEADER_LEN, header.first_seq)
+}
+
+/// Parses the records after the first `prefix_len` bytes, which are known to hold the header and
+/// complete records up to sequence number `next_seq` (a restart snapshot covers them, see
+/// [`crate::snapshot`]). Offsets are of the whole file; the prefix's records are not returned.
+pub fn parse_after(
+    bytes: &[u8],
+    prefix_len: usize,
+    next_seq: u64,
+) -> Result<ParsedJournal, JournalError> {
+    let header = parse_header(bytes)?;
+    if prefix_len < HEADER_LEN || prefix_len > bytes.len() {
+        return Err(JournalError::CorruptRecord {
+            offset: prefix_len as u64,
+            reason: "the snapshot's journal prefix ends outside the journal".into(),
+        });
+    }
+    parse_records(bytes, header, prefix_len, next_seq)
+}
+
+fn parse_records(
+    bytes: &[u8],
+    header: JournalHeader,
+    start: usize,
+    first_seq: u64,
+) -> Result<ParsedJournal, JournalError> {
     let mut records = Vec::new();
-    let mut pos = HEADER_LEN;
-    let mut expected_seq = header.first_seq;
+    let mut pos = start;
+    let mut expected_seq = first_seq;
     let total = bytes.len();
     let torn = |pos: usize, reason: &'static str| TornTail {
         offset: pos as u64,
@@ -329,6 +359,7 @@ pub fn parse(bytes: &[u8]) -> Result<ParsedJournal, JournalError> {
         records,
         valid_len,
         torn_tail,
+        first_parsed_seq: first_seq,
     })
 }
 

@@ -17,6 +17,8 @@
 //!   `fault-injection` feature.
 //! * [`store`] — [`store::DeviceStore`]: a journal with per-commit fsync, compacted into the
 //!   kubelet-format file, so an admission costs the same with 10 or 10 000 pods admitted.
+//! * [`snapshot`] — `device-allocations.snapshot`: devicelet's binary restart snapshot, used
+//!   only while the kubelet file and the journal hash as recorded.
 //! * [`inspect`] — recognises and verifies any of these files for `devicelet state inspect`.
 
 pub mod aside;
@@ -33,6 +35,7 @@ pub mod hash;
 pub mod inspect;
 pub mod journal;
 pub mod memory;
+pub mod snapshot;
 pub mod spew;
 pub mod state;
 pub mod store;

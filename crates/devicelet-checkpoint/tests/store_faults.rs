@@ -276,7 +276,8 @@ fn a2_12_eio_and_enospc_on_journal_append_or_fsync_fail_the_commit_and_roll_it_b
         drop(store);
         assert_eq!(
             listing(paths.journal.parent().expect("dir")),
-            vec!["device-allocations.journal"]
+            vec!["device-allocations.journal", "device-allocations.snapshot"],
+            "no temporary file is left behind"
         );
         let (_store, recovered) = DeviceStore::open_with(paths, manual()).expect("reopen");
         assert_eq!(*recovered.state, acknowledged, "{op:?}");

@@ -436,7 +436,7 @@ impl DeviceManager {
                 .get_mut(pod_uid, container, resource)
                 .filter(|a| a.device_ids == ids)
             {
-                allocation.response = Some(response);
+                allocation.response = response.into();
                 refreshed = true;
                 info!(resource = %resource, pod_uid = %pod_uid, container = %container,
                     devices = ?ids, "runtime settings lost with the checkpoint asked for again");
@@ -461,7 +461,7 @@ impl DeviceManager {
             ResourceAllocation {
                 device_ids: chosen.to_vec(),
                 devices_per_numa,
-                response: Some(response),
+                response: response.into(),
             },
         );
     }
@@ -530,7 +530,7 @@ impl DeviceManager {
             return Ok(None);
         }
         Ok(Some(merge_responses(held.iter().filter_map(
-            |(resource, a)| a.response.as_ref().map(|r| (resource.as_str(), r)),
+            |(resource, a)| a.response.get().map(|r| (resource.as_str(), r)),
         ))))
     }
 

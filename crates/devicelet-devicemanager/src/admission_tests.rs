@@ -399,7 +399,7 @@ async fn d1_lost_runtime_settings_are_asked_for_again_for_the_same_devices() {
         crate::ResourceAllocation {
             device_ids: vec!["g2".into(), "g3".into()],
             devices_per_numa: BTreeMap::from([(1, vec!["g2".into(), "g3".into()])]),
-            response: None,
+            response: Default::default(),
         },
     )]);
     let limits = BTreeMap::from([(RES.to_owned(), 2u64)]);
@@ -442,7 +442,7 @@ async fn d1_lost_runtime_settings_with_the_plugin_failing_is_an_error_and_keeps_
         crate::ResourceAllocation {
             device_ids: vec!["g0".into()],
             devices_per_numa: BTreeMap::new(),
-            response: None,
+            response: Default::default(),
         },
     )]);
     plugin.set_allocate(AllocateBehaviour::Fail(PluginError::Rpc {

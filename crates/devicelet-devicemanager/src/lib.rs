@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod allocation;
+pub mod cached_response;
 pub mod clock;
 pub mod error;
 pub mod inventory;
@@ -24,6 +25,7 @@ pub use admission::{
     AdmissionError, ContainerDevices, ContainerKind, ContainerRequest, PRE_START_TIMEOUT,
 };
 pub use allocation::{AffinitySplit, AllocationError, DevicePicker, filter_by_affinity};
+pub use cached_response::{CachedResponse, ResponseDecoder};
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use devicelet_metrics::Metrics;
 pub use error::{EndpointError, PluginError, RegistrationError};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::allocation::AllocationError;
 use tracing::warn;
 
+use crate::cached_response::CachedResponse;
 use crate::types::{ContainerAllocateResponse, DeviceSpec, Mount};
 
 /// What the runtime must inject into a container (DESIGN.md `start` JSON).
@@ -109,8 +110,9 @@ pub struct ResourceAllocation {
     pub device_ids: Vec<String>,
     /// Device IDs per NUMA node at allocation time; `-1` for devices without topology.
     pub devices_per_numa: BTreeMap<i64, Vec<String>>,
-    /// The plugin's `Allocate` answer for this container (`container_responses[0]`).
-    pub response: Option<ContainerAllocateResponse>,
+    /// The plugin's `Allocate` answer for this container (`container_responses[0]`); after a
+    /// restart, the checkpoint's bytes until first used.
+    pub response: CachedResponse,
 }
 
 /// What one pod holds: container → resource → allocation.
@@ -387,7 +389,9 @@ mod tests {
         ResourceAllocation {
             device_ids: ids(list),
             devices_per_numa: BTreeMap::new(),
-            response: with_response.then(ContainerAllocateResponse::default),
+            response: with_response
+                .then(ContainerAllocateResponse::default)
+                .into(),
         }
     }
 

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use devicelet_checkpoint::state::{Change, ContainerRecord, DeviceState, PodRecord};
 use devicelet_checkpoint::store::{DeviceStore, StoreError, StoreOptions, StorePaths};
 use devicelet_devicemanager::{
-    ContainerAllocateResponse, ContainerKind, DeviceManager, ResourceAllocation,
+    CachedResponse, ContainerAllocateResponse, ContainerKind, DeviceManager, ResourceAllocation,
+    ResponseDecoder,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -190,7 +191,7 @@ impl DurableState {
         match DeviceStore::open_with(paths, StoreOptions::default()) {
             Ok((store, recovered)) => {
                 let read_ms = started.elapsed().as_secs_f64() * 1000.0;
-                let pods = restore(manager, &recovered.state, codec.as_ref());
+                let pods = restore(manager, &recovered.state, &codec);
                 durable.restored_pods = pods.len();
                 durable.open_ms = started.elapsed().as_secs_f64() * 1000.0;
                 durable.read_ms = read_ms;
@@ -460,11 +461,15 @@ fn pod_changes(
                 container: c.name.clone(),
                 resource,
                 device_ids_by_numa: allocation.devices_per_numa,
-                alloc_resp: allocation
-                    .response
-                    .as_ref()
-                    .map(|r| codec.encode(r))
-                    .unwrap_or_default(),
+                alloc_resp: match allocation.response.encoded_bytes() {
+                    // Restored and not changed since: the same bytes again.
+                    Some(bytes) => bytes.to_vec(),
+                    None => allocation
+                        .response
+                        .get()
+                        .map(|r| codec.encode(r))
+                        .unwrap_or_default(),
+                },
             });
         }
     }
@@ -475,7 +480,7 @@ fn pod_changes(
 pub fn restore(
     manager: &DeviceManager,
     state: &DeviceState,
-    codec: &dyn AllocRespCodec,
+    codec: &Arc<dyn AllocRespCodec>,
 ) -> BTreeMap<String, AdmittedPod> {
     manager.restore_registered(state.registered.keys().cloned());
     // The pods (devicelet's records) and the Device Manager's allocations are built from
@@ -535,12 +540,25 @@ pub fn restore(
     pods
 }
 
-/// Gives `manager` the allocations and cached `Allocate` answers of `state`.
+/// Gives `manager` the allocations and cached `Allocate` answers of `state`. The answers stay
+/// the checkpoint's bytes until first used (a restart with 10 000 containers would otherwise
+/// decode 10 000 of them before it is ready); one that does not decode is logged then.
 fn restore_device_allocations(
     manager: &DeviceManager,
     state: &DeviceState,
-    codec: &dyn AllocRespCodec,
+    codec: &Arc<dyn AllocRespCodec>,
 ) {
+    let codec = Arc::clone(codec);
+    let decoder: ResponseDecoder = Arc::new(move |bytes: &[u8]| {
+        let response = codec.decode(bytes);
+        if response.is_none() {
+            warn!(
+                bytes = bytes.len(),
+                "cached Allocate response in the checkpoint does not decode; the devices stay allocated"
+            );
+        }
+        response
+    });
     let mut entries = Vec::with_capacity(state.entry_count());
     for (uid, containers) in &state.pods {
         let record = state.pod_records.get(uid);
@@ -550,10 +568,8 @@ fn restore_device_allocations(
                 .and_then(|r| r.containers.iter().find(|c| &c.name == container))
                 .map(|c| &c.devices);
             for (resource, devices) in resources {
-                let response = codec.decode(devices.alloc_resp.as_slice());
-                if response.is_none() {
-                    warn!(pod_uid = %uid, container, resource, "cached Allocate response in the checkpoint does not decode; the devices stay allocated");
-                }
+                let response =
+                    CachedResponse::encoded(devices.alloc_resp.clone(), Arc::clone(&decoder));
                 let device_ids = match ordered.and_then(|o| o.get(resource)) {
                     Some(ids) => ids.clone(),
                     None => {

@@ -470,12 +470,16 @@ fn measure_process_restarts(binary: &std::path::Path, state: &std::path::Path) {
     );
 }
 
-/// Copies the device state files of `from` into `to`, as a crash would leave them.
+/// Copies the device state files of `from` into `to` (the restart snapshot too, when there is
+/// one), as a crash would leave them.
 fn copy_state(from: &std::path::Path, to: &std::path::Path) {
-    use devicelet_checkpoint::{device::DEVICE_CHECKPOINT_FILE, store::JOURNAL_FILE};
+    use devicelet_checkpoint::{
+        device::DEVICE_CHECKPOINT_FILE, snapshot::SNAPSHOT_FILE, store::JOURNAL_FILE,
+    };
     for (dir, file) in [
         ("device-plugins", DEVICE_CHECKPOINT_FILE),
         ("devicelet", JOURNAL_FILE),
+        ("devicelet", SNAPSHOT_FILE),
     ] {
         let source = from.join(dir).join(file);
         std::fs::create_dir_all(to.join(dir)).expect("mkdir");

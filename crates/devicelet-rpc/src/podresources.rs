@@ -501,7 +501,7 @@ mod tests {
                 .iter()
                 .map(|(n, ids)| (*n, ids.iter().map(|s| (*s).to_owned()).collect()))
                 .collect(),
-            response: None,
+            response: Default::default(),
         }
     }
 

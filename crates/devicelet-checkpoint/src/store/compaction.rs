@@ -3,18 +3,21 @@
 //! `pkg/kubelet/cm/devicemanager/checkpoint/`) and starts a fresh journal, on a background thread
 //! (by record count, bytes, or the `max_lag` bound), on demand and on clean shutdown. A
 //! `CompactionStarted` marker with the new file's checksum is fsync'd first, so a crash at any
-//! step recovers the acknowledged state (see the module docs of `store`).
+//! step recovers the acknowledged state (see the module docs of `store`). Each compaction ends by
+//! writing the restart snapshot ([`crate::snapshot`]) of the new kubelet file and journal prefix.
 
 use std::io::{self, Read, Seek, SeekFrom};
 use std::time::{Duration, Instant};
 
 use crate::atomic_write::write_file_atomic;
-use crate::device;
-use crate::journal::{JournalRecord, encode_record};
+use crate::device::{self, DeviceCheckpointFormat};
+use crate::journal::{self, JournalRecord, encode_record};
+use crate::snapshot::{self, SnapshotHeader};
+use crate::state::Change;
 
 use super::device_store::{DeviceStore, Shared, lock};
 use super::error::{StoreError, from_atomic};
-use super::writer::{append_synced, create_journal, roll_back};
+use super::writer::{append_synced, create_journal, journal_header, roll_back};
 
 impl DeviceStore {
     /// Folds the journal into the kubelet file now (no-op when nothing changed since the last
@@ -136,6 +139,19 @@ impl Shared {
         write_file_atomic(&self.paths.kubelet_file, &bytes)
             .map_err(|e| from_atomic("writing the kubelet checkpoint", e))?;
 
+        // The restart snapshot's body: the same state, binary (see `crate::snapshot`).
+        let snapshot_body = snapshot::encode_body(
+            &data,
+            pod_records.iter().filter_map(|c| match c {
+                Change::SetPod { pod_uid, record } => Some((pod_uid, record)),
+                _ => None,
+            }),
+        );
+        let kubelet_entries = data.pod_device_entries.as_ref().map_or(0, Vec::len) as u64;
+        let kubelet_file = (bytes.len() as u64, snapshot::hash(&bytes));
+        drop(data);
+        drop(bytes);
+
         // Phase 3 (journal locked): start a new journal holding only what came after the marker.
         let mut w = lock(&self.writer);
         let mut tail = Vec::with_capacity((w.len - tail_start) as usize);
@@ -157,6 +173,12 @@ impl Shared {
                 .map_err(|e| StoreError::io("encoding journal record", io::Error::other(e)))?;
             (marker_seq, bytes)
         };
+        // What the restart snapshot covers of the new journal: its header and the pod records.
+        let prefix_len = journal::HEADER_LEN + snapshot.len();
+        let prefix_hash = snapshot::hash_parts(&[
+            &journal_header(u64::from(sum), first_seq).encode(),
+            &snapshot,
+        ]);
         let mut body = snapshot;
         body.extend_from_slice(&tail);
         let new_writer = create_journal(&self.paths, u64::from(sum), first_seq, &body)?;
@@ -165,9 +187,29 @@ impl Shared {
         w.uncompacted_records = tail_records;
         w.uncompacted_bytes = tail.len() as u64;
         w.oldest_uncompacted = (tail_records > 0).then(Instant::now);
-        let mut s = lock(&self.stats);
-        s.journal_bytes = w.len;
-        s.uncompacted_records = w.uncompacted_records;
+        {
+            let mut s = lock(&self.stats);
+            s.journal_bytes = w.len;
+            s.uncompacted_records = w.uncompacted_records;
+        }
+        drop(w);
+
+        // Last, the restart snapshot (outside the journal lock; commits go on). Without it a
+        // restart reads the files as before, so a failure is only logged.
+        let header = SnapshotHeader {
+            kubelet_file: Some(kubelet_file),
+            kubelet_checksum: sum,
+            kubelet_format: DeviceCheckpointFormat::V2,
+            kubelet_entries,
+            journal_prefix_len: prefix_len as u64,
+            journal_prefix_hash: prefix_hash,
+            journal_next_seq: marker_seq + 1,
+        };
+        let file = snapshot::encode(&header, &snapshot_body);
+        if let Err(e) = write_file_atomic(&self.paths.snapshot, &file) {
+            tracing::warn!(snapshot = %self.paths.snapshot.display(), error = %e,
+                "could not write the restart snapshot; the next start reads the kubelet checkpoint");
+        }
         Ok(true)
     }
 }

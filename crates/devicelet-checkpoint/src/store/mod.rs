@@ -26,6 +26,13 @@
 //! checksum equals the journal's base or any marker, and replays only the records after the last
 //! matching one; a crash at any step therefore recovers exactly the acknowledged state.
 //!
+//! **Restart snapshot.** Each compaction ends by writing `R/devicelet/device-allocations.snapshot`
+//! ([`crate::snapshot`]): the state of the new kubelet file and of the new journal's first bytes,
+//! binary, with XXH3 hashes of both. [`DeviceStore::open`] uses it instead of parsing the kubelet
+//! file's JSON (and its spew + FNV checksum) and those journal records when both files still hash
+//! as recorded, and replays only the journal records after them; otherwise it is ignored
+//! ([`RecoveredState::snapshot`] says why) and the files are read as without one.
+//!
 //! **Corruption policy.** A torn final journal record (crash mid-append, never acknowledged) is
 //! dropped and the journal truncated to its valid prefix. Any other damage — a kubelet file that
 //! fails to decode or verify, an empty file, a directory in its place, a damaged journal record, a
@@ -61,5 +68,5 @@ pub use operator_recovery::{
 };
 pub use options::StoreOptions;
 pub use paths::{JOURNAL_FILE, QUARANTINE_FILE, StorePaths};
-pub use recovery::{KubeletFileOrigin, RecoveredState};
+pub use recovery::{KubeletFileOrigin, RecoveredState, SnapshotUse};
 pub use stats::StoreStats;

@@ -1,10 +1,12 @@
 //! Where the [`DeviceStore`](super::DeviceStore) keeps its files: the kubelet's
 //! `R/device-plugins/kubelet_internal_checkpoint` (`pkg/kubelet/cm/devicemanager/checkpoint/`,
-//! spec devicemanager.md §3) and devicelet's own journal and quarantine marker in `R/devicelet/`.
+//! spec devicemanager.md §3) and devicelet's own journal, restart snapshot and quarantine marker
+//! in `R/devicelet/`.
 
 use std::path::{Path, PathBuf};
 
 use crate::device::DEVICE_CHECKPOINT_FILE;
+use crate::snapshot::SNAPSHOT_FILE;
 
 /// File name of the journal in devicelet's directory (`R/devicelet/`).
 pub const JOURNAL_FILE: &str = "device-allocations.journal";
@@ -20,6 +22,8 @@ pub struct StorePaths {
     pub journal: PathBuf,
     /// `R/devicelet/device-allocations.quarantine`.
     pub quarantine_marker: PathBuf,
+    /// `R/devicelet/device-allocations.snapshot` (see [`crate::snapshot`]).
+    pub snapshot: PathBuf,
 }
 
 impl StorePaths {
@@ -30,6 +34,7 @@ impl StorePaths {
             kubelet_file: kubelet_dir.join(DEVICE_CHECKPOINT_FILE),
             journal: journal_dir.join(JOURNAL_FILE),
             quarantine_marker: journal_dir.join(QUARANTINE_FILE),
+            snapshot: journal_dir.join(SNAPSHOT_FILE),
         }
     }
 

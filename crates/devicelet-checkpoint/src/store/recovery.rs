@@ -17,6 +17,7 @@ use crate::atomic_write::{self, write_file_atomic};
 use crate::device::{self, DeviceCheckpointFormat};
 use crate::error::DecodeError;
 use crate::journal::{self, JournalError, JournalRecord, TornTail};
+use crate::snapshot::{self, SnapshotHeader, SnapshotMismatch};
 use crate::state::{Change, DeviceState};
 
 use super::compaction::compactor_loop;
@@ -58,9 +59,26 @@ pub struct RecoveredState {
     pub records_replayed: u64,
     /// An incomplete final record that was discarded (it was never acknowledged).
     pub torn_tail: Option<TornTail>,
+    /// Whether the restart snapshot was used, and why not.
+    pub snapshot: SnapshotUse,
     /// Time spent in [`DeviceStore::open`].
     #[serde(with = "duration_ms")]
     pub open_duration: Duration,
+}
+
+/// What became of the restart snapshot (`crate::snapshot`) at open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum SnapshotUse {
+    /// There was none (or no journal to check it against).
+    Absent,
+    /// The kubelet file's state and the journal prefix came from it.
+    Used,
+    /// It was ignored; the files were read instead.
+    Ignored {
+        /// Why (also logged).
+        reason: String,
+    },
 }
 
 mod duration_ms {
@@ -113,26 +131,54 @@ impl DeviceStore {
             });
         }
 
-        // The two files are independent until the journal is applied: read and parse them on
-        // two threads (restart to ready is judged at 10 000 containers, where each takes tens of
-        // milliseconds). Errors are then handled in order: the kubelet file first, then the journal.
-        // Without a thread (none could be started), the journal is read after the file.
+        // The files are read first (a few MB from the page cache), so the restart snapshot can
+        // be checked against the exact bytes of the kubelet file and the journal (see
+        // `crate::snapshot`). Then the kubelet file's state (from the snapshot when it matches,
+        // else by parsing and verifying the file) and the journal records (after the snapshot's
+        // prefix, or all of them) are decoded on two threads: restart to ready is judged at
+        // 10 000 containers, where each takes milliseconds. Errors are then handled in order: the
+        // kubelet file first, then the journal. Without a thread (none could be started), the
+        // journal is parsed after the file.
+        let kubelet_bytes = read_regular(&paths.kubelet_file)?;
+        let journal_bytes = read_regular(&paths.journal)?;
+        let (snapshot, mut snapshot_use) = usable_snapshot(&paths, &kubelet_bytes, &journal_bytes);
         let (kubelet_read, journal_read) = std::thread::scope(|scope| {
+            let prefix = snapshot.as_ref().map(|(header, _)| header);
+            let journal_bytes = &journal_bytes;
             let journal = std::thread::Builder::new()
                 .name("devicelet-journal-read".into())
-                .spawn_scoped(scope, || read_journal(&paths.journal));
-            let kubelet = read_kubelet_file(&paths.kubelet_file);
+                .spawn_scoped(scope, move || parse_journal(journal_bytes, prefix));
+            let (kubelet, used) = match &snapshot {
+                Some((header, bytes)) => match snapshot_state(header, bytes) {
+                    Ok(read) => (read, true),
+                    Err(reason) => {
+                        snapshot_use = snapshot_skipped(&paths, &reason);
+                        (decode_kubelet_file(&kubelet_bytes), false)
+                    }
+                },
+                None => (decode_kubelet_file(&kubelet_bytes), false),
+            };
             let journal = match journal {
                 Ok(reader) => reader
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                Err(_) => read_journal(&paths.journal),
+                Err(_) => parse_journal(journal_bytes, prefix),
             };
+            // A snapshot whose body did not decode: the journal must be read whole.
+            let journal = if prefix.is_some() && !used {
+                parse_journal(journal_bytes, None)
+            } else {
+                journal
+            };
+            if used {
+                snapshot_use = SnapshotUse::Used;
+                tracing::debug!(snapshot = %paths.snapshot.display(), "restored from the restart snapshot");
+            }
             (kubelet, journal)
         });
 
         // 1. The kubelet file.
-        let (mut state, file_checksum, kubelet_origin) = match kubelet_read? {
+        let (mut state, file_checksum, kubelet_origin) = match kubelet_read {
             KubeletRead::Missing => (DeviceState::default(), None, KubeletFileOrigin::Missing),
             KubeletRead::NotRegular(kind) => {
                 return Err(quarantine(
@@ -146,6 +192,11 @@ impl DeviceStore {
                 checksum,
                 origin,
             } => (state, Some(checksum), origin),
+            KubeletRead::Snapshot {
+                state,
+                checksum,
+                origin,
+            } => (state, checksum, origin),
             KubeletRead::Undecodable(e) => {
                 return Err(quarantine(
                     &paths,
@@ -157,7 +208,7 @@ impl DeviceStore {
         let base_now = file_checksum.map_or(journal::NO_BASE, u64::from);
 
         // 2. The journal.
-        let (writer, journal_created, records_replayed, torn_tail) = match journal_read? {
+        let (writer, journal_created, records_replayed, torn_tail) = match journal_read {
             JournalRead::NotRegular(kind) => {
                 return Err(quarantine(
                     &paths,
@@ -313,6 +364,7 @@ impl DeviceStore {
             journal_created,
             records_replayed,
             torn_tail,
+            snapshot: snapshot_use,
             open_duration: started.elapsed(),
         };
         Ok((
@@ -341,13 +393,20 @@ enum KubeletRead {
         origin: KubeletFileOrigin,
     },
     Undecodable(DecodeError),
+    /// The kubelet file's state (and the journal prefix's pod records) from the snapshot.
+    Snapshot {
+        state: DeviceState,
+        checksum: Option<u32>,
+        origin: KubeletFileOrigin,
+    },
 }
 
-fn read_kubelet_file(path: &Path) -> Result<KubeletRead, StoreError> {
-    Ok(match read_regular(path)? {
+/// Decodes and verifies the kubelet file as read.
+fn decode_kubelet_file(read: &FileRead) -> KubeletRead {
+    match read {
         FileRead::Missing => KubeletRead::Missing,
         FileRead::NotRegular(kind) => KubeletRead::NotRegular(kind),
-        FileRead::Bytes(bytes) => match device::decode(&bytes) {
+        FileRead::Bytes(bytes) => match device::decode(bytes) {
             Ok(decoded) => KubeletRead::Decoded {
                 origin: KubeletFileOrigin::Loaded {
                     format: decoded.format,
@@ -359,7 +418,7 @@ fn read_kubelet_file(path: &Path) -> Result<KubeletRead, StoreError> {
             },
             Err(e) => KubeletRead::Undecodable(e),
         },
-    })
+    }
 }
 
 /// The journal as read (and parsed) at open.
@@ -369,11 +428,88 @@ enum JournalRead {
     Parsed(Result<journal::ParsedJournal, JournalError>),
 }
 
-fn read_journal(path: &Path) -> Result<JournalRead, StoreError> {
-    Ok(match read_regular(path)? {
+/// Parses the journal as read: whole, or only the records after a snapshot's prefix.
+fn parse_journal(read: &FileRead, after: Option<&SnapshotHeader>) -> JournalRead {
+    match read {
         FileRead::Missing => JournalRead::Missing,
         FileRead::NotRegular(kind) => JournalRead::NotRegular(kind),
-        FileRead::Bytes(bytes) => JournalRead::Parsed(journal::parse(&bytes)),
+        FileRead::Bytes(bytes) => JournalRead::Parsed(match after {
+            Some(h) => journal::parse_after(
+                bytes,
+                usize::try_from(h.journal_prefix_len).unwrap_or(usize::MAX),
+                h.journal_next_seq,
+            ),
+            None => journal::parse(bytes),
+        }),
+    }
+}
+
+/// Why the restart snapshot was not checked against the files, or did not match them.
+fn snapshot_skipped(paths: &StorePaths, reason: &dyn std::fmt::Display) -> SnapshotUse {
+    tracing::warn!(snapshot = %paths.snapshot.display(), %reason,
+        "restart snapshot not used; reading the kubelet checkpoint and the journal");
+    SnapshotUse::Ignored {
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads the restart snapshot and checks it against the kubelet file and the journal as read;
+/// returns its header and bytes when it may be used. Every reason not to use it is logged (a
+/// missing snapshot quietly): the files are then read as without one.
+fn usable_snapshot(
+    paths: &StorePaths,
+    kubelet: &FileRead,
+    journal: &FileRead,
+) -> (Option<(SnapshotHeader, Vec<u8>)>, SnapshotUse) {
+    let FileRead::Bytes(journal) = journal else {
+        // No journal (fresh node or import) or none that can be read: recovery reads the files.
+        return (None, SnapshotUse::Absent);
+    };
+    let kubelet = match kubelet {
+        FileRead::Missing => None,
+        FileRead::Bytes(bytes) => Some(bytes.as_slice()),
+        FileRead::NotRegular(_) => return (None, SnapshotUse::Absent),
+    };
+    let bytes = match read_regular(&paths.snapshot) {
+        Ok(FileRead::Bytes(bytes)) => bytes,
+        Ok(FileRead::Missing) => return (None, SnapshotUse::Absent),
+        Ok(FileRead::NotRegular(kind)) => {
+            return (None, snapshot_skipped(paths, &format!("it is a {kind}")));
+        }
+        Err(e) => return (None, snapshot_skipped(paths, &e)),
+    };
+    let checked = snapshot::parse_header(&bytes).and_then(|(header, _)| {
+        snapshot::check_sources(&header, kubelet, journal).map(|()| header)
+    });
+    match checked {
+        // Used once its body decodes (`SnapshotUse::Used` is set then).
+        Ok(header) => (Some((header, bytes)), SnapshotUse::Absent),
+        Err(reason) => (None, snapshot_skipped(paths, &reason)),
+    }
+}
+
+/// The kubelet file's part of the state (and the journal prefix's pod records), from a checked
+/// snapshot.
+fn snapshot_state(header: &SnapshotHeader, bytes: &[u8]) -> Result<KubeletRead, SnapshotMismatch> {
+    let body = bytes
+        .get(snapshot::SNAPSHOT_HEADER_LEN..)
+        .ok_or(SnapshotMismatch::Malformed("no body"))?;
+    let state = snapshot::decode_body(body)?;
+    Ok(match header.kubelet_file {
+        None => KubeletRead::Snapshot {
+            state,
+            checksum: None,
+            origin: KubeletFileOrigin::Missing,
+        },
+        Some(_) => KubeletRead::Snapshot {
+            state,
+            checksum: Some(header.kubelet_checksum),
+            origin: KubeletFileOrigin::Loaded {
+                format: header.kubelet_format,
+                checksum: header.kubelet_checksum,
+                entries: usize::try_from(header.kubelet_entries).unwrap_or(usize::MAX),
+            },
+        },
     })
 }
 

@@ -27,6 +27,16 @@ pub(super) struct JournalWriter {
     pub(super) poisoned: Option<String>,
 }
 
+/// The header of a fresh journal.
+pub(super) fn journal_header(base: u64, first_seq: u64) -> JournalHeader {
+    JournalHeader {
+        version: journal::JOURNAL_VERSION,
+        flags: 0,
+        base,
+        first_seq,
+    }
+}
+
 /// Writes a fresh journal (header + `tail` records) via temp file + rename, fsyncs the directory,
 /// and returns a writer positioned at its end.
 pub(super) fn create_journal(
@@ -35,12 +45,7 @@ pub(super) fn create_journal(
     first_seq: u64,
     tail: &[u8],
 ) -> Result<JournalWriter, StoreError> {
-    let header = JournalHeader {
-        version: journal::JOURNAL_VERSION,
-        flags: 0,
-        base,
-        first_seq,
-    };
+    let header = journal_header(base, first_seq);
     let mut bytes = Vec::with_capacity(journal::HEADER_LEN + tail.len());
     bytes.extend_from_slice(&header.encode());
     bytes.extend_from_slice(tail);
