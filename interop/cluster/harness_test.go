@@ -210,6 +210,11 @@ func startProgramEnv(t *testing.T, name, bin string, env []string, args ...strin
 		if t.Failed() {
 			t.Logf("--- output of %s:\n%s", p.name, lastLines(p.output.String(), 60))
 		}
+		// CLUSTER_OUTPUT_DIR keeps every process's whole output, for debugging a run.
+		if dir := os.Getenv("CLUSTER_OUTPUT_DIR"); dir != "" {
+			file := filepath.Join(dir, fmt.Sprintf("%s-%d.log", strings.NewReplacer(" ", "_", "/", "_", "(", "", ")", "", ",", "").Replace(p.name), p.cmd.Process.Pid))
+			_ = os.WriteFile(file, []byte(p.output.String()), 0o644)
+		}
 	})
 	return p
 }

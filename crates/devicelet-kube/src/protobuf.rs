@@ -106,20 +106,18 @@ async fn write(
         .map_err(kube::Error::HttpError)?;
     let response = client.send(request).await?;
     let code = response.status();
-    if code.is_success() {
-        return Ok(());
-    }
     let json = response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    // The answer is read to its end even when unused: an HTTP/2 stream whose body is dropped
+    // early is reset by the client, and after 1 024 such resets the h2 crate closes the whole
+    // connection (every request and watch on it fails at once).
+    let bytes = response.into_body().collect().await?.to_bytes();
+    if code.is_success() {
+        return Ok(());
+    }
     Err(kube::Error::Api(
         error_status(code.as_u16(), json, &bytes).boxed(),
     ))
