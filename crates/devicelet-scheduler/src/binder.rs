@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use devicelet_kube::protobuf;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimStatus,
@@ -38,10 +39,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::config::ContentType;
-use devicelet_kube::protobuf;
-
 use crate::binding_conditions::{Readiness, has_binding_conditions, readiness};
+use crate::config::ContentType;
 use crate::cycle::{ExtendedPlacement, Placement};
 use crate::extended;
 use crate::gang::barrier::GroupBarrier;

@@ -1298,6 +1298,27 @@ mod tests {
     }
 
     #[test]
+    fn client_connection_content_type_is_protobuf_unless_json_is_asked() {
+        assert_eq!(
+            parse_with("").expect("empty").content_type,
+            ContentType::Protobuf
+        );
+        let json = parse_with("clientConnection:\n  contentType: application/json\n");
+        assert_eq!(json.expect("json").content_type, ContentType::Json);
+        let pb = parse_with(
+            "clientConnection:\n  contentType: application/vnd.kubernetes.protobuf\n  acceptContentTypes: application/json\n",
+        );
+        assert_eq!(pb.expect("protobuf").content_type, ContentType::Protobuf);
+        let bad = parse_with("clientConnection:\n  contentType: application/yaml\n")
+            .expect_err("yaml is refused")
+            .to_string();
+        assert!(
+            bad.contains("clientConnection.contentType") && bad.contains("application/yaml"),
+            "{bad}"
+        );
+    }
+
+    #[test]
     fn w128_w130_w131_defaults() {
         let c = parse_with("").expect("empty config");
         assert_eq!(c.pod_initial_backoff, Duration::from_secs(1));

@@ -14,9 +14,8 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-use crate::event_series::{EventSeriesCache, REFRESH_EVERY, SeriesKey, SeriesWrite};
-
 use crate::config::ContentType;
+use crate::event_series::{EventSeriesCache, REFRESH_EVERY, SeriesKey, SeriesWrite};
 use crate::framework::truncate_note;
 use devicelet_kube::protobuf;
 
@@ -45,8 +44,8 @@ impl std::fmt::Debug for Reporter {
     }
 }
 
-/// How often the series are looked at: a series quiet for [`crate::event_series::FINISH_AFTER`] is written within
-/// a minute after.
+/// How often the series are looked at: a series quiet for
+/// [`crate::event_series::FINISH_AFTER`] is written within a minute after.
 const SERIES_TICK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Refreshes and finishes the series of `series` until the reporter is gone.

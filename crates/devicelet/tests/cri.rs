@@ -592,14 +592,7 @@ async fn runtime_calls_per_second() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
-    let address = {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        format!("127.0.0.1:{port}")
-    };
+    let address = common::free_address();
     let node = Node::start(&endpoint, &["--metrics-address", &address]).await;
     let uids: Vec<String> = (0..count).map(|_| uid()).collect();
     let started = Instant::now();

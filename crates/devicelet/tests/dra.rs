@@ -13,7 +13,7 @@ mod cdi;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Proc, Root, WAIT, cli, scrape};
+use common::{Proc, Root, WAIT, cli, free_address, scrape};
 use serde_json::Value;
 
 const DRIVER: &str = "gpu.example.com";
@@ -645,16 +645,6 @@ async fn kep4680_dra_health_message_reaches_allocated_resources_status() {
     std::fs::write(&health_file, format!("{device} Healthy\n")).unwrap();
     let entry = wait_claim_health(&node, "healthy again", |e| e["health"] == "Healthy").await;
     assert!(entry.get("message").is_none(), "{entry}");
-}
-
-/// A free local TCP address for `--metrics-address`.
-fn free_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
 }
 
 /// The value of the sample line `series` (name plus labels exactly as rendered).

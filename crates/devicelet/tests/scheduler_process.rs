@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Root;
+use common::{Root, free_address};
 
 /// The status code of `GET path` on `address`, over a plain HTTP/1.1 connection.
 fn status_of(address: &str, path: &str) -> u16 {
@@ -133,11 +133,6 @@ fn secure_status_of(address: &str, path: &str, token: Option<&str>) -> u16 {
         .trim()
         .parse()
         .unwrap_or(0)
-}
-
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
 }
 
 #[tokio::test]

@@ -235,6 +235,17 @@ impl Proc {
     }
 }
 
+/// A free local TCP address (for `--metrics-address`).
+#[allow(dead_code)] // not every test binary serves metrics
+pub fn free_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
 /// `GET /metrics` on `address`: the whole HTTP answer (headers and body).
 #[allow(dead_code)] // not every test binary scrapes
 pub async fn scrape(address: &str) -> String {
