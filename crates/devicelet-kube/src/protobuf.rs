@@ -171,27 +171,23 @@ pub fn event(e: &core::Event) -> pb_core::Event {
         last_timestamp: e.last_timestamp.as_ref().map(|t| time(&t.0)),
         count: e.count,
         r#type: e.type_.clone(),
-        event_time: e.event_time.as_ref().map(|t| {
-            let t = time(&t.0);
-            pb_meta::MicroTime {
-                seconds: t.seconds,
-                nanos: t.nanos,
-            }
-        }),
+        event_time: e.event_time.as_ref().map(|t| micro_time(&t.0)),
         series: e.series.as_ref().map(|s| pb_core::EventSeries {
             count: s.count,
-            last_observed_time: s.last_observed_time.as_ref().map(|t| {
-                let t = time(&t.0);
-                pb_meta::MicroTime {
-                    seconds: t.seconds,
-                    nanos: t.nanos,
-                }
-            }),
+            last_observed_time: s.last_observed_time.as_ref().map(|t| micro_time(&t.0)),
         }),
         action: e.action.clone(),
         related: e.related.as_ref().map(object_reference),
         reporting_component: e.reporting_component.clone(),
         reporting_instance: e.reporting_instance.clone(),
+    }
+}
+
+fn micro_time(t: &k8s_openapi::jiff::Timestamp) -> pb_meta::MicroTime {
+    let t = time(t);
+    pb_meta::MicroTime {
+        seconds: t.seconds,
+        nanos: t.nanos,
     }
 }
 
