@@ -50,11 +50,12 @@ use crate::shared::Shared;
 
 /// The finalizer that protects an allocated claim (S51).
 pub const DELETE_PROTECTION: &str = "resource.kubernetes.io/delete-protection";
-/// Binding cycles writing at once. kube-scheduler's goroutines share one HTTP/2 connection;
-/// the kube-rs client speaks HTTP/1.1, one connection per request in flight, and thousands of
-/// concurrent bindings (measured: 3 600 TLS connections at 500 nodes) stall the API server.
-/// 64 writers reach the API server's ceiling (the benchmark's binder deciding nothing uses as
-/// many). Pods waiting for a slot stay assumed: their devices are reserved meanwhile.
+/// Binding cycles writing at once. Every request shares one HTTP/2 connection now
+/// (`devicelet_kube::client`); over HTTP/1.1 (`DEVICELET_KUBE_API_HTTP1`) each request in flight
+/// holds a connection, and thousands of concurrent bindings (measured: 3 600 TLS connections at
+/// 500 nodes) stalled the API server. 64 writers reach the API server's ceiling (the benchmark's
+/// binder deciding nothing uses as many); more would only fill its in-flight budget. Pods
+/// waiting for a slot stay assumed: their devices are reserved meanwhile.
 const BINDING_SLOTS: usize = 64;
 /// Attempts of a conflict-checked write (`retry.DefaultRetry`: 5 steps).
 const CONFLICT_RETRIES: usize = 5;

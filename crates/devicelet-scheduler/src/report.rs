@@ -20,8 +20,8 @@ use crate::framework::truncate_note;
 use devicelet_kube::protobuf;
 
 /// At most this many condition and event writes at once. A backlog of unschedulable pods
-/// (900 left by a deleted namespace when a new leader starts) otherwise opens one HTTP/1.1
-/// connection per write at once: the TLS handshakes and an API server answering `Handler
+/// (900 left by a deleted namespace when a new leader starts) otherwise opened one HTTP/1.1
+/// connection per write at once (as it still would with `DEVICELET_KUBE_API_HTTP1`): the TLS handshakes and an API server answering `Handler
 /// timeout` starved the process (its Lease went unrenewed and another replica took over).
 const REPORT_SLOTS: usize = 16;
 
